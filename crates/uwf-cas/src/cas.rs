@@ -1,0 +1,451 @@
+//! The typed store.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use jsonschema::Validator;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{CasError, Result};
+use crate::{FsStore, Hash, Node, Ref, Store, cbor, node, refs, schema};
+
+/// Hashes of the schemas of the nodes uwf itself writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProtocolTypes {
+    /// The meta-schema (type of every schema node).
+    pub meta: Hash,
+    /// The Workflow schema.
+    pub workflow: Hash,
+    /// The StartNode schema.
+    pub start_node: Hash,
+    /// The StepNode schema.
+    pub step_node: Hash,
+}
+
+/// The result of a put.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stored {
+    /// The node's hash.
+    pub hash: Hash,
+    /// The node as stored (with the first timestamp if it already existed).
+    pub node: Node,
+    /// Whether this put created it.
+    pub created: bool,
+}
+
+/// A schema node, as listed by [`Cas::schemas`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SchemaEntry {
+    /// The schema's hash (the type hash of its nodes).
+    pub hash: Hash,
+    /// Its `title`, if any.
+    pub title: Option<String>,
+}
+
+/// One node reached by [`Cas::walk`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WalkEntry {
+    /// The node.
+    pub hash: Hash,
+    /// Its type; `None` when the node is missing.
+    #[serde(rename = "type")]
+    pub type_hash: Option<Hash>,
+    /// Distance from the root (the root is 0).
+    pub depth: usize,
+    /// True when a reference points at a node that is not in the store.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub missing: bool,
+}
+
+/// A problem found by [`Cas::verify`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum VerifyIssue {
+    /// A node file that does not hash to its name or does not parse.
+    Corrupt {
+        /// The name of the file.
+        hash: Hash,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A file in the object directory that is not named like a node.
+    Stray {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A node whose type is missing, not a schema, or that fails its schema.
+    Invalid {
+        /// The node.
+        hash: Hash,
+        /// Why.
+        reason: String,
+    },
+    /// A reference to a node that is not in the store.
+    Dangling {
+        /// The referencing node.
+        from: Hash,
+        /// Where in its payload.
+        path: String,
+        /// The missing node.
+        hash: Hash,
+    },
+}
+
+/// What [`Cas::verify`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct VerifyReport {
+    /// Nodes checked.
+    pub nodes: usize,
+    /// Every problem found; empty means the store is sound.
+    pub issues: Vec<VerifyIssue>,
+}
+
+impl VerifyReport {
+    /// True if no problem was found.
+    pub fn is_ok(&self) -> bool {
+        self.issues.is_empty()
+    }
+}
+
+/// The typed, validated store. Cheap to share across threads.
+pub struct Cas<S: Store = FsStore> {
+    store: S,
+    types: ProtocolTypes,
+    meta_validator: Arc<Validator>,
+    validators: Mutex<HashMap<Hash, Arc<Validator>>>,
+}
+
+impl<S: Store + std::fmt::Debug> std::fmt::Debug for Cas<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cas")
+            .field("store", &self.store)
+            .field("types", &self.types)
+            .finish()
+    }
+}
+
+impl Cas<FsStore> {
+    /// Opens the filesystem store of a storage root (`<root>/cas`), creating
+    /// it if needed, and registers the built-in schemas.
+    pub fn open(root: &Path) -> Result<Self> {
+        Self::new(FsStore::open(root.join("cas"))?)
+    }
+}
+
+impl<S: Store> Cas<S> {
+    /// Wraps a backend, bootstrapping the meta-schema and registering the
+    /// Workflow, StartNode and StepNode schemas (no writes when present).
+    pub fn new(store: S) -> Result<Self> {
+        let meta_payload = schema::meta_schema();
+        let meta = node::self_hash(&meta_payload);
+        let meta_validator =
+            schema::compile(&meta_payload).map_err(|reason| CasError::UnsupportedSchema {
+                reason: format!("built-in meta-schema: {reason}"),
+            })?;
+        if !store.contains(meta)? {
+            store.insert(
+                meta,
+                &Node {
+                    type_hash: meta,
+                    payload: meta_payload,
+                    timestamp: node::now_ms(),
+                },
+            )?;
+        }
+        let mut cas = Self {
+            store,
+            types: ProtocolTypes {
+                meta,
+                workflow: meta,
+                start_node: meta,
+                step_node: meta,
+            },
+            meta_validator,
+            validators: Mutex::new(HashMap::new()),
+        };
+        cas.types.workflow = cas.ensure_schema(uwf_protocol::schemas::workflow())?;
+        cas.types.start_node = cas.ensure_schema(uwf_protocol::schemas::start_node())?;
+        cas.types.step_node = cas.ensure_schema(uwf_protocol::schemas::step_node())?;
+        Ok(cas)
+    }
+
+    fn ensure_schema(&self, payload: Value) -> Result<Hash> {
+        let hash = node::hash_typed(self.types.meta, &payload);
+        if self.store.contains(hash)? {
+            return Ok(hash);
+        }
+        Ok(self.put_schema(payload)?.hash)
+    }
+
+    /// The backend.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Hashes of the meta-schema and the protocol schemas.
+    pub fn types(&self) -> ProtocolTypes {
+        self.types
+    }
+
+    /// Reads a node; [`CasError::NotFound`] if absent.
+    pub fn get(&self, hash: Hash) -> Result<Node> {
+        self.store.get(hash)?.ok_or(CasError::NotFound(hash))
+    }
+
+    /// Reads a node if present.
+    pub fn try_get(&self, hash: Hash) -> Result<Option<Node>> {
+        self.store.get(hash)
+    }
+
+    /// Whether a node is present.
+    pub fn has(&self, hash: Hash) -> Result<bool> {
+        self.store.contains(hash)
+    }
+
+    /// Registers a JSON Schema as a type. Rejects schemas outside the
+    /// supported subset with the reason (see `docs/cas.md`).
+    pub fn put_schema(&self, mut payload: Value) -> Result<Stored> {
+        cbor::canonicalize(&mut payload);
+        schema::check_subset(&self.meta_validator, &payload)?;
+        self.insert(self.types.meta, payload)
+    }
+
+    /// Stores `payload` as a node of type `type_hash` after validating it
+    /// against that schema. Storing existing content again is a no-op that
+    /// returns the first node.
+    pub fn put(&self, type_hash: Hash, mut payload: Value) -> Result<Stored> {
+        if type_hash == self.types.meta {
+            return self.put_schema(payload);
+        }
+        cbor::canonicalize(&mut payload);
+        self.validate(type_hash, &payload)?;
+        self.insert(type_hash, payload)
+    }
+
+    /// Serializes `value` and stores it as a node of type `type_hash`.
+    pub fn put_value<T: Serialize>(&self, type_hash: Hash, value: &T) -> Result<Stored> {
+        let payload = serde_json::to_value(value).map_err(|e| CasError::Invalid {
+            type_hash,
+            title: type_hash.to_string(),
+            violations: vec![crate::Violation {
+                path: String::new(),
+                message: e.to_string(),
+            }],
+        })?;
+        self.put(type_hash, payload)
+    }
+
+    fn insert(&self, type_hash: Hash, payload: Value) -> Result<Stored> {
+        let hash = node::hash_typed(type_hash, &payload);
+        let candidate = Node {
+            type_hash,
+            payload,
+            timestamp: node::now_ms(),
+        };
+        let (node, created) = self.store.insert(hash, &candidate)?;
+        Ok(Stored {
+            hash,
+            node,
+            created,
+        })
+    }
+
+    /// Reads a schema node's payload.
+    pub fn schema(&self, hash: Hash) -> Result<Value> {
+        match self.store.get(hash)? {
+            None => Err(CasError::UnknownType(hash)),
+            Some(n) if n.type_hash != self.types.meta => Err(CasError::NotASchema(hash)),
+            Some(n) => Ok(n.payload),
+        }
+    }
+
+    fn validator(&self, type_hash: Hash) -> Result<(Arc<Validator>, Value)> {
+        let schema = self.schema(type_hash)?;
+        let cached = self
+            .validators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&type_hash)
+            .cloned();
+        if let Some(v) = cached {
+            return Ok((v, schema));
+        }
+        // Stored schemas passed check_subset, but a store can be written by
+        // older or foreign code: report instead of trusting.
+        let v = schema::compile(&schema).map_err(|reason| CasError::UnsupportedSchema {
+            reason: format!("stored schema {type_hash} does not compile: {reason}"),
+        })?;
+        self.validators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(type_hash, v.clone());
+        Ok((v, schema))
+    }
+
+    /// Validates `payload` against the schema `type_hash`.
+    pub fn validate(&self, type_hash: Hash, payload: &Value) -> Result<()> {
+        if type_hash == self.types.meta {
+            return schema::check_subset(&self.meta_validator, payload);
+        }
+        let (v, schema) = self.validator(type_hash)?;
+        let violations = schema::violations(&v, payload);
+        if violations.is_empty() {
+            Ok(())
+        } else {
+            Err(CasError::Invalid {
+                type_hash,
+                title: schema::title_of(&schema)
+                    .map_or_else(|| type_hash.to_string(), str::to_string),
+                violations,
+            })
+        }
+    }
+
+    /// The references a node's payload holds, found through its schema, in
+    /// document order. The node's type is not included.
+    pub fn refs(&self, hash: Hash) -> Result<Vec<Ref>> {
+        let node = self.get(hash)?;
+        self.refs_of(&node)
+    }
+
+    /// Like [`refs`](Self::refs) for a node already in hand.
+    pub fn refs_of(&self, node: &Node) -> Result<Vec<Ref>> {
+        let schema = if node.type_hash == self.types.meta {
+            schema::meta_schema()
+        } else {
+            self.schema(node.type_hash)?
+        };
+        refs::collect(&schema, &node.payload).map_err(|_| CasError::RefCycle(node.type_hash))
+    }
+
+    /// Breadth-first traversal of everything reachable from `root` through
+    /// references, each node once (cycle-safe). Missing nodes are reported,
+    /// not followed; a missing root is an error.
+    pub fn walk(&self, root: Hash) -> Result<Vec<WalkEntry>> {
+        let root_node = self.get(root)?;
+        let mut out = Vec::new();
+        let mut seen = HashSet::from([root]);
+        let mut queue = VecDeque::from([(root, Some(root_node), 0usize)]);
+        while let Some((hash, node, depth)) = queue.pop_front() {
+            let Some(node) = node else {
+                out.push(WalkEntry {
+                    hash,
+                    type_hash: None,
+                    depth,
+                    missing: true,
+                });
+                continue;
+            };
+            for r in self.refs_of(&node)? {
+                if seen.insert(r.hash) {
+                    let child = self.store.get(r.hash)?;
+                    queue.push_back((r.hash, child, depth + 1));
+                }
+            }
+            out.push(WalkEntry {
+                hash,
+                type_hash: Some(node.type_hash),
+                depth,
+                missing: false,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every schema node with its title, sorted by hash.
+    pub fn schemas(&self) -> Result<Vec<SchemaEntry>> {
+        let mut out = Vec::new();
+        for hash in self.store.by_type(self.types.meta)? {
+            let title = match self.store.get(hash)? {
+                Some(n) => schema::title_of(&n.payload).map(str::to_string),
+                // Indexed but gone (e.g. collected): not a schema any more.
+                None => continue,
+            };
+            out.push(SchemaEntry { hash, title });
+        }
+        Ok(out)
+    }
+
+    /// Hashes of the nodes of one type.
+    pub fn list_by_type(&self, type_hash: Hash) -> Result<Vec<Hash>> {
+        self.store.by_type(type_hash)
+    }
+
+    /// Rebuilds the by-type index.
+    pub fn reindex(&self) -> Result<crate::ReindexReport> {
+        self.store.reindex()
+    }
+
+    /// Re-hashes every node and checks its type, its schema and its
+    /// references. Never stops at the first problem.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let mut report = VerifyReport::default();
+        for path in self.store.strays()? {
+            report.issues.push(VerifyIssue::Stray { path });
+        }
+        let hashes = self.store.hashes()?;
+        let present: HashSet<Hash> = hashes.iter().copied().collect();
+        for hash in hashes {
+            report.nodes += 1;
+            let node = match self.store.get(hash) {
+                Ok(Some(n)) => n,
+                Ok(None) => continue, // removed while we ran
+                Err(CasError::Corrupt { hash, path, reason }) => {
+                    report
+                        .issues
+                        .push(VerifyIssue::Corrupt { hash, path, reason });
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let invalid = |reason: String| VerifyIssue::Invalid { hash, reason };
+            if node.is_self_typed() {
+                if hash != self.types.meta {
+                    report
+                        .issues
+                        .push(invalid("self-typed node other than the meta-schema".into()));
+                }
+                continue;
+            }
+            match self.validate(node.type_hash, &node.payload) {
+                Ok(()) => {}
+                Err(
+                    e @ (CasError::Invalid { .. }
+                    | CasError::UnknownType(_)
+                    | CasError::NotASchema(_)
+                    | CasError::UnsupportedSchema { .. }),
+                ) => {
+                    report.issues.push(invalid(e.to_string()));
+                    continue;
+                }
+                Err(CasError::Corrupt { .. }) => {
+                    report
+                        .issues
+                        .push(invalid(format!("its type {} is corrupt", node.type_hash)));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            match self.refs_of(&node) {
+                Ok(found) => {
+                    for r in found {
+                        if !present.contains(&r.hash) && !self.store.contains(r.hash)? {
+                            report.issues.push(VerifyIssue::Dangling {
+                                from: hash,
+                                path: r.path,
+                                hash: r.hash,
+                            });
+                        }
+                    }
+                }
+                Err(e) => report.issues.push(invalid(e.to_string())),
+            }
+        }
+        Ok(report)
+    }
+}

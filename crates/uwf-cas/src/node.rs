@@ -1,0 +1,68 @@
+//! Nodes and how they are hashed.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use xxhash_rust::xxh64::Xxh64;
+
+use crate::{Hash, cbor};
+
+/// A stored node: a payload typed by a schema node.
+///
+/// The timestamp records when the node was first stored; it is not part of
+/// the hash, so storing the same content again yields the same node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    /// Hash of the schema node this payload conforms to. For the self-typed
+    /// meta-schema this is the node's own hash.
+    #[serde(rename = "type")]
+    pub type_hash: Hash,
+    /// The content.
+    pub payload: Value,
+    /// Milliseconds since the Unix epoch at the first store.
+    pub timestamp: u64,
+}
+
+impl Node {
+    /// The hash this node is stored under.
+    pub fn hash(&self) -> Hash {
+        hash_node(self.type_hash, &self.payload)
+    }
+
+    /// Whether the node is self-typed (only the meta-schema is).
+    pub fn is_self_typed(&self) -> bool {
+        self_hash(&self.payload) == self.type_hash
+    }
+}
+
+/// Hash of a typed node: XXH64 (seed 0) over the 13 ASCII characters of the
+/// type hash followed by the deterministic CBOR of the payload.
+pub fn hash_typed(type_hash: Hash, payload: &Value) -> Hash {
+    let mut h = Xxh64::new(0);
+    h.update(&type_hash.to_array());
+    h.update(&cbor::encode(payload));
+    Hash::from_u64(h.digest())
+}
+
+/// Hash of a self-typed node: XXH64 (seed 0) over the CBOR of the payload alone.
+pub fn self_hash(payload: &Value) -> Hash {
+    Hash::from_u64(xxhash_rust::xxh64::xxh64(&cbor::encode(payload), 0))
+}
+
+/// Hash of a node whichever kind it is: a node whose type is the hash of its
+/// own payload is self-typed, every other node is typed.
+pub fn hash_node(type_hash: Hash, payload: &Value) -> Hash {
+    let own = self_hash(payload);
+    if own == type_hash {
+        own
+    } else {
+        hash_typed(type_hash, payload)
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}

@@ -1,0 +1,385 @@
+//! Crash-safe file writes.
+//!
+//! Whole-file writes go to a temporary file in the target's directory, are
+//! flushed to disk, renamed over the target and the directory entry is then
+//! flushed too, so after a crash a reader sees either the old or the new
+//! content, never a torn file. Temporary files are named `.uwf-*.tmp` so
+//! directory scans can skip leftovers from a killed process.
+//!
+//! None of these functions create parent directories.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use miette::Diagnostic;
+use tempfile::NamedTempFile;
+use thiserror::Error;
+
+/// Prefix of the temporary files created next to a target.
+pub const TEMP_PREFIX: &str = ".uwf-";
+/// Suffix of the temporary files created next to a target.
+pub const TEMP_SUFFIX: &str = ".tmp";
+
+/// A failed file write. Every variant names the path involved.
+#[derive(Debug, Error, Diagnostic)]
+pub enum AtomicError {
+    /// Writing, flushing or renaming into place failed.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The target file.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// Opening or appending to a log-style file failed.
+    #[error("cannot append to {}: {source}", path.display())]
+    Append {
+        /// The target file.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// A line passed to [`append_line`] contained a newline.
+    #[error("cannot append to {}: the line contains a newline", path.display())]
+    #[diagnostic(help("each record must be a single line; escape or encode embedded newlines"))]
+    Newline {
+        /// The target file.
+        path: PathBuf,
+    },
+    /// Flushing a directory entry to disk failed.
+    #[error("cannot sync directory {}: {source}", path.display())]
+    SyncDir {
+        /// The directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+/// Atomically replaces (or creates) `path` with `bytes`.
+///
+/// An existing file's permission bits are kept, so a `0600` secret stays
+/// `0600`; a new file gets the usual `0666` minus the umask. A symlink at
+/// `path` is replaced by a regular file, not followed.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicError> {
+    let mode = existing_mode(path);
+    write_impl(path, bytes, mode)
+}
+
+/// Like [`write_atomic`] but the file gets exactly `mode` (Unix permission
+/// bits, not subject to the umask). `mode` is ignored on other platforms.
+pub fn write_atomic_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), AtomicError> {
+    write_impl(path, bytes, Some(mode))
+}
+
+/// Creates `path` with `bytes` unless something already exists there.
+///
+/// Returns `Ok(true)` if this call created the file and `Ok(false)` if a
+/// file was already present, including when a concurrent writer won the
+/// race; the existing content is never touched.
+pub fn create_new_atomic(path: &Path, bytes: &[u8]) -> Result<bool, AtomicError> {
+    // Cheap early exit; the no-clobber rename below is what guarantees it.
+    if fs::symlink_metadata(path).is_ok() {
+        return Ok(false);
+    }
+    let tmp = prepare_temp(path, bytes, None)?;
+    match tmp.persist_noclobber(path) {
+        Ok(_) => {
+            sync_dir(parent_dir(path))?;
+            Ok(true)
+        }
+        // Dropping the returned temp file deletes it.
+        Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(write_err(path, e.error)),
+    }
+}
+
+/// Appends `line` plus `"\n"` to `path` (created if missing) and flushes it.
+///
+/// The record goes out in a single `write` on an `O_APPEND` descriptor, so
+/// concurrent appenders do not interleave within a line on local file
+/// systems.
+pub fn append_line(path: &Path, line: &str) -> Result<(), AtomicError> {
+    if line.contains('\n') {
+        return Err(AtomicError::Newline {
+            path: path.to_path_buf(),
+        });
+    }
+    let err = |source| AtomicError::Append {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = match OpenOptions::new().append(true).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let file = OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(path)
+                .map_err(err)?;
+            // A new directory entry is only durable once the directory is synced.
+            sync_dir(parent_dir(path))?;
+            file
+        }
+        Err(e) => return Err(err(e)),
+    };
+    let mut record = String::with_capacity(line.len() + 1);
+    record.push_str(line);
+    record.push('\n');
+    file.write_all(record.as_bytes()).map_err(err)?;
+    file.sync_data().map_err(err)
+}
+
+/// Flushes the directory entries of `dir` to disk. A no-op off Unix, where
+/// directories cannot be opened this way.
+pub fn sync_dir(dir: &Path) -> Result<(), AtomicError> {
+    #[cfg(unix)]
+    {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|source| AtomicError::SyncDir {
+                path: dir.to_path_buf(),
+                source,
+            })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(())
+    }
+}
+
+fn write_impl(path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<(), AtomicError> {
+    let tmp = prepare_temp(path, bytes, mode)?;
+    tmp.persist(path).map_err(|e| write_err(path, e.error))?;
+    sync_dir(parent_dir(path))
+}
+
+/// A fully written and flushed temp file next to `path`, ready to rename.
+fn prepare_temp(
+    path: &Path,
+    bytes: &[u8],
+    mode: Option<u32>,
+) -> Result<NamedTempFile, AtomicError> {
+    let err = |e| write_err(path, e);
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(TEMP_PREFIX).suffix(TEMP_SUFFIX);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // tempfile defaults to 0600; ask for what `File::create` would give.
+        builder.permissions(fs::Permissions::from_mode(0o666));
+    }
+    let mut tmp = builder.tempfile_in(parent_dir(path)).map_err(err)?;
+    #[cfg(unix)]
+    if let Some(mode) = mode {
+        use std::os::unix::fs::PermissionsExt;
+        // fchmod is exact, unlike the creation mode which the umask trims.
+        tmp.as_file()
+            .set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(err)?;
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    tmp.write_all(bytes).map_err(err)?;
+    tmp.as_file().sync_all().map_err(err)?;
+    Ok(tmp)
+}
+
+fn existing_mode(path: &Path) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::metadata(path)
+            .ok()
+            .map(|m| m.permissions().mode() & 0o7777)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
+/// The directory holding `path`; `.` for a bare file name.
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+fn write_err(path: &Path, source: io::Error) -> AtomicError {
+    AtomicError::Write {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier};
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn writes_and_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.txt");
+        write_atomic(&p, b"one").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"one");
+        write_atomic(&p, b"two, longer").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two, longer");
+        write_atomic(&p, b"").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"");
+        assert_eq!(entries(dir.path()), ["f.txt"]);
+    }
+
+    #[test]
+    fn relative_bare_file_name_uses_current_dir() {
+        assert_eq!(parent_dir(Path::new("x")), Path::new("."));
+        assert_eq!(parent_dir(Path::new("a/x")), Path::new("a"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn modes() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(".env");
+
+        write_atomic_with_mode(&p, b"SECRET=1", 0o600).unwrap();
+        assert_eq!(mode(&p), 0o600);
+        write_atomic(&p, b"SECRET=2").unwrap();
+        assert_eq!(mode(&p), 0o600, "replacement keeps the old bits");
+        assert_eq!(fs::read(&p).unwrap(), b"SECRET=2");
+
+        write_atomic_with_mode(&p, b"x", 0o640).unwrap();
+        assert_eq!(mode(&p), 0o640);
+
+        // New files are not stuck with tempfile's private 0600 (unless the
+        // umask itself removes all group/other bits).
+        let q = dir.path().join("new");
+        write_atomic(&q, b"x").unwrap();
+        let probe = dir.path().join("probe");
+        File::create(&probe).unwrap();
+        assert_eq!(mode(&q), mode(&probe));
+    }
+
+    #[test]
+    fn missing_directory_errors_naming_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("missing").join("f.txt");
+        let err = write_atomic(&p, b"x").unwrap_err();
+        assert!(matches!(err, AtomicError::Write { .. }));
+        assert!(err.to_string().contains(&p.display().to_string()), "{err}");
+        let err = create_new_atomic(&p, b"x").unwrap_err();
+        assert!(err.to_string().contains(&p.display().to_string()), "{err}");
+        let err = append_line(&p, "x").unwrap_err();
+        assert!(err.to_string().contains(&p.display().to_string()), "{err}");
+    }
+
+    #[test]
+    fn create_new_never_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        assert!(create_new_atomic(&p, b"first").unwrap());
+        assert!(!create_new_atomic(&p, b"second").unwrap());
+        assert_eq!(fs::read(&p).unwrap(), b"first");
+        assert_eq!(entries(dir.path()), ["f"]);
+    }
+
+    #[test]
+    fn create_new_race_has_exactly_one_winner() {
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let p = Arc::new(dir.path().join("obj"));
+            let barrier = Arc::new(Barrier::new(8));
+            let handles: Vec<_> = (0..8)
+                .map(|i| {
+                    let (p, barrier) = (Arc::clone(&p), Arc::clone(&barrier));
+                    std::thread::spawn(move || {
+                        let content = format!("writer {i}");
+                        barrier.wait();
+                        (create_new_atomic(&p, content.as_bytes()).unwrap(), content)
+                    })
+                })
+                .collect();
+            let results: Vec<(bool, String)> =
+                handles.into_iter().map(|h| h.join().unwrap()).collect();
+            let winners: Vec<&String> = results.iter().filter(|r| r.0).map(|r| &r.1).collect();
+            assert_eq!(winners.len(), 1, "{results:?}");
+            assert_eq!(fs::read_to_string(&*p).unwrap(), *winners[0]);
+            assert_eq!(entries(dir.path()), ["obj"]);
+        }
+    }
+
+    #[test]
+    fn append_line_appends_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        append_line(&p, "{\"a\":1}").unwrap();
+        append_line(&p, "").unwrap();
+        append_line(&p, "third").unwrap();
+        assert_eq!(fs::read_to_string(&p).unwrap(), "{\"a\":1}\n\nthird\n");
+    }
+
+    #[test]
+    fn append_line_rejects_newlines() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log");
+        let err = append_line(&p, "two\nlines").unwrap_err();
+        assert!(matches!(err, AtomicError::Newline { .. }));
+        assert!(err.to_string().contains(&p.display().to_string()), "{err}");
+        assert!(!p.exists(), "nothing is written for a rejected line");
+    }
+
+    #[test]
+    fn concurrent_appends_do_not_interleave() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Arc::new(dir.path().join("log"));
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                let p = Arc::clone(&p);
+                std::thread::spawn(move || {
+                    let line = i.to_string().repeat(1000);
+                    for _ in 0..25 {
+                        append_line(&p, &line).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let text = fs::read_to_string(&*p).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 100);
+        for line in lines {
+            assert_eq!(line.len(), 1000);
+            assert!(line.bytes().all(|b| b == line.as_bytes()[0]));
+        }
+    }
+
+    #[test]
+    fn sync_dir_reports_missing_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope");
+        sync_dir(dir.path()).unwrap();
+        if cfg!(unix) {
+            let err = sync_dir(&missing).unwrap_err();
+            assert!(err.to_string().contains("nope"), "{err}");
+        }
+    }
+}
