@@ -1,1 +1,65 @@
-fn main() {}
+//! `uwf`: the command-line front end. Thin by design: parsing, dispatch and
+//! reporting; everything else lives in the library crates.
+
+mod cli;
+mod cmd;
+mod error;
+mod input;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
+
+use crate::cli::{Cli, Command};
+use crate::error::CliError;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    uwf_util::trace::init_tracing(cli.global.verbose, cli.global.quiet);
+    install_report_handler();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("{:?}", miette::Report::new(e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Diagnostics wrap to the terminal's width; when stderr is a file or a pipe
+/// they are not wrapped, so logs and scripts can match whole messages.
+fn install_report_handler() {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    // Fails only if a hook is already set, which cannot happen this early.
+    let _ = miette::set_hook(Box::new(move |_| {
+        Box::new(miette::MietteHandlerOpts::new().wrap_lines(tty).build())
+    }));
+}
+
+fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    let format = cli.global.format;
+    match cli.command {
+        Command::Completions { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "uwf", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Cas(sub) => {
+            let root = uwf_util::root::resolve_root(cli.global.root.as_deref())?;
+            tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
+            let cas = uwf_cas::Cas::open(&root.path)?;
+            match cmd::cas::run(&cas, sub)? {
+                cmd::cas::Outcome::Value(v) => {
+                    output::print(format, &v)?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                cmd::cas::Outcome::Failed(v, problems) => {
+                    output::print(format, &v)?;
+                    Err(CliError::VerifyFailed(problems))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! `uwf cas …`
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use uwf_cas::{Cas, Hash};
+
+use crate::cli::{CasCommand, SchemaCommand};
+use crate::error::CliError;
+use crate::input::read_json;
+
+/// What a `cas` command produced.
+pub enum Outcome {
+    /// Print this and exit 0.
+    Value(Value),
+    /// Print this report, then fail with the number of problems.
+    Failed(Value, usize),
+}
+
+fn to_value<T: Serialize>(v: T) -> Result<Value, CliError> {
+    serde_json::to_value(v).map_err(|e| CliError::Output(e.to_string()))
+}
+
+fn parse_hash(s: &str) -> Result<Hash, CliError> {
+    s.parse::<Hash>().map_err(|e| CliError::Cas(e.into()))
+}
+
+/// Runs a `cas` subcommand against an opened store.
+pub fn run(cas: &Cas, cmd: CasCommand) -> Result<Outcome, CliError> {
+    let value = match cmd {
+        CasCommand::Get { hash, timestamp } => {
+            let hash = parse_hash(&hash)?;
+            let node = cas.get(hash)?;
+            let mut v = json!({ "hash": hash, "type": node.type_hash, "payload": node.payload });
+            if timestamp {
+                v["timestamp"] = json!(node.timestamp);
+            }
+            v
+        }
+        CasCommand::Put { type_hash, payload } => {
+            let type_hash = parse_hash(&type_hash)?;
+            // Check the type before reading stdin or files: cheaper failures first.
+            cas.schema(type_hash)?;
+            let payload = read_json("the payload", &payload)?;
+            let stored = cas.put(type_hash, payload)?;
+            json!({ "hash": stored.hash, "type": type_hash, "created": stored.created })
+        }
+        CasCommand::Has { hash } => {
+            let hash = parse_hash(&hash)?;
+            json!({ "hash": hash, "exists": cas.has(hash)? })
+        }
+        CasCommand::Refs { hash } => to_value(cas.refs(parse_hash(&hash)?)?)?,
+        CasCommand::Walk { hash } => to_value(cas.walk(parse_hash(&hash)?)?)?,
+        CasCommand::Reindex => to_value(cas.reindex()?)?,
+        CasCommand::Verify => {
+            let report = cas.verify()?;
+            let problems = report.issues.len();
+            let v = to_value(&report)?;
+            return Ok(if problems == 0 {
+                Outcome::Value(v)
+            } else {
+                Outcome::Failed(v, problems)
+            });
+        }
+        CasCommand::Schema(SchemaCommand::List) => to_value(cas.schemas()?)?,
+        CasCommand::Schema(SchemaCommand::Get { hash }) => cas.schema(parse_hash(&hash)?)?,
+        CasCommand::Schema(SchemaCommand::Put { schema }) => {
+            let schema = read_json("the schema", &schema)?;
+            let stored = cas.put_schema(schema)?;
+            let title = uwf_cas::schema::title_of(&stored.node.payload).map(str::to_string);
+            json!({ "hash": stored.hash, "title": title, "created": stored.created })
+        }
+    };
+    Ok(Outcome::Value(value))
+}

@@ -1,0 +1,3 @@
+//! Command implementations. Each returns the value to print.
+
+pub mod cas;

@@ -1,0 +1,508 @@
+//! `uwf cas …` end to end, against the real binary.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Env, golden, hash_of};
+use serde_json::{Value, json};
+
+const NOTE: &str = r#"{"title":"note","type":"object","properties":{"text":{"type":"string"},"prev":{"type":["string","null"],"format":"cas_ref"},"tags":{"type":"array","items":{"type":"string"}}},"required":["text"],"additionalProperties":false}"#;
+
+/// A store with a `note` type and two linked notes.
+fn chain(env: &Env) -> (String, String, String) {
+    let t = hash_of(&env.json(&["cas", "schema", "put", NOTE]));
+    let a = hash_of(&env.json(&["cas", "put", &t, r#"{"text":"first","prev":null}"#]));
+    let b = hash_of(&env.json(&[
+        "cas",
+        "put",
+        &t,
+        &format!(r#"{{"text":"second","prev":"{a}"}}"#),
+    ]));
+    (t, a, b)
+}
+
+#[test]
+fn schema_list_on_a_fresh_store_matches_golden() {
+    let env = Env::new();
+    let out = env.uwf().args(["cas", "schema", "list"]).output().unwrap();
+    assert!(out.status.success());
+    golden(
+        "cas-schema-list.json",
+        &String::from_utf8(out.stdout).unwrap(),
+    );
+}
+
+#[test]
+fn get_prints_hash_type_payload_and_optionally_timestamp() {
+    let env = Env::new();
+    let (t, a, _) = chain(&env);
+    let v = env.json(&["cas", "get", &a]);
+    assert_eq!(
+        v,
+        json!({"hash": a, "type": t, "payload": {"text": "first", "prev": null}})
+    );
+    let v = env.json(&["cas", "get", &a.to_lowercase(), "--timestamp"]);
+    assert!(v["timestamp"].as_u64().unwrap() > 1_600_000_000_000);
+    let yaml = env
+        .uwf()
+        .args(["--format", "yaml", "cas", "get", &a])
+        .output()
+        .unwrap();
+    let y: Value = serde_yaml::from_slice(&yaml.stdout).unwrap();
+    assert_eq!(y["payload"]["text"], "first");
+}
+
+#[test]
+fn put_is_idempotent_and_keeps_the_first_timestamp() {
+    let env = Env::new();
+    let t = hash_of(&env.json(&["cas", "schema", "put", NOTE]));
+    let first = env.json(&["cas", "put", &t, r#"{"text":"x"}"#]);
+    assert_eq!(first["created"], true);
+    let ts = env.json(&["cas", "get", &hash_of(&first), "--timestamp"])["timestamp"].clone();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    // Same content, other key order and spacing: same node.
+    let again = env.json(&["cas", "put", &t, r#"{ "text" : "x" }"#]);
+    assert_eq!(again["created"], false);
+    assert_eq!(hash_of(&again), hash_of(&first));
+    assert_eq!(
+        env.json(&["cas", "get", &hash_of(&first), "--timestamp"])["timestamp"],
+        ts
+    );
+}
+
+#[test]
+fn payload_from_file_and_stdin() {
+    let env = Env::new();
+    let schema_file = env.dir.path().join("note.schema.json");
+    std::fs::write(&schema_file, NOTE).unwrap();
+    let t = hash_of(&env.json(&["cas", "schema", "put", schema_file.to_str().unwrap()]));
+    let out = env
+        .uwf()
+        .args(["cas", "put", &t, "-"])
+        .write_stdin(r#"{"text":"from stdin"}"#)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let h = hash_of(&serde_json::from_slice(&out.stdout).unwrap());
+    assert_eq!(
+        env.json(&["cas", "get", &h])["payload"]["text"],
+        "from stdin"
+    );
+    assert_eq!(
+        env.json(&["cas", "schema", "get", &t]),
+        serde_json::from_str::<Value>(NOTE).unwrap()
+    );
+}
+
+#[test]
+fn has_refs_and_walk() {
+    let env = Env::new();
+    let (t, a, b) = chain(&env);
+    assert_eq!(
+        env.json(&["cas", "has", &a]),
+        json!({"hash": a, "exists": true})
+    );
+    assert_eq!(
+        env.json(&["cas", "has", "0000000000000"]),
+        json!({"hash": "0000000000000", "exists": false})
+    );
+    assert_eq!(
+        env.json(&["cas", "refs", &b]),
+        json!([{"path": "/prev", "hash": a}])
+    );
+    assert_eq!(env.json(&["cas", "refs", &a]), json!([]));
+    assert_eq!(
+        env.json(&["cas", "walk", &b]),
+        json!([{"hash": b, "type": t, "depth": 0}, {"hash": a, "type": t, "depth": 1}])
+    );
+}
+
+#[test]
+fn walk_reports_missing_nodes() {
+    let env = Env::new();
+    let t = hash_of(&env.json(&["cas", "schema", "put", NOTE]));
+    let h = hash_of(&env.json(&["cas", "put", &t, r#"{"text":"x","prev":"0000000000000"}"#]));
+    let w = env.json(&["cas", "walk", &h]);
+    assert_eq!(
+        w[1],
+        json!({"hash": "0000000000000", "type": null, "depth": 1, "missing": true})
+    );
+    // And verify calls it dangling.
+    let out = env.uwf().args(["cas", "verify"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["issues"][0]["kind"], "dangling");
+    assert_eq!(report["issues"][0]["path"], "/prev");
+}
+
+#[test]
+fn verify_and_reindex_on_a_sound_store() {
+    let env = Env::new();
+    chain(&env);
+    let v = env.json(&["cas", "verify"]);
+    assert_eq!(v["issues"], json!([]));
+    assert_eq!(v["nodes"], 7); // meta + 3 protocol schemas + note + 2 notes
+    std::fs::remove_dir_all(env.root().join("cas/index")).unwrap();
+    std::fs::create_dir(env.root().join("cas/index")).unwrap();
+    let r = env.json(&["cas", "reindex"]);
+    assert_eq!(
+        (r["nodes"].as_u64(), r["added"].as_u64()),
+        (Some(7), Some(7))
+    );
+    assert_eq!(
+        env.json(&["cas", "schema", "list"])
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+}
+
+#[test]
+fn completions_version_and_help() {
+    let env = Env::new();
+    let out = env.uwf().args(["completions", "bash"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("uwf"));
+    let out = env.uwf().arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("uwf "));
+    let out = env.uwf().args(["cas", "put", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Example"));
+}
+
+// ----- bad input: a clear error, a non-zero exit, nothing on stdout, nothing changed -----
+
+/// Runs a failing command and checks the store did not change.
+fn fails_unchanged(env: &Env, args: &[&str], expect: &str) {
+    let before = env.snapshot();
+    let err = env.fails(args);
+    assert!(
+        err.contains(expect),
+        "uwf {args:?}: stderr lacks {expect:?}:\n{err}"
+    );
+    assert_eq!(before, env.snapshot(), "uwf {args:?} changed the store");
+}
+
+#[test]
+fn malformed_and_path_like_hashes_are_rejected() {
+    let env = Env::new();
+    chain(&env);
+    for bad in [
+        "",
+        "ABC",
+        "../x",
+        "/etc/passwd",
+        "../../../../etc",
+        "0000000000000A",
+        "000000000000U",
+        "G000000000000",
+        "00000000000/0",
+    ] {
+        for cmd in [
+            &["cas", "get"][..],
+            &["cas", "has"],
+            &["cas", "refs"],
+            &["cas", "walk"],
+            &["cas", "schema", "get"],
+        ] {
+            let mut args = cmd.to_vec();
+            args.push(bad);
+            fails_unchanged(&env, &args, "is not a CAS hash");
+        }
+        fails_unchanged(&env, &["cas", "put", bad, "{}"], "is not a CAS hash");
+    }
+}
+
+#[test]
+fn unknown_hashes_are_reported() {
+    let env = Env::new();
+    let (_, a, _) = chain(&env);
+    for cmd in ["get", "refs", "walk"] {
+        fails_unchanged(
+            &env,
+            &["cas", cmd, "0000000000000"],
+            "no node 0000000000000",
+        );
+    }
+    fails_unchanged(
+        &env,
+        &["cas", "put", "0000000000000", "{}"],
+        "unknown type 0000000000000",
+    );
+    fails_unchanged(&env, &["cas", "put", &a, "{}"], "is not a schema node");
+    fails_unchanged(&env, &["cas", "schema", "get", &a], "is not a schema node");
+}
+
+#[test]
+fn bad_payloads_are_refused_with_the_failing_path() {
+    let env = Env::new();
+    let (t, _, _) = chain(&env);
+    fails_unchanged(
+        &env,
+        &["cas", "put", &t, r#"{"text": "x",}"#],
+        "is not valid JSON",
+    );
+    fails_unchanged(
+        &env,
+        &["cas", "put", &t, "no-such-file.json"],
+        "neither an existing file nor JSON",
+    );
+    fails_unchanged(&env, &["cas", "put", &t, r#"{"text": 5}"#], "at /text");
+    fails_unchanged(
+        &env,
+        &["cas", "put", &t, r#"{"text": "x", "tags": ["a", 2]}"#],
+        "at /tags/1",
+    );
+    fails_unchanged(
+        &env,
+        &["cas", "put", &t, r#"{"text": "x", "prev": "../../etc"}"#],
+        "at /prev",
+    );
+    fails_unchanged(
+        &env,
+        &["cas", "put", &t, r#"{"text": "x", "extra": 1}"#],
+        "extra",
+    );
+    let err = env.fails(&["cas", "put", &t, r#"{}"#]);
+    assert!(err.contains("\"text\" is a required property"), "{err}");
+}
+
+#[test]
+fn unsupported_schemas_are_refused_with_a_reason() {
+    let env = Env::new();
+    chain(&env);
+    fails_unchanged(
+        &env,
+        &["cas", "schema", "put", r#"{"$id": "https://x/y"}"#],
+        "`$id` at the root is not supported",
+    );
+    fails_unchanged(
+        &env,
+        &["cas", "schema", "put", r#"{"$ref": "https://x/y"}"#],
+        "/$ref",
+    );
+    fails_unchanged(
+        &env,
+        &[
+            "cas",
+            "schema",
+            "put",
+            r#"{"type": "object", "properties": {"a": {"definitions": {}}}}"#,
+        ],
+        "use `$defs`",
+    );
+    fails_unchanged(
+        &env,
+        &["cas", "schema", "put", r#"{"type": "strnig"}"#],
+        "/type",
+    );
+    fails_unchanged(
+        &env,
+        &["cas", "schema", "put", r#"{"format": "cas-ref"}"#],
+        "does not compile",
+    );
+    fails_unchanged(&env, &["cas", "schema", "put", "true"], "JSON object");
+    fails_unchanged(&env, &["cas", "schema", "put", "[1,2"], "is not valid JSON");
+}
+
+#[test]
+fn corrupt_truncated_and_renamed_node_files_are_detected() {
+    for damage in ["corrupt", "truncate", "rename"] {
+        let env = Env::new();
+        let (t, a, b) = chain(&env);
+        let path = env.object_path(&a);
+        let bytes = std::fs::read(&path).unwrap();
+        let victim = match damage {
+            "corrupt" => {
+                let text = String::from_utf8(bytes).unwrap().replace("first", "fir5t");
+                std::fs::write(&path, text).unwrap();
+                a.clone()
+            }
+            "truncate" => {
+                std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+                a.clone()
+            }
+            _ => {
+                // b's file takes a's name: valid JSON that hashes to b, not a.
+                std::fs::copy(env.object_path(&b), &path).unwrap();
+                a.clone()
+            }
+        };
+        let shown = path.display().to_string();
+        fails_unchanged(
+            &env,
+            &["cas", "get", &victim],
+            &format!("node {victim} is corrupt"),
+        );
+        let err = env.fails(&["cas", "get", &victim]);
+        assert!(
+            err.replace('\n', "").contains(&shown.replace('\n', "")) || err.contains(&a[2..]),
+            "{damage}: file not named:\n{err}"
+        );
+        fails_unchanged(&env, &["cas", "walk", &b], "is corrupt");
+        let out = env.uwf().args(["cas", "verify"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{damage}");
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(
+            report["issues"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["kind"] == "corrupt" && i["hash"] == a.as_str()),
+            "{damage}: {report}"
+        );
+        // Putting the same content again repairs the file.
+        env.json(&["cas", "put", &t, r#"{"text":"first","prev":null}"#]);
+        assert_eq!(env.json(&["cas", "get", &a])["payload"]["text"], "first");
+        assert_eq!(env.json(&["cas", "verify"])["issues"], json!([]));
+    }
+}
+
+#[test]
+fn stray_files_are_reported_by_verify() {
+    let env = Env::new();
+    chain(&env);
+    std::fs::write(env.root().join("cas/objects/00/notanode.txt"), "x").unwrap_or_else(|_| {
+        std::fs::create_dir_all(env.root().join("cas/objects/00")).unwrap();
+        std::fs::write(env.root().join("cas/objects/00/notanode.txt"), "x").unwrap();
+    });
+    let out = env.uwf().args(["cas", "verify"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["issues"][0]["kind"], "stray");
+}
+
+#[test]
+fn a_root_that_is_a_file_is_a_clear_error() {
+    let env = Env::new();
+    std::fs::write(env.root(), "not a directory").unwrap();
+    let err = env.fails(&["cas", "schema", "list"]);
+    assert!(err.contains("cannot create directory"), "{err}");
+    assert!(err.contains(&env.root().display().to_string()), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(env.root()).unwrap(),
+        "not a directory"
+    );
+}
+
+/// Runs `uwf` as an unprivileged user when the tests run as root (root
+/// ignores permission bits), so the permission tests really test something.
+fn as_unprivileged(env: &Env, args: &[&str]) -> std::process::Output {
+    let bin = assert_cmd::cargo::cargo_bin("uwf");
+    let is_root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
+    let mut cmd = if is_root {
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(bin);
+        c
+    } else {
+        std::process::Command::new(bin)
+    };
+    cmd.args(args)
+        .env("UNCAGED_WORKFLOW_STORAGE_ROOT", env.root())
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "200")
+        .output()
+        .unwrap()
+}
+
+#[cfg(unix)]
+#[test]
+fn read_only_and_unreadable_roots() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let (t, a, _) = chain(&env);
+    // The temp dir itself must be traversable by the unprivileged user.
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let set_tree = |mode_dir: u32, mode_file: u32| {
+        fn walk(p: &std::path::Path, d: u32, f: u32) {
+            for e in std::fs::read_dir(p).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    walk(&p, d, f);
+                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(d)).unwrap();
+                } else {
+                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(f)).unwrap();
+                }
+            }
+        }
+        walk(&env.root(), mode_dir, mode_file);
+        std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(mode_dir)).unwrap();
+    };
+
+    // Read-only: reads work, writes fail clearly and change nothing.
+    set_tree(0o555, 0o444);
+    let before = env.snapshot();
+    let out = as_unprivileged(&env, &["cas", "get", &a]);
+    assert!(
+        out.status.success(),
+        "read on a read-only root failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = as_unprivileged(&env, &["cas", "put", &t, r#"{"text":"new"}"#]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot") && err.contains("Permission denied"),
+        "{err}"
+    );
+    assert_eq!(before, env.snapshot());
+
+    // Unreadable: a clear error naming the path.
+    set_tree(0o700, 0o600);
+    let out = as_unprivileged(&env, &["cas", "get", &a]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Permission denied") && err.contains(&env.root().display().to_string()),
+        "{err}"
+    );
+    set_tree(0o755, 0o644);
+}
+
+#[test]
+fn many_writer_processes_at_once() {
+    let env = Env::new();
+    let t = hash_of(&env.json(&["cas", "schema", "put", NOTE]));
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("uwf"));
+            // Half the processes write the same payload, half their own.
+            let text = if i % 2 == 0 {
+                "shared".to_string()
+            } else {
+                format!("own-{i}")
+            };
+            cmd.args(["cas", "put", &t, &format!(r#"{{"text":"{text}"}}"#)])
+                .env("UNCAGED_WORKFLOW_STORAGE_ROOT", env.root())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    let mut created_shared = 0;
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let text = env.json(&["cas", "get", &hash_of(&v)])["payload"]["text"].clone();
+        if text == "shared" && v["created"] == true {
+            created_shared += 1;
+        }
+    }
+    assert_eq!(
+        created_shared, 1,
+        "exactly one writer creates a shared node"
+    );
+    assert_eq!(env.json(&["cas", "verify"])["issues"], json!([]));
+}
