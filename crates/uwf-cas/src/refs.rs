@@ -205,16 +205,16 @@ mod tests {
         });
         let got = hashes(schema, payload);
         let want: Vec<(String, String)> = [
-            ("/all", C),
-            ("/any", A),
+            ("/p", A),
             ("/arr/0", A),
             ("/arr/2", C),
+            ("/map/x", B),
+            ("/pat/ref_1", C),
+            ("/any", A),
+            ("/one", B),
+            ("/all", C),
             ("/cond", A),
             ("/local", B),
-            ("/map/x", B),
-            ("/one", B),
-            ("/p", A),
-            ("/pat/ref_1", C),
         ]
         .iter()
         .map(|(p, h)| (p.to_string(), h.to_string()))

@@ -184,7 +184,7 @@ pub fn check_subset(meta: &Validator, schema: &Value) -> Result<(), CasError> {
         );
     }
     // Named keywords first: their reasons beat a generic "unexpected property".
-    if let Some((path, kw, why)) = find_rejected(schema, &mut String::new()) {
+    if let Some((path, kw, why)) = find_rejected(schema, "") {
         let at = if path.is_empty() {
             "the root".to_string()
         } else {
@@ -200,7 +200,7 @@ pub fn check_subset(meta: &Validator, schema: &Value) -> Result<(), CasError> {
             list.join("\n  - ")
         ));
     }
-    check_refs(schema, schema, &mut String::new())?;
+    check_refs(schema, schema, "")?;
     compile(schema)
         .map(|_| ())
         .or_else(|e| reject(format!("does not compile: {e}")))
@@ -242,47 +242,36 @@ fn for_each_subschema<'a>(schema: &'a Value, path: &str, f: &mut dyn FnMut(&'a V
     }
 }
 
-fn find_rejected(
-    schema: &Value,
-    path: &mut String,
-) -> Option<(String, &'static str, &'static str)> {
+fn find_rejected(schema: &Value, path: &str) -> Option<(String, &'static str, &'static str)> {
     if let Some(obj) = schema.as_object() {
         for (kw, why) in REJECTED {
             if obj.contains_key(*kw) {
-                return Some((path.clone(), kw, why));
+                return Some((path.to_string(), kw, why));
             }
         }
     }
     let mut found = None;
-    let base = path.clone();
-    for_each_subschema(schema, &base, &mut |sub, p| {
+    for_each_subschema(schema, path, &mut |sub, p| {
         if found.is_none() {
-            let mut p = p;
-            found = find_rejected(sub, &mut p);
+            found = find_rejected(sub, &p);
         }
     });
     found
 }
 
-fn check_refs(root: &Value, schema: &Value, path: &mut String) -> Result<(), CasError> {
+fn check_refs(root: &Value, schema: &Value, path: &str) -> Result<(), CasError> {
     if let Some(r) = schema.get("$ref").and_then(Value::as_str)
         && resolve_pointer(root, r).is_none()
     {
-        let at = if path.is_empty() {
-            "the root".to_string()
-        } else {
-            path.clone()
-        };
+        let at = if path.is_empty() { "the root" } else { path };
         return Err(CasError::UnsupportedSchema {
             reason: format!("`$ref: {r:?}` at {at} does not point anywhere in this schema"),
         });
     }
     let mut result = Ok(());
-    let base = path.clone();
-    for_each_subschema(schema, &base, &mut |sub, p| {
+    for_each_subschema(schema, path, &mut |sub, p| {
         if result.is_ok() {
-            let mut p = p;
-            result = check_refs(root, sub, &mut p);
+            result = check_refs(root, sub, &p);
         }
     });
     result

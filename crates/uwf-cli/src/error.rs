@@ -18,23 +18,9 @@ pub enum CliError {
     Root(#[from] uwf_util::root::RootError),
 
     /// An input is not valid JSON.
-    #[error("{what} is not valid JSON: {message}")]
-    #[diagnostic(
-        code(uwf::input::json),
-        help("pass JSON text, a path to a JSON file, or - to read stdin")
-    )]
-    Json {
-        /// Which input.
-        what: String,
-        /// serde_json's message.
-        message: String,
-        /// The text.
-        #[source_code]
-        src: NamedSource<String>,
-        /// Where it went wrong.
-        #[label("here")]
-        span: SourceSpan,
-    },
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Json(Box<JsonInputError>),
 
     /// An input file could not be read.
     #[error("cannot read {path}: {source}")]
@@ -74,4 +60,24 @@ pub enum CliError {
     #[error("cannot write output: {0}")]
     #[diagnostic(code(uwf::output))]
     Output(String),
+}
+
+/// An input is not valid JSON, with the place it went wrong.
+#[derive(Debug, thiserror::Error, Diagnostic)]
+#[error("{what} is not valid JSON: {message}")]
+#[diagnostic(
+    code(uwf::input::json),
+    help("pass JSON text, a path to a JSON file, or - to read stdin")
+)]
+pub struct JsonInputError {
+    /// Which input.
+    pub what: String,
+    /// serde_json's message.
+    pub message: String,
+    /// The text.
+    #[source_code]
+    pub src: NamedSource<String>,
+    /// Where it went wrong.
+    #[label("here")]
+    pub span: SourceSpan,
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use miette::{NamedSource, SourceSpan};
 use serde_json::Value;
 
-use crate::error::CliError;
+use crate::error::{CliError, JsonInputError};
 
 /// Reads `arg` as JSON text, a file path, or `-` (stdin).
 ///
@@ -44,12 +44,12 @@ pub fn read_json(what: &str, arg: &str) -> Result<Value, CliError> {
 fn parse(what: &str, name: &str, text: String) -> Result<Value, CliError> {
     serde_json::from_str(&text).map_err(|e| {
         let offset = offset_of(&text, e.line(), e.column());
-        CliError::Json {
+        CliError::Json(Box::new(JsonInputError {
             what: what.to_string(),
             message: e.to_string(),
             span: SourceSpan::from((offset, 0)),
             src: NamedSource::new(name, text),
-        }
+        }))
     })
 }
 
@@ -80,10 +80,7 @@ mod tests {
     fn literal_json_and_scalars() {
         assert!(read_json("x", "{\"a\":1}").is_ok());
         assert!(read_json("x", "42").is_ok());
-        assert!(matches!(
-            read_json("x", "{oops"),
-            Err(CliError::Json { .. })
-        ));
+        assert!(matches!(read_json("x", "{oops"), Err(CliError::Json(_))));
         assert!(matches!(
             read_json("x", "no/such/file.json"),
             Err(CliError::NotFileNorJson { .. })
