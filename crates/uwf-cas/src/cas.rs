@@ -241,7 +241,7 @@ impl<S: Store> Cas<S> {
     }
 
     fn insert(&self, type_hash: Hash, payload: Value) -> Result<Stored> {
-        let hash = node::hash_typed(type_hash, &payload);
+        let hash = node::hash_node(type_hash, &payload);
         let candidate = Node {
             type_hash,
             payload,

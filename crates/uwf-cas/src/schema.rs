@@ -201,6 +201,7 @@ pub fn check_subset(meta: &Validator, schema: &Value) -> Result<(), CasError> {
         ));
     }
     check_refs(schema, schema, "")?;
+    check_ref_cycles(schema)?;
     compile(schema)
         .map(|_| ())
         .or_else(|e| reject(format!("does not compile: {e}")))
@@ -275,6 +276,94 @@ fn check_refs(root: &Value, schema: &Value, path: &str) -> Result<(), CasError> 
         }
     });
     result
+}
+
+/// Rejects schemas in which following `$ref` and the in-place applicators
+/// (`allOf`, `anyOf`, `oneOf`, `if`, `then`, `else`, `not`) can loop back to
+/// the same subschema without descending into the data, e.g. `{"$ref": "#"}`:
+/// such a type can never be decided, and reference discovery would not end.
+fn check_ref_cycles(root: &Value) -> Result<(), CasError> {
+    use std::collections::HashMap;
+    // Every subschema position, by JSON Pointer.
+    let mut nodes: HashMap<String, &Value> = HashMap::new();
+    fn collect<'a>(v: &'a Value, path: String, nodes: &mut HashMap<String, &'a Value>) {
+        for_each_subschema(v, &path, &mut |sub, p| collect(sub, p, nodes));
+        nodes.insert(path, v);
+    }
+    collect(root, String::new(), &mut nodes);
+
+    let edges = |path: &str, v: &Value| -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(r) = v.get("$ref").and_then(Value::as_str)
+            && let Some(ptr) = r.strip_prefix('#').and_then(percent_decode)
+        {
+            out.push(ptr);
+        }
+        for kw in ["allOf", "anyOf", "oneOf"] {
+            if let Some(a) = v.get(kw).and_then(Value::as_array) {
+                out.extend((0..a.len()).map(|i| format!("{path}/{kw}/{i}")));
+            }
+        }
+        for kw in ["if", "then", "else", "not"] {
+            if v.get(kw).is_some() {
+                out.push(format!("{path}/{kw}"));
+            }
+        }
+        out
+    };
+
+    // Iterative DFS with three colours; a grey successor closes a cycle.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        Grey,
+        Black,
+    }
+    let mut mark: HashMap<String, Mark> = HashMap::new();
+    let mut starts: Vec<&String> = nodes.keys().collect();
+    starts.sort();
+    for start in starts {
+        if mark.contains_key(start) {
+            continue;
+        }
+        let mut stack: Vec<(String, Vec<String>)> = Vec::new();
+        let first = nodes
+            .get(start.as_str())
+            .map(|v| edges(start, v))
+            .unwrap_or_default();
+        mark.insert(start.clone(), Mark::Grey);
+        stack.push((start.clone(), first));
+        while let Some((at, pending)) = stack.last_mut() {
+            let Some(next) = pending.pop() else {
+                mark.insert(at.clone(), Mark::Black);
+                stack.pop();
+                continue;
+            };
+            match mark.get(&next) {
+                Some(Mark::Grey) => {
+                    let at = if next.is_empty() {
+                        "the root".to_string()
+                    } else {
+                        next
+                    };
+                    return Err(CasError::UnsupportedSchema {
+                        reason: format!(
+                            "the subschema at {at} refers back to itself through `$ref` without descending into the data, so it can never be decided"
+                        ),
+                    });
+                }
+                Some(Mark::Black) => {}
+                None => {
+                    let succ = nodes
+                        .get(next.as_str())
+                        .map(|v| edges(&next, v))
+                        .unwrap_or_default();
+                    mark.insert(next.clone(), Mark::Grey);
+                    stack.push((next, succ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn escape(s: &str) -> String {
@@ -357,6 +446,21 @@ mod tests {
         assert!(rejection(json!({"format": "casref"})).contains("compile"));
         assert!(rejection(json!({"pattern": "("})).contains("/pattern"));
         assert!(rejection(json!({"minLength": -1})).contains("/minLength"));
+    }
+
+    #[test]
+    fn ref_cycles_that_consume_no_data_are_rejected() {
+        assert!(rejection(json!({"$ref": "#"})).contains("refers back to itself"));
+        let r = rejection(json!({"properties": {"a": {"$ref": "#/properties/a"}}}));
+        assert!(r.contains("/properties/a"), "{r}");
+        assert!(rejection(json!({"anyOf": [{"type": "null"}, {"$ref": "#"}]})).contains("itself"));
+        let r = rejection(
+            json!({"$defs": {"x": {"allOf": [{"$ref": "#/$defs/y"}]}, "y": {"not": {"$ref": "#/$defs/x"}}}}),
+        );
+        assert!(r.contains("itself"), "{r}");
+        // Recursion through data is fine: a linked list.
+        check_subset(&meta(), &json!({"type": "object", "properties": {"next": {"anyOf": [{"type": "null"}, {"$ref": "#"}]}}}))
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]
