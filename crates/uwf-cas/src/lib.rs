@@ -2,7 +2,7 @@
 //!
 //! Every piece of uwf data — workflows, thread starts, steps, agent outputs,
 //! and the JSON Schemas that type them — is a [`Node`]: a payload plus the
-//! hash of the schema node it conforms to. A node's [`Hash`] is XXH64 over the
+//! hash of the schema node it conforms to. A node's [`Hash`](struct@Hash) is XXH64 over the
 //! type hash and the deterministic CBOR encoding of the payload, so equal
 //! content always has one name and any change of a byte is detected on read.
 //!

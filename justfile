@@ -1,0 +1,42 @@
+# Developer shortcuts. Optional: CI runs `.ci/run` and never needs `just`.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+# List the recipes.
+default:
+    @just --list
+
+# Build every crate.
+build:
+    cargo build --workspace --locked
+
+# Run the test suite (the same command as CI and the README).
+test:
+    cargo test --workspace --locked
+
+# Check formatting and run clippy with warnings as errors.
+lint:
+    cargo fmt --all --check
+    cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# Format the code.
+fmt:
+    cargo fmt --all
+
+# cargo-deny: licenses, bans, sources by default; `just deny advisories` needs network.
+deny *checks="licenses bans sources":
+    cargo deny check {{checks}}
+
+# Build the API docs, warnings as errors.
+doc:
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+
+# Run the full CI gate locally.
+ci:
+    bash .ci/run
+
+# The README's main job: a tour of the store on a throw-away root.
+demo:
+    bash examples/cas-tour.sh
+
+# Benchmarks arrive with the engine issue.
