@@ -14,15 +14,17 @@ store (CAS) under the storage root. Every command prints JSON on stdout (or
 YAML with --format yaml); diagnostics go to stderr, and a failed command exits
 non-zero with nothing on stdout.";
 
-const AFTER_HELP: &str = "\
-Storage root: --root, else $UNCAGED_WORKFLOW_STORAGE_ROOT, else
+const AFTER_HELP: &str = r#"Storage root: --root, else $UNCAGED_WORKFLOW_STORAGE_ROOT, else
 $WORKFLOW_STORAGE_ROOT, else ~/.uncaged/workflow.
 
 Examples:
+  uwf thread run examples/solve-issue.yaml -p "Fix the login bug" \
+      --agent "uwf-mock examples/solve-issue.mock.yaml"
+  uwf workflow graph examples/solve-issue.yaml
   uwf cas schema list                 list the registered types
   uwf cas get 4KNM2PXR3B1QW           print a node
   uwf --format yaml cas walk <hash>   everything reachable from a node
-  uwf completions bash > ~/.local/share/bash-completion/completions/uwf";
+  uwf completions bash > ~/.local/share/bash-completion/completions/uwf"#;
 
 /// The `uwf` command line.
 #[derive(Debug, Parser)]
@@ -43,9 +45,9 @@ pub struct Global {
     #[arg(long, global = true, value_name = "DIR")]
     pub root: Option<PathBuf>,
 
-    /// Output format of stdout.
-    #[arg(long, global = true, value_enum, default_value_t = Format::Json)]
-    pub format: Format,
+    /// Output format of stdout [default: json; mermaid for `workflow graph`].
+    #[arg(long, global = true, value_enum)]
+    pub format: Option<Format>,
 
     /// More logging on stderr (-v info, -vv debug, -vvv trace). RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -63,11 +65,21 @@ pub enum Format {
     Json,
     /// YAML.
     Yaml,
+    /// Mermaid flowchart (`workflow graph` only).
+    Mermaid,
+    /// Graphviz dot (`workflow graph` only).
+    Dot,
 }
 
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Register, inspect and draw workflows.
+    #[command(subcommand)]
+    Workflow(WorkflowCommand),
+    /// Start, step, inspect and fork threads.
+    #[command(subcommand)]
+    Thread(ThreadCommand),
     /// Inspect and edit the content-addressed store.
     #[command(subcommand)]
     Cas(CasCommand),
@@ -153,4 +165,147 @@ Example: uwf cas schema put my-detail.schema.json")]
         /// The schema: JSON, a file, or - for stdin.
         schema: String,
     },
+}
+
+/// `uwf workflow …`
+#[derive(Debug, Subcommand)]
+pub enum WorkflowCommand {
+    /// Register a workflow from YAML: {name, hash}. Refuses invalid workflows.
+    #[command(
+        after_help = "The YAML format is described in docs/workflow.md. Example: uwf workflow put examples/solve-issue.yaml"
+    )]
+    Put {
+        /// The workflow YAML file.
+        file: PathBuf,
+    },
+    /// Check a workflow YAML file without registering it: {valid, errors, warnings}.
+    Validate {
+        /// The workflow YAML file.
+        file: PathBuf,
+    },
+    /// Print a workflow: {hash, name, type, payload, timestamp}.
+    Show {
+        /// A registered name or a Workflow node hash.
+        workflow: String,
+    },
+    /// List registered workflows: [{name, hash}].
+    List,
+    /// Draw a workflow's graph (mermaid by default, or --format dot).
+    #[command(
+        after_help = "Example: uwf workflow graph examples/solve-issue.yaml --format dot | dot -Tsvg > flow.svg"
+    )]
+    Graph {
+        /// A registered name, a Workflow hash, or a YAML file (not registered).
+        workflow: String,
+    },
+}
+
+/// `uwf thread …`
+#[derive(Debug, Subcommand)]
+pub enum ThreadCommand {
+    /// Create a thread (no step runs): {workflow, thread}.
+    Start {
+        /// A registered name, a Workflow hash, or a YAML file (registered on the way).
+        workflow: String,
+        /// The task.
+        #[arg(short, long)]
+        prompt: String,
+    },
+    /// Run exactly one step: {workflow, thread, head, done}.
+    #[command(after_help = "\
+The moderator picks the next role; the agent runs as `<agent> <thread-id> <role>`
+and prints the new StepNode's hash; uwf checks it and moves the head. The agent
+is --agent, else config.yaml agentOverrides[workflow][role], else defaultAgent.
+
+Example: uwf thread step 01J7K9M2XNPQR5VWBCDF8G3H4T --agent \"uwf-mock scenario.yaml\" --timeout 10m")]
+    Step {
+        /// The thread id.
+        thread: String,
+        #[command(flatten)]
+        agent: AgentArgs,
+    },
+    /// Start (or continue) a thread and step it until it is done.
+    #[command(after_help = "\
+Progress goes to stderr; the final answer is the last step's JSON.
+
+Example: uwf thread run examples/solve-issue.yaml -p \"Fix the login bug\" --agent \"uwf-mock examples/solve-issue.mock.yaml\"")]
+    Run {
+        /// A registered name, a Workflow hash, or a YAML file (not with --thread).
+        #[arg(required_unless_present = "thread", conflicts_with = "thread")]
+        workflow: Option<String>,
+        /// The task (required when starting).
+        #[arg(
+            short,
+            long,
+            required_unless_present = "thread",
+            conflicts_with = "thread"
+        )]
+        prompt: Option<String>,
+        /// Continue this thread instead of starting one.
+        #[arg(long, value_name = "ID")]
+        thread: Option<String>,
+        /// Stop after this many steps.
+        #[arg(long, default_value_t = 100)]
+        max_steps: usize,
+        #[command(flatten)]
+        agent: AgentArgs,
+    },
+    /// What the moderator would run next, without running it: {thread, role, done}.
+    Next {
+        /// The thread id.
+        thread: String,
+    },
+    /// A thread's head: {workflow, thread, head, done}.
+    Show {
+        /// The thread id.
+        thread: String,
+    },
+    /// Active threads: [{thread, workflow, head, done}].
+    List {
+        /// Include archived threads.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Stop a thread and archive it (a running step is stopped and not applied).
+    Kill {
+        /// The thread id.
+        thread: String,
+    },
+    /// Every step of a thread, oldest first, outputs expanded.
+    Steps {
+        /// The thread id.
+        thread: String,
+    },
+    /// A thread as markdown: the newest steps that fit in the quota.
+    Read {
+        /// The thread id.
+        thread: String,
+        /// Maximum characters of step content.
+        #[arg(long, default_value_t = 8000)]
+        quota: usize,
+        /// Only steps before this StepNode (to page back).
+        #[arg(long, value_name = "HASH")]
+        before: Option<String>,
+    },
+    /// Start a new thread whose head is an existing StartNode or StepNode.
+    Fork {
+        /// The node to fork from.
+        node: String,
+    },
+    /// A step's detail node with its references expanded (YAML by default).
+    StepDetails {
+        /// The StepNode.
+        step: String,
+    },
+}
+
+/// How to run the agent.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Agent alias from config.yaml or a command line, e.g. "uwf-mock scenario.yaml".
+    #[arg(long, value_name = "AGENT")]
+    pub agent: Option<String>,
+    /// Stop the agent after this long (e.g. 90s, 10m).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub timeout: Option<std::time::Duration>,
 }

@@ -56,6 +56,182 @@ pub enum CliError {
     )]
     VerifyFailed(usize),
 
+    /// A workflow definition could not be parsed.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Definition(#[from] uwf_moderator::definition::DefinitionError),
+
+    /// A workflow could not be registered.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Register(#[from] uwf_moderator::definition::RegisterError),
+
+    /// The moderator failed.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Moderator(#[from] uwf_moderator::ModeratorError),
+
+    /// A thread's chain could not be read.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Thread(#[from] uwf_moderator::thread::ThreadError),
+
+    /// A state file could not be read or written.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    State(#[from] uwf_util::state::StateError),
+
+    /// A malformed thread id.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    ThreadId(#[from] uwf_util::ids::ThreadIdError),
+
+    /// A state file holds something that is not what uwf wrote.
+    #[error("{path} is corrupt: {reason}")]
+    #[diagnostic(
+        code(uwf::state::corrupt),
+        help("fix or move the file; uwf never overwrites a file it cannot read")
+    )]
+    CorruptState {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// No thread has this id.
+    #[error("no thread {thread}")]
+    #[diagnostic(
+        code(uwf::thread::unknown),
+        help("`uwf thread list --all` shows every thread")
+    )]
+    UnknownThread {
+        /// The id.
+        thread: String,
+    },
+
+    /// The thread is archived.
+    #[error("thread {thread} is finished (archived); it cannot be stepped or killed")]
+    #[diagnostic(
+        code(uwf::thread::finished),
+        help(
+            "fork it from any of its nodes to continue: `uwf thread steps {thread}` lists them, `uwf thread fork <hash>` forks"
+        )
+    )]
+    ThreadFinished {
+        /// The id.
+        thread: String,
+    },
+
+    /// The thread was killed while a step ran.
+    #[error("thread {thread} was killed while the step ran; its result was not applied")]
+    #[diagnostic(code(uwf::thread::killed))]
+    Killed {
+        /// The id.
+        thread: String,
+    },
+
+    /// Another process moved the head while the agent ran.
+    #[error("thread {thread} moved to {actual} while the agent ran; this step was not applied")]
+    #[diagnostic(
+        code(uwf::thread::conflict),
+        help(
+            "another `uwf thread step` of the same thread won the race; step again to continue from the new head"
+        )
+    )]
+    HeadMoved {
+        /// The id.
+        thread: String,
+        /// The head it has now.
+        actual: String,
+    },
+
+    /// `-p` missing or empty.
+    #[error("the prompt is empty")]
+    #[diagnostic(code(uwf::thread::empty_prompt), help("give the task with -p \"…\""))]
+    EmptyPrompt,
+
+    /// A workflow name, hash or file that resolves to nothing.
+    #[error("no workflow {name:?}{}", if known.is_empty() { String::new() } else { format!(" (registered: {})", known.join(", ")) })]
+    #[diagnostic(
+        code(uwf::workflow::unknown),
+        help(
+            "register one with `uwf workflow put <file.yaml>`, or pass a path to a workflow YAML file"
+        )
+    )]
+    UnknownWorkflow {
+        /// What was asked for.
+        name: String,
+        /// The registered names.
+        known: Vec<String>,
+    },
+
+    /// A hash that is not a Workflow node.
+    #[error("{0} is not a Workflow node")]
+    #[diagnostic(code(uwf::workflow::not_a_workflow))]
+    NotAWorkflow(String),
+
+    /// A hash that is not a StartNode or StepNode.
+    #[error("{hash} is not a StepNode")]
+    #[diagnostic(
+        code(uwf::thread::not_a_step),
+        help("`uwf thread steps <thread>` lists the steps of a thread")
+    )]
+    NotAStep {
+        /// The hash.
+        hash: String,
+    },
+
+    /// `workflow validate` found errors (report printed on stdout).
+    #[error("the workflow has {0} error(s); see the report on stdout")]
+    #[diagnostic(code(uwf::workflow::invalid))]
+    InvalidWorkflow(usize),
+
+    /// The agent could not be started.
+    #[error("cannot start agent {command:?}: {source}")]
+    #[diagnostic(
+        code(uwf::agent::spawn),
+        help(
+            "check the agent command: is it installed and on PATH? Configure agents in config.yaml (`uwf setup`) or pass --agent \"<command> [args]\""
+        )
+    )]
+    AgentSpawn {
+        /// The program.
+        command: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The agent failed or misbehaved; the thread is unchanged.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Agent(Box<AgentFailure>),
+
+    /// `thread run` stopped at --max-steps.
+    #[error("thread {thread} is not done after {steps} step(s) (--max-steps)")]
+    #[diagnostic(
+        code(uwf::thread::max_steps),
+        help("continue with `uwf thread run --thread {thread}`")
+    )]
+    MaxSteps {
+        /// The id.
+        thread: String,
+        /// Steps run.
+        steps: usize,
+    },
+
+    /// A format that this command cannot print.
+    #[error("--format {format} is not available for this command")]
+    #[diagnostic(
+        code(uwf::format),
+        help("mermaid and dot are for `uwf workflow graph`; other commands print json or yaml")
+    )]
+    Format {
+        /// The format.
+        format: String,
+    },
+
     /// Output could not be written.
     #[error("cannot write output: {0}")]
     #[diagnostic(code(uwf::output))]
@@ -80,4 +256,22 @@ pub struct JsonInputError {
     /// Where it went wrong.
     #[label("here")]
     pub span: SourceSpan,
+}
+
+/// An agent failed or produced something unusable.
+#[derive(Debug, thiserror::Error, Diagnostic)]
+#[error("agent {agent} (role {role}) {reason}{}", if stderr_tail.is_empty() { String::new() } else { format!("\n--- last lines of its stderr ---\n{stderr_tail}") })]
+#[diagnostic(
+    code(uwf::agent::failed),
+    help("the thread is unchanged; fix the agent and run `uwf thread step` again")
+)]
+pub struct AgentFailure {
+    /// The agent (alias or command).
+    pub agent: String,
+    /// The role it ran.
+    pub role: String,
+    /// What went wrong.
+    pub reason: String,
+    /// The end of its stderr.
+    pub stderr_tail: String,
 }

@@ -1,11 +1,14 @@
 //! `uwf`: the command-line front end. Thin by design: parsing, dispatch and
 //! reporting; everything else lives in the library crates.
 
+mod agent;
 mod cli;
 mod cmd;
+mod engine;
 mod error;
 mod input;
 mod output;
+mod progress;
 
 use std::process::ExitCode;
 
@@ -61,5 +64,21 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
                 }
             }
         }
+        Command::Workflow(sub) => {
+            let ctx = open(&cli.global)?;
+            cmd::workflow::run(&ctx, sub, format)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Thread(sub) => {
+            let ctx = open(&cli.global)?;
+            cmd::thread::run(&ctx, sub, format)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+fn open(global: &cli::Global) -> Result<engine::Ctx, CliError> {
+    let root = uwf_util::root::resolve_root(global.root.as_deref())?;
+    tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
+    engine::Ctx::open(&root.path)
 }

@@ -7,22 +7,34 @@ use serde::Serialize;
 use crate::cli::Format;
 use crate::error::CliError;
 
-/// Renders `value` completely, then writes it to stdout in one go, so a
-/// failure never leaves half an answer behind.
-pub fn print<T: Serialize + ?Sized>(format: Format, value: &T) -> Result<(), CliError> {
-    let mut text = match format {
+/// Renders `value` completely (JSON unless `--format yaml`), then writes it
+/// to stdout in one go, so a failure never leaves half an answer behind.
+pub fn print<T: Serialize + ?Sized>(format: Option<Format>, value: &T) -> Result<(), CliError> {
+    let text = match format.unwrap_or(Format::Json) {
         Format::Json => {
             serde_json::to_string_pretty(value).map_err(|e| CliError::Output(e.to_string()))?
         }
         Format::Yaml => {
             serde_yaml::to_string(value).map_err(|e| CliError::Output(e.to_string()))?
         }
+        other => {
+            return Err(CliError::Format {
+                format: format!("{other:?}").to_lowercase(),
+            });
+        }
     };
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
+    print_text(&text)
+}
+
+/// Writes text to stdout in one go, ending it with a newline.
+pub fn print_text(text: &str) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    let nl: &[u8] = if text.ends_with('\n') { b"" } else { b"\n" };
+    match out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.write_all(nl))
+        .and_then(|()| out.flush())
+    {
         Ok(()) => Ok(()),
         // The reader went away (`uwf … | head`): not our failure.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),

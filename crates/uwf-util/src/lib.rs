@@ -11,4 +11,5 @@ pub mod frontmatter;
 pub mod ids;
 pub mod lock;
 pub mod root;
+pub mod state;
 pub mod trace;

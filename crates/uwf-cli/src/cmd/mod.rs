@@ -1,3 +1,5 @@
-//! Command implementations. Each returns the value to print.
+//! Command implementations.
 
 pub mod cas;
+pub mod thread;
+pub mod workflow;

@@ -1,0 +1,75 @@
+//! `uwf-mock <scenario.yaml> <thread-id> <role>`: a scripted uwf agent for
+//! tests, demos and CI.
+//!
+//! The n-th run of a role in a thread (n = the role's previous steps in
+//! the thread) gets the role's n-th scenario entry; past the end the last
+//! entry repeats. See `uwf-mock --help` for the scenario format.
+
+mod fault;
+mod scenario;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use uwf_agent_kit::{Invocation, Reply, Runner};
+
+use crate::scenario::{Effect, Scenario};
+
+const ABOUT: &str = "\
+A scripted uwf agent for tests, demos and CI. It answers each role from a
+YAML scenario: the n-th run of a role in a thread (n = the role's previous
+steps in the thread) gets the role's n-th entry, and past the end the last
+entry repeats. Give the scenario as an absolute path: uwf may run the agent
+from another directory.
+
+  roles:
+    planner:
+      - output: { plan: \"…\", steps: [\"…\"] }   # structured output
+        answer: \"raw text\"                       # optional: stored as the detail
+    reviewer:
+      - text: \"---\\napproved: false\\n---\\nbody\"  # frontmatter answer, extracted
+        delay: 300ms                             # optional: sleep first
+        stderr: \"reviewing…\"                     # optional: written to stderr
+      - exit: 3                                  # exit 3, write nothing
+      - fault: garbage                           # misbehave (see below)
+
+Faults: no-output (print nothing, exit 0), garbage (print a non-hash),
+unknown-hash (print a hash not in the store), not-a-step (print the
+StartNode's hash), wrong-prev | wrong-start | wrong-role (write a step with
+that link wrong; the entry needs a valid `output` or `text`), invalid-output
+(write a step whose output does not satisfy the role's schema).";
+
+fn main() -> ExitCode {
+    Runner::new("uwf-mock")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(ABOUT)
+        .args(&["scenario.yaml"])
+        .run_with(respond)
+}
+
+fn respond(inv: &Invocation) -> Result<Reply, miette::Report> {
+    let path = inv.args().first().map_or("", String::as_str);
+    let scenario = Scenario::load(Path::new(path))?;
+    scenario.entries(inv.role())?;
+    let ctx = inv.load()?;
+    let entry = scenario.entry(ctx.role(), ctx.runs_of_role())?;
+    if let Some(delay) = entry.delay {
+        std::thread::sleep(delay);
+    }
+    if let Some(text) = &entry.stderr {
+        let newline = if text.ends_with('\n') { "" } else { "\n" };
+        // Best effort: a closed stderr must not turn into a failure.
+        let _ = write!(std::io::stderr(), "{text}{newline}");
+    }
+    match &entry.effect {
+        Effect::Exit(code) => Ok(Reply::Exit(*code)),
+        Effect::Step(answer) => {
+            let run = answer
+                .to_run()
+                .ok_or_else(|| miette::miette!("scenario entry without an output"))?;
+            Ok(Reply::Step(uwf_agent_kit::finish(&ctx, inv.name(), run)?))
+        }
+        Effect::Fault(fault, answer) => fault::apply(*fault, &ctx, inv.name(), answer.as_ref()),
+    }
+}

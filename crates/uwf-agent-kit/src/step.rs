@@ -1,0 +1,147 @@
+//! Turning an [`AgentRun`] into nodes: output, detail, StepNode.
+
+use serde_json::{Value, json};
+use uwf_cas::{Cas, CasError, Hash, Store};
+use uwf_protocol::{StepNodePayload, StepRecord};
+
+use crate::error::violation_list;
+use crate::{AgentContext, AgentRun, KitError, extract};
+
+/// Title of the kit's schema for raw answers.
+pub const ANSWER_TITLE: &str = "agent-answer";
+
+/// The schema of the default detail node: an agent's raw answer,
+/// `{ "text": "…" }`.
+pub fn answer_schema() -> Value {
+    json!({
+        "title": ANSWER_TITLE,
+        "description": "The raw answer of an agent, as it produced it.",
+        "type": "object",
+        "required": ["text"],
+        "additionalProperties": false,
+        "properties": {
+            "text": { "type": "string" }
+        }
+    })
+}
+
+/// Stores `text` as an `agent-answer` node (registering the schema if
+/// needed) and returns its hash.
+pub fn put_answer<S: Store>(cas: &Cas<S>, text: &str) -> Result<Hash, KitError> {
+    let schema = cas.put_schema(answer_schema())?.hash;
+    Ok(cas.put(schema, json!({ "text": text }))?.hash)
+}
+
+/// Builds the output node's payload of `run` for the context's role: the
+/// structured output if given, else the frontmatter fast path on the answer,
+/// validated against the role's schema.
+///
+/// Returns the payload, not yet stored.
+pub fn output_payload(ctx: &AgentContext, run: &AgentRun) -> Result<Value, KitError> {
+    if let Some(output) = &run.output {
+        return Ok(output.clone());
+    }
+    let answer = run.answer.as_deref().unwrap_or_default();
+    let candidate =
+        extract::candidate(answer, ctx.output_schema()).map_err(|e| KitError::Extraction {
+            role: ctx.role().to_owned(),
+            reason: e.0,
+        })?;
+    match ctx.store().validate(ctx.output_schema_hash(), &candidate) {
+        Ok(()) => Ok(candidate),
+        Err(CasError::Invalid { violations, .. }) => Err(KitError::Extraction {
+            role: ctx.role().to_owned(),
+            reason: format!(
+                "the frontmatter does not satisfy the role's outputSchema {}:{}",
+                ctx.output_schema_hash(),
+                violation_list(&violations)
+            ),
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Stores the output node of `run` (typed by the role's outputSchema) and
+/// returns its hash. See [`output_payload`].
+pub fn put_output(ctx: &AgentContext, run: &AgentRun) -> Result<Hash, KitError> {
+    let payload = output_payload(ctx, run)?;
+    match ctx.store().put(ctx.output_schema_hash(), payload) {
+        Ok(stored) => Ok(stored.hash),
+        Err(CasError::Invalid { violations, .. }) => Err(KitError::InvalidOutput {
+            role: ctx.role().to_owned(),
+            schema: ctx.output_schema_hash(),
+            violations: violation_list(&violations),
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Stores the detail of `run`: the agent's own detail node (which must
+/// exist) or its answer text as an `agent-answer` node.
+pub fn put_detail(ctx: &AgentContext, run: &AgentRun) -> Result<Hash, KitError> {
+    match run.detail {
+        Some(h) if ctx.store().has(h)? => Ok(h),
+        Some(h) => Err(KitError::MissingDetail(h)),
+        None => put_answer(ctx.store(), run.answer.as_deref().unwrap_or_default()),
+    }
+}
+
+/// Turns `run` into a StepNode of the context's role: output node, detail
+/// node, then the StepNode chained after the thread's last step. Returns the
+/// StepNode's hash. `threads.yaml` is not touched.
+pub fn finish(ctx: &AgentContext, agent: &str, run: AgentRun) -> Result<Hash, KitError> {
+    let output = put_output(ctx, &run)?;
+    let detail = put_detail(ctx, &run)?;
+    let step = write_step(ctx.store(), ctx, output, detail, agent)?;
+    tracing::info!(
+        thread = %ctx.thread_id(),
+        role = ctx.role(),
+        %step,
+        %output,
+        %detail,
+        "step written"
+    );
+    Ok(step)
+}
+
+/// Writes a StepNode `{start, prev, role, output, detail, agent}` for the
+/// context's thread and role, with no check beyond the CAS's own schema
+/// validation (the nodes `output` and `detail` point at are not verified).
+pub fn write_step<S: Store>(
+    cas: &Cas<S>,
+    ctx: &AgentContext,
+    output: Hash,
+    detail: Hash,
+    agent: &str,
+) -> Result<Hash, KitError> {
+    let payload = StepNodePayload {
+        start: ctx.start_hash().to_string(),
+        prev: ctx.prev().map(|h| h.to_string()),
+        record: StepRecord {
+            role: ctx.role().to_owned(),
+            output: output.to_string(),
+            detail: detail.to_string(),
+            agent: agent.to_owned(),
+        },
+        child_thread: None,
+    };
+    Ok(cas.put_value(cas.types().step_node, &payload)?.hash)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uwf_cas::MemStore;
+
+    #[test]
+    fn answer_schema_is_accepted_and_stable() {
+        let cas = Cas::new(MemStore::new()).unwrap_or_else(|e| panic!("{e}"));
+        let a = put_answer(&cas, "hello").unwrap_or_else(|e| panic!("{e}"));
+        let b = put_answer(&cas, "hello").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(a, b);
+        let node = cas.get(a).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(node.payload, json!({ "text": "hello" }));
+        let schema = cas.schema(node.type_hash).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(schema["title"], ANSWER_TITLE);
+    }
+}

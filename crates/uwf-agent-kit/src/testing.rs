@@ -1,0 +1,181 @@
+//! Test support (feature `testing`): a throw-away storage root holding a
+//! small workflow, with helpers to start threads and move their heads the
+//! way `uwf` would.
+//!
+//! The workflow, [`WORKFLOW_NAME`]:
+//!
+//! ```text
+//! $START ─▶ planner ─▶ reviewer ─┬─ notApproved ─▶ planner   (edge prompt "Address the review: {{comments}}")
+//!              (edge prompt       └──────────────▶ $END
+//!               "Review the plan.")
+//! ```
+//!
+//! * `planner` outputs `{plan: string, steps: [string]}` (both required);
+//! * `reviewer` outputs `{approved: boolean, comments: string}` (both
+//!   required); `notApproved` is `steps[-1].output.approved = false`.
+//!
+//! The YAML is [`WORKFLOW_YAML`].
+
+use std::path::Path;
+
+use uwf_cas::{Cas, Hash};
+use uwf_protocol::{StartNodePayload, ThreadsIndex};
+
+use crate::BoxError;
+
+/// Name of the fixture's workflow.
+pub const WORKFLOW_NAME: &str = "plan-review";
+
+/// Edge prompt of `planner → reviewer`.
+pub const REVIEW_PROMPT: &str = "Review the plan.";
+
+/// Edge prompt template of `reviewer → planner` (when not approved); the
+/// moderator renders `{{comments}}` from the review.
+pub const REWORK_PROMPT: &str = "Address the review: {{comments}}";
+
+/// The fixture workflow, as a `uwf workflow put` file.
+pub const WORKFLOW_YAML: &str = r#"name: plan-review
+description: Plan, then review until approved.
+roles:
+  planner:
+    description: Plans
+    systemPrompt: You are a planning agent.
+    outputSchema:
+      title: plan
+      type: object
+      required: [plan, steps]
+      properties:
+        plan: { type: string }
+        steps: { type: array, items: { type: string } }
+  reviewer:
+    description: Reviews
+    systemPrompt: You are a reviewer.
+    outputSchema:
+      title: review
+      type: object
+      required: [approved, comments]
+      properties:
+        approved: { type: boolean }
+        comments: { type: string }
+conditions:
+  notApproved:
+    description: The reviewer rejected the plan
+    expression: steps[-1].output.approved = false
+graph:
+  $START:
+    - { role: planner, condition: null }
+  planner:
+    - { role: reviewer, condition: null, prompt: "Review the plan." }
+  reviewer:
+    - { role: planner, condition: notApproved, prompt: "Address the review: {{comments}}" }
+    - { role: $END, condition: null }
+"#;
+
+/// A temporary storage root with the fixture workflow registered.
+///
+/// The directory is deleted when the fixture is dropped.
+pub struct Fixture {
+    dir: tempfile::TempDir,
+    cas: Cas,
+    workflow: Hash,
+}
+
+impl std::fmt::Debug for Fixture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fixture")
+            .field("root", &self.dir.path())
+            .field("workflow", &self.workflow)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fixture {
+    /// Creates the root, the CAS and the workflow ([`WORKFLOW_YAML`],
+    /// registered as `uwf workflow put` does, minus `registry.yaml`).
+    pub fn new() -> Result<Self, BoxError> {
+        let dir = tempfile::tempdir()?;
+        let cas = Cas::open(dir.path())?;
+        let def = uwf_moderator::definition::parse_yaml(WORKFLOW_YAML, "plan-review.yaml")?;
+        let workflow = uwf_moderator::definition::register(&cas, &def)?.hash;
+        Ok(Self { dir, cas, workflow })
+    }
+
+    /// The storage root.
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The store of the root.
+    pub fn cas(&self) -> &Cas {
+        &self.cas
+    }
+
+    /// The Workflow node.
+    pub fn workflow_hash(&self) -> Hash {
+        self.workflow
+    }
+
+    /// Stores a StartNode for `prompt` and makes it the head of a new
+    /// thread in `threads.yaml`. Returns the thread id and the StartNode.
+    pub fn start_thread(&self, prompt: &str) -> Result<(String, Hash), BoxError> {
+        let start = self.put_start(prompt)?;
+        let thread = uwf_util::ids::ThreadId::new().to_string();
+        self.set_head(&thread, start)?;
+        Ok((thread, start))
+    }
+
+    /// Stores a StartNode of the fixture workflow (not registered as a thread).
+    pub fn put_start(&self, prompt: &str) -> Result<Hash, BoxError> {
+        let start = StartNodePayload {
+            workflow: self.workflow.to_string(),
+            prompt: prompt.into(),
+            parent_state: None,
+        };
+        Ok(self
+            .cas
+            .put_value(self.cas.types().start_node, &start)?
+            .hash)
+    }
+
+    /// Points `thread` at `head` in `threads.yaml`, as `uwf` does after a step.
+    pub fn set_head(&self, thread: &str, head: Hash) -> Result<(), BoxError> {
+        let mut index = self.threads()?;
+        index.insert(thread.to_owned(), head.to_string());
+        self.write_threads(&index)
+    }
+
+    /// Removes `thread` from `threads.yaml`, as `uwf` does when it ends.
+    pub fn remove_thread(&self, thread: &str) -> Result<(), BoxError> {
+        let mut index = self.threads()?;
+        index.remove(thread);
+        self.write_threads(&index)
+    }
+
+    /// The head of `thread` in `threads.yaml`.
+    pub fn head(&self, thread: &str) -> Result<Option<Hash>, BoxError> {
+        Ok(match self.threads()?.get(thread) {
+            Some(h) => Some(h.parse()?),
+            None => None,
+        })
+    }
+
+    fn threads(&self) -> Result<ThreadsIndex, BoxError> {
+        let path = self.root().join("threads.yaml");
+        if !path.exists() {
+            return Ok(ThreadsIndex::new());
+        }
+        let text = std::fs::read_to_string(path)?;
+        if text.trim().is_empty() {
+            return Ok(ThreadsIndex::new());
+        }
+        Ok(serde_yaml::from_str(&text)?)
+    }
+
+    fn write_threads(&self, index: &ThreadsIndex) -> Result<(), BoxError> {
+        std::fs::write(
+            self.root().join("threads.yaml"),
+            serde_yaml::to_string(index)?,
+        )?;
+        Ok(())
+    }
+}

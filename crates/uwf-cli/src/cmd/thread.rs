@@ -1,0 +1,365 @@
+//! `uwf thread …`
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use uwf_cas::Hash;
+use uwf_moderator::thread::{self, ThreadView};
+use uwf_protocol::{
+    ForkedFrom, StartEntry, StartNodePayload, StartOutput, StepEntry, StepOutput, ThreadForkOutput,
+    ThreadListItem, ThreadStepsEntry, ThreadStepsOutput,
+};
+
+use crate::cli::{Format, ThreadCommand};
+use crate::cmd::workflow;
+use crate::engine::{self, Ctx, Plain, Progress, Status, StepOptions};
+use crate::error::CliError;
+use crate::output;
+use crate::progress::Live;
+
+fn parse_hash(s: &str) -> Result<Hash, CliError> {
+    s.parse::<Hash>().map_err(|e| CliError::Cas(e.into()))
+}
+
+/// Starts a thread on a resolved workflow.
+fn start(ctx: &Ctx, workflow_arg: &str, prompt: &str) -> Result<StartOutput, CliError> {
+    if prompt.trim().is_empty() {
+        return Err(CliError::EmptyPrompt);
+    }
+    let (hash, _) = workflow::resolve(ctx, workflow_arg, true)?;
+    let payload = StartNodePayload {
+        workflow: hash.to_string(),
+        prompt: prompt.to_string(),
+        parent_state: None,
+    };
+    let start = ctx.cas.put_value(ctx.cas.types().start_node, &payload)?;
+    let id = uwf_util::ids::ThreadId::new().to_string();
+    ctx.state.insert_thread(&id, &start.hash.to_string())?;
+    Ok(StartOutput {
+        workflow: hash.to_string(),
+        thread: id,
+    })
+}
+
+/// The workflow hash of a thread whose head is `head`.
+fn workflow_of(ctx: &Ctx, head: Hash) -> Result<String, CliError> {
+    let types = ctx.cas.types();
+    let node = ctx.cas.get(head)?;
+    let start = if node.type_hash == types.step_node {
+        let s = node
+            .payload
+            .get("start")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        ctx.cas.get(parse_hash(s)?)?
+    } else {
+        node
+    };
+    Ok(start
+        .payload
+        .get("workflow")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string())
+}
+
+fn show(ctx: &Ctx, id: &str) -> Result<StepOutput, CliError> {
+    Ok(match engine::status(ctx, id)? {
+        Status::Active { head } => StepOutput {
+            workflow: workflow_of(ctx, head)?,
+            thread: id.to_string(),
+            head: head.to_string(),
+            done: false,
+        },
+        Status::Archived(e) => StepOutput {
+            workflow: e.workflow,
+            thread: e.thread,
+            head: e.head,
+            done: true,
+        },
+    })
+}
+
+/// Runs a `thread` subcommand.
+pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), CliError> {
+    match cmd {
+        ThreadCommand::Start { workflow, prompt } => {
+            output::print(format, &start(ctx, &workflow, &prompt)?)
+        }
+        ThreadCommand::Step { thread, agent } => {
+            let id = engine::thread_id(&thread)?;
+            let opts = StepOptions {
+                agent: agent.agent.as_deref(),
+                timeout: agent.timeout,
+            };
+            let progress: Arc<dyn Progress> = Arc::new(Plain);
+            let stepped = engine::step(ctx, &id, &opts, &progress)?;
+            output::print(format, &stepped.output)
+        }
+        ThreadCommand::Run {
+            workflow,
+            prompt,
+            thread,
+            max_steps,
+            agent,
+        } => {
+            let id = match (thread, workflow) {
+                (Some(t), _) => {
+                    let id = engine::thread_id(&t)?;
+                    engine::active_head(ctx, &id)?;
+                    id
+                }
+                (None, Some(w)) => start(ctx, &w, prompt.as_deref().unwrap_or_default())?.thread,
+                (None, None) => return Err(CliError::EmptyPrompt),
+            };
+            let opts = StepOptions {
+                agent: agent.agent.as_deref(),
+                timeout: agent.timeout,
+            };
+            let live = Arc::new(Live::new(&id));
+            let progress: Arc<dyn Progress> = live.clone();
+            let mut last = None;
+            for _ in 0..max_steps {
+                let stepped = engine::step(ctx, &id, &opts, &progress)?;
+                let done = stepped.output.done;
+                last = Some(stepped.output);
+                if done {
+                    live.done();
+                    break;
+                }
+            }
+            match last {
+                Some(out) if out.done => output::print(format, &out),
+                Some(out) => {
+                    output::print(format, &out)?;
+                    Err(CliError::MaxSteps {
+                        thread: id,
+                        steps: max_steps,
+                    })
+                }
+                None => Err(CliError::MaxSteps {
+                    thread: id,
+                    steps: 0,
+                }),
+            }
+        }
+        ThreadCommand::Next { thread } => {
+            let id = engine::thread_id(&thread)?;
+            let view = thread::load(&ctx.cas, engine::active_head(ctx, &id)?)?;
+            let d = view.decide()?;
+            let mut v = json!({ "thread": id, "role": d.next, "done": d.is_end() });
+            if let Some(p) = d.prompt {
+                v["prompt"] = json!(p);
+            }
+            output::print(format, &v)
+        }
+        ThreadCommand::Show { thread } => {
+            output::print(format, &show(ctx, &engine::thread_id(&thread)?)?)
+        }
+        ThreadCommand::List { all } => {
+            let mut items = Vec::new();
+            let active = ctx.state.threads()?;
+            for (id, head) in &active {
+                let workflow = workflow_of(ctx, parse_hash(head)?)?;
+                items.push(ThreadListItem {
+                    thread: id.clone(),
+                    workflow,
+                    head: head.clone(),
+                    done: false,
+                });
+            }
+            if all {
+                // Latest entry per thread; an active thread is never also listed as archived.
+                let mut seen: BTreeSet<String> = active.keys().cloned().collect();
+                let history = ctx.state.history()?;
+                for e in history.into_iter().rev() {
+                    if seen.insert(e.thread.clone()) {
+                        items.push(ThreadListItem {
+                            thread: e.thread,
+                            workflow: e.workflow,
+                            head: e.head,
+                            done: true,
+                        });
+                    }
+                }
+            }
+            output::print(format, &items)
+        }
+        ThreadCommand::Kill { thread } => {
+            let id = engine::thread_id(&thread)?;
+            let head = engine::active_head(ctx, &id)?;
+            let workflow = workflow_of(ctx, head)?;
+            ctx.state.archive(&id, &workflow, None, "killed")?;
+            output::print(format, &json!({ "thread": id, "archived": true }))
+        }
+        ThreadCommand::Steps { thread } => {
+            let id = engine::thread_id(&thread)?;
+            let view = thread::load(&ctx.cas, engine::any_head(ctx, &id)?)?;
+            output::print(format, &steps(&id, &view))
+        }
+        ThreadCommand::Read {
+            thread,
+            quota,
+            before,
+        } => {
+            let id = engine::thread_id(&thread)?;
+            let view = thread::load(&ctx.cas, engine::any_head(ctx, &id)?)?;
+            let before = before.map(|b| parse_hash(&b)).transpose()?;
+            output::print_text(&read(&id, &view, quota, before)?)
+        }
+        ThreadCommand::Fork { node } => {
+            let hash = parse_hash(&node)?;
+            // Loading proves it is a StartNode or StepNode of a sound chain.
+            thread::load(&ctx.cas, hash)?;
+            let id = uwf_util::ids::ThreadId::new().to_string();
+            ctx.state.insert_thread(&id, &hash.to_string())?;
+            output::print(
+                format,
+                &ThreadForkOutput {
+                    thread: id,
+                    forked_from: ForkedFrom {
+                        step: hash.to_string(),
+                    },
+                },
+            )
+        }
+        ThreadCommand::StepDetails { step } => {
+            let hash = parse_hash(&step)?;
+            let node = ctx.cas.get(hash)?;
+            if node.type_hash != ctx.cas.types().step_node {
+                return Err(CliError::NotAStep {
+                    hash: hash.to_string(),
+                });
+            }
+            let detail = parse_hash(
+                node.payload
+                    .get("detail")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            )?;
+            let mut visiting = BTreeSet::new();
+            let expanded = expand(ctx, detail, &mut visiting, 0)?;
+            output::print(
+                Some(format.unwrap_or(Format::Yaml)),
+                &json!({ "step": hash, "detail": detail, "content": expanded }),
+            )
+        }
+    }
+}
+
+fn steps(id: &str, view: &ThreadView) -> ThreadStepsOutput {
+    let mut entries = vec![ThreadStepsEntry::Start(StartEntry {
+        hash: view.start_hash.to_string(),
+        workflow: view.workflow_hash.to_string(),
+        prompt: view.start.prompt.clone(),
+        timestamp: view.start_timestamp,
+    })];
+    entries.extend(view.steps.iter().map(|s| {
+        ThreadStepsEntry::Step(StepEntry {
+            hash: s.hash.to_string(),
+            role: s.payload.record.role.clone(),
+            output: s.output.clone(),
+            detail: s.payload.record.detail.clone(),
+            agent: s.payload.record.agent.clone(),
+            timestamp: s.timestamp,
+        })
+    }));
+    ThreadStepsOutput {
+        thread: id.to_string(),
+        workflow: view.workflow_hash.to_string(),
+        steps: entries,
+    }
+}
+
+/// A node's payload with every reference replaced by the referenced node's
+/// expanded payload (cycle-safe, depth-limited).
+fn expand(
+    ctx: &Ctx,
+    hash: Hash,
+    visiting: &mut BTreeSet<Hash>,
+    depth: usize,
+) -> Result<Value, CliError> {
+    let node = ctx.cas.get(hash)?;
+    if depth >= 16 || !visiting.insert(hash) {
+        return Ok(Value::String(hash.to_string()));
+    }
+    let mut payload = node.payload.clone();
+    for r in ctx.cas.refs_of(&node)? {
+        let child = match ctx.cas.try_get(r.hash)? {
+            Some(_) => expand(ctx, r.hash, visiting, depth + 1)?,
+            None => continue,
+        };
+        if let Some(slot) = payload.pointer_mut(&r.path) {
+            *slot = child;
+        }
+    }
+    visiting.remove(&hash);
+    Ok(payload)
+}
+
+/// Renders a thread as markdown: the task, then the newest steps whose
+/// content fits in `quota` characters, with a pointer to the earlier ones.
+fn read(
+    id: &str,
+    view: &ThreadView,
+    quota: usize,
+    before: Option<Hash>,
+) -> Result<String, CliError> {
+    let mut steps: Vec<(usize, &uwf_moderator::thread::LoadedStep)> =
+        view.steps.iter().enumerate().collect();
+    if let Some(b) = before {
+        let Some(pos) = steps.iter().position(|(_, s)| s.hash == b) else {
+            return Err(CliError::NotAStep {
+                hash: format!("{b} (in thread {id})"),
+            });
+        };
+        steps.truncate(pos);
+    }
+    let mut blocks = Vec::new();
+    let mut used = 0;
+    for (i, s) in steps.iter().rev() {
+        let body = serde_yaml::to_string(&s.output).unwrap_or_else(|_| s.output.to_string());
+        let mut block = format!(
+            "## Step {} · {} ({})\n\n`{}` · detail `{}`\n\n```yaml\n{}```\n",
+            i + 1,
+            s.payload.record.role,
+            s.payload.record.agent,
+            s.hash,
+            s.payload.record.detail,
+            body
+        );
+        if used + block.len() > quota {
+            if blocks.is_empty() {
+                // Always show the newest step, cut to the quota.
+                let cut: String = block.chars().take(quota.max(200)).collect();
+                block = format!("{cut}\n… (cut at --quota {quota})\n");
+            } else {
+                break;
+            }
+        }
+        used += block.len();
+        blocks.push(block);
+    }
+    let shown = blocks.len();
+    let mut out = String::new();
+    let _ = writeln!(out, "# Thread {id} · {}\n", view.workflow.name);
+    let _ = writeln!(out, "**Task:** {}\n", view.start.prompt);
+    let earlier = steps.len() - shown;
+    if earlier > 0 {
+        let oldest_shown = steps[earlier].1.hash;
+        let _ = writeln!(
+            out,
+            "> {earlier} earlier step(s) not shown. Read them with `uwf thread read {id} --before {oldest_shown}`.\n"
+        );
+    }
+    for b in blocks.iter().rev() {
+        out.push_str(b);
+        out.push('\n');
+    }
+    if steps.is_empty() {
+        out.push_str("_No steps yet._\n");
+    }
+    Ok(out)
+}

@@ -1,0 +1,136 @@
+//! `uwf workflow …`
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use uwf_cas::{Cas, Hash, MemStore};
+use uwf_moderator::definition::{self, WorkflowDefinition};
+use uwf_protocol::WorkflowPayload;
+
+use crate::cli::{Format, WorkflowCommand};
+use crate::engine::Ctx;
+use crate::error::CliError;
+use crate::output;
+
+fn read_definition(path: &Path) -> Result<WorkflowDefinition, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::Read {
+        path: path.into(),
+        source,
+    })?;
+    Ok(definition::parse_yaml(&text, &path.display().to_string())?)
+}
+
+fn warn(warnings: &[definition::Finding]) {
+    for w in warnings {
+        eprintln!("warning: {}", w.message);
+    }
+}
+
+/// Registers a workflow file and records its name: (name, hash, payload).
+pub fn put_file(ctx: &Ctx, path: &Path) -> Result<(Hash, WorkflowPayload), CliError> {
+    let def = read_definition(path)?;
+    let registered = definition::register(&ctx.cas, &def)?;
+    warn(&registered.warnings);
+    ctx.state
+        .register_workflow(&registered.payload.name, &registered.hash.to_string())?;
+    Ok((registered.hash, registered.payload))
+}
+
+/// Resolves a workflow argument: a YAML file (registered when `register`),
+/// a registered name, or a Workflow node hash.
+pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPayload), CliError> {
+    let path = Path::new(arg);
+    if path.is_file() {
+        if register {
+            return put_file(ctx, path);
+        }
+        // Compile in memory only: nothing is written for a file we only look at.
+        let mem = Cas::new(MemStore::new())?;
+        let r = definition::register(&mem, &read_definition(path)?)?;
+        return Ok((r.hash, r.payload));
+    }
+    let registry = ctx.state.registry()?;
+    let hash = match registry.get(arg) {
+        Some(h) => h.parse::<Hash>().map_err(|e| CliError::CorruptState {
+            path: ctx.state.registry_path(),
+            reason: format!("entry {arg}: {e}"),
+        })?,
+        None => match arg.parse::<Hash>() {
+            Ok(h) => h,
+            Err(_) => {
+                return Err(CliError::UnknownWorkflow {
+                    name: arg.to_string(),
+                    known: registry.keys().cloned().collect(),
+                });
+            }
+        },
+    };
+    let node = match ctx.cas.try_get(hash)? {
+        Some(n) => n,
+        None if registry.contains_key(arg) => return Err(uwf_cas::CasError::NotFound(hash).into()),
+        None => {
+            return Err(CliError::UnknownWorkflow {
+                name: arg.to_string(),
+                known: registry.keys().cloned().collect(),
+            });
+        }
+    };
+    if node.type_hash != ctx.cas.types().workflow {
+        return Err(CliError::NotAWorkflow(hash.to_string()));
+    }
+    let payload = serde_json::from_value(node.payload)
+        .map_err(|_| CliError::NotAWorkflow(hash.to_string()))?;
+    Ok((hash, payload))
+}
+
+/// Runs a `workflow` subcommand.
+pub fn run(ctx: &Ctx, cmd: WorkflowCommand, format: Option<Format>) -> Result<(), CliError> {
+    match cmd {
+        WorkflowCommand::Put { file } => {
+            let (hash, payload) = put_file(ctx, &file)?;
+            output::print(format, &json!({ "name": payload.name, "hash": hash }))
+        }
+        WorkflowCommand::Validate { file } => {
+            let def = read_definition(&file)?;
+            let report = definition::validate(&def);
+            let errors = report.errors.len();
+            output::print(
+                format,
+                &json!({ "name": def.name, "valid": errors == 0, "errors": report.errors, "warnings": report.warnings }),
+            )?;
+            if errors > 0 {
+                Err(CliError::InvalidWorkflow(errors))
+            } else {
+                Ok(())
+            }
+        }
+        WorkflowCommand::Show { workflow } => {
+            let (hash, payload) = resolve(ctx, &workflow, false)?;
+            let node = ctx.cas.get(hash)?;
+            output::print(
+                format,
+                &json!({ "hash": hash, "name": payload.name, "type": node.type_hash, "payload": node.payload, "timestamp": node.timestamp }),
+            )
+        }
+        WorkflowCommand::List => {
+            let list: Vec<Value> = ctx
+                .state
+                .registry()?
+                .into_iter()
+                .map(|(name, hash)| json!({ "name": name, "hash": hash }))
+                .collect();
+            output::print(format, &list)
+        }
+        WorkflowCommand::Graph { workflow } => {
+            let (_, payload) = resolve(ctx, &workflow, false)?;
+            match format.unwrap_or(Format::Mermaid) {
+                Format::Mermaid => output::print_text(&uwf_moderator::diagram::mermaid(&payload)),
+                Format::Dot => output::print_text(&uwf_moderator::diagram::dot(&payload)),
+                other => output::print(
+                    Some(other),
+                    &json!({ "name": payload.name, "graph": payload.graph, "conditions": payload.conditions }),
+                ),
+            }
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! One step of a thread: moderator → agent → checks → compare-and-swap of
+//! the head. Also the thread lookups the commands share.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use uwf_cas::{Cas, Hash};
+use uwf_moderator::thread::{self, ThreadView};
+use uwf_protocol::{HistoryEntry, StepNodePayload, StepOutput};
+use uwf_util::state::{StateDir, StateError};
+
+use crate::agent::{self, Ending, Spawn};
+use crate::error::{AgentFailure, CliError};
+
+/// Everything a command needs about the storage root.
+pub struct Ctx {
+    /// The store.
+    pub cas: Cas,
+    /// The state files.
+    pub state: StateDir,
+    /// The root directory.
+    pub root: PathBuf,
+}
+
+impl Ctx {
+    /// Opens the store and state of `root`.
+    pub fn open(root: &Path) -> Result<Self, CliError> {
+        Ok(Self {
+            cas: Cas::open(root)?,
+            state: StateDir::new(root),
+            root: root.to_path_buf(),
+        })
+    }
+}
+
+/// Where a thread stands.
+pub enum Status {
+    /// Listed in threads.yaml.
+    Active {
+        /// Its head.
+        head: Hash,
+    },
+    /// Archived in history.jsonl.
+    Archived(HistoryEntry),
+}
+
+/// Parses and canonicalises a thread id.
+pub fn thread_id(s: &str) -> Result<String, CliError> {
+    Ok(s.parse::<uwf_util::ids::ThreadId>()?.to_string())
+}
+
+fn stored_hash(s: &str, file: &Path) -> Result<Hash, CliError> {
+    s.parse::<Hash>().map_err(|e| CliError::CorruptState {
+        path: file.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+/// Looks a thread up; unknown ids are an error.
+pub fn status(ctx: &Ctx, id: &str) -> Result<Status, CliError> {
+    if let Some(head) = ctx.state.thread_head(id)? {
+        return Ok(Status::Active {
+            head: stored_hash(&head, &ctx.state.threads_path())?,
+        });
+    }
+    match ctx.state.find_archived(id)? {
+        Some(entry) => Ok(Status::Archived(entry)),
+        None => Err(CliError::UnknownThread {
+            thread: id.to_string(),
+        }),
+    }
+}
+
+/// The head of an active thread; archived and unknown threads are errors.
+pub fn active_head(ctx: &Ctx, id: &str) -> Result<Hash, CliError> {
+    match status(ctx, id)? {
+        Status::Active { head } => Ok(head),
+        Status::Archived(_) => Err(CliError::ThreadFinished {
+            thread: id.to_string(),
+        }),
+    }
+}
+
+/// The head of a thread, active or archived.
+pub fn any_head(ctx: &Ctx, id: &str) -> Result<Hash, CliError> {
+    match status(ctx, id)? {
+        Status::Active { head } => Ok(head),
+        Status::Archived(e) => stored_hash(&e.head, &ctx.state.history_path()),
+    }
+}
+
+/// Options of a step.
+pub struct StepOptions<'a> {
+    /// `--agent`.
+    pub agent: Option<&'a str>,
+    /// `--timeout`.
+    pub timeout: Option<Duration>,
+}
+
+/// Progress callbacks (for `thread run`).
+pub trait Progress: Send + Sync {
+    /// An agent starts working on a role.
+    fn started(&self, role: &str, agent: &str);
+    /// A line the agent wrote on stderr.
+    fn agent_line(&self, line: &str);
+    /// The agent finished.
+    fn finished(&self, role: &str, elapsed: Duration);
+}
+
+/// Streams agent stderr straight through.
+pub struct Plain;
+
+impl Progress for Plain {
+    fn started(&self, role: &str, agent: &str) {
+        tracing::info!(role, agent, "agent started");
+    }
+    fn agent_line(&self, line: &str) {
+        eprintln!("{line}");
+    }
+    fn finished(&self, role: &str, elapsed: Duration) {
+        tracing::info!(
+            role,
+            elapsed_ms = elapsed.as_millis() as u64,
+            "agent finished"
+        );
+    }
+}
+
+/// What a step did.
+pub struct Stepped {
+    /// The JSON answer.
+    pub output: StepOutput,
+}
+
+/// Runs one cycle of a thread (seed 000 §1.3).
+pub fn step(
+    ctx: &Ctx,
+    id: &str,
+    opts: &StepOptions<'_>,
+    progress: &Arc<dyn Progress>,
+) -> Result<Stepped, CliError> {
+    let head = active_head(ctx, id)?;
+    let view = thread::load(&ctx.cas, head)?;
+    let workflow = view.workflow_hash.to_string();
+    let decision = view.decide()?;
+    if decision.is_end() {
+        ctx.state
+            .archive(id, &workflow, Some(&head.to_string()), "done")
+            .map_err(|e| conflict_or(e, id))?;
+        return Ok(Stepped {
+            output: StepOutput {
+                workflow,
+                thread: id.to_string(),
+                head: head.to_string(),
+                done: true,
+            },
+        });
+    }
+    let role = decision.next.clone();
+    let agent = ctx
+        .state
+        .resolve_agent(opts.agent, &view.workflow.name, &role)?;
+    ctx.state.load_env()?;
+
+    let mut args = agent.args.clone();
+    args.push(id.to_string());
+    args.push(role.clone());
+    let mut env = vec![(
+        uwf_util::root::ENV_ROOT.to_string(),
+        ctx.root.clone().into_os_string(),
+    )];
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .as_deref()
+        .and_then(Path::parent)
+    {
+        env.push(("PATH".to_string(), agent::path_with(dir)));
+    }
+    let spec = Spawn {
+        command: &agent.command,
+        args: &args,
+        env,
+        timeout: opts.timeout,
+    };
+    progress.started(&role, &agent.label);
+    let state = &ctx.state;
+    let head_s = head.to_string();
+    let sink = Arc::clone(progress);
+    let finished = agent::run(
+        &spec,
+        move |line| sink.agent_line(line),
+        // The kill flag of seed 004: the thread left threads.yaml, or its head moved.
+        || {
+            state
+                .thread_head(id)
+                .map(|h| h.as_deref() != Some(head_s.as_str()))
+                .unwrap_or(false)
+        },
+    )
+    .map_err(|source| CliError::AgentSpawn {
+        command: agent.command.clone(),
+        source,
+    })?;
+    progress.finished(&role, finished.elapsed);
+
+    let fail = |reason: String| {
+        CliError::Agent(Box::new(AgentFailure {
+            agent: agent.label.clone(),
+            role: role.clone(),
+            reason,
+            stderr_tail: finished.stderr_tail.join("\n"),
+        }))
+    };
+    let stdout = match finished.ending {
+        Ending::Exited {
+            code: Some(0),
+            stdout,
+        } => stdout,
+        Ending::Exited { code: Some(c), .. } => {
+            return Err(fail(format!("exited with status {c}")));
+        }
+        Ending::Exited { code: None, .. } => return Err(fail("was killed by a signal".into())),
+        Ending::TimedOut => {
+            let t = opts
+                .timeout
+                .map(|t| humantime::format_duration(t).to_string())
+                .unwrap_or_default();
+            return Err(fail(format!("did not finish within {t} and was stopped")));
+        }
+        Ending::Stopped => return Err(interrupted(ctx, id)?),
+    };
+    let Some(line) = agent::last_line(&stdout) else {
+        return Err(fail(
+            "printed nothing on stdout (expected the new StepNode's hash)".into(),
+        ));
+    };
+    let new: Hash = line.parse().map_err(|_| {
+        fail(format!(
+            "printed {:?} on stdout, which is not a CAS hash",
+            line.chars().take(80).collect::<String>()
+        ))
+    })?;
+    check_step(ctx, &view, &role, new).map_err(&fail)?;
+
+    ctx.state
+        .swap_head(id, &head.to_string(), &new.to_string())
+        .map_err(|e| conflict_or(e, id))?;
+
+    // Step 8: does the new step end the thread?
+    let done = match thread::load(&ctx.cas, new)
+        .map_err(CliError::from)
+        .and_then(|v| Ok(v.decide()?))
+    {
+        Ok(d) if d.is_end() => {
+            ctx.state
+                .archive(id, &workflow, Some(&new.to_string()), "done")
+                .map_err(|e| conflict_or(e, id))?;
+            true
+        }
+        Ok(_) => false,
+        Err(e) => {
+            // The step itself landed; the next `step` will report this properly.
+            tracing::warn!(
+                "the step was recorded, but the moderator cannot decide what comes next: {e}"
+            );
+            false
+        }
+    };
+    Ok(Stepped {
+        output: StepOutput {
+            workflow,
+            thread: id.to_string(),
+            head: new.to_string(),
+            done,
+        },
+    })
+}
+
+/// The agent was stopped because the thread changed under it.
+fn interrupted(ctx: &Ctx, id: &str) -> Result<CliError, CliError> {
+    Ok(match ctx.state.thread_head(id)? {
+        None => CliError::Killed {
+            thread: id.to_string(),
+        },
+        Some(actual) => CliError::HeadMoved {
+            thread: id.to_string(),
+            actual,
+        },
+    })
+}
+
+fn conflict_or(e: StateError, id: &str) -> CliError {
+    match e {
+        StateError::Conflict { actual: None, .. } => CliError::Killed {
+            thread: id.to_string(),
+        },
+        StateError::Conflict {
+            actual: Some(actual),
+            ..
+        } => CliError::HeadMoved {
+            thread: id.to_string(),
+            actual,
+        },
+        other => other.into(),
+    }
+}
+
+/// Checks the StepNode an agent produced before the head may move to it.
+fn check_step(ctx: &Ctx, view: &ThreadView, role: &str, new: Hash) -> Result<(), String> {
+    let types = ctx.cas.types();
+    let node = match ctx.cas.try_get(new) {
+        Ok(Some(n)) => n,
+        Ok(None) => return Err(format!("printed {new}, but no such node is in the store")),
+        Err(e) => return Err(format!("printed {new}, which cannot be read: {e}")),
+    };
+    if node.type_hash != types.step_node {
+        let title = ctx
+            .cas
+            .schema(node.type_hash)
+            .ok()
+            .and_then(|s| uwf_cas::schema::title_of(&s).map(str::to_string));
+        return Err(format!(
+            "printed {new}, which is not a StepNode (its type is {})",
+            title.unwrap_or_else(|| node.type_hash.to_string())
+        ));
+    }
+    let step: StepNodePayload = serde_json::from_value(node.payload)
+        .map_err(|e| format!("StepNode {new} is malformed: {e}"))?;
+    let expected_prev = view.steps.last().map(|s| s.hash.to_string());
+    if step.prev != expected_prev {
+        return Err(format!(
+            "StepNode {new} has prev {} but the thread's head is {} (expected prev {})",
+            step.prev.as_deref().unwrap_or("null"),
+            view.head,
+            expected_prev.as_deref().unwrap_or("null")
+        ));
+    }
+    if step.start != view.start_hash.to_string() {
+        return Err(format!(
+            "StepNode {new} has start {} but the thread's StartNode is {}",
+            step.start, view.start_hash
+        ));
+    }
+    if step.record.role != role {
+        return Err(format!(
+            "StepNode {new} is for role {:?} but the moderator chose {role:?}",
+            step.record.role
+        ));
+    }
+    let schema: Hash = view
+        .workflow
+        .roles
+        .get(role)
+        .ok_or_else(|| format!("role {role:?} is not in the workflow"))?
+        .output_schema
+        .parse()
+        .map_err(|e| format!("the workflow's schema reference is malformed: {e}"))?;
+    let output: Hash = step
+        .record
+        .output
+        .parse()
+        .map_err(|e| format!("output reference is malformed: {e}"))?;
+    let output_node = match ctx.cas.try_get(output) {
+        Ok(Some(n)) => n,
+        Ok(None) => {
+            return Err(format!(
+                "StepNode {new} points at output {output}, which is not in the store"
+            ));
+        }
+        Err(e) => return Err(format!("output {output} cannot be read: {e}")),
+    };
+    ctx.cas
+        .validate(schema, &output_node.payload)
+        .map_err(|e| {
+            format!("the output of StepNode {new} does not match the role's schema: {e}")
+        })?;
+    let detail: Hash = step
+        .record
+        .detail
+        .parse()
+        .map_err(|e| format!("detail reference is malformed: {e}"))?;
+    if !ctx.cas.has(detail).unwrap_or(false) {
+        return Err(format!(
+            "StepNode {new} points at detail {detail}, which is not in the store"
+        ));
+    }
+    Ok(())
+}

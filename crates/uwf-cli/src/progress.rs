@@ -1,0 +1,85 @@
+//! Live progress of `thread run` on stderr: a spinner on a terminal, plain
+//! lines otherwise. Agent stderr is printed above the spinner.
+
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::engine::Progress;
+
+/// Progress for one thread.
+pub struct Live {
+    thread: String,
+    tty: bool,
+    state: Mutex<State>,
+}
+
+struct State {
+    step: usize,
+    bar: Option<ProgressBar>,
+}
+
+impl Live {
+    /// Progress for `thread`.
+    pub fn new(thread: &str) -> Self {
+        Self {
+            thread: thread.to_string(),
+            tty: std::io::stderr().is_terminal(),
+            state: Mutex::new(State { step: 0, bar: None }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The thread finished.
+    pub fn done(&self) {
+        let s = self.lock();
+        eprintln!("thread {} done after {} step(s)", self.thread, s.step);
+    }
+}
+
+impl Progress for Live {
+    fn started(&self, role: &str, agent: &str) {
+        let mut s = self.lock();
+        s.step += 1;
+        if self.tty {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} step {prefix} · {msg} · {elapsed}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.set_prefix(s.step.to_string());
+            bar.set_message(format!("{role} · {agent}"));
+            bar.enable_steady_tick(Duration::from_millis(100));
+            s.bar = Some(bar);
+        } else {
+            eprintln!("step {}: {role} ({agent}) started", s.step);
+        }
+    }
+
+    fn agent_line(&self, line: &str) {
+        let s = self.lock();
+        match &s.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    fn finished(&self, role: &str, elapsed: Duration) {
+        let mut s = self.lock();
+        if let Some(bar) = s.bar.take() {
+            bar.finish_and_clear();
+        }
+        eprintln!(
+            "step {}: {role} finished in {:.1}s",
+            s.step,
+            elapsed.as_secs_f64()
+        );
+    }
+}

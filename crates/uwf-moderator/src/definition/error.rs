@@ -1,0 +1,156 @@
+//! Errors of [`parse_yaml`](super::parse_yaml), located in the source text.
+
+use miette::{NamedSource, SourceSpan};
+
+/// Separates a message from its help inside a serde custom error (the only
+/// channel from a visitor to [`DefinitionError`]).
+pub(crate) const HELP_SEPARATOR: char = '\u{1f}';
+
+/// Formats a custom error raised while deserializing: a message and a help.
+pub(crate) fn with_help(message: impl std::fmt::Display, help: impl std::fmt::Display) -> String {
+    format!("{message}{HELP_SEPARATOR}{help}")
+}
+
+const DEFAULT_HELP: &str = "a workflow has `name`, `description`, `roles` (each with `description`, \
+     `systemPrompt` and `outputSchema`, or `goal`/`capabilities`/`procedure`/`output`/`meta`), \
+     `conditions` and `graph`; see the uwf-moderator `definition` docs";
+
+/// A workflow file that cannot be read, with the place of the problem.
+///
+/// Displays as `<source>:<line>:<column>: <message>`; as a
+/// [`miette::Diagnostic`] it also shows the offending line. The details are
+/// boxed (errors stay small) and reachable as fields through `Deref`:
+/// `err.line`, `err.message`, …
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct DefinitionError(Box<DefinitionErrorDetails>);
+
+/// The content of a [`DefinitionError`].
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+#[error("{}{message}", self.prefix())]
+#[diagnostic(code(uwf::workflow::definition))]
+pub struct DefinitionErrorDetails {
+    /// What is wrong (including the YAML path, e.g. `roles.planner: …`).
+    pub message: String,
+    /// 1-based line of the problem, when known.
+    pub line: Option<usize>,
+    /// 1-based column (in characters) of the problem, when known.
+    pub column: Option<usize>,
+    /// The file name given to [`parse_yaml`](super::parse_yaml).
+    pub source_name: String,
+    /// How to fix it.
+    #[help]
+    pub help: Option<String>,
+    /// The source text.
+    #[source_code]
+    pub src: NamedSource<String>,
+    /// Where in `src`.
+    #[label("here")]
+    pub span: Option<SourceSpan>,
+}
+
+impl std::ops::Deref for DefinitionError {
+    type Target = DefinitionErrorDetails;
+    fn deref(&self) -> &DefinitionErrorDetails {
+        &self.0
+    }
+}
+
+impl miette::Diagnostic for DefinitionError {
+    fn code<'a>(&'a self) -> Option<Box<dyn std::fmt::Display + 'a>> {
+        self.0.code()
+    }
+    fn help<'a>(&'a self) -> Option<Box<dyn std::fmt::Display + 'a>> {
+        self.0.help()
+    }
+    fn source_code(&self) -> Option<&dyn miette::SourceCode> {
+        self.0.source_code()
+    }
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = miette::LabeledSpan> + '_>> {
+        self.0.labels()
+    }
+}
+
+impl DefinitionErrorDetails {
+    fn prefix(&self) -> String {
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => format!("{}:{l}:{c}: ", self.source_name),
+            _ => format!("{}: ", self.source_name),
+        }
+    }
+}
+
+impl DefinitionError {
+    pub(crate) fn from_yaml(err: &serde_yaml::Error, text: &str, source_name: &str) -> Self {
+        let mut full = err.to_string();
+        let loc = err.location();
+        if let Some(l) = &loc {
+            let suffix = format!(" at line {} column {}", l.line(), l.column());
+            if let Some(at) = full.find(&suffix) {
+                full.replace_range(at..at + suffix.len(), "");
+            }
+        }
+        let (message, help) = match full.split_once(HELP_SEPARATOR) {
+            Some((m, h)) => (m.to_string(), h.to_string()),
+            None => (full, DEFAULT_HELP.to_string()),
+        };
+        let (line, column) = match &loc {
+            Some(l) => (Some(l.line()), Some(l.column())),
+            None => (None, None),
+        };
+        let span = loc.map(|l| span_at(text, l.line(), l.column(), l.index()));
+        Self(Box::new(DefinitionErrorDetails {
+            message,
+            line,
+            column,
+            source_name: source_name.to_string(),
+            help: Some(help),
+            src: NamedSource::new(source_name, text.to_string()),
+            span,
+        }))
+    }
+}
+
+/// The span of the token at a 1-based line and (character) column; falls
+/// back to the byte index when the line does not exist.
+fn span_at(text: &str, line: usize, column: usize, index: usize) -> SourceSpan {
+    let mut line_start = 0;
+    let mut start = None;
+    for (n, l) in text.split_inclusive('\n').enumerate() {
+        if n + 1 == line {
+            let content = l.trim_end_matches(['\n', '\r']);
+            let within = content
+                .char_indices()
+                .nth(column.saturating_sub(1))
+                .map_or(content.len(), |(i, _)| i);
+            start = Some(line_start + within);
+            break;
+        }
+        line_start += l.len();
+    }
+    let start = start.unwrap_or_else(|| index.min(text.len()));
+    let len = text[start..]
+        .find(|c: char| c.is_whitespace() || matches!(c, ':' | ',' | '[' | ']' | '{' | '}'))
+        .unwrap_or(text.len() - start);
+    SourceSpan::new(start.into(), len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn span_points_at_the_token() {
+        let text = "a: 1\nbé: [x, yy]\n";
+        let s = span_at(text, 2, 6, 0);
+        assert_eq!(&text[s.offset()..s.offset() + s.len()], "x");
+        let s = span_at(text, 2, 1, 0);
+        assert_eq!(&text[s.offset()..s.offset() + s.len()], "bé");
+        // Past the end of a line: at its end, empty.
+        let s = span_at(text, 1, 40, 0);
+        assert_eq!((s.offset(), s.len()), (4, 0));
+        // Past the last line: the byte index, clamped.
+        let s = span_at(text, 9, 1, 999);
+        assert_eq!(s.offset(), text.len());
+    }
+}

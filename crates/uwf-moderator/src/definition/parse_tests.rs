@@ -1,0 +1,542 @@
+use proptest::prelude::*;
+use serde_json::json;
+use uwf_protocol::{
+    ConditionDefinition, ModeratorContext, RoleDefinition, StartNodePayload, StepContext,
+    Transition, WorkflowPayload,
+};
+
+use super::*;
+use crate::evaluate;
+
+/// Seed 002's example, verbatim.
+const SEED_002: &str = r#"
+name: "solve-issue"
+description: "End-to-end issue resolution"
+roles:
+  planner:
+    description: "Creates implementation plan"
+    systemPrompt: "You are a planning agent. Analyze the issue and create a step-by-step plan."
+    outputSchema:
+      type: object
+      properties:
+        plan: { type: string }
+        steps: { type: array, items: { type: string } }
+      required: [plan, steps]
+  developer:
+    description: "Implements code changes"
+    systemPrompt: "You are a developer agent. Implement the plan."
+    outputSchema:
+      type: object
+      properties:
+        filesChanged: { type: array, items: { type: string } }
+        summary: { type: string }
+      required: [filesChanged, summary]
+  reviewer:
+    description: "Reviews code changes"
+    systemPrompt: "You are a code reviewer. Review the implementation."
+    outputSchema:
+      type: object
+      properties:
+        approved: { type: boolean }
+        comments: { type: string }
+      required: [approved, comments]
+conditions:
+  notApproved:
+    description: "Reviewer rejected the implementation"
+    expression: "steps[-1].output.approved = false"
+graph:
+  $START:
+    - role: "planner"
+      condition: null
+  planner:
+    - role: "developer"
+      condition: null
+  developer:
+    - role: "reviewer"
+      condition: null
+  reviewer:
+    - role: "developer"
+      condition: "notApproved"
+    - role: "$END"
+      condition: null
+"#;
+
+/// Seed 003's role syntax with a status-map graph.
+const SEED_003: &str = r#"
+name: "solve-issue"
+description: "End-to-end issue resolution"
+roles:
+  planner:
+    description: "Creates implementation plan"
+    goal: "You are a planning agent. Analyze the issue and create a step-by-step plan."
+    capabilities:
+      - issue-analysis
+      - planning
+    procedure: "Analyze the issue and create a detailed, actionable implementation plan."
+    output: "Output the plan summary and list of concrete steps."
+    meta:
+      type: object
+      properties:
+        plan: { type: string }
+        steps: { type: array, items: { type: string } }
+      required: [plan, steps]
+  developer:
+    description: "Implements code changes"
+    goal: |
+      You are a developer agent.
+      Implement the plan.
+    meta: { type: object }
+  reviewer:
+    description: "Reviews code changes"
+    goal: "Review."
+    meta: { type: object }
+graph:
+  $START: { _: planner }
+  planner:
+    needs_info: { role: planner, prompt: "Answer: {{question}}" }
+    _: developer
+  developer: { _: reviewer }
+  reviewer:
+    changes_requested: { role: developer, prompt: "Fix: {{comments}}" }
+    approved: $END
+"#;
+
+fn parse(text: &str) -> WorkflowDefinition {
+    parse_yaml(text, "test.yaml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn parse_err(text: &str) -> DefinitionError {
+    match parse_yaml(text, "test.yaml") {
+        Ok(d) => panic!("parsed: {d:?}"),
+        Err(e) => e,
+    }
+}
+
+/// The payload `register` would build, with a dummy schema hash.
+fn payload(def: &WorkflowDefinition) -> WorkflowPayload {
+    WorkflowPayload {
+        name: def.name.clone(),
+        description: def.description.clone(),
+        roles: def
+            .roles
+            .iter()
+            .map(|(k, r)| {
+                (
+                    k.clone(),
+                    RoleDefinition {
+                        description: r.description.clone(),
+                        system_prompt: r.system_prompt.clone(),
+                        output_schema: "0000000000000".into(),
+                    },
+                )
+            })
+            .collect(),
+        conditions: def.conditions.clone(),
+        graph: def.graph.clone(),
+    }
+}
+
+fn ctx(steps: &[(&str, serde_json::Value)]) -> ModeratorContext {
+    ModeratorContext {
+        start: StartNodePayload {
+            workflow: "0000000000000".into(),
+            prompt: "p".into(),
+            parent_state: None,
+        },
+        steps: steps
+            .iter()
+            .map(|(r, o)| StepContext {
+                role: (*r).into(),
+                output: o.clone(),
+                detail: "0000000000000".into(),
+                agent: "a".into(),
+            })
+            .collect(),
+    }
+}
+
+fn t(role: &str, condition: Option<&str>, prompt: Option<&str>) -> Transition {
+    Transition {
+        role: role.into(),
+        condition: condition.map(Into::into),
+        prompt: prompt.map(Into::into),
+    }
+}
+
+#[test]
+fn canonical_seed_002() {
+    let d = parse(SEED_002);
+    assert_eq!(d.name, "solve-issue");
+    assert_eq!(d.description, "End-to-end issue resolution");
+    assert_eq!(d.roles.len(), 3);
+    assert_eq!(
+        d.roles["reviewer"].output_schema["required"],
+        json!(["approved", "comments"])
+    );
+    assert_eq!(
+        d.conditions["notApproved"],
+        ConditionDefinition::Described {
+            description: "Reviewer rejected the implementation".into(),
+            expression: "steps[-1].output.approved = false".into(),
+        }
+    );
+    assert_eq!(
+        d.graph["reviewer"],
+        vec![
+            t("developer", Some("notApproved"), None),
+            t("$END", None, None)
+        ]
+    );
+    assert!(validate(&d).is_ok(), "{}", validate(&d));
+}
+
+#[test]
+fn alternative_seed_003() {
+    let d = parse(SEED_003);
+    assert_eq!(
+        d.roles["planner"].system_prompt,
+        "## Goal\nYou are a planning agent. Analyze the issue and create a step-by-step plan.\n\n\
+         ## Capabilities\n- issue-analysis\n- planning\n\n\
+         ## Procedure\nAnalyze the issue and create a detailed, actionable implementation plan.\n\n\
+         ## Output\nOutput the plan summary and list of concrete steps."
+    );
+    assert_eq!(
+        d.roles["developer"].system_prompt,
+        "## Goal\nYou are a developer agent.\nImplement the plan."
+    );
+    assert_eq!(
+        d.roles["planner"].output_schema["required"],
+        json!(["plan", "steps"])
+    );
+
+    assert_eq!(d.graph["$START"], vec![t("planner", None, None)]);
+    assert_eq!(
+        d.graph["planner"],
+        vec![
+            t(
+                "planner",
+                Some("planner.$status=needs_info"),
+                Some("Answer: {{question}}")
+            ),
+            t("developer", None, None),
+        ]
+    );
+    assert_eq!(
+        d.graph["reviewer"],
+        vec![
+            t(
+                "developer",
+                Some("reviewer.$status=changes_requested"),
+                Some("Fix: {{comments}}")
+            ),
+            t("$END", Some("reviewer.$status=approved"), None),
+        ]
+    );
+    assert_eq!(
+        d.conditions["reviewer.$status=approved"].expression(),
+        r#"steps[-1].output.`$status` = "approved""#
+    );
+    let report = validate(&d);
+    assert!(report.is_ok(), "{report}");
+    // The reviewer has no `_`: flagged, not refused.
+    assert_eq!(
+        report
+            .warnings
+            .iter()
+            .map(|w| (w.code, w.role.as_deref()))
+            .collect::<Vec<_>>(),
+        [("no-fallback", Some("reviewer"))]
+    );
+}
+
+#[test]
+fn status_routing_end_to_end() {
+    let w = payload(&parse(SEED_003));
+    let next = |steps: &[(&str, serde_json::Value)]| evaluate(&w, &ctx(steps));
+    let ok = |steps: &[(&str, serde_json::Value)]| next(steps).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ok(&[]).next, "planner");
+    let d = ok(&[(
+        "planner",
+        json!({"$status": "needs_info", "question": "which db?"}),
+    )]);
+    assert_eq!(
+        (d.next.as_str(), d.prompt.as_deref()),
+        ("planner", Some("Answer: which db?"))
+    );
+    // No `$status`: the fallback.
+    assert_eq!(ok(&[("planner", json!({"plan": "p"}))]).next, "developer");
+    // `status` (without `$`) is not the routing field.
+    assert_eq!(
+        ok(&[("planner", json!({"status": "needs_info"}))]).next,
+        "developer"
+    );
+    let d = ok(&[(
+        "reviewer",
+        json!({"$status": "changes_requested", "comments": "tests"}),
+    )]);
+    assert_eq!(
+        (d.next.as_str(), d.prompt.as_deref()),
+        ("developer", Some("Fix: tests"))
+    );
+    assert!(ok(&[("reviewer", json!({"$status": "approved"}))]).is_end());
+    // No fallback and an unknown status: the moderator refuses.
+    assert!(matches!(
+        next(&[("reviewer", json!({"$status": "maybe"}))]),
+        Err(crate::ModeratorError::NoMatch { tried, .. }) if tried.len() == 2
+    ));
+}
+
+#[test]
+fn conditions_accept_scalars_and_expression_only_maps() {
+    let d = parse(
+        "name: n\nroles: {a: {systemPrompt: s, outputSchema: {}}}\n\
+         conditions:\n  always: true\n  n: 3\n  e: {expression: \"x > 1\"}\n\
+         graph: {$START: [{role: a}], a: [{role: $END, condition: always}]}\n",
+    );
+    assert_eq!(
+        d.conditions["always"],
+        ConditionDefinition::Expression("true".into())
+    );
+    assert_eq!(d.conditions["n"].expression(), "3");
+    assert_eq!(
+        d.conditions["e"],
+        ConditionDefinition::Expression("x > 1".into())
+    );
+    // `condition` may be omitted: unconditional.
+    assert_eq!(d.graph["$START"], vec![t("a", None, None)]);
+    assert_eq!(d.description, "");
+    assert_eq!(d.roles["a"].description, "");
+}
+
+#[test]
+fn yaml_syntax_error_has_location() {
+    let e = parse_err("name: x\nroles: {}\ngraph: {$START: [}\n");
+    assert_eq!(e.line, Some(3), "{e}");
+    assert!(e.column.is_some());
+    assert!(e.to_string().starts_with("test.yaml:3:"), "{e}");
+    assert!(e.span.is_some());
+}
+
+#[test]
+fn missing_name() {
+    let e = parse_err("description: d\nroles: {}\ngraph: {$START: []}\n");
+    assert!(e.message.contains("no `name`"), "{e}");
+    assert!(
+        e.help.as_deref().is_some_and(|h| h.contains("name:")),
+        "{e:?}"
+    );
+    assert_eq!(e.line, Some(1));
+}
+
+#[test]
+fn role_without_output_schema_points_at_the_role() {
+    let text = "name: x\nroles:\n  ok:\n    systemPrompt: s\n    outputSchema: {}\n  bad:\n    description: d\n    systemPrompt: s\ngraph: {$START: []}\n";
+    let e = parse_err(text);
+    assert!(e.message.contains("roles.bad"), "{e}");
+    assert!(e.message.contains("no output schema"), "{e}");
+    assert!(
+        e.help.as_deref().is_some_and(|h| h.contains("meta")),
+        "{e:?}"
+    );
+    assert_eq!(e.line, Some(7), "{e}");
+    let span = e.span.unwrap_or_else(|| panic!("no span"));
+    assert_eq!(
+        &text[span.offset()..span.offset() + span.len()],
+        "description"
+    );
+
+    let e = parse_err("name: x\nroles:\n  a:\n    goal: g\ngraph: {$START: []}\n");
+    assert!(e.message.contains("no output schema"), "{e}");
+}
+
+#[test]
+fn role_may_not_mix_forms() {
+    let e = parse_err(
+        "name: x\nroles:\n  a:\n    systemPrompt: s\n    goal: g\n    meta: {}\ngraph: {$START: []}\n",
+    );
+    assert!(e.message.contains("both `systemPrompt` and `goal`"), "{e}");
+    assert_eq!(e.line, Some(4));
+    let e = parse_err(
+        "name: x\nroles:\n  a:\n    systemPrompt: s\n    outputSchema: {}\n    meta: {}\ngraph: {$START: []}\n",
+    );
+    assert!(e.message.contains("both `outputSchema` and `meta`"), "{e}");
+    let e = parse_err("name: x\nroles:\n  a:\n    outputSchema: {}\ngraph: {$START: []}\n");
+    assert!(e.message.contains("no instructions"), "{e}");
+}
+
+#[test]
+fn graph_without_start() {
+    let e = parse_err(
+        "name: x\nroles:\n  a: {systemPrompt: s, outputSchema: {}}\ngraph:\n  a: [{role: $END}]\n",
+    );
+    assert!(e.message.contains("no `$START`"), "{e}");
+    assert_eq!(e.line, Some(5), "{e}");
+}
+
+#[test]
+fn unknown_keys_are_refused_where_they_are() {
+    let e = parse_err("name: x\nroels: {}\ngraph: {$START: []}\n");
+    assert!(e.message.contains("unknown field `roels`"), "{e}");
+    assert_eq!(e.line, Some(2));
+
+    let e = parse_err(
+        "name: x\nroles:\n  a:\n    systemPrompt: s\n    outputSchema: {}\n    sytemPrompt: t\ngraph: {$START: []}\n",
+    );
+    assert!(e.message.contains("unknown field `sytemPrompt`"), "{e}");
+    assert_eq!(e.line, Some(6));
+
+    let e = parse_err("name: x\nroles: {}\ngraph:\n  $START:\n    - role: a\n      conditon: c\n");
+    assert!(e.message.contains("unknown field `conditon`"), "{e}");
+    assert_eq!(e.line, Some(6));
+
+    let e = parse_err(
+        "name: x\nroles: {}\nconditions:\n  c: {expression: x, descr: d}\ngraph: {$START: []}\n",
+    );
+    assert!(e.message.contains("unknown field `descr`"), "{e}");
+
+    let e = parse_err("name: x\nroles: {}\ngraph:\n  $START: {_: {role: a, promt: p}}\n");
+    assert!(e.message.contains("unknown field `promt`"), "{e}");
+}
+
+#[test]
+fn wrong_types_have_locations() {
+    let e = parse_err(
+        "name: x\nroles:\n  a:\n    goal: g\n    capabilities: shell\n    meta: {}\ngraph: {$START: []}\n",
+    );
+    assert!(e.message.contains("invalid type"), "{e}");
+    assert_eq!(e.line, Some(5), "{e}");
+
+    let e = parse_err("name: x\nroles:\n  a: just a string\ngraph: {$START: []}\n");
+    assert!(e.message.contains("expected a role"), "{e}");
+    assert_eq!(e.line, Some(3), "{e}");
+
+    let e = parse_err("name: x\nroles: {}\ngraph:\n  $START: planner\n");
+    assert!(e.message.contains("expected transitions"), "{e}");
+    assert_eq!(e.line, Some(4), "{e}");
+
+    let e = parse_err("name: x\nroles: {}\ngraph:\n  $START:\n    - planner\n");
+    assert!(e.message.contains("expected a transition"), "{e}");
+    assert_eq!(e.line, Some(5), "{e}");
+
+    let e = parse_err("name: [x]\nroles: {}\ngraph: {$START: []}\n");
+    assert!(e.message.contains("invalid type"), "{e}");
+    assert_eq!(e.line, Some(1), "{e}");
+
+    let e = parse_err("name: x\nroles: {}\ngraph:\n  $START:\n    - {condition: null}\n");
+    assert!(e.message.contains("missing field `role`"), "{e}");
+    assert_eq!(e.line, Some(5), "{e}");
+}
+
+#[test]
+fn duplicates_are_refused() {
+    let e = parse_err(
+        "name: x\nroles:\n  a: {systemPrompt: s, outputSchema: {}}\n  a: {systemPrompt: t, outputSchema: {}}\ngraph: {$START: []}\n",
+    );
+    assert!(e.message.contains("duplicate key `a`"), "{e}");
+    let e = parse_err("name: x\nroles: {}\ngraph:\n  $START: {_: a, _: b}\n");
+    assert!(e.message.contains("duplicate key `_`"), "{e}");
+}
+
+#[test]
+fn generated_names_may_not_clash() {
+    let e = parse_err(
+        "name: x\nroles: {}\nconditions:\n  a.$status=done: \"true\"\ngraph:\n  $START: {_: a}\n  a: {done: $END}\n",
+    );
+    assert!(e.message.contains("`a.$status=done`"), "{e}");
+    assert!(
+        e.help.as_deref().is_some_and(|h| h.contains("reserved")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn start_status_map_only_takes_fallback() {
+    let e = parse_err("name: x\nroles: {}\ngraph:\n  $START: {ready: a, _: a}\n");
+    assert!(e.message.contains("`ready`"), "{e}");
+    let e = parse_err("name: x\nroles: {}\ngraph:\n  $START: {}\n");
+    assert!(e.message.contains("empty"), "{e}");
+}
+
+#[test]
+fn empty_and_non_mapping_documents() {
+    let e = parse_err("");
+    assert!(!e.message.is_empty());
+    let e = parse_err("- a\n- b\n");
+    assert!(e.message.contains("expected a workflow"), "{e}");
+    let doc = "roles: {}\ngraph: {$START: [{role: $END}]}\n";
+    let e = parse_err(&format!("name: a\n{doc}---\nname: b\n{doc}"));
+    assert!(e.message.contains("more than one document"), "{e}");
+}
+
+#[test]
+fn display_and_diagnostic() {
+    let e = parse_err("name: x\nroles:\n  a: {systemPrompt: s}\ngraph: {$START: []}\n");
+    let shown = e.to_string();
+    assert!(shown.starts_with("test.yaml:3:"), "{shown}");
+    assert!(!shown.contains(" at line "), "{shown}");
+    assert!(!shown.contains('\u{1f}'), "{shown}");
+    use miette::Diagnostic;
+    assert!(e.source_code().is_some());
+    assert_eq!(e.labels().map(Iterator::count), Some(1));
+    assert_eq!(
+        e.code().map(|c| c.to_string()).as_deref(),
+        Some("uwf::workflow::definition")
+    );
+}
+
+#[test]
+fn canonical_form_round_trips() {
+    for text in [SEED_002, SEED_003] {
+        let d = parse(text);
+        let yaml = serde_yaml::to_string(&d).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(parse(&yaml), d, "{yaml}");
+    }
+}
+
+fn status_workflow(status: &str) -> String {
+    // A flow-style YAML key: quote it as a JSON string (valid YAML).
+    let key = serde_json::to_string(status).unwrap_or_default();
+    format!(
+        "name: s\nroles:\n  a: {{systemPrompt: s, outputSchema: {{}}}}\n\
+         graph:\n  $START: {{_: a}}\n  a: {{{key}: $END, _: a}}\n"
+    )
+}
+
+proptest! {
+    #[test]
+    fn any_status_compiles_to_an_exact_match(status in "\\PC{1,12}|[\"\\\\`'${}\\n\\t ]{1,6}") {
+        prop_assume!(status != "_");
+        let d = parse_yaml(&status_workflow(&status), "s.yaml")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let name = format!("a.$status={status}");
+        prop_assert!(d.conditions.contains_key(&name));
+        let report = validate(&d);
+        prop_assert!(report.is_ok(), "{}", report);
+        let w = payload(&d);
+        let same = evaluate(&w, &ctx(&[("a", json!({"$status": status}))]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        prop_assert!(same.is_end());
+        let other = evaluate(&w, &ctx(&[("a", json!({"$status": format!("{status}x")}))]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        prop_assert!(!other.is_end());
+    }
+
+    #[test]
+    fn parse_never_panics(text in "[a-z$_{}\\[\\]:, \\n\"-]{0,80}") {
+        let _ = parse_yaml(&text, "fuzz.yaml");
+    }
+
+    #[test]
+    fn errors_are_located_within_the_text(extra in "[a-z]{1,8}", line in 0usize..6) {
+        let mut lines: Vec<String> = SEED_002.lines().map(str::to_string).collect();
+        let at = (line * 7 + 2).min(lines.len());
+        lines.insert(at, format!("{extra}: [oops"));
+        let text = lines.join("\n");
+        if let Err(e) = parse_yaml(&text, "p.yaml") {
+            if let Some(span) = e.span {
+                prop_assert!(span.offset() + span.len() <= text.len());
+            }
+            prop_assert!(e.line.is_some());
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! Static checks of a workflow.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+
+use serde::Serialize;
+use uwf_protocol::{ConditionDefinition, END, START, Transition, WorkflowPayload};
+
+use super::WorkflowDefinition;
+use crate::eval::check_template;
+use crate::jsonata::{self, Failure};
+
+/// One problem found by [`validate`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// Stable identifier of the check, e.g. `unknown-condition`.
+    pub code: &'static str,
+    /// What is wrong, for humans.
+    pub message: String,
+    /// The role (or `$START`) concerned, if any.
+    pub role: Option<String>,
+    /// The condition concerned, if any.
+    pub condition: Option<String>,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] {}", self.code, self.message)
+    }
+}
+
+/// Everything [`validate`] found. Errors refuse a registration; warnings do not.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// Problems that make the workflow unusable.
+    pub errors: Vec<Finding>,
+    /// Suspicious but workable constructs.
+    pub warnings: Vec<Finding>,
+}
+
+impl Report {
+    /// True when there are no errors (warnings allowed).
+    pub fn is_ok(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    fn error(
+        &mut self,
+        code: &'static str,
+        message: String,
+        role: Option<&str>,
+        cond: Option<&str>,
+    ) {
+        self.errors.push(finding(code, message, role, cond));
+    }
+
+    fn warning(
+        &mut self,
+        code: &'static str,
+        message: String,
+        role: Option<&str>,
+        cond: Option<&str>,
+    ) {
+        self.warnings.push(finding(code, message, role, cond));
+    }
+}
+
+fn finding(code: &'static str, message: String, role: Option<&str>, cond: Option<&str>) -> Finding {
+    Finding {
+        code,
+        message,
+        role: role.map(str::to_string),
+        condition: cond.map(str::to_string),
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for e in &self.errors {
+            writeln!(f, "error {e}")?;
+        }
+        for w in &self.warnings {
+            writeln!(f, "warning {w}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks a parsed workflow.
+///
+/// Errors: a JSONata expression (condition, or placeholder of an edge prompt)
+/// that does not parse; a transition naming an undefined condition; a target
+/// that is neither a role nor `$END`; no `$START`; a role without outgoing
+/// transitions; a role unreachable from `$START`; no path from `$START` to
+/// `$END`; a graph entry for something that is not a role; a role name
+/// starting with `$`; an output schema that is not a JSON object; no roles.
+///
+/// Warnings: an unused condition; a transition after an unconditional one
+/// (it can never be taken); a role without an unconditional fallback (the
+/// thread fails when no condition holds); a role from which `$END` cannot be
+/// reached.
+pub fn validate(def: &WorkflowDefinition) -> Report {
+    jsonata::on_big_stack(|| {
+        let mut report = Report::default();
+        for (role, draft) in &def.roles {
+            if !draft.output_schema.is_object() {
+                report.error(
+                    "schema-not-object",
+                    format!(
+                        "the output schema of role `{role}` is not a JSON object (found {})",
+                        kind_of(&draft.output_schema)
+                    ),
+                    Some(role),
+                    None,
+                );
+            }
+        }
+        check_graph(
+            def.roles.keys().map(String::as_str).collect(),
+            &def.conditions,
+            &def.graph,
+            &mut report,
+        );
+        report
+    })
+}
+
+/// Checks a stored workflow: the same checks as [`validate`] except those of
+/// output schemas (they are CAS references by then).
+pub fn validate_payload(w: &WorkflowPayload) -> Report {
+    jsonata::on_big_stack(|| {
+        let mut report = Report::default();
+        check_graph(
+            w.roles.keys().map(String::as_str).collect(),
+            &w.conditions,
+            &w.graph,
+            &mut report,
+        );
+        report
+    })
+}
+
+fn kind_of(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Index of the first unconditional transition, after which nothing is live.
+fn live(transitions: &[Transition]) -> &[Transition] {
+    match transitions.iter().position(|t| t.condition.is_none()) {
+        Some(i) => &transitions[..=i],
+        None => transitions,
+    }
+}
+
+fn check_graph(
+    roles: BTreeSet<&str>,
+    conditions: &BTreeMap<String, ConditionDefinition>,
+    graph: &BTreeMap<String, Vec<Transition>>,
+    report: &mut Report,
+) {
+    if roles.is_empty() {
+        report.error("no-roles", "the workflow has no roles".into(), None, None);
+    }
+    for role in &roles {
+        if role.is_empty() || role.starts_with('$') {
+            report.error(
+                "invalid-role-name",
+                format!(
+                    "role name `{role}` is not allowed: names starting with `$` are reserved for `$START` and `$END`"
+                ),
+                Some(role),
+                None,
+            );
+        }
+    }
+    if !graph.contains_key(START) {
+        report.error(
+            "no-start",
+            "the graph has no `$START` entry, so no role can run first".into(),
+            Some(START),
+            None,
+        );
+    }
+    for source in graph.keys() {
+        if source == END {
+            report.error(
+                "unknown-source",
+                "`$END` has transitions, but a thread stops at `$END`".into(),
+                Some(END),
+                None,
+            );
+        } else if source != START && !roles.contains(source.as_str()) {
+            report.error(
+                "unknown-source",
+                format!("the graph has transitions for `{source}`, which is not a role"),
+                Some(source),
+                None,
+            );
+        }
+    }
+    for role in roles.iter().copied().chain([START]) {
+        let has = graph.get(role).is_some_and(|t| !t.is_empty());
+        if !has && (role != START || graph.contains_key(START)) {
+            report.error(
+                "no-transitions",
+                format!("`{role}` has no outgoing transitions; end it with `{{role: $END, condition: null}}`"),
+                Some(role),
+                None,
+            );
+        }
+    }
+
+    let mut used = BTreeSet::new();
+    for (source, transitions) in graph {
+        let mut unconditional: Option<usize> = None;
+        for (i, t) in transitions.iter().enumerate() {
+            let here = format!("`{source}` → `{}` (transition #{i})", t.role);
+            if t.role == START {
+                report.error(
+                    "unknown-target",
+                    format!("{here}: `$START` cannot be a target"),
+                    Some(source),
+                    t.condition.as_deref(),
+                );
+            } else if t.role != END && !roles.contains(t.role.as_str()) {
+                report.error(
+                    "unknown-target",
+                    format!("{here}: `{}` is neither a role nor `$END`", t.role),
+                    Some(source),
+                    t.condition.as_deref(),
+                );
+            }
+            if let Some(c) = &t.condition {
+                if conditions.contains_key(c) {
+                    used.insert(c.as_str());
+                } else {
+                    report.error(
+                        "unknown-condition",
+                        format!(
+                            "{here} uses condition `{c}`, which is not defined in `conditions`"
+                        ),
+                        Some(source),
+                        Some(c),
+                    );
+                }
+            }
+            if let Some(first) = unconditional {
+                report.warning(
+                    "dead-transition",
+                    format!(
+                        "{here} can never be taken: transition #{first} before it is unconditional"
+                    ),
+                    Some(source),
+                    t.condition.as_deref(),
+                );
+            } else if t.condition.is_none() {
+                unconditional = Some(i);
+            }
+            if let Some(p) = &t.prompt
+                && let Err(m) = check_template(p)
+            {
+                report.error(
+                    "prompt-syntax",
+                    format!("{here}: the edge prompt is invalid: {m}"),
+                    Some(source),
+                    t.condition.as_deref(),
+                );
+            }
+        }
+        if !transitions.is_empty() && unconditional.is_none() {
+            report.warning(
+                "no-fallback",
+                format!(
+                    "`{source}` has no unconditional transition: when none of its conditions holds, the thread stops with an error"
+                ),
+                Some(source),
+                None,
+            );
+        }
+    }
+
+    for (name, cond) in conditions {
+        if let Err(f) = jsonata::check_syntax(cond.expression()) {
+            let m = match f {
+                Failure::Syntax(m) | Failure::Runtime(m) => m,
+            };
+            report.error(
+                "condition-syntax",
+                format!(
+                    "condition `{name}` is not valid JSONata: {m} (expression: {})",
+                    cond.expression()
+                ),
+                None,
+                Some(name),
+            );
+        }
+        if !used.contains(name.as_str()) {
+            report.warning(
+                "unused-condition",
+                format!("condition `{name}` is not used by any transition"),
+                None,
+                Some(name),
+            );
+        }
+    }
+
+    check_paths(&roles, graph, report);
+}
+
+/// Reachability over live edges: every role from `$START`, `$END` from `$START`.
+fn check_paths(
+    roles: &BTreeSet<&str>,
+    graph: &BTreeMap<String, Vec<Transition>>,
+    report: &mut Report,
+) {
+    if !graph.contains_key(START) {
+        return;
+    }
+    let edges = |n: &str| -> Vec<&str> {
+        graph
+            .get(n)
+            .map(|t| live(t).iter().map(|t| t.role.as_str()).collect())
+            .unwrap_or_default()
+    };
+    // Forward from $START.
+    let mut reached = BTreeSet::from([START]);
+    let mut queue = VecDeque::from([START]);
+    while let Some(n) = queue.pop_front() {
+        if n == END {
+            continue;
+        }
+        for m in edges(n) {
+            if reached.insert(m) {
+                queue.push_back(m);
+            }
+        }
+    }
+    for role in roles {
+        if !reached.contains(role) {
+            report.error(
+                "unreachable",
+                format!("role `{role}` can never run: no path leads to it from `$START`"),
+                Some(role),
+                None,
+            );
+        }
+    }
+    // Backward from $END.
+    let mut reverse: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for source in graph.keys() {
+        for target in edges(source) {
+            reverse.entry(target).or_default().push(source);
+        }
+    }
+    let mut ends = BTreeSet::from([END]);
+    let mut queue = VecDeque::from([END]);
+    while let Some(n) = queue.pop_front() {
+        for &m in reverse.get(n).into_iter().flatten() {
+            if ends.insert(m) {
+                queue.push_back(m);
+            }
+        }
+    }
+    if !ends.contains(START) {
+        report.error(
+            "no-end",
+            "no path leads from `$START` to `$END`: every thread would run forever or fail".into(),
+            Some(START),
+            None,
+        );
+        return;
+    }
+    for role in roles {
+        if reached.contains(role) && !ends.contains(role) {
+            report.warning(
+                "no-way-out",
+                format!("once `{role}` runs, `$END` can never be reached"),
+                Some(role),
+                None,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "validate_tests.rs"]
+mod tests;

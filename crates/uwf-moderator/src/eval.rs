@@ -1,0 +1,437 @@
+//! Phase 1 of a step: choosing the next role.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uwf_protocol::{END, ModeratorContext, START, WorkflowPayload};
+
+use crate::jsonata::{self, Failure, Input};
+use crate::template::{self, Segment};
+
+/// What the moderator decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// The current role (the last step's role), or [`START`].
+    pub from: String,
+    /// The next role, or [`END`].
+    pub next: String,
+    /// Index of the chosen transition in `graph[from]`.
+    pub index: usize,
+    /// The condition that held; `None` when the unconditional fallback was taken.
+    pub condition: Option<String>,
+    /// The chosen transition's edge prompt, rendered against the last step's
+    /// output (`{}` at [`START`]); `None` when the edge has no prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+}
+
+impl Decision {
+    /// True when the thread is over (`next` is [`END`]).
+    pub fn is_end(&self) -> bool {
+        self.next == END
+    }
+}
+
+/// Which expression of a workflow an error is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Subject {
+    /// A named condition.
+    Condition {
+        /// Its name.
+        name: String,
+    },
+    /// The prompt template of the edge `graph[role][index]`.
+    EdgePrompt {
+        /// The edge's target.
+        target: String,
+        /// Its index in `graph[role]`.
+        index: usize,
+    },
+    /// A template rendered on its own ([`render_prompt`]).
+    Template,
+}
+
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Condition { name } => write!(f, "condition `{name}`"),
+            Self::EdgePrompt { target, index } => {
+                write!(f, "the prompt of transition #{index} (to `{target}`)")
+            }
+            Self::Template => f.write_str("the prompt template"),
+        }
+    }
+}
+
+/// `workflow `w`, role `r`: ` — or nothing for a template rendered alone.
+fn site(workflow: &str, role: &str) -> String {
+    match (workflow.is_empty(), role.is_empty()) {
+        (true, true) => String::new(),
+        (false, true) => format!("workflow `{workflow}`: "),
+        (true, false) => format!("role `{role}`: "),
+        (false, false) => format!("workflow `{workflow}`, role `{role}`: "),
+    }
+}
+
+fn tried_list(tried: &[String]) -> String {
+    if tried.is_empty() {
+        "none".into()
+    } else {
+        tried
+            .iter()
+            .map(|c| format!("`{c}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Details of [`ModeratorError::Syntax`] and [`ModeratorError::Evaluation`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpressionError {
+    /// The workflow's name (empty for [`render_prompt`]).
+    pub workflow: String,
+    /// The role whose transitions were evaluated (empty for [`render_prompt`]).
+    pub role: String,
+    /// The expression's place in the workflow.
+    pub subject: Subject,
+    /// The expression (or, for an unbalanced placeholder, the template).
+    pub expression: String,
+    /// The parser's or evaluator's message.
+    pub message: String,
+}
+
+/// Why the moderator could not decide.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, miette::Diagnostic)]
+#[non_exhaustive]
+pub enum ModeratorError {
+    /// The current role has no outgoing transitions.
+    #[error("workflow `{workflow}`: role `{role}` has no outgoing transitions")]
+    #[diagnostic(
+        code(uwf::moderator::no_transitions),
+        help(
+            "add `graph.{role}` with at least one transition (end with `{{role: $END, condition: null}}`); \
+             `uwf workflow put` validates this"
+        )
+    )]
+    NoTransitions {
+        /// The workflow's name.
+        workflow: String,
+        /// The role (or `$START`).
+        role: String,
+    },
+
+    /// A transition names a condition the workflow does not define.
+    #[error(
+        "workflow `{workflow}`, role `{role}`: transition #{index} uses condition `{condition}`, which is not defined"
+    )]
+    #[diagnostic(
+        code(uwf::moderator::unknown_condition),
+        help("define `conditions.{condition}` or fix the name in `graph.{role}`")
+    )]
+    UnknownCondition {
+        /// The workflow's name.
+        workflow: String,
+        /// The role whose transition it is.
+        role: String,
+        /// The missing condition.
+        condition: String,
+        /// Index of the transition in `graph[role]`.
+        index: usize,
+    },
+
+    /// An expression does not parse.
+    #[error("{}{} is not valid JSONata: {}\n  expression: {}", site(&.0.workflow, &.0.role), .0.subject, .0.message, .0.expression)]
+    #[diagnostic(
+        code(uwf::moderator::syntax),
+        help(
+            "fix the expression (see https://docs.jsonata.org); `uwf workflow put` checks every expression"
+        )
+    )]
+    Syntax(Box<ExpressionError>),
+
+    /// An expression failed at run time.
+    #[error("{}evaluating {} failed: {}\n  expression: {}", site(&.0.workflow, &.0.role), .0.subject, .0.message, .0.expression)]
+    #[diagnostic(
+        code(uwf::moderator::evaluation),
+        help(
+            "the expression runs against {{start, steps}} (a condition) or the last output (an edge prompt); \
+             check the types it assumes, e.g. with `uwf thread steps`"
+        )
+    )]
+    Evaluation(Box<ExpressionError>),
+
+    /// No condition held and there is no unconditional fallback.
+    #[error(
+        "workflow `{workflow}`, role `{role}`: no transition matched (conditions tried: {})",
+        tried_list(.tried)
+    )]
+    #[diagnostic(
+        code(uwf::moderator::no_match),
+        help(
+            "end `graph.{role}` with an unconditional transition (`condition: null`, or `_` in a status map) \
+             so that some transition always applies"
+        )
+    )]
+    NoMatch {
+        /// The workflow's name.
+        workflow: String,
+        /// The role.
+        role: String,
+        /// The conditions evaluated, in order; all were false.
+        tried: Vec<String>,
+    },
+}
+
+impl ModeratorError {
+    /// The condition the error is about, if any.
+    pub fn condition(&self) -> Option<&str> {
+        match self {
+            Self::UnknownCondition { condition, .. } => Some(condition),
+            Self::Syntax(e) | Self::Evaluation(e) => match &e.subject {
+                Subject::Condition { name } => Some(name),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The role whose transitions were being evaluated (empty for a template
+    /// rendered alone).
+    pub fn role(&self) -> &str {
+        match self {
+            Self::NoTransitions { role, .. }
+            | Self::UnknownCondition { role, .. }
+            | Self::NoMatch { role, .. } => role,
+            Self::Syntax(e) | Self::Evaluation(e) => &e.role,
+        }
+    }
+
+    fn from_failure(
+        failure: Failure,
+        workflow: &str,
+        role: &str,
+        subject: Subject,
+        expression: &str,
+    ) -> Self {
+        let detail = |message| {
+            Box::new(ExpressionError {
+                workflow: workflow.into(),
+                role: role.into(),
+                subject,
+                expression: expression.into(),
+                message,
+            })
+        };
+        match failure {
+            Failure::Syntax(m) => Self::Syntax(detail(m)),
+            Failure::Runtime(m) => Self::Evaluation(detail(m)),
+        }
+    }
+
+    /// Re-labels an error of a template rendered inside a workflow.
+    fn placed(mut self, workflow: &str, role: &str, subject: Subject) -> Self {
+        if let Self::Syntax(e) | Self::Evaluation(e) = &mut self {
+            e.workflow = workflow.into();
+            e.role = role.into();
+            e.subject = subject;
+        }
+        self
+    }
+}
+
+/// Chooses the next role of a thread.
+///
+/// The current role is the last step's role, or [`START`] before the first
+/// step. Its transitions (`workflow.graph[current]`) are tried in order: the
+/// first whose condition is truthy under JSONata boolean casting wins, and a
+/// transition without a condition always matches. Each condition is evaluated
+/// against `ctx` (`{start, steps}`); the winning edge's prompt is rendered
+/// against the last step's output ([`render_prompt`]).
+///
+/// ```
+/// use uwf_moderator::evaluate;
+/// use uwf_protocol::{ModeratorContext, StartNodePayload, StepContext, WorkflowPayload};
+/// use serde_json::json;
+///
+/// let workflow: WorkflowPayload = serde_json::from_value(json!({
+///     "name": "review", "description": "",
+///     "roles": { "dev": { "description": "", "systemPrompt": "", "outputSchema": "0000000000000" } },
+///     "conditions": { "again": "steps[-1].output.retry = true and $count(steps) < 3" },
+///     "graph": {
+///         "$START": [{ "role": "dev", "condition": null }],
+///         "dev": [
+///             { "role": "dev", "condition": "again", "prompt": "Try again: {{reason}}" },
+///             { "role": "$END", "condition": null }
+///         ]
+///     }
+/// }))?;
+/// let start = StartNodePayload { workflow: "0000000000000".into(), prompt: "go".into(), parent_state: None };
+/// let step = StepContext {
+///     role: "dev".into(),
+///     output: json!({ "retry": true, "reason": "tests fail" }),
+///     detail: "0000000000001".into(),
+///     agent: "a".into(),
+/// };
+/// let d = evaluate(&workflow, &ModeratorContext { start, steps: vec![step] })?;
+/// assert_eq!((d.next.as_str(), d.condition.as_deref()), ("dev", Some("again")));
+/// assert_eq!(d.prompt.as_deref(), Some("Try again: tests fail"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn evaluate(
+    workflow: &WorkflowPayload,
+    ctx: &ModeratorContext,
+) -> Result<Decision, ModeratorError> {
+    jsonata::on_big_stack(|| evaluate_here(workflow, ctx))
+}
+
+fn evaluate_here(
+    workflow: &WorkflowPayload,
+    ctx: &ModeratorContext,
+) -> Result<Decision, ModeratorError> {
+    let name = workflow.name.as_str();
+    let from = ctx.steps.last().map_or(START, |s| s.role.as_str());
+    let transitions = workflow
+        .graph
+        .get(from)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| ModeratorError::NoTransitions {
+            workflow: name.into(),
+            role: from.into(),
+        })?;
+
+    // Serialized once, lazily: a workflow whose first transition is
+    // unconditional never needs it.
+    let mut input: Option<Input> = None;
+    let mut tried = Vec::new();
+    for (index, t) in transitions.iter().enumerate() {
+        if let Some(cname) = &t.condition {
+            let cond =
+                workflow
+                    .conditions
+                    .get(cname)
+                    .ok_or_else(|| ModeratorError::UnknownCondition {
+                        workflow: name.into(),
+                        role: from.into(),
+                        condition: cname.clone(),
+                        index,
+                    })?;
+            let expr = cond.expression();
+            let subject = || Subject::Condition {
+                name: cname.clone(),
+            };
+            let fail = |f| ModeratorError::from_failure(f, name, from, subject(), expr);
+            let inp = match &input {
+                Some(i) => i,
+                None => {
+                    let ctx_json = serde_json::to_value(ctx)
+                        .map_err(|e| Failure::Runtime(format!("cannot serialize the context: {e}")))
+                        .map_err(fail)?;
+                    input.insert(Input::new(&ctx_json).map_err(fail)?)
+                }
+            };
+            if !jsonata::truthy(expr, inp).map_err(fail)? {
+                tried.push(cname.clone());
+                continue;
+            }
+        }
+        let prompt = match &t.prompt {
+            None => None,
+            Some(p) => {
+                let empty = Value::Object(serde_json::Map::new());
+                let last = ctx.steps.last().map_or(&empty, |s| &s.output);
+                Some(render_here(p, last).map_err(|e| {
+                    e.placed(
+                        name,
+                        from,
+                        Subject::EdgePrompt {
+                            target: t.role.clone(),
+                            index,
+                        },
+                    )
+                })?)
+            }
+        };
+        return Ok(Decision {
+            from: from.into(),
+            next: t.role.clone(),
+            index,
+            condition: t.condition.clone(),
+            prompt,
+        });
+    }
+    Err(ModeratorError::NoMatch {
+        workflow: name.into(),
+        role: from.into(),
+        tried,
+    })
+}
+
+/// Renders an edge prompt template against the last step's output.
+///
+/// `{{ expr }}` placeholders are JSONata expressions evaluated with
+/// `last_output` as input, so `{{comments}}` or `{{ $count(files) }}` work.
+/// A string result is inserted as is, `undefined` and `null` as nothing, and
+/// anything else as compact JSON (object keys sorted). Text outside
+/// placeholders is literal. A `{{` without its `}}` is a
+/// [`ModeratorError::Syntax`] error.
+///
+/// ```
+/// use serde_json::json;
+/// let out = uwf_moderator::render_prompt(
+///     "{{summary}} — {{ $count(files) }} files: {{files}}{{missing}}",
+///     &json!({ "summary": "Fixed it", "files": ["a.rs", "b.rs"] }),
+/// )?;
+/// assert_eq!(out, r#"Fixed it — 2 files: ["a.rs","b.rs"]"#);
+/// # Ok::<(), uwf_moderator::ModeratorError>(())
+/// ```
+pub fn render_prompt(template: &str, last_output: &Value) -> Result<String, ModeratorError> {
+    jsonata::on_big_stack(|| render_here(template, last_output))
+}
+
+fn render_here(template: &str, last_output: &Value) -> Result<String, ModeratorError> {
+    let fail = |f, expression: &str| {
+        ModeratorError::from_failure(f, "", "", Subject::Template, expression)
+    };
+    let segments = template::parse(template).map_err(|m| fail(Failure::Syntax(m), template))?;
+    let mut input = None;
+    let mut out = String::with_capacity(template.len());
+    for seg in segments {
+        match seg {
+            Segment::Text(t) => out.push_str(t),
+            Segment::Expr(expr, _) => {
+                let inp = match &input {
+                    Some(i) => i,
+                    None => input.insert(Input::new(last_output).map_err(|f| fail(f, expr))?),
+                };
+                match jsonata::value(expr, inp).map_err(|f| fail(f, expr))? {
+                    None | Some(Value::Null) => {}
+                    Some(Value::String(s)) => out.push_str(&s),
+                    Some(other) => out.push_str(&other.to_string()),
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Checks a template: every placeholder must parse. Returns the first problem.
+pub(crate) fn check_template(template: &str) -> Result<(), String> {
+    for seg in template::parse(template)? {
+        if let Segment::Expr(expr, at) = seg {
+            jsonata::check_syntax(expr).map_err(|f| {
+                let m = match f {
+                    Failure::Syntax(m) | Failure::Runtime(m) => m,
+                };
+                format!("placeholder `{{{{ {expr} }}}}` at byte {at}: {m}")
+            })?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "eval_tests.rs"]
+mod tests;

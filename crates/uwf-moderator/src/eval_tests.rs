@@ -1,0 +1,469 @@
+use serde_json::{Value, json};
+use uwf_protocol::{ModeratorContext, StartNodePayload, StepContext, WorkflowPayload};
+
+use super::*;
+
+fn workflow(conditions: Value, graph: Value) -> WorkflowPayload {
+    let roles: serde_json::Map<String, Value> = ["planner", "developer", "reviewer"]
+        .iter()
+        .map(|r| {
+            (
+                (*r).to_string(),
+                json!({"description": "", "systemPrompt": "", "outputSchema": "0000000000000"}),
+            )
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "name": "solve-issue",
+        "description": "test",
+        "roles": roles,
+        "conditions": conditions,
+        "graph": graph,
+    }))
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn ctx(steps: &[(&str, Value)]) -> ModeratorContext {
+    ModeratorContext {
+        start: StartNodePayload {
+            workflow: "0000000000000".into(),
+            prompt: "Fix the login bug".into(),
+            parent_state: None,
+        },
+        steps: steps
+            .iter()
+            .map(|(role, output)| StepContext {
+                role: (*role).into(),
+                output: output.clone(),
+                detail: "0000000000001".into(),
+                agent: "uwf-test".into(),
+            })
+            .collect(),
+    }
+}
+
+fn solve_issue() -> WorkflowPayload {
+    workflow(
+        json!({
+            "needsClarification": "$exists(steps[-1].output.needsClarification)",
+            "notApproved": {"description": "Reviewer rejected", "expression": "steps[-1].output.approved = false"},
+            "tooManyRounds": "$count(steps[role='developer']) >= 3",
+        }),
+        json!({
+            "$START": [{"role": "planner", "condition": null}],
+            "planner": [
+                {"role": "planner", "condition": "needsClarification", "prompt": "Clarify: {{needsClarification}}"},
+                {"role": "developer", "condition": null, "prompt": "Plan: {{plan}} ({{ $count(steps) }} steps)"}
+            ],
+            "developer": [{"role": "reviewer", "condition": null}],
+            "reviewer": [
+                {"role": "$END", "condition": "tooManyRounds"},
+                {"role": "developer", "condition": "notApproved", "prompt": "{{comments}}"},
+                {"role": "$END", "condition": null}
+            ]
+        }),
+    )
+}
+
+fn decide(w: &WorkflowPayload, steps: &[(&str, Value)]) -> Result<Decision, ModeratorError> {
+    evaluate(w, &ctx(steps))
+}
+
+fn ok(w: &WorkflowPayload, steps: &[(&str, Value)]) -> Decision {
+    decide(w, steps).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn start_goes_to_first_role() {
+    let d = ok(&solve_issue(), &[]);
+    assert_eq!(
+        d,
+        Decision {
+            from: "$START".into(),
+            next: "planner".into(),
+            index: 0,
+            condition: None,
+            prompt: None,
+        }
+    );
+    assert!(!d.is_end());
+}
+
+#[test]
+fn exists_condition_and_prompt_rendering() {
+    let w = solve_issue();
+    let d = ok(
+        &w,
+        &[("planner", json!({"needsClarification": "which login?"}))],
+    );
+    assert_eq!(d.next, "planner");
+    assert_eq!(d.condition.as_deref(), Some("needsClarification"));
+    assert_eq!(d.prompt.as_deref(), Some("Clarify: which login?"));
+
+    let d = ok(
+        &w,
+        &[("planner", json!({"plan": "p", "steps": ["a", "b", "c"]}))],
+    );
+    assert_eq!((d.next.as_str(), d.index), ("developer", 1));
+    assert_eq!(d.condition, None);
+    assert_eq!(d.prompt.as_deref(), Some("Plan: p (3 steps)"));
+}
+
+#[test]
+fn approved_false_loops_back_and_true_ends() {
+    let w = solve_issue();
+    let base = [
+        ("planner", json!({"plan": "p"})),
+        ("developer", json!({"summary": "s"})),
+    ];
+    let mut steps = base.to_vec();
+    steps.push((
+        "reviewer",
+        json!({"approved": false, "comments": "add tests"}),
+    ));
+    let d = ok(&w, &steps);
+    assert_eq!(d.next, "developer");
+    assert_eq!(d.condition.as_deref(), Some("notApproved"));
+    assert_eq!(d.prompt.as_deref(), Some("add tests"));
+
+    let mut steps = base.to_vec();
+    steps.push(("reviewer", json!({"approved": true, "comments": "ok"})));
+    let d = ok(&w, &steps);
+    assert!(d.is_end());
+    assert_eq!((d.index, d.condition), (2, None));
+
+    // `approved` missing: `undefined = false` is false, so the fallback wins.
+    let mut steps = base.to_vec();
+    steps.push(("reviewer", json!({"comments": "?"})));
+    assert!(ok(&w, &steps).is_end());
+}
+
+#[test]
+fn counted_loop_stops_after_three_rounds() {
+    let w = solve_issue();
+    let mut steps = vec![("planner", json!({"plan": "p"}))];
+    let mut rounds = 0;
+    loop {
+        steps.push(("developer", json!({})));
+        steps.push(("reviewer", json!({"approved": false, "comments": "again"})));
+        rounds += 1;
+        let d = ok(&w, &steps);
+        if d.is_end() {
+            assert_eq!(d.condition.as_deref(), Some("tooManyRounds"));
+            break;
+        }
+        assert_eq!(d.next, "developer");
+        assert!(rounds < 10, "loop never ended");
+    }
+    assert_eq!(rounds, 3);
+}
+
+#[test]
+fn first_matching_transition_wins() {
+    let w = workflow(
+        json!({"yes": "true", "also": "1 = 1"}),
+        json!({
+            "$START": [
+                {"role": "developer", "condition": "yes"},
+                {"role": "reviewer", "condition": "also"},
+                {"role": "planner", "condition": null}
+            ]
+        }),
+    );
+    let d = ok(&w, &[]);
+    assert_eq!((d.next.as_str(), d.index), ("developer", 0));
+}
+
+#[test]
+fn truthiness_edge_cases() {
+    let w = workflow(
+        json!({"v": "steps[-1].output.v"}),
+        json!({
+            "$START": [{"role": "planner", "condition": null}],
+            "planner": [
+                {"role": "developer", "condition": "v"},
+                {"role": "$END", "condition": null}
+            ]
+        }),
+    );
+    for (v, want) in [
+        (json!(true), true),
+        (json!(false), false),
+        (json!(0), false),
+        (json!(0.0), false),
+        (json!(-3), true),
+        (json!(""), false),
+        (json!("false"), true),
+        (json!([]), false),
+        (json!({}), false),
+        (json!({"a": null}), true),
+        (json!(null), false),
+        (json!([0, false, "", null]), false),
+        (json!([0, 1]), true),
+        (json!([[]]), false),
+        (json!(["x"]), true),
+    ] {
+        let d = ok(&w, &[("planner", json!({ "v": v }))]);
+        assert_eq!(d.next == "developer", want, "v = {v}");
+    }
+    // Absent field: undefined is false.
+    assert!(ok(&w, &[("planner", json!({}))]).is_end());
+}
+
+#[test]
+fn conditions_see_start_and_all_steps() {
+    let w = workflow(
+        json!({
+            "urgent": "$contains(start.prompt, 'login')",
+            "byAgent": "steps[0].agent = 'uwf-test' and steps[0].detail = '0000000000001'"
+        }),
+        json!({
+            "$START": [{"role": "planner", "condition": "urgent"}],
+            "planner": [{"role": "$END", "condition": "byAgent"}]
+        }),
+    );
+    assert_eq!(ok(&w, &[]).next, "planner");
+    assert!(ok(&w, &[("planner", json!({}))]).is_end());
+}
+
+#[test]
+fn start_prompt_renders_against_empty_object() {
+    let w = workflow(
+        json!({}),
+        json!({"$START": [{"role": "planner", "condition": null, "prompt": "Begin{{x}}. {{ $count($keys($)) }}"}]}),
+    );
+    assert_eq!(ok(&w, &[]).prompt.as_deref(), Some("Begin. 0"));
+}
+
+#[test]
+fn no_transitions_names_workflow_and_role() {
+    let w = solve_issue();
+    let e = decide(&w, &[("ghost", json!({}))]).err();
+    assert_eq!(
+        e,
+        Some(ModeratorError::NoTransitions {
+            workflow: "solve-issue".into(),
+            role: "ghost".into()
+        })
+    );
+    let msg = e.map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        msg.contains("solve-issue") && msg.contains("ghost"),
+        "{msg}"
+    );
+
+    let w = workflow(json!({}), json!({"$START": []}));
+    assert!(matches!(
+        decide(&w, &[]),
+        Err(ModeratorError::NoTransitions { role, .. }) if role == "$START"
+    ));
+}
+
+#[test]
+fn unknown_condition_is_reported() {
+    let w = workflow(
+        json!({}),
+        json!({"$START": [{"role": "planner", "condition": "nope"}, {"role": "planner", "condition": null}]}),
+    );
+    let e = decide(&w, &[]).err();
+    assert!(
+        matches!(&e, Some(ModeratorError::UnknownCondition { workflow, role, condition, index: 0 })
+            if workflow == "solve-issue" && role == "$START" && condition == "nope"),
+        "{e:?}"
+    );
+    assert_eq!(e.as_ref().and_then(|e| e.condition()), Some("nope"));
+    let msg = e.map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        msg.contains("`nope`") && msg.contains("solve-issue"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn syntax_error_is_reported_with_message() {
+    let w = workflow(
+        json!({"broken": "steps[-1].output.approved ="}),
+        json!({"$START": [{"role": "planner", "condition": "broken"}]}),
+    );
+    let e = decide(&w, &[]).err();
+    match &e {
+        Some(ModeratorError::Syntax(x)) => {
+            assert_eq!(
+                (x.workflow.as_str(), x.role.as_str()),
+                ("solve-issue", "$START")
+            );
+            assert_eq!(
+                x.subject,
+                Subject::Condition {
+                    name: "broken".into()
+                }
+            );
+            assert_eq!(x.expression, "steps[-1].output.approved =");
+            assert!(x.message.starts_with('S'), "{}", x.message);
+        }
+        other => panic!("{other:?}"),
+    }
+    let msg = e.map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        msg.contains("solve-issue") && msg.contains("`broken`") && msg.contains("$START"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn evaluation_error_is_reported_with_message() {
+    let w = workflow(
+        json!({"bad": "steps[-1].output.name + 1"}),
+        json!({
+            "$START": [{"role": "planner", "condition": null}],
+            "planner": [{"role": "$END", "condition": "bad"}]
+        }),
+    );
+    let e = decide(&w, &[("planner", json!({"name": "x"}))]).err();
+    assert!(
+        matches!(&e, Some(ModeratorError::Evaluation(x))
+            if x.role == "planner"
+                && x.subject == Subject::Condition { name: "bad".into() }
+                && x.message.contains("T2001")),
+        "{e:?}"
+    );
+    let w = workflow(
+        json!({"loop": "($f := function($x){ $f($x) }; $f(1))"}),
+        json!({"$START": [{"role": "planner", "condition": "loop"}]}),
+    );
+    assert!(matches!(
+        decide(&w, &[]),
+        Err(ModeratorError::Evaluation(x)) if x.message.contains("U1001")
+    ));
+}
+
+#[test]
+fn no_match_lists_conditions_tried() {
+    let w = workflow(
+        json!({"a": "false", "b": "steps[-1].output.ok"}),
+        json!({
+            "$START": [{"role": "planner", "condition": null}],
+            "planner": [
+                {"role": "developer", "condition": "a"},
+                {"role": "reviewer", "condition": "b"}
+            ]
+        }),
+    );
+    let e = decide(&w, &[("planner", json!({"ok": false}))]).err();
+    assert_eq!(
+        e,
+        Some(ModeratorError::NoMatch {
+            workflow: "solve-issue".into(),
+            role: "planner".into(),
+            tried: vec!["a".into(), "b".into()]
+        })
+    );
+    let msg = e.map(|e| e.to_string()).unwrap_or_default();
+    assert!(msg.contains("`a`, `b`") && msg.contains("planner"), "{msg}");
+}
+
+#[test]
+fn edge_prompt_errors_name_the_edge() {
+    let w = workflow(
+        json!({}),
+        json!({"$START": [{"role": "planner", "condition": null, "prompt": "x {{ oops"}]}),
+    );
+    match decide(&w, &[]) {
+        Err(ModeratorError::Syntax(x)) => {
+            assert_eq!(
+                (x.workflow.as_str(), x.role.as_str()),
+                ("solve-issue", "$START")
+            );
+            assert_eq!(
+                x.subject,
+                Subject::EdgePrompt {
+                    target: "planner".into(),
+                    index: 0
+                }
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn status_condition_with_backticks() {
+    let w = workflow(
+        json!({"done": "steps[-1].output.`$status` = \"done\""}),
+        json!({
+            "$START": [{"role": "planner", "condition": null}],
+            "planner": [{"role": "$END", "condition": "done"}, {"role": "planner", "condition": null}]
+        }),
+    );
+    assert!(ok(&w, &[("planner", json!({"$status": "done"}))]).is_end());
+    assert!(!ok(&w, &[("planner", json!({"$status": "more"}))]).is_end());
+    assert!(!ok(&w, &[("planner", json!({}))]).is_end());
+}
+
+#[test]
+fn render_prompt_rules() {
+    let out = json!({
+        "comments": "needs tests",
+        "files": ["a.rs"],
+        "n": 2,
+        "obj": {"z": 1, "a": [true, null]},
+        "nothing": null,
+        "quote": "say \"hi\""
+    });
+    for (tpl, want) in [
+        ("plain text", "plain text"),
+        ("{{comments}}", "needs tests"),
+        ("[{{ comments }}]", "[needs tests]"),
+        ("{{files}}", r#"["a.rs"]"#),
+        ("{{n}} + 1 = {{ n + 1 }}", "2 + 1 = 3"),
+        ("{{obj}}", r#"{"a":[true,null],"z":1}"#),
+        ("<{{nothing}}{{missing}}>", "<>"),
+        ("{{quote}}", r#"say "hi""#),
+        ("{{ $count(files) }} file(s)", "1 file(s)"),
+        ("{{ n > 1 }}", "true"),
+        ("{{ 1/3 }}", "0.3333333333333333"),
+        ("{{ \"}}\" }}", "}}"),
+        ("}} and { stay", "}} and { stay"),
+    ] {
+        assert_eq!(
+            render_prompt(tpl, &out).unwrap_or_else(|e| panic!("{tpl}: {e}")),
+            want,
+            "{tpl}"
+        );
+    }
+}
+
+#[test]
+fn render_prompt_errors() {
+    let e = render_prompt("Hello {{ name", &json!({})).err();
+    assert!(
+        matches!(&e, Some(ModeratorError::Syntax(x)) if x.subject == Subject::Template && x.message.contains("closing")),
+        "{e:?}"
+    );
+    let msg = e.map(|e| e.to_string()).unwrap_or_default();
+    assert!(msg.starts_with("the prompt template"), "{msg}");
+    assert!(matches!(
+        render_prompt("{{ 1 + }}", &json!({})),
+        Err(ModeratorError::Syntax(_))
+    ));
+    assert!(matches!(
+        render_prompt("{{ name + 1 }}", &json!({"name": "x"})),
+        Err(ModeratorError::Evaluation(_))
+    ));
+}
+
+#[test]
+fn check_template_reports_bad_placeholders() {
+    assert_eq!(check_template("ok {{a}} {{ $count(b) }}"), Ok(()));
+    assert!(check_template("{{ a ++ }}").is_err_and(|m| m.contains("a ++")));
+    assert!(check_template("{{ a").is_err());
+}
+
+#[test]
+fn decision_serializes_camel_case() {
+    let d = ok(&solve_issue(), &[]);
+    assert_eq!(
+        serde_json::to_value(&d).unwrap_or_default(),
+        json!({"from": "$START", "next": "planner", "index": 0, "condition": null})
+    );
+}

@@ -1,0 +1,75 @@
+//! The uwf moderator: what runs next.
+//!
+//! A workflow is data: roles, named [JSONata](https://jsonata.org) conditions
+//! and a graph of ordered transitions. This crate covers its life cycle:
+//!
+//! * [`definition`]: the YAML authoring format ([`parse_yaml`](definition::parse_yaml),
+//!   including the status-map syntax), static checks
+//!   ([`validate`](definition::validate)) and registration in the CAS
+//!   ([`register`](definition::register));
+//! * [`evaluate`]: phase 1 of a step — given the workflow and the thread so
+//!   far ([`ModeratorContext`](uwf_protocol::ModeratorContext)), the next role
+//!   or `$END`, with the edge prompt rendered ([`render_prompt`]);
+//! * [`thread`]: loading a thread (StartNode, StepNodes, outputs, Workflow)
+//!   from the CAS;
+//! * [`diagram`]: Mermaid and Graphviz renderings of a workflow.
+//!
+//! JSONata runs through `jsonata-rs`, guarded: every expression is bounded in
+//! size, time and recursion depth, and parser crashes are reported as errors.
+//!
+//! ```
+//! use uwf_cas::{Cas, MemStore};
+//! use uwf_moderator::{definition, evaluate};
+//! use uwf_protocol::{ModeratorContext, StartNodePayload};
+//!
+//! let yaml = r#"
+//! name: solve-issue
+//! description: Plan, implement, review
+//! roles:
+//!   planner:
+//!     description: Plans
+//!     systemPrompt: You are a planning agent.
+//!     outputSchema: { type: object, properties: { plan: { type: string } }, required: [plan] }
+//!   developer:
+//!     description: Implements
+//!     goal: Implement the plan.
+//!     capabilities: [file-edit, shell]
+//!     meta: { type: object, properties: { summary: { type: string } } }
+//! conditions:
+//!   tooManyRounds: "$count(steps[role='developer']) >= 3"
+//! graph:
+//!   $START: [{ role: planner, condition: null }]
+//!   planner: [{ role: developer, condition: null, prompt: "Plan: {{plan}}" }]
+//!   developer:
+//!     - { role: $END, condition: tooManyRounds }
+//!     - { role: developer, condition: null }
+//! "#;
+//! let def = definition::parse_yaml(yaml, "solve-issue.yaml")?;
+//! assert!(definition::validate(&def).is_ok());
+//!
+//! let cas = Cas::new(MemStore::new())?;
+//! let registered = definition::register(&cas, &def)?;
+//!
+//! let ctx = ModeratorContext {
+//!     start: StartNodePayload {
+//!         workflow: registered.hash.to_string(),
+//!         prompt: "Fix the login bug".into(),
+//!         parent_state: None,
+//!     },
+//!     steps: vec![],
+//! };
+//! let decision = evaluate(&registered.payload, &ctx)?;
+//! assert_eq!(decision.next, "planner");
+//! assert!(!decision.is_end());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod definition;
+pub mod diagram;
+mod eval;
+mod jsonata;
+mod template;
+pub mod thread;
+
+pub use eval::{Decision, ExpressionError, ModeratorError, Subject, evaluate, render_prompt};
+pub use jsonata::{MAX_EVAL_DEPTH, MAX_EXPRESSION_BYTES, MAX_INPUT_DEPTH, TIME_LIMIT_MS};

@@ -1,0 +1,339 @@
+//! Reading a thread from the CAS.
+//!
+//! A thread is a chain of StepNodes linked by `prev`, each also linking the
+//! thread's StartNode, which names the Workflow node. [`load`] follows the
+//! chain from its head back to the start, checks every link, and expands
+//! each step's output, producing the [`ModeratorContext`] the moderator
+//! evaluates.
+
+use std::collections::HashSet;
+
+use serde::de::DeserializeOwned;
+use uwf_cas::{Cas, CasError, Hash, Node, Store};
+use uwf_protocol::{
+    ModeratorContext, StartNodePayload, StepContext, StepNodePayload, WorkflowPayload,
+};
+
+use crate::{Decision, ModeratorError, evaluate};
+
+/// Most steps a thread may have; a longer chain is treated as corrupt.
+pub const MAX_STEPS: usize = 100_000;
+
+/// A thread as read from the CAS.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadView {
+    /// The node the thread was loaded from (a StepNode, or the StartNode
+    /// before the first step).
+    pub head: Hash,
+    /// The StartNode.
+    pub start_hash: Hash,
+    /// The StartNode's payload.
+    pub start: StartNodePayload,
+    /// When the StartNode was first stored (ms since the Unix epoch).
+    pub start_timestamp: u64,
+    /// The Workflow node named by the start.
+    pub workflow_hash: Hash,
+    /// The workflow.
+    pub workflow: WorkflowPayload,
+    /// The steps, oldest first.
+    pub steps: Vec<LoadedStep>,
+}
+
+/// One step of a [`ThreadView`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedStep {
+    /// The StepNode.
+    pub hash: Hash,
+    /// Its payload.
+    pub payload: StepNodePayload,
+    /// The payload of its output node.
+    pub output: serde_json::Value,
+    /// When the StepNode was first stored (ms since the Unix epoch).
+    pub timestamp: u64,
+}
+
+impl ThreadView {
+    /// The thread linearised for the moderator: the start and every step
+    /// with its output expanded, oldest first.
+    pub fn context(&self) -> ModeratorContext {
+        ModeratorContext {
+            start: self.start.clone(),
+            steps: self
+                .steps
+                .iter()
+                .map(|s| StepContext {
+                    role: s.payload.record.role.clone(),
+                    output: s.output.clone(),
+                    detail: s.payload.record.detail.clone(),
+                    agent: s.payload.record.agent.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The newest step, if any.
+    pub fn last_step(&self) -> Option<&LoadedStep> {
+        self.steps.last()
+    }
+
+    /// What the moderator decides for this thread ([`evaluate`] over it).
+    pub fn decide(&self) -> Result<Decision, ModeratorError> {
+        evaluate(&self.workflow, &self.context())
+    }
+}
+
+/// Why a thread cannot be loaded.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+#[non_exhaustive]
+pub enum ThreadError {
+    /// A node of the thread is missing.
+    #[error("{what} {hash} is not in the store")]
+    #[diagnostic(
+        code(uwf::thread::not_found),
+        help(
+            "the thread refers to a node that is missing; `uwf cas verify` lists dangling references"
+        )
+    )]
+    NotFound {
+        /// The missing node.
+        hash: Hash,
+        /// What it should have been ("thread head", "StartNode", "output of step …", …).
+        what: String,
+    },
+
+    /// A node has another type than its place in the thread requires.
+    #[error("node {hash} should be a {expected}, but it is a {found}")]
+    #[diagnostic(
+        code(uwf::thread::wrong_type),
+        help(
+            "a thread head is a StepNode (or the StartNode before the first step); check the hash"
+        )
+    )]
+    WrongType {
+        /// The node.
+        hash: Hash,
+        /// What was expected ("StartNode or StepNode", "Workflow", …).
+        expected: &'static str,
+        /// The title of its schema, or the schema's hash when untitled.
+        found: String,
+    },
+
+    /// A step belongs to another thread than the head.
+    #[error(
+        "broken chain: step {step} belongs to start {found}, but the head's start is {expected}"
+    )]
+    #[diagnostic(
+        code(uwf::thread::broken_chain),
+        help("every StepNode of a thread links the same StartNode; this chain mixes two threads")
+    )]
+    BrokenChain {
+        /// The offending StepNode.
+        step: Hash,
+        /// The head's StartNode.
+        expected: Hash,
+        /// The step's `start`.
+        found: String,
+    },
+
+    /// Following `prev` came back to a step already seen.
+    #[error("the chain of steps loops at {hash}")]
+    #[diagnostic(
+        code(uwf::thread::cycle),
+        help("the store is corrupt; run `uwf cas verify`")
+    )]
+    Cycle {
+        /// The step reached twice.
+        hash: Hash,
+    },
+
+    /// The chain is longer than [`MAX_STEPS`].
+    #[error("the thread at {head} has more than {limit} steps")]
+    #[diagnostic(
+        code(uwf::thread::too_long),
+        help(
+            "this is almost certainly a corrupt store or a runaway workflow; check its loop conditions"
+        )
+    )]
+    TooLong {
+        /// The head.
+        head: Hash,
+        /// [`MAX_STEPS`].
+        limit: usize,
+    },
+
+    /// A node's payload does not have the shape its type promises.
+    #[error("{kind} {hash} has an invalid payload: {message}")]
+    #[diagnostic(
+        code(uwf::thread::invalid_payload),
+        help(
+            "the node was written by incompatible software or the store is corrupt; run `uwf cas verify`"
+        )
+    )]
+    InvalidPayload {
+        /// The node.
+        hash: Hash,
+        /// Its type ("StartNode", "StepNode").
+        kind: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// The Workflow node cannot be read as a workflow.
+    #[error("workflow {hash} is invalid: {message}")]
+    #[diagnostic(
+        code(uwf::thread::workflow_invalid),
+        help(
+            "register the workflow again with `uwf workflow put`; threads keep the hash they started with"
+        )
+    )]
+    WorkflowInvalid {
+        /// The Workflow node.
+        hash: Hash,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// The store failed.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Cas(#[from] CasError),
+}
+
+/// Reads a thread from its head: a StepNode, or the StartNode of a thread
+/// without steps.
+pub fn load<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, ThreadError> {
+    let types = cas.types();
+    let head_node = fetch(cas, head, || "thread head".into())?;
+
+    let mut steps = Vec::new();
+    let (start_hash, start_node) = if head_node.type_hash == types.start_node {
+        (head, head_node)
+    } else if head_node.type_hash == types.step_node {
+        let first: StepNodePayload = payload(head, "StepNode", &head_node)?;
+        let start_hash = reference(head, "StepNode", "start", &first.start)?;
+        let mut seen = HashSet::new();
+        let mut current = Some((head, head_node));
+        while let Some((hash, node)) = current.take() {
+            if !seen.insert(hash) {
+                return Err(ThreadError::Cycle { hash });
+            }
+            if steps.len() >= MAX_STEPS {
+                return Err(ThreadError::TooLong {
+                    head,
+                    limit: MAX_STEPS,
+                });
+            }
+            if node.type_hash != types.step_node {
+                return Err(wrong_type(cas, hash, "StepNode", &node));
+            }
+            let p: StepNodePayload = payload(hash, "StepNode", &node)?;
+            if p.start != start_hash.to_string() {
+                return Err(ThreadError::BrokenChain {
+                    step: hash,
+                    expected: start_hash,
+                    found: p.start,
+                });
+            }
+            if let Some(prev) = &p.prev {
+                let prev = reference(hash, "StepNode", "prev", prev)?;
+                let prev_node = fetch(cas, prev, || format!("previous step of {hash}"))?;
+                current = Some((prev, prev_node));
+            }
+            let out_hash = reference(hash, "StepNode", "output", &p.record.output)?;
+            let output = fetch(cas, out_hash, || format!("output of step {hash}"))?.payload;
+            steps.push(LoadedStep {
+                hash,
+                payload: p,
+                output,
+                timestamp: node.timestamp,
+            });
+        }
+        steps.reverse();
+        (start_hash, fetch(cas, start_hash, || "StartNode".into())?)
+    } else {
+        return Err(wrong_type(cas, head, "StartNode or StepNode", &head_node));
+    };
+    if start_node.type_hash != types.start_node {
+        return Err(wrong_type(cas, start_hash, "StartNode", &start_node));
+    }
+    let start: StartNodePayload = payload(start_hash, "StartNode", &start_node)?;
+    let workflow_hash = reference(start_hash, "StartNode", "workflow", &start.workflow)?;
+    let wf_node = fetch(cas, workflow_hash, || "Workflow".into())?;
+    if wf_node.type_hash != types.workflow {
+        return Err(wrong_type(cas, workflow_hash, "Workflow", &wf_node));
+    }
+    let workflow: WorkflowPayload =
+        serde_json::from_value(wf_node.payload).map_err(|e| ThreadError::WorkflowInvalid {
+            hash: workflow_hash,
+            message: e.to_string(),
+        })?;
+
+    Ok(ThreadView {
+        head,
+        start_hash,
+        start,
+        start_timestamp: start_node.timestamp,
+        workflow_hash,
+        workflow,
+        steps,
+    })
+}
+
+fn fetch<S: Store>(
+    cas: &Cas<S>,
+    hash: Hash,
+    what: impl FnOnce() -> String,
+) -> Result<Node, ThreadError> {
+    cas.try_get(hash)?
+        .ok_or_else(|| ThreadError::NotFound { hash, what: what() })
+}
+
+fn payload<T: DeserializeOwned>(
+    hash: Hash,
+    kind: &'static str,
+    node: &Node,
+) -> Result<T, ThreadError> {
+    serde_json::from_value(node.payload.clone()).map_err(|e| ThreadError::InvalidPayload {
+        hash,
+        kind,
+        message: e.to_string(),
+    })
+}
+
+fn reference(
+    hash: Hash,
+    kind: &'static str,
+    field: &str,
+    value: &str,
+) -> Result<Hash, ThreadError> {
+    value.parse().map_err(|e| ThreadError::InvalidPayload {
+        hash,
+        kind,
+        message: format!("`{field}` is not a hash: {e}"),
+    })
+}
+
+fn wrong_type<S: Store>(
+    cas: &Cas<S>,
+    hash: Hash,
+    expected: &'static str,
+    node: &Node,
+) -> ThreadError {
+    let found = cas
+        .schema(node.type_hash)
+        .ok()
+        .and_then(|s| uwf_cas::schema::title_of(&s).map(str::to_string))
+        .map_or_else(
+            || format!("node of untitled type {}", node.type_hash),
+            |t| format!("{t} (type {})", node.type_hash),
+        );
+    ThreadError::WrongType {
+        hash,
+        expected,
+        found,
+    }
+}
+
+#[cfg(test)]
+#[path = "thread_tests.rs"]
+mod tests;

@@ -1,0 +1,255 @@
+use serde_json::{Value, json};
+use uwf_cas::{Cas, Hash, MemStore, Node, Store};
+use uwf_protocol::{StartNodePayload, StepNodePayload, StepRecord};
+
+use super::*;
+use crate::definition::{parse_yaml, register};
+
+const YAML: &str = r#"
+name: review
+roles:
+  writer:
+    systemPrompt: Write.
+    outputSchema: { type: object }
+  reviewer:
+    systemPrompt: Review.
+    outputSchema: { type: object, properties: { approved: { type: boolean } }, required: [approved] }
+conditions:
+  rejected: "steps[-1].output.approved = false"
+graph:
+  $START: [{ role: writer, condition: null }]
+  writer: [{ role: reviewer, condition: null }]
+  reviewer:
+    - { role: writer, condition: rejected, prompt: "Round {{ $string($count($keys($))) }}: {{comments}}" }
+    - { role: $END, condition: null }
+"#;
+
+struct Fixture {
+    cas: Cas<MemStore>,
+    workflow: Hash,
+    start: Hash,
+    detail: Hash,
+}
+
+fn h<T>(r: Result<T, impl std::fmt::Display>) -> T {
+    r.unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn fixture() -> Fixture {
+    let cas = h(Cas::new(MemStore::new()));
+    let def = h(parse_yaml(YAML, "review.yaml"));
+    let workflow = h(register(&cas, &def)).hash;
+    let start = put_start(&cas, workflow, "Write a poem");
+    let text = h(cas.put_schema(json!({"title": "text", "type": "string"}))).hash;
+    let detail = h(cas.put(text, json!("raw transcript"))).hash;
+    Fixture {
+        cas,
+        workflow,
+        start,
+        detail,
+    }
+}
+
+fn put_start(cas: &Cas<MemStore>, workflow: Hash, prompt: &str) -> Hash {
+    let p = StartNodePayload {
+        workflow: workflow.to_string(),
+        prompt: prompt.into(),
+        parent_state: None,
+    };
+    h(cas.put_value(cas.types().start_node, &p)).hash
+}
+
+impl Fixture {
+    fn step(&self, start: Hash, prev: Option<Hash>, role: &str, output: Value) -> Hash {
+        let wf = h(load(&self.cas, start)).workflow;
+        let schema: Hash = h(wf.roles[role].output_schema.parse());
+        let out = h(self.cas.put(schema, output)).hash;
+        let p = StepNodePayload {
+            start: start.to_string(),
+            prev: prev.map(|p| p.to_string()),
+            record: StepRecord {
+                role: role.into(),
+                output: out.to_string(),
+                detail: self.detail.to_string(),
+                agent: "uwf-test".into(),
+            },
+            child_thread: None,
+        };
+        h(self.cas.put_value(self.cas.types().step_node, &p)).hash
+    }
+}
+
+#[test]
+fn start_only_thread() {
+    let f = fixture();
+    let v = h(load(&f.cas, f.start));
+    assert_eq!(
+        (v.head, v.start_hash, v.workflow_hash),
+        (f.start, f.start, f.workflow)
+    );
+    assert_eq!(v.start.prompt, "Write a poem");
+    assert!(v.steps.is_empty() && v.last_step().is_none());
+    assert!(v.start_timestamp > 0);
+    assert_eq!(v.workflow.name, "review");
+    let d = h(v.decide());
+    assert_eq!((d.from.as_str(), d.next.as_str()), ("$START", "writer"));
+}
+
+#[test]
+fn chain_is_loaded_oldest_first() {
+    let f = fixture();
+    let s1 = f.step(f.start, None, "writer", json!({"text": "v1"}));
+    let s2 = f.step(
+        f.start,
+        Some(s1),
+        "reviewer",
+        json!({"approved": false, "comments": "rhyme"}),
+    );
+    let v = h(load(&f.cas, s2));
+    assert_eq!(v.head, s2);
+    assert_eq!(v.start_hash, f.start);
+    assert_eq!(v.steps.iter().map(|s| s.hash).collect::<Vec<_>>(), [s1, s2]);
+    assert_eq!(v.steps[0].output, json!({"text": "v1"}));
+    assert_eq!(
+        v.last_step().map(|s| s.payload.record.role.as_str()),
+        Some("reviewer")
+    );
+
+    let ctx = v.context();
+    assert_eq!(ctx.start, v.start);
+    assert_eq!(ctx.steps.len(), 2);
+    assert_eq!(ctx.steps[1].output["comments"], "rhyme");
+    assert_eq!(ctx.steps[1].detail, f.detail.to_string());
+    assert_eq!(ctx.steps[1].agent, "uwf-test");
+
+    let d = h(v.decide());
+    assert_eq!(d.next, "writer");
+    assert_eq!(d.condition.as_deref(), Some("rejected"));
+    assert_eq!(d.prompt.as_deref(), Some("Round 2: rhyme"));
+
+    let s3 = f.step(f.start, Some(s2), "writer", json!({"text": "v2"}));
+    let s4 = f.step(f.start, Some(s3), "reviewer", json!({"approved": true}));
+    let v = h(load(&f.cas, s4));
+    assert_eq!(v.steps.len(), 4);
+    assert!(h(v.decide()).is_end());
+}
+
+#[test]
+fn missing_head_is_not_found() {
+    let f = fixture();
+    let ghost = Hash::from_u64(42);
+    match load(&f.cas, ghost) {
+        Err(ThreadError::NotFound { hash, what }) => {
+            assert_eq!(hash, ghost);
+            assert_eq!(what, "thread head");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn head_of_wrong_type_is_refused() {
+    let f = fixture();
+    match load(&f.cas, f.workflow) {
+        Err(e @ ThreadError::WrongType { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("StartNode or StepNode") && msg.contains("Workflow"),
+                "{msg}"
+            );
+            assert!(msg.contains(&f.workflow.to_string()), "{msg}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn steps_of_another_thread_break_the_chain() {
+    let f = fixture();
+    let other_start = put_start(&f.cas, f.workflow, "Another task");
+    let foreign = f.step(other_start, None, "writer", json!({}));
+    let s2 = f.step(
+        f.start,
+        Some(foreign),
+        "reviewer",
+        json!({"approved": true}),
+    );
+    match load(&f.cas, s2) {
+        Err(ThreadError::BrokenChain {
+            step,
+            expected,
+            found,
+        }) => {
+            assert_eq!((step, expected), (foreign, f.start));
+            assert_eq!(found, other_start.to_string());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn prev_must_be_a_step() {
+    let f = fixture();
+    let s = f.step(f.start, Some(f.start), "writer", json!({}));
+    assert!(matches!(
+        load(&f.cas, s),
+        Err(ThreadError::WrongType { hash, expected: "StepNode", .. }) if hash == f.start
+    ));
+}
+
+#[test]
+fn start_must_name_a_workflow() {
+    let f = fixture();
+    let bogus = put_start(&f.cas, f.detail, "x");
+    match load(&f.cas, bogus) {
+        Err(e @ ThreadError::WrongType { .. }) => {
+            assert!(e.to_string().contains("text"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn missing_output_is_not_found() {
+    let f = fixture();
+    let p = StepNodePayload {
+        start: f.start.to_string(),
+        prev: None,
+        record: StepRecord {
+            role: "writer".into(),
+            output: Hash::from_u64(7).to_string(),
+            detail: f.detail.to_string(),
+            agent: "a".into(),
+        },
+        child_thread: None,
+    };
+    let s = h(f.cas.put_value(f.cas.types().step_node, &p)).hash;
+    match load(&f.cas, s) {
+        Err(e @ ThreadError::NotFound { .. }) => {
+            assert!(e.to_string().contains("output of step"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn undecodable_workflow_is_reported() {
+    let f = fixture();
+    // Bypass validation: write a Workflow-typed node the moderator cannot read.
+    let payload = json!({"name": "broken"});
+    let type_hash = f.cas.types().workflow;
+    let hash = uwf_cas::node::hash_node(type_hash, &payload);
+    h(f.cas.store().insert(
+        hash,
+        &Node {
+            type_hash,
+            payload,
+            timestamp: 1,
+        },
+    ));
+    let start = put_start(&f.cas, hash, "x");
+    assert!(matches!(
+        load(&f.cas, start),
+        Err(ThreadError::WorkflowInvalid { hash: w, .. }) if w == hash
+    ));
+}
