@@ -42,7 +42,7 @@ impl AgentRun {
     /// A structured output, already in the shape of the role's
     /// outputSchema (the kit validates it). Without
     /// [`with_answer`](Self::with_answer) or
-    /// [`with_detail`](Self::with_detail) the detail is an empty answer.
+    /// [`with_detail`](Self::with_detail) the detail is the output's JSON text.
     pub fn output(output: Value) -> Self {
         Self {
             output: Some(output),

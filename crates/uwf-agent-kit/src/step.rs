@@ -82,7 +82,17 @@ pub fn put_detail(ctx: &AgentContext, run: &AgentRun) -> Result<Hash, KitError> 
     match run.detail {
         Some(h) if ctx.store().has(h)? => Ok(h),
         Some(h) => Err(KitError::MissingDetail(h)),
-        None => put_answer(ctx.store(), run.answer.as_deref().unwrap_or_default()),
+        None => match (&run.answer, &run.output) {
+            (Some(answer), _) => put_answer(ctx.store(), answer),
+            // No text at all: the structured output is what the agent said, so
+            // record it (an empty answer would make every such detail one node).
+            (None, Some(output)) => {
+                let text =
+                    serde_json::to_string_pretty(output).unwrap_or_else(|_| output.to_string());
+                put_answer(ctx.store(), &text)
+            }
+            (None, None) => put_answer(ctx.store(), ""),
+        },
     }
 }
 

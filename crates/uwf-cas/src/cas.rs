@@ -112,6 +112,33 @@ impl VerifyReport {
     }
 }
 
+/// Options of [`Cas::gc`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GcOptions {
+    /// Report what would be removed, remove nothing.
+    pub dry_run: bool,
+    /// Keep unreachable nodes first stored less than this many milliseconds
+    /// ago: an agent that is still running has written nodes nothing
+    /// references yet.
+    pub grace_ms: u64,
+}
+
+/// What [`Cas::gc`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcReport {
+    /// Whether anything was actually removed.
+    pub dry_run: bool,
+    /// Nodes in the store.
+    pub nodes: usize,
+    /// Nodes reachable from the roots (schemas included).
+    pub reachable: usize,
+    /// Unreachable nodes removed (or, with `dry_run`, that would be).
+    pub swept: Vec<Hash>,
+    /// Unreachable nodes kept because they are younger than the grace period.
+    pub recent: usize,
+}
+
 /// The typed, validated store. Cheap to share across threads.
 pub struct Cas<S: Store = FsStore> {
     store: S,
@@ -379,6 +406,61 @@ impl<S: Store> Cas<S> {
     /// Rebuilds the by-type index.
     pub fn reindex(&self) -> Result<crate::ReindexReport> {
         self.store.reindex()
+    }
+
+    /// Mark and sweep: keeps everything reachable from `roots` and every
+    /// schema node (types are roots: nodes of any type may be stored at any
+    /// time), removes the rest. A corrupt or unreadable node met while
+    /// marking stops the collection before anything is removed, because its
+    /// references cannot be known.
+    pub fn gc(&self, roots: impl IntoIterator<Item = Hash>, opts: GcOptions) -> Result<GcReport> {
+        let mut marked: HashSet<Hash> = HashSet::new();
+        let mut queue: VecDeque<Hash> = VecDeque::new();
+        let schemas = self.store.by_type(self.types.meta)?;
+        for h in roots.into_iter().chain(schemas).chain([self.types.meta]) {
+            if marked.insert(h) {
+                queue.push_back(h);
+            }
+        }
+        while let Some(h) = queue.pop_front() {
+            let Some(node) = self.store.get(h)? else {
+                continue;
+            };
+            if marked.insert(node.type_hash) {
+                queue.push_back(node.type_hash);
+            }
+            for r in self.refs_of(&node)? {
+                if marked.insert(r.hash) {
+                    queue.push_back(r.hash);
+                }
+            }
+        }
+        let all = self.store.hashes()?;
+        let now = node::now_ms();
+        let mut report = GcReport {
+            dry_run: opts.dry_run,
+            nodes: all.len(),
+            ..Default::default()
+        };
+        for h in all {
+            if marked.contains(&h) {
+                report.reachable += 1;
+                continue;
+            }
+            // An unreadable unreachable file is left for `verify` to report.
+            let Ok(Some(node)) = self.store.get(h) else {
+                continue;
+            };
+            if now.saturating_sub(node.timestamp) < opts.grace_ms {
+                report.recent += 1;
+                continue;
+            }
+            if !opts.dry_run {
+                self.store.remove(h)?;
+            }
+            report.swept.push(h);
+        }
+        Ok(report)
     }
 
     /// Re-hashes every node and checks its type, its schema and its

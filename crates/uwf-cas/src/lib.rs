@@ -42,7 +42,10 @@ pub mod refs;
 pub mod schema;
 mod store;
 
-pub use cas::{Cas, ProtocolTypes, SchemaEntry, Stored, VerifyIssue, VerifyReport, WalkEntry};
+pub use cas::{
+    Cas, GcOptions, GcReport, ProtocolTypes, SchemaEntry, Stored, VerifyIssue, VerifyReport,
+    WalkEntry,
+};
 pub use error::{CasError, Result, Violation};
 pub use hash::{Hash, ParseHashError};
 pub use node::Node;

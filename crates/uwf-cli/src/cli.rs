@@ -139,6 +139,19 @@ Example:
     Reindex,
     /// Re-hash every node and check types, schemas and references. Exits 1 if anything is wrong.
     Verify,
+    /// Remove nodes nothing needs: keeps everything reachable from active and
+    /// archived thread heads, registered workflows and schemas.
+    #[command(after_help = "\
+Nodes younger than --grace are kept even when unreachable: a running agent may
+have stored them and not yet referenced them. Example: uwf cas gc --dry-run")]
+    Gc {
+        /// Only report what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+        /// Keep unreachable nodes stored more recently than this.
+        #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = humantime::parse_duration)]
+        grace: std::time::Duration,
+    },
     /// Types: JSON Schemas stored as nodes.
     #[command(subcommand)]
     Schema(SchemaCommand),

@@ -53,7 +53,8 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             let root = uwf_util::root::resolve_root(cli.global.root.as_deref())?;
             tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
             let cas = uwf_cas::Cas::open(&root.path)?;
-            match cmd::cas::run(&cas, sub)? {
+            let state = uwf_util::state::StateDir::new(&root.path);
+            match cmd::cas::run(&cas, &state, sub)? {
                 cmd::cas::Outcome::Value(v) => {
                     output::print(format, &v)?;
                     Ok(ExitCode::SUCCESS)

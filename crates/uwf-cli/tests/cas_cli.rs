@@ -506,3 +506,40 @@ fn many_writer_processes_at_once() {
     );
     assert_eq!(env.json(&["cas", "verify"])["issues"], json!([]));
 }
+
+#[test]
+fn gc_sweeps_only_what_no_root_reaches() {
+    let env = Env::new();
+    let (t, a, b) = chain(&env);
+    // Nothing references the notes: they are garbage once the grace is zero,
+    // the type (a schema) is not.
+    let dry = env.json(&["cas", "gc", "--dry-run", "--grace", "0s"]);
+    let mut swept: Vec<String> = dry["swept"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_str().unwrap().to_string())
+        .collect();
+    swept.sort();
+    let mut want = vec![a.clone(), b.clone()];
+    want.sort();
+    assert_eq!(swept, want);
+    assert_eq!(env.json(&["cas", "has", &a])["exists"], true);
+    // With the default grace (1h) fresh nodes are kept.
+    assert_eq!(env.json(&["cas", "gc"])["swept"], json!([]));
+    let done = env.json(&["cas", "gc", "--grace", "0s"]);
+    assert_eq!(done["swept"].as_array().unwrap().len(), 2);
+    assert_eq!(env.json(&["cas", "has", &b])["exists"], false);
+    assert_eq!(env.json(&["cas", "has", &t])["exists"], true);
+    assert_eq!(env.json(&["cas", "verify"])["issues"], json!([]));
+    // A corrupt state file stops gc before anything is removed.
+    std::fs::write(
+        env.root().join("threads.yaml"),
+        "01J7K9M2XNPQR5VWBCDF8G3H4T: [oops\n",
+    )
+    .unwrap();
+    let before = env.snapshot();
+    let err = env.fails(&["cas", "gc", "--grace", "0s"]);
+    assert!(err.contains("threads.yaml"), "{err}");
+    assert_eq!(before, env.snapshot());
+}

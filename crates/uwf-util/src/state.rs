@@ -499,6 +499,23 @@ impl StateDir {
         dotenvy::from_read(text.as_bytes()).map_err(|e| env_error(&path, text, text.len(), e))
     }
 
+    /// Runs `f` while holding the state lock, so no thread or registry
+    /// change happens meanwhile (used by garbage collection). `f` may read
+    /// state but must not call the mutating methods: they would wait for the
+    /// lock `f` holds.
+    pub fn while_locked<T, E: From<StateError>>(
+        &self,
+        f: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        fs::create_dir_all(&self.root).map_err(|source| StateError::Io {
+            path: self.root.clone(),
+            source,
+        })?;
+        let _lock = FileLock::exclusive_timeout(&self.lock_path(), self.lock_timeout)
+            .map_err(StateError::from)?;
+        f()
+    }
+
     // ----- internals -----------------------------------------------------
 
     /// Runs `f` holding the state lock, creating the root if needed.

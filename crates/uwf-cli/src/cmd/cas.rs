@@ -2,7 +2,8 @@
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use uwf_cas::{Cas, Hash};
+use uwf_cas::{Cas, GcOptions, Hash};
+use uwf_util::state::StateDir;
 
 use crate::cli::{CasCommand, SchemaCommand};
 use crate::error::CliError;
@@ -25,8 +26,36 @@ fn parse_hash(s: &str) -> Result<Hash, CliError> {
 }
 
 /// Runs a `cas` subcommand against an opened store.
-pub fn run(cas: &Cas, cmd: CasCommand) -> Result<Outcome, CliError> {
+pub fn run(cas: &Cas, state: &StateDir, cmd: CasCommand) -> Result<Outcome, CliError> {
     let value = match cmd {
+        CasCommand::Gc { dry_run, grace } => {
+            let opts = GcOptions {
+                dry_run,
+                grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+            };
+            // Under the state lock: no thread starts, steps, forks or
+            // registration can add a root while we sweep.
+            let report = state.while_locked(|| -> Result<_, CliError> {
+                let mut roots = Vec::new();
+                let parse = |s: &str, file: std::path::PathBuf| {
+                    s.parse::<Hash>().map_err(|e| CliError::CorruptState {
+                        path: file,
+                        reason: e.to_string(),
+                    })
+                };
+                for head in state.threads()?.values() {
+                    roots.push(parse(head, state.threads_path())?);
+                }
+                for entry in state.history()? {
+                    roots.push(parse(&entry.head, state.history_path())?);
+                }
+                for hash in state.registry()?.values() {
+                    roots.push(parse(hash, state.registry_path())?);
+                }
+                Ok(cas.gc(roots, opts)?)
+            })?;
+            to_value(report)?
+        }
         CasCommand::Get { hash, timestamp } => {
             let hash = parse_hash(&hash)?;
             let node = cas.get(hash)?;

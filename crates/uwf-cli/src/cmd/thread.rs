@@ -28,6 +28,9 @@ fn start(ctx: &Ctx, workflow_arg: &str, prompt: &str) -> Result<StartOutput, Cli
     if prompt.trim().is_empty() {
         return Err(CliError::EmptyPrompt);
     }
+    // A threads.yaml that cannot be updated must stop us before anything
+    // (a registration, a StartNode) is written.
+    ctx.state.threads()?;
     let (hash, _) = workflow::resolve(ctx, workflow_arg, true)?;
     let payload = StartNodePayload {
         workflow: hash.to_string(),

@@ -29,6 +29,11 @@ fn warn(warnings: &[definition::Finding]) {
 /// Registers a workflow file and records its name: (name, hash, payload).
 pub fn put_file(ctx: &Ctx, path: &Path) -> Result<(Hash, WorkflowPayload), CliError> {
     let def = read_definition(path)?;
+    // Bad input changes nothing: compile in memory first, so a schema the
+    // CAS refuses does not leave the roles before it stored, and make sure
+    // registry.yaml can be updated before writing any node.
+    definition::register(&Cas::new(MemStore::new())?, &def)?;
+    ctx.state.registry()?;
     let registered = definition::register(&ctx.cas, &def)?;
     warn(&registered.warnings);
     ctx.state

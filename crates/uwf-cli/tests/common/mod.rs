@@ -123,3 +123,139 @@ pub fn golden(name: &str, actual: &str) {
 pub fn hash_of(v: &Value) -> String {
     v["hash"].as_str().unwrap().to_string()
 }
+
+/// The workspace's `examples/` directory.
+pub fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// An example file, e.g. `example("solve-issue.yaml")`, as a string path.
+pub fn example(name: &str) -> String {
+    examples().join(name).to_str().unwrap().to_string()
+}
+
+static BUILD_MOCK: std::sync::Once = std::sync::Once::new();
+
+/// The `uwf-mock` binary, built beside `uwf` (`cargo_bin("uwf-mock")` only
+/// works inside its own package). Built once with cargo if it is missing.
+pub fn mock_bin() -> PathBuf {
+    let uwf = assert_cmd::cargo::cargo_bin("uwf");
+    let dir = uwf.parent().unwrap().to_path_buf();
+    let mock = dir.join(format!("uwf-mock{}", std::env::consts::EXE_SUFFIX));
+    BUILD_MOCK.call_once(|| {
+        if mock.is_file() {
+            return;
+        }
+        let mut cargo = std::process::Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "--quiet", "-p", "uwf-mock", "--manifest-path"])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml"));
+        let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if profile == "release" {
+            cargo.arg("--release");
+        }
+        if matches!(profile, "debug" | "release") {
+            cargo.arg("--target-dir").arg(dir.parent().unwrap());
+        }
+        let status = cargo.status().expect("cannot run cargo to build uwf-mock");
+        assert!(status.success(), "cargo build -p uwf-mock failed");
+    });
+    assert!(
+        mock.is_file(),
+        "uwf-mock not found at {}; run `cargo build -p uwf-mock`",
+        mock.display()
+    );
+    mock
+}
+
+/// `--agent` value running `uwf-mock` with a scenario file.
+pub fn mock_agent(scenario: &Path) -> String {
+    format!("'{}' '{}'", mock_bin().display(), scenario.display())
+}
+
+/// The state files that agent failures must leave alone.
+pub const STATE_FILES: [&str; 3] = ["threads.yaml", "history.jsonl", "registry.yaml"];
+
+impl Env {
+    /// Writes `text` to `name` in the temporary directory (outside the root).
+    pub fn file(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// The bytes of `threads.yaml`, `history.jsonl` and `registry.yaml`
+    /// (`None` when missing).
+    pub fn state_snapshot(&self) -> BTreeMap<&'static str, Option<Vec<u8>>> {
+        STATE_FILES
+            .iter()
+            .map(|f| (*f, std::fs::read(self.root().join(f)).ok()))
+            .collect()
+    }
+
+    /// Runs `uwf args…` and returns its output, whatever the status.
+    pub fn output(&self, args: &[&str]) -> std::process::Output {
+        self.uwf().args(args).output().unwrap()
+    }
+
+    /// Runs `uwf args…`, expects success, returns stdout as text.
+    pub fn text(&self, args: &[&str]) -> String {
+        let out = self.output(args);
+        assert!(
+            out.status.success(),
+            "uwf {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+impl Env {
+    /// `uwf` as a plain `std::process::Command` (to spawn it in the
+    /// background), with the same environment as [`Env::uwf`].
+    pub fn uwf_process(&self) -> std::process::Command {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("uwf"));
+        c.env("UNCAGED_WORKFLOW_STORAGE_ROOT", self.root())
+            .env_remove("WORKFLOW_STORAGE_ROOT")
+            .env_remove("RUST_LOG")
+            .env("NO_COLOR", "1")
+            .env("COLUMNS", "200")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    }
+}
+
+/// Command lines of the running processes whose command line contains
+/// `pattern` (`pgrep -f`); `None` when `pgrep` is not available.
+pub fn processes_matching(pattern: &str) -> Option<Vec<String>> {
+    let out = std::process::Command::new("pgrep")
+        .args(["-a", "-f", "--", pattern])
+        .output()
+        .ok()?;
+    match out.status.code() {
+        Some(0) => Some(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect(),
+        ),
+        Some(1) => Some(Vec::new()),
+        _ => None,
+    }
+}
+
+/// Waits until no process's command line contains `pattern` (true), or
+/// `timeout` passes (false). True at once when `pgrep` is missing.
+pub fn wait_no_process(pattern: &str, timeout: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match processes_matching(pattern) {
+            None => return true,
+            Some(p) if p.is_empty() => return true,
+            Some(_) if std::time::Instant::now() >= deadline => return false,
+            Some(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+}
