@@ -161,7 +161,6 @@ pub fn step(
     let agent = ctx
         .state
         .resolve_agent(opts.agent, &view.workflow.name, &role)?;
-    ctx.state.load_env()?;
 
     let mut args = agent.args.clone();
     args.push(id.to_string());

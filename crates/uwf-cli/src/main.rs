@@ -72,6 +72,9 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         }
         Command::Thread(sub) => {
             let ctx = open(&cli.global)?;
+            // Agents inherit the keys in <root>/.env. Loaded here, before any
+            // thread exists, because it changes the process environment.
+            ctx.state.load_env()?;
             cmd::thread::run(&ctx, sub, format)?;
             Ok(ExitCode::SUCCESS)
         }

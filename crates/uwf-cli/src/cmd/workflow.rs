@@ -111,7 +111,15 @@ pub fn run(ctx: &Ctx, cmd: WorkflowCommand, format: Option<Format>) -> Result<()
         }
         WorkflowCommand::Show { workflow } => {
             let (hash, payload) = resolve(ctx, &workflow, false)?;
-            let node = ctx.cas.get(hash)?;
+            let Some(node) = ctx.cas.try_get(hash)? else {
+                // A file that is not registered: show what `put` would store.
+                let payload_json =
+                    serde_json::to_value(&payload).map_err(|e| CliError::Output(e.to_string()))?;
+                return output::print(
+                    format,
+                    &json!({ "hash": hash, "name": payload.name, "type": ctx.cas.types().workflow, "payload": payload_json, "timestamp": null, "registered": false }),
+                );
+            };
             output::print(
                 format,
                 &json!({ "hash": hash, "name": payload.name, "type": node.type_hash, "payload": node.payload, "timestamp": node.timestamp }),
