@@ -39,4 +39,6 @@ ci:
 demo:
     bash examples/cas-tour.sh
 
-# Benchmarks arrive with the engine issue.
+# Benchmarks of the store (hash, put, get, refs); results are machine-dependent.
+bench:
+    cargo bench -p uwf-cas --bench cas
