@@ -102,6 +102,9 @@ impl fmt::Display for Report {
 pub fn validate(def: &WorkflowDefinition) -> Report {
     jsonata::on_big_stack(|| {
         let mut report = Report::default();
+        // The same subset check the CAS applies on registration, so that
+        // `validate` accepts exactly what `put` accepts.
+        let meta = uwf_cas::schema::compile(&uwf_cas::schema::meta_schema()).ok();
         for (role, draft) in &def.roles {
             if !draft.output_schema.is_object() {
                 report.error(
@@ -110,6 +113,15 @@ pub fn validate(def: &WorkflowDefinition) -> Report {
                         "the output schema of role `{role}` is not a JSON object (found {})",
                         kind_of(&draft.output_schema)
                     ),
+                    Some(role),
+                    None,
+                );
+            } else if let Some(meta) = &meta
+                && let Err(e) = uwf_cas::schema::check_subset(meta, &draft.output_schema)
+            {
+                report.error(
+                    "invalid-schema",
+                    format!("the output schema of role `{role}`: {e}"),
                     Some(role),
                     None,
                 );
@@ -169,11 +181,11 @@ fn check_graph(
         report.error("no-roles", "the workflow has no roles".into(), None, None);
     }
     for role in &roles {
-        if role.is_empty() || role.starts_with('$') {
+        if role.is_empty() || role.starts_with('$') || role.starts_with('-') {
             report.error(
                 "invalid-role-name",
                 format!(
-                    "role name `{role}` is not allowed: names starting with `$` are reserved for `$START` and `$END`"
+                    "role name `{role}` is not allowed: names starting with `$` are reserved for `$START` and `$END`, and names starting with `-` would read as options on an agent's command line"
                 ),
                 Some(role),
                 None,

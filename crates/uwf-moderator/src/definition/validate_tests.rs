@@ -237,3 +237,28 @@ fn findings_serialize() {
         "warning [unused-condition] condition `u` is not used by any transition\n"
     );
 }
+
+#[test]
+fn output_schemas_outside_the_subset_are_errors() {
+    let def = crate::definition::parse_yaml(
+        r#"
+name: w
+roles:
+  a:
+    systemPrompt: s
+    outputSchema: { type: strin }
+graph:
+  $START: [{ role: a, condition: null }]
+  a: [{ role: $END, condition: null }]
+"#,
+        "w.yaml",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let r = crate::definition::validate(&def);
+    assert!(
+        r.errors
+            .iter()
+            .any(|f| f.code == "invalid-schema" && f.role.as_deref() == Some("a")),
+        "{r}"
+    );
+}
