@@ -13,8 +13,10 @@ use crate::{AgentContext, AgentRun, BoxError, KitError, finish};
 /// Runs an agent: parses `<thread-id> <role>` from argv, does everything,
 /// prints the new StepNode hash, returns the exit code.
 ///
-/// Handles `--help` and `--version`, rejects a wrong number of arguments
-/// (exit status 2), resolves the storage root (`uwf` passes it in
+/// Handles `--help` and `--version`; with no arguments at all prints the
+/// help on stderr and exits 0 (that is no protocol call: `uwf` always
+/// passes the thread and the role); rejects any other wrong number of
+/// arguments (exit status 2); resolves the storage root (`uwf` passes it in
 /// `UNCAGED_WORKFLOW_STORAGE_ROOT`), loads `<root>/.env`, initialises
 /// tracing (on stderr; `RUST_LOG` sets the level), then runs
 /// [`execute`]. On failure a report goes to stderr, nothing to stdout, and
@@ -242,6 +244,9 @@ impl<'a> Runner<'a> {
 
     /// Parses argv (without the program name).
     fn parse(&self, argv: Vec<OsString>) -> Result<Parsed, KitError> {
+        if argv.is_empty() {
+            return Ok(Parsed::Bare);
+        }
         let mut positional = Vec::new();
         let mut options_done = false;
         for arg in argv {
@@ -285,6 +290,12 @@ impl<'a> Runner<'a> {
         install_report_handler();
         let result = match self.parse(argv) {
             Ok(Parsed::Help) => return print_line(self.help().trim_end()),
+            Ok(Parsed::Bare) => {
+                // Not a protocol call (uwf always passes the thread and the
+                // role): explain, on stderr so stdout stays clean, and exit 0.
+                eprintln!("{}", self.help().trim_end());
+                return ExitCode::SUCCESS;
+            }
             Ok(Parsed::Version) => return print_line(&format!("{} {}", self.name, self.version)),
             Ok(Parsed::Run { thread, role, args }) => self
                 .invoke(thread, role, args)
@@ -329,6 +340,8 @@ impl<'a> Runner<'a> {
 }
 
 enum Parsed {
+    /// No arguments at all: a human trying the binary.
+    Bare,
     Help,
     Version,
     Run {
@@ -378,6 +391,7 @@ mod tests {
         match r.parse(os(args)) {
             Ok(Parsed::Run { thread, role, args }) => Ok((thread, role, args)),
             Ok(Parsed::Help) => Err("help".into()),
+            Ok(Parsed::Bare) => Err("bare".into()),
             Ok(Parsed::Version) => Err("version".into()),
             Err(e) => Err(format!("{e}")),
         }
@@ -420,5 +434,15 @@ mod tests {
         let r = Runner::new("a");
         let code = r.main(os(&["only-one"]), |_| Ok(Reply::Nothing));
         assert_eq!(code, ExitCode::from(2));
+    }
+
+    #[test]
+    fn no_arguments_print_help_and_succeed() {
+        let r = Runner::new("a");
+        assert_eq!(parse(r, &[]), Err("bare".into()));
+        let code = r.main(os(&[]), |_| -> Result<Reply, miette::Report> {
+            panic!("must not run")
+        });
+        assert_eq!(code, ExitCode::SUCCESS);
     }
 }

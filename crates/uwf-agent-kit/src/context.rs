@@ -1,15 +1,20 @@
 //! The context an agent runs in.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use serde_json::Value;
 use uwf_cas::{Cas, Hash};
 use uwf_moderator::thread::ThreadView;
-use uwf_protocol::{RoleDefinition, StartNodePayload, StepContext, WorkflowPayload};
+use uwf_protocol::{
+    RoleDefinition, StartNodePayload, StepContext, WorkflowConfig, WorkflowPayload,
+};
 use uwf_util::ids::ThreadId;
 use uwf_util::state::StateDir;
 
 use crate::KitError;
+use crate::llm::LlmClient;
+use crate::prompt::PromptParts;
 
 /// Everything an agent needs to run a role on a thread, read from the
 /// storage root: the workflow, the role, the thread's start and steps, the
@@ -27,6 +32,11 @@ pub struct AgentContext {
     args: Vec<String>,
     store: Cas,
     view: ThreadView,
+    history_quota: usize,
+    thread_text: String,
+    /// `config.yaml`, read on first use; `None` inside when absent or
+    /// unreadable (the error is re-read by [`AgentContext::require_config`]).
+    config: OnceLock<Option<WorkflowConfig>>,
 }
 
 impl std::fmt::Debug for AgentContext {
@@ -39,6 +49,7 @@ impl std::fmt::Debug for AgentContext {
             .field("edge_prompt", &self.edge_prompt)
             .field("root", &self.root)
             .field("args", &self.args)
+            .field("history_quota", &self.history_quota)
             .finish_non_exhaustive()
     }
 }
@@ -105,7 +116,25 @@ impl AgentContext {
             args: Vec::new(),
             store,
             view,
+            history_quota: crate::prompt::history_quota_from_env(),
+            thread_text: thread_id.to_string(),
+            config: OnceLock::new(),
         })
+    }
+
+    /// Sets the character quota of the history in [`prompt`](Self::prompt)
+    /// (default: [`HISTORY_QUOTA_ENV`](crate::prompt::HISTORY_QUOTA_ENV) if
+    /// set, else [`DEFAULT_HISTORY_QUOTA`](crate::prompt::DEFAULT_HISTORY_QUOTA)).
+    pub fn with_history_quota(mut self, chars: usize) -> Self {
+        self.history_quota = chars;
+        self
+    }
+
+    /// Uses `config` instead of reading `<root>/config.yaml` (for tests, or
+    /// agents that assemble their configuration themselves).
+    pub fn with_config(mut self, config: WorkflowConfig) -> Self {
+        self.config = OnceLock::from(Some(config));
+        self
     }
 
     /// Sets the extra arguments the agent was given before `<thread-id> <role>`.
@@ -117,6 +146,10 @@ impl AgentContext {
     /// The thread id.
     pub fn thread_id(&self) -> ThreadId {
         self.thread_id
+    }
+
+    fn thread_str(&self) -> &str {
+        &self.thread_text
     }
 
     /// The role to run.
@@ -191,22 +224,103 @@ impl AgentContext {
         self.edge_prompt.as_deref()
     }
 
-    /// The system prompt for an LLM: the deliverable format derived from
-    /// the role's outputSchema, the scope constraint, then the role's own
-    /// system prompt.
+    /// The history's character quota (see [`with_history_quota`](Self::with_history_quota)).
+    pub fn history_quota(&self) -> usize {
+        self.history_quota
+    }
+
+    /// The deliverable format instruction derived from the role's
+    /// outputSchema (see [`prompt::output_format_instruction`](crate::prompt::output_format_instruction)).
+    pub fn format_instruction(&self) -> String {
+        crate::prompt::output_format_instruction(&self.output_schema)
+    }
+
+    /// The pieces [`prompt`](Self::prompt) is assembled from.
+    pub fn prompt_parts(&self) -> PromptParts<'_> {
+        PromptParts {
+            schema: &self.output_schema,
+            role_prompt: &self.role_definition.system_prompt,
+            task: &self.view.start.prompt,
+            edge_prompt: self.edge_prompt(),
+            thread: self.thread_str(),
+            steps: &self.steps,
+            step_hashes: &self.step_hashes,
+            history_quota: self.history_quota,
+        }
+    }
+
+    /// The whole prompt for an agent that takes one prompt: the format
+    /// instruction, the scope constraint, the role's system prompt, the task,
+    /// the edge prompt if any, and the history of previous steps, newest
+    /// first within the [history quota](Self::with_history_quota). Its size
+    /// is bounded however long the thread is (see [`crate::prompt`]).
+    ///
+    /// Equal to [`system_prompt`](Self::system_prompt), a blank line, and
+    /// [`user_prompt`](Self::user_prompt).
+    pub fn prompt(&self) -> String {
+        self.prompt_parts().full()
+    }
+
+    /// The system half of [`prompt`](Self::prompt): the format instruction,
+    /// the scope constraint, then the role's own system prompt.
     pub fn system_prompt(&self) -> String {
-        format!(
-            "{}\n{}\n\n{}",
-            crate::prompt::output_format_instruction(&self.output_schema),
-            crate::prompt::SCOPE_CONSTRAINT,
-            self.role_definition.system_prompt
+        self.prompt_parts().system()
+    }
+
+    /// The user half of [`prompt`](Self::prompt): the task, the edge
+    /// prompt, and the history within the quota.
+    pub fn user_prompt(&self) -> String {
+        self.prompt_parts().user()
+    }
+
+    /// `config.yaml` of the storage root, read once; `None` when there is
+    /// none or it cannot be read (a warning is logged;
+    /// [`require_config`](Self::require_config) reports why).
+    pub fn config(&self) -> Option<&WorkflowConfig> {
+        self.config
+            .get_or_init(|| match StateDir::new(&self.root).config() {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read config.yaml");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// [`config`](Self::config), or why there is none:
+    /// [`KitError::NoConfig`] when the file is missing, the parse error
+    /// (with file, line and column) when it is broken.
+    pub fn require_config(&self) -> Result<&WorkflowConfig, KitError> {
+        if let Some(c) = self.config() {
+            return Ok(c);
+        }
+        let state = StateDir::new(&self.root);
+        state.config()?;
+        Err(KitError::NoConfig {
+            path: state.config_path(),
+        })
+    }
+
+    /// The model alias for this role ([`llm::resolve_model`](crate::llm::resolve_model)
+    /// with this context's workflow and role): `scenario` `None` for the
+    /// role's own model, `Some("extract")` for extraction.
+    pub fn model_alias(&self, scenario: Option<&str>) -> Result<String, KitError> {
+        crate::llm::resolve_model(
+            self.require_config()?,
+            scenario,
+            &self.view.workflow.name,
+            &self.role,
         )
     }
 
-    /// The user prompt for an LLM: the user's task, the previous steps'
-    /// outputs, and the edge prompt (see [`crate::prompt::thread_text`]).
-    pub fn user_prompt(&self) -> String {
-        crate::prompt::thread_text(&self.view.start.prompt, &self.steps, self.edge_prompt())
+    /// An LLM client for this role: the model of
+    /// [`model_alias`](Self::model_alias)`(scenario)`, its provider, and the
+    /// API key from the environment variable the provider names (`.env` is
+    /// loaded by [`run`](crate::run)).
+    pub fn llm(&self, scenario: Option<&str>) -> Result<LlmClient, KitError> {
+        let alias = self.model_alias(scenario)?;
+        LlmClient::from_config(self.require_config()?, &alias)
     }
 
     /// The storage root.

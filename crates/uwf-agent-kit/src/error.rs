@@ -84,19 +84,202 @@ pub enum KitError {
     )]
     Agent(BoxError),
 
-    /// The answer could not be turned into an output of the role's schema.
-    #[error("cannot extract the output of role {role:?} from the answer: {reason}")]
-    #[diagnostic(
-        code(uwf::agent::extraction),
-        help(
-            "answer in frontmatter markdown: a `---` line, YAML with the fields of the role's outputSchema, a `---` line, then the body. Only this fast path (layer 1) exists in this release; the LLM fallback (layer 2) is configured in a later one"
-        )
+    /// Neither extraction layer produced an output: the frontmatter fast
+    /// path failed (`layer1` says why) and so did the LLM fallback
+    /// (`cause`: [`NoConfig`](Self::NoConfig), [`MissingApiKey`](Self::MissingApiKey),
+    /// [`LlmUnreachable`](Self::LlmUnreachable), [`ExtractInvalid`](Self::ExtractInvalid), …).
+    #[error(
+        "cannot extract the output of role {role:?}: {layer1}; the LLM fallback failed too: {cause}"
     )]
+    #[diagnostic(code(uwf::agent::extraction), help("{help}"))]
     Extraction {
         /// The role.
         role: String,
-        /// What was wrong: no frontmatter, bad YAML, or the schema violations.
+        /// Why the frontmatter fast path (layer 1) failed.
+        layer1: String,
+        /// Why the LLM fallback (layer 2) failed.
+        cause: Box<KitError>,
+        /// What to do about both.
+        help: String,
+    },
+
+    /// `config.yaml` is missing, and something needs a model.
+    #[error("no configuration file {}", path.display())]
+    #[diagnostic(
+        code(uwf::agent::no_config),
+        help(
+            "LLM calls need providers and models in config.yaml: run `uwf setup`, or write it by hand (see docs/writing-agents.md)"
+        )
+    )]
+    NoConfig {
+        /// Where it was looked for.
+        path: std::path::PathBuf,
+    },
+
+    /// Nothing in the configuration names a model for this purpose.
+    #[error("no model configured for {purpose}")]
+    #[diagnostic(
+        code(uwf::agent::no_model),
+        help(
+            "set `defaultModel` in config.yaml (or `modelOverrides.extract` for extraction, `roleModels.<workflow>.<role>` for a role) to an alias defined under `models`"
+        )
+    )]
+    NoModel {
+        /// What a model was needed for (`extraction`, `role "planner" of workflow "x"`).
+        purpose: String,
+    },
+
+    /// A model alias that `models` does not define.
+    #[error("unknown model alias {alias:?}")]
+    #[diagnostic(
+        code(uwf::agent::unknown_model),
+        help(
+            "config.yaml defines these models: {known}; define {alias:?} under `models` or use one of them"
+        )
+    )]
+    UnknownModel {
+        /// The alias.
+        alias: String,
+        /// The aliases defined, comma-separated (or `none`).
+        known: String,
+    },
+
+    /// A model whose provider alias `providers` does not define.
+    #[error("model {model:?} uses provider {provider:?}, which config.yaml does not define")]
+    #[diagnostic(
+        code(uwf::agent::unknown_provider),
+        help(
+            "the providers defined are: {known}; add {provider:?} under `providers` with `baseUrl` and `apiKeyEnv`"
+        )
+    )]
+    UnknownProvider {
+        /// The model alias.
+        model: String,
+        /// The provider alias it names.
+        provider: String,
+        /// The providers defined, comma-separated (or `none`).
+        known: String,
+    },
+
+    /// A provider whose `baseUrl` is not an `http://` or `https://` URL.
+    #[error("provider {provider:?} has baseUrl {url:?}, which is not an http(s) URL")]
+    #[diagnostic(
+        code(uwf::agent::bad_base_url),
+        help(
+            "set it to the OpenAI-compatible API root, e.g. `https://api.openai.com/v1` or `http://127.0.0.1:11434/v1`"
+        )
+    )]
+    BadBaseUrl {
+        /// The provider alias.
+        provider: String,
+        /// The URL as configured.
+        url: String,
+    },
+
+    /// The environment variable the provider names holds no API key.
+    #[error(
+        "the API key of provider {provider:?} is missing: environment variable {var} is not set"
+    )]
+    #[diagnostic(
+        code(uwf::agent::missing_api_key),
+        help(
+            "add `{var}=<your key>` to the .env file of the storage root (`uwf setup --api-key` does), or export it"
+        )
+    )]
+    MissingApiKey {
+        /// The variable (`apiKeyEnv`).
+        var: String,
+        /// The provider alias.
+        provider: String,
+    },
+
+    /// The endpoint could not be reached (refused, DNS, TLS, timeout).
+    #[error("cannot reach the LLM endpoint {url} ({attempts} attempt(s)): {reason}")]
+    #[diagnostic(
+        code(uwf::agent::llm_unreachable),
+        help(
+            "check the provider's baseUrl in config.yaml, the network, and that the server is running"
+        )
+    )]
+    LlmUnreachable {
+        /// The URL called.
+        url: String,
+        /// How many attempts were made.
+        attempts: u32,
+        /// The last failure.
         reason: String,
+    },
+
+    /// The endpoint answered with an error status.
+    #[error("the LLM endpoint {url} answered HTTP {status} ({attempts} attempt(s)): {message}")]
+    #[diagnostic(code(uwf::agent::llm_status), help("{help}"))]
+    LlmStatus {
+        /// The URL called.
+        url: String,
+        /// The HTTP status of the last answer.
+        status: u16,
+        /// How many attempts were made.
+        attempts: u32,
+        /// The provider's error message (any API key redacted).
+        message: String,
+        /// What to do, depending on the status.
+        help: String,
+    },
+
+    /// The endpoint answered 2xx with something that is not a usable chat
+    /// completion.
+    #[error("the LLM endpoint {url} sent an unusable answer: {reason}")]
+    #[diagnostic(
+        code(uwf::agent::llm_response),
+        help(
+            "is baseUrl the OpenAI-compatible API root (it must serve POST <baseUrl>/chat/completions)?"
+        )
+    )]
+    LlmResponse {
+        /// The URL called.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The extraction model did not answer with JSON, even after the repair
+    /// round.
+    #[error(
+        "the extraction model {model} did not answer with JSON after {attempts} call(s): {reason}"
+    )]
+    #[diagnostic(
+        code(uwf::agent::extract_not_json),
+        help(
+            "the model may not support JSON mode; set `modelOverrides.extract` to a model that does"
+        )
+    )]
+    ExtractNotJson {
+        /// The model name.
+        model: String,
+        /// How many chat calls were made (the first and the repair round).
+        attempts: u32,
+        /// Why the last answer is not JSON, with its start.
+        reason: String,
+    },
+
+    /// The extraction model's JSON does not satisfy the role's schema, even
+    /// after the repair round.
+    #[error(
+        "the extraction model {model} answered JSON that does not match the outputSchema after {attempts} call(s):{violations}"
+    )]
+    #[diagnostic(
+        code(uwf::agent::extract_invalid),
+        help(
+            "the answer may lack the information the schema requires; make the agent answer in frontmatter (the format instruction in `ctx.prompt()`), or use a stronger extraction model (`modelOverrides.extract`)"
+        )
+    )]
+    ExtractInvalid {
+        /// The model name.
+        model: String,
+        /// How many chat calls were made.
+        attempts: u32,
+        /// The violations of the last answer, one per line.
+        violations: String,
     },
 
     /// A structured output does not satisfy the role's schema.
@@ -132,6 +315,20 @@ impl KitError {
             KitError::Usage { .. } => 2,
             _ => 1,
         }
+    }
+
+    /// For an [`Extraction`](Self::Extraction) error, why the LLM fallback
+    /// failed; otherwise `None`.
+    pub fn llm_cause(&self) -> Option<&KitError> {
+        match self {
+            KitError::Extraction { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
+
+    /// The help text of this error's diagnostic, if any.
+    pub fn help_text(&self) -> Option<String> {
+        miette::Diagnostic::help(self).map(|h| h.to_string())
     }
 }
 

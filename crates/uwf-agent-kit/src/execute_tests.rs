@@ -97,11 +97,21 @@ fn second_step_chains_prev_and_gets_the_edge_prompt() {
             system.contains("- `approved` (boolean, required)"),
             "{system}"
         );
+        assert!(system.starts_with(&ctx.format_instruction()), "{system}");
         assert!(system.ends_with("You are a reviewer."), "{system}");
         let user = ctx.user_prompt();
         assert!(user.starts_with("## Task\n\nFix the login bug\n"), "{user}");
-        assert!(user.contains("### 1. planner (by test-agent)"), "{user}");
-        assert!(user.ends_with(&format!("{REVIEW_PROMPT}\n")), "{user}");
+        assert!(
+            user.contains(&format!(
+                "## Instructions for this step\n\n{REVIEW_PROMPT}\n"
+            )),
+            "{user}"
+        );
+        assert!(
+            user.contains(&format!("### Step 1 · planner (by test-agent) · `{first}`")),
+            "{user}"
+        );
+        assert_eq!(ctx.prompt(), format!("{system}\n\n{user}"));
         Ok(AgentRun::output(
             json!({ "approved": false, "comments": "more" }),
         ))
@@ -154,17 +164,34 @@ fn frontmatter_answer_is_extracted() {
 }
 
 #[test]
-fn answer_without_frontmatter_is_an_extraction_error() {
+fn answer_without_frontmatter_and_without_config_is_a_clear_error() {
     let (fx, thread, _) = fixture();
     let err = run_role(&fx, &thread, "planner", |_| {
         Ok(AgentRun::text("I made a plan."))
     })
     .unwrap_err();
-    let KitError::Extraction { role, reason } = &err else {
+    let KitError::Extraction {
+        role,
+        layer1,
+        cause,
+        ..
+    } = &err
+    else {
         panic!("{err:?}");
     };
     assert_eq!(role, "planner");
-    assert!(reason.contains("no frontmatter"), "{reason}");
+    assert!(layer1.contains("no frontmatter"), "{layer1}");
+    assert!(
+        matches!(cause.as_ref(), KitError::NoConfig { path } if path.ends_with("config.yaml")),
+        "{cause:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("no frontmatter") && text.contains("config.yaml"),
+        "{text}"
+    );
+    let report = format!("{:?}", miette::Report::new(err));
+    assert!(report.contains("uwf setup"), "{report}");
     assert_eq!(
         fx.cas().list_by_type(fx.cas().types().step_node).unwrap(),
         []
@@ -178,14 +205,14 @@ fn frontmatter_failing_the_schema_names_the_paths() {
         Ok(AgentRun::text("---\nplan: 3\n---\nbody"))
     })
     .unwrap_err();
-    let KitError::Extraction { reason, .. } = &err else {
+    let KitError::Extraction { layer1, .. } = &err else {
         panic!("{err:?}");
     };
-    assert!(reason.contains("/plan"), "{reason}");
-    assert!(reason.contains("steps"), "{reason}");
+    assert!(layer1.contains("/plan"), "{layer1}");
+    assert!(layer1.contains("steps"), "{layer1}");
     assert!(
-        format!("{:?}", miette::Report::new(err)).contains("layer 2"),
-        "the help mentions the LLM fallback"
+        format!("{:?}", miette::Report::new(err)).contains("frontmatter markdown"),
+        "the help says how to use the fast path"
     );
 }
 
@@ -311,4 +338,65 @@ fn write_step_does_not_validate_beyond_the_cas() {
     assert_eq!(step.start, start.to_string());
     assert_eq!(step.record.output, bogus.to_string());
     assert_eq!(step.record.agent, "liar");
+}
+
+#[test]
+fn closures_take_anyhow_and_boxed_errors_with_question_mark() {
+    let (fx, thread, _) = fixture();
+    let err = run_role(&fx, &thread, "planner", |_| {
+        let n: u32 = "x".parse().map_err(anyhow::Error::from)?;
+        Ok(AgentRun::output(
+            json!({ "plan": n.to_string(), "steps": [] }),
+        ))
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("invalid digit"), "{err}");
+    let err = run_role(&fx, &thread, "planner", |_| {
+        let r: Result<(), BoxError> = Err("boxed".into());
+        r?;
+        Ok(AgentRun::output(plan()))
+    })
+    .unwrap_err();
+    assert_eq!(err.to_string(), "the agent failed: boxed");
+}
+
+#[test]
+fn the_prompt_of_a_long_thread_stays_bounded() {
+    let (fx, thread, _) = fixture();
+    let big = |i: usize| json!({ "plan": format!("{i} {}", "x".repeat(400)), "steps": [] });
+    let mut hashes = Vec::new();
+    for i in 0..30 {
+        let h = run_role(&fx, &thread, "planner", |_| Ok(AgentRun::output(big(i)))).unwrap();
+        fx.set_head(&thread, h).unwrap();
+        hashes.push(h);
+    }
+    let ctx = AgentContext::load(fx.root(), &thread, "reviewer")
+        .unwrap()
+        .with_history_quota(2_000);
+    assert_eq!(ctx.history_quota(), 2_000);
+    let prompt = ctx.prompt();
+    let fixed = {
+        let mut p = ctx.prompt_parts();
+        p.steps = &[];
+        p.step_hashes = &[];
+        p.full().chars().count()
+    };
+    let bound = fixed + 2_000 + crate::prompt::HISTORY_OVERHEAD + 26 + 26;
+    assert!(
+        prompt.chars().count() <= bound,
+        "{} > {bound}",
+        prompt.chars().count()
+    );
+    let shown = prompt.matches("### Step ").count();
+    assert!((1..30).contains(&shown), "{shown}");
+    assert!(prompt.contains("### Step 30 · planner"), "newest first");
+    assert!(
+        prompt.contains(&format!(
+            "> {} earlier step(s) not shown (history quota: 2000 characters). Read them with `uwf thread read {} --before {}`.",
+            30 - shown,
+            ctx.thread_id(),
+            hashes[30 - shown]
+        )),
+        "{prompt}"
+    );
 }

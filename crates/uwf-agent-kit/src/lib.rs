@@ -1,48 +1,58 @@
-//! The uwf agent framework.
+//! The uwf agent framework: write a uwf agent in a few lines.
 //!
 //! An agent is a command `uwf thread step` runs as
 //! `<command> <args…> <thread-id> <role>`. It reads the thread from the
 //! storage root, does the role's work, writes a StepNode to the CAS and
 //! prints the StepNode's hash on stdout — one line, nothing else. It never
-//! moves the thread's head: that is `uwf`'s job.
+//! moves the thread's head: that is `uwf`'s job. This crate does all of
+//! that except the work itself:
 //!
-//! This crate does all of that except the work itself, so an agent binary is
-//! a few lines:
-//!
-//! ```no_run
-//! use uwf_agent_kit::AgentRun;
+//! ```rust
+//! use uwf_agent_kit::{AgentContext, AgentRun};
 //!
 //! fn main() -> std::process::ExitCode {
-//!     uwf_agent_kit::run("uwf-yes", |ctx| {
-//!         // ctx: the workflow, the role and its schema, the user's prompt,
-//!         // every previous step, the edge prompt, the store.
-//!         Ok(AgentRun::text(format!(
-//!             "---\napproved: true\ncomments: {:?}\n---\nLooks good.",
-//!             ctx.start().prompt
-//!         )))
+//!     uwf_agent_kit::run("echo", |ctx: &AgentContext| {
+//!         // format instruction + role prompt + task + history (within a quota) + edge prompt
+//!         let prompt = ctx.prompt();
+//!         let answer = format!("---\nstatus: done\n---\n\nRole {} saw {} steps.\n\n{prompt}",
+//!                              ctx.role(), ctx.steps().len());
+//!         Ok(AgentRun::text(answer))
 //!     })
 //! }
 //! ```
 //!
+//! (Run without arguments, as here, an agent prints its help on stderr and
+//! exits 0; `uwf` always passes the thread and the role.)
+//!
+//! The closure gets an [`AgentContext`]: the thread id, the workflow, the
+//! role's definition and outputSchema, the start node (the user's task),
+//! the previous steps with their outputs, the edge prompt, the format
+//! instruction, the [prompt](AgentContext::prompt), the configuration, an
+//! [LLM client](AgentContext::llm) and the store. It returns
+//! `Result<AgentRun, BoxError>`: any error converts with `?` —
+//! `std::io::Error`, `Box<dyn Error + Send + Sync>`, `anyhow::Error`,
+//! `String`, … (to hand over a function returning `anyhow::Result<AgentRun>`,
+//! write `|ctx| Ok(work(ctx)?)`).
+//!
 //! What the kit does with the [`AgentRun`]:
 //!
-//! 1. **Output.** A structured output ([`AgentRun::output`]) is used as is;
-//!    otherwise the answer text goes through the [frontmatter fast
-//!    path](extract): the fields of its YAML frontmatter that the role's
-//!    outputSchema declares become the output. Layer 2 of the extract (an
-//!    LLM fallback) comes in a later release; until then an answer without
-//!    usable frontmatter is a [`KitError::Extraction`]. The output is stored
-//!    as a node typed by the role's outputSchema, which validates it.
-//! 2. **Detail.** The node given with [`AgentRun::with_detail`], or the
-//!    answer text stored as an [`agent-answer`](answer_schema) node.
+//! 1. **Output.** A structured output ([`AgentRun::output`]) is used as is.
+//!    An answer text ([`AgentRun::text`]) goes through the
+//!    [two-layer extract](extract): the fields of its YAML frontmatter that
+//!    the role's outputSchema declares, when they satisfy it (no LLM
+//!    call); otherwise an LLM asked for JSON matching the schema (with one
+//!    repair round). The output is stored as a node typed by the role's
+//!    outputSchema, which validates it.
+//! 2. **Detail.** The node given with [`AgentRun::with_detail`] (a
+//!    transcript the agent stored itself), or the answer text stored as an
+//!    [`agent-answer`](answer_schema) node.
 //! 3. **StepNode.** `{start, prev, role, output, detail, agent}` chained
-//!    after the thread's last step.
+//!    after the thread's last step; its hash is printed.
 //!
-//! For LLM agents, [`AgentContext::system_prompt`] and
-//! [`AgentContext::user_prompt`] assemble the prompts: the deliverable
-//! format derived from the role's schema, the scope constraint and the
-//! role's system prompt; the user's task, the previous steps and the edge
-//! prompt (pieces in [`prompt`]).
+//! Pieces for LLM agents: [`prompt`] (the prompt assembly, the format
+//! instruction derived from the schema), [`llm`] (an OpenAI-compatible
+//! client configured from `config.yaml`, with retries and timeouts),
+//! [`extract`] (both extraction layers, callable directly).
 //!
 //! Entry points, from the highest level down: [`run`] (a whole `main`),
 //! [`Runner`] (the same with a version, extra arguments, or full control of
@@ -50,9 +60,11 @@
 //! and the pieces [`AgentContext::load`], [`finish`] and [`write_step`].
 //!
 //! With the `testing` feature, `testing::Fixture` provides a throw-away
-//! storage root with a small workflow and threads, for the tests of agents
-//! and of `uwf` itself. With the `fancy` feature (for agent binaries),
-//! errors are reported graphically.
+//! storage root with a small workflow and threads, and `testing::MockLlm` a
+//! scripted OpenAI-compatible server on loopback (also as the
+//! `uwf-mock-llm` binary). With the `fancy` feature (for agent binaries),
+//! errors are reported graphically. The guide is `docs/writing-agents.md`;
+//! the raw protocol, for agents in other languages, `docs/agent-protocol.md`.
 
 mod agent_run;
 mod cli;
@@ -61,6 +73,9 @@ mod error;
 #[cfg(test)]
 mod execute_tests;
 pub mod extract;
+pub mod llm;
+#[cfg(test)]
+mod llm_tests;
 pub mod prompt;
 mod step;
 #[cfg(any(test, feature = "testing"))]
@@ -70,6 +85,7 @@ pub use agent_run::AgentRun;
 pub use cli::{Invocation, Reply, Runner, execute, run};
 pub use context::AgentContext;
 pub use error::KitError;
+pub use extract::{Extracted, Layer};
 pub use step::{
     ANSWER_TITLE, answer_schema, finish, output_payload, put_answer, put_detail, put_output,
     write_step,

@@ -7,6 +7,10 @@ use uwf_protocol::{StepNodePayload, StepRecord};
 use crate::error::violation_list;
 use crate::{AgentContext, AgentRun, KitError, extract};
 
+/// Environment variable through which `uwf` passes the agent's label (the
+/// alias or command line it resolved); recorded as the StepNode's `agent`.
+pub const AGENT_ENV: &str = "UWF_AGENT";
+
 /// Title of the kit's schema for raw answers.
 pub const ANSWER_TITLE: &str = "agent-answer";
 
@@ -33,38 +37,35 @@ pub fn put_answer<S: Store>(cas: &Cas<S>, text: &str) -> Result<Hash, KitError> 
 }
 
 /// Builds the output node's payload of `run` for the context's role: the
-/// structured output if given, else the frontmatter fast path on the answer,
-/// validated against the role's schema.
+/// structured output if given (validated when stored), else the
+/// [two-layer extract](crate::extract::extract) of the answer.
 ///
 /// Returns the payload, not yet stored.
 pub fn output_payload(ctx: &AgentContext, run: &AgentRun) -> Result<Value, KitError> {
+    Ok(output_of(ctx, run)?.0)
+}
+
+/// The payload, and how it was extracted (`None` for a structured output).
+fn output_of(
+    ctx: &AgentContext,
+    run: &AgentRun,
+) -> Result<(Value, Option<extract::Extracted>), KitError> {
     if let Some(output) = &run.output {
-        return Ok(output.clone());
+        return Ok((output.clone(), None));
     }
     let answer = run.answer.as_deref().unwrap_or_default();
-    let candidate =
-        extract::candidate(answer, ctx.output_schema()).map_err(|e| KitError::Extraction {
-            role: ctx.role().to_owned(),
-            reason: e.0,
-        })?;
-    match ctx.store().validate(ctx.output_schema_hash(), &candidate) {
-        Ok(()) => Ok(candidate),
-        Err(CasError::Invalid { violations, .. }) => Err(KitError::Extraction {
-            role: ctx.role().to_owned(),
-            reason: format!(
-                "the frontmatter does not satisfy the role's outputSchema {}:{}",
-                ctx.output_schema_hash(),
-                violation_list(&violations)
-            ),
-        }),
-        Err(e) => Err(e.into()),
-    }
+    let extracted = extract::extract(ctx, answer)?;
+    Ok((extracted.output.clone(), Some(extracted)))
 }
 
 /// Stores the output node of `run` (typed by the role's outputSchema) and
 /// returns its hash. See [`output_payload`].
 pub fn put_output(ctx: &AgentContext, run: &AgentRun) -> Result<Hash, KitError> {
     let payload = output_payload(ctx, run)?;
+    store_output(ctx, payload)
+}
+
+fn store_output(ctx: &AgentContext, payload: Value) -> Result<Hash, KitError> {
     match ctx.store().put(ctx.output_schema_hash(), payload) {
         Ok(stored) => Ok(stored.hash),
         Err(CasError::Invalid { violations, .. }) => Err(KitError::InvalidOutput {
@@ -100,15 +101,33 @@ pub fn put_detail(ctx: &AgentContext, run: &AgentRun) -> Result<Hash, KitError> 
 /// node, then the StepNode chained after the thread's last step. Returns the
 /// StepNode's hash. `threads.yaml` is not touched.
 pub fn finish(ctx: &AgentContext, agent: &str, run: AgentRun) -> Result<Hash, KitError> {
-    let output = put_output(ctx, &run)?;
+    let (payload, extracted) = output_of(ctx, &run)?;
+    let output = store_output(ctx, payload)?;
     let detail = put_detail(ctx, &run)?;
-    let step = write_step(ctx.store(), ctx, output, detail, agent)?;
+    // uwf tells its agents how it named them (the alias or command line the
+    // user chose); a hand-run agent falls back to its own name.
+    let label = std::env::var(AGENT_ENV)
+        .ok()
+        .filter(|l| !l.trim().is_empty());
+    let step = write_step(
+        ctx.store(),
+        ctx,
+        output,
+        detail,
+        label.as_deref().unwrap_or(agent),
+    )?;
+    let (layer, llm_calls) = match &extracted {
+        Some(e) => (e.layer.as_str(), e.llm_calls),
+        None => ("structured", 0),
+    };
     tracing::info!(
         thread = %ctx.thread_id(),
         role = ctx.role(),
         %step,
         %output,
         %detail,
+        layer,
+        llm_calls,
         "step written"
     );
     Ok(step)

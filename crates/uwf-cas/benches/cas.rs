@@ -61,14 +61,20 @@ fn get_verified_fs(b: divan::Bencher) {
     let dir = tempfile::tempdir().unwrap();
     let store = FsStore::open(dir.path().join("cas")).unwrap();
     let cas = Cas::new(store).unwrap();
-    let h = cas.put(cas.types().step_node, step_payload(9)).unwrap().hash;
+    let h = cas
+        .put(cas.types().step_node, step_payload(9))
+        .unwrap()
+        .hash;
     b.bench_local(|| cas.get(h).unwrap());
 }
 
 #[divan::bench]
 fn refs_of_step_node(b: divan::Bencher) {
     let cas = Cas::new(MemStore::new()).unwrap();
-    let h = cas.put(cas.types().step_node, step_payload(3)).unwrap().hash;
+    let h = cas
+        .put(cas.types().step_node, step_payload(3))
+        .unwrap()
+        .hash;
     let n = cas.get(h).unwrap();
     b.bench_local(|| cas.refs_of(divan::black_box(&n)).unwrap());
 }

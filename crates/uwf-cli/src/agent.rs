@@ -19,6 +19,23 @@ const TAIL_LINES: usize = 20;
 const STDOUT_CAP: usize = 1 << 20;
 /// Time between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_secs(2);
+/// How long an exited agent's leftovers may hold its pipes open.
+const LINGER: Duration = Duration::from_secs(2);
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes SIGINT/SIGTERM/SIGHUP to `uwf` stop a running agent (its whole
+/// process group, which does not get the terminal's signals) instead of
+/// leaving it orphaned. Call once, early.
+pub fn forward_interrupts() {
+    // Fails only if a handler is already installed: then keep that one.
+    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst));
+}
+
+/// Whether uwf was asked to stop.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}
 
 /// How a finished agent ended.
 #[derive(Debug)]
@@ -34,6 +51,8 @@ pub enum Ending {
     TimedOut,
     /// `should_stop` asked to stop it (e.g. the thread was killed).
     Stopped,
+    /// `uwf` itself got SIGINT/SIGTERM and stopped it.
+    Interrupted,
 }
 
 /// The outcome of a run.
@@ -96,13 +115,14 @@ pub fn run(
             }
         })
     });
-    let stdout_thread = child.stdout.take().map(|out| {
+    let (stdout_tx, stdout_rx) = std::sync::mpsc::channel::<String>();
+    if let Some(out) = child.stdout.take() {
         thread::spawn(move || {
             let mut buf = Vec::new();
             let _ = out.take(STDOUT_CAP as u64).read_to_end(&mut buf);
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    });
+            let _ = stdout_tx.send(String::from_utf8_lossy(&buf).into_owned());
+        });
+    }
 
     let mut last_check = Instant::now();
     let ending = loop {
@@ -116,6 +136,10 @@ pub fn run(
             stop(&mut child);
             break Ending::TimedOut;
         }
+        if interrupted() {
+            stop(&mut child);
+            break Ending::Interrupted;
+        }
         if last_check.elapsed() >= Duration::from_millis(200) {
             last_check = Instant::now();
             if should_stop() {
@@ -125,16 +149,33 @@ pub fn run(
         }
         thread::sleep(Duration::from_millis(20));
     };
-    // The group may still hold the pipes open (a grandchild); don't wait on
-    // readers forever after the agent itself is gone.
+    let pgid = Pid::from_raw(child.id() as i32);
     if !matches!(ending, Ending::Exited { .. }) {
-        let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+        let _ = killpg(pgid, Signal::SIGKILL);
     }
-    let stdout = stdout_thread
-        .and_then(|t| t.join().ok())
-        .unwrap_or_default();
+    // The agent is gone, but something it started may still hold its stdout
+    // open: give it a moment, then end the group rather than wait forever.
+    let stdout = match stdout_rx.recv_timeout(LINGER) {
+        Ok(s) => s,
+        Err(_) => {
+            tracing::warn!(
+                "the agent exited but a process it started kept its stdout open; stopping its process group"
+            );
+            let _ = killpg(pgid, Signal::SIGKILL);
+            stdout_rx.recv_timeout(LINGER).unwrap_or_default()
+        }
+    };
     if let Some(t) = stderr_thread {
-        let _ = t.join();
+        let deadline = Instant::now() + LINGER;
+        while !t.is_finished() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        if t.is_finished() {
+            let _ = t.join();
+        } else {
+            // Ends as soon as the group is gone; no need to wait for it.
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
     }
     let ending = match ending {
         Ending::Exited { code, .. } => Ending::Exited { code, stdout },
@@ -236,6 +277,24 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(f.ending, Ending::Stopped));
+    }
+
+    #[test]
+    fn a_grandchild_holding_stdout_does_not_block_after_exit() {
+        let start = Instant::now();
+        let f = sh("(sleep 30) & echo HASH", None);
+        match f.ending {
+            Ending::Exited { code, stdout } => {
+                assert_eq!(code, Some(0));
+                assert_eq!(last_line(&stdout), Some("HASH"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "waited {:?}",
+            start.elapsed()
+        );
     }
 
     #[test]

@@ -83,6 +83,12 @@ pub enum Command {
     /// Inspect and edit the content-addressed store.
     #[command(subcommand)]
     Cas(CasCommand),
+    /// Configure a provider, model, API key and default agent (interactive without flags).
+    #[command(after_help = SETUP_AFTER_HELP)]
+    Setup(SetupArgs),
+    /// Inspect the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Print a shell completion script.
     #[command(after_help = "Example: uwf completions zsh > ~/.zfunc/_uwf")]
     Completions {
@@ -321,4 +327,61 @@ pub struct AgentArgs {
     /// Stop the agent after this long (e.g. 90s, 10m).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub timeout: Option<std::time::Duration>,
+}
+
+const SETUP_AFTER_HELP: &str = "\
+Writes <root>/config.yaml (providers, models, agents; no secrets) and
+<root>/.env (API keys, mode 0600), merging with what is there. Without flags
+and on a terminal it asks; otherwise it does what the flags say. The key is
+never printed.
+
+Presets (--provider): openai, openrouter, anthropic, deepseek, groq, together,
+mistral, ollama, lmstudio; any other name is a custom provider and needs
+--base-url. Prefer --api-key - (stdin) to a key on the command line, which
+other users can see in the process list and which lands in shell history.
+
+Examples:
+  uwf setup
+  printf %s \"$KEY\" | uwf setup --provider openai --api-key - --model gpt-4o-mini
+  uwf setup --provider openrouter --model anthropic/claude-sonnet-4 --model-alias sonnet
+  uwf setup --provider ollama --model llama3.2 --agent llm
+  uwf setup --provider mycorp --base-url https://llm.example.com/v1 --api-key-env MYCORP_KEY";
+
+/// `uwf setup` options. Giving any of them makes setup non-interactive.
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    /// Provider alias: a preset (openai, openrouter, anthropic, deepseek, groq, together,
+    /// mistral, ollama, lmstudio), one already in config.yaml, or a new name with --base-url.
+    #[arg(long, value_name = "NAME")]
+    pub provider: Option<String>,
+    /// The provider's OpenAI-compatible base URL (http or https), e.g. https://host/v1.
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The API key, stored in .env (never in config.yaml, never printed); - reads it from stdin.
+    #[arg(long, value_name = "KEY", allow_hyphen_values = true)]
+    pub api_key: Option<String>,
+    /// Name of the variable holding the key [default: the preset's, or <PROVIDER>_API_KEY].
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// The provider's model name, e.g. gpt-4o-mini; becomes defaultModel.
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// Alias for the model in config.yaml [default: derived from --model].
+    #[arg(long, value_name = "ALIAS", requires = "model")]
+    pub model_alias: Option<String>,
+    /// Default agent: an alias (hermes, llm, mock, or one in config.yaml) or a command line.
+    #[arg(long, value_name = "AGENT")]
+    pub agent: Option<String>,
+}
+
+/// `uwf config …`
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// The effective configuration, with API keys masked.
+    #[command(after_help = "\
+Shows config.yaml as parsed, each provider's key variable (set or not, from the
+environment or .env, masked), the storage root and where it came from, and the
+resolved defaultAgent and defaultModel. A missing config.yaml prints
+\"config\": null. Example: uwf --format yaml config show")]
+    Show,
 }

@@ -13,6 +13,9 @@ use uwf_util::state::{StateDir, StateError};
 use crate::agent::{self, Ending, Spawn};
 use crate::error::{AgentFailure, CliError};
 
+/// Environment variable telling the agent how uwf names it (alias or command line).
+pub const AGENT_ENV: &str = "UWF_AGENT";
+
 /// Everything a command needs about the storage root.
 pub struct Ctx {
     /// The store.
@@ -165,10 +168,14 @@ pub fn step(
     let mut args = agent.args.clone();
     args.push(id.to_string());
     args.push(role.clone());
-    let mut env = vec![(
-        uwf_util::root::ENV_ROOT.to_string(),
-        ctx.root.clone().into_os_string(),
-    )];
+    let mut env = vec![
+        (
+            uwf_util::root::ENV_ROOT.to_string(),
+            ctx.root.clone().into_os_string(),
+        ),
+        // What the StepNode records as `agent` (seed 000: the agent command used).
+        (AGENT_ENV.to_string(), agent.label.clone().into()),
+    ];
     if let Some(dir) = std::env::current_exe()
         .ok()
         .as_deref()
@@ -228,6 +235,7 @@ pub fn step(
             return Err(fail(format!("did not finish within {t} and was stopped")));
         }
         Ending::Stopped => return Err(interrupted(ctx, id)?),
+        Ending::Interrupted => return Err(CliError::Interrupted),
     };
     let Some(line) = agent::last_line(&stdout) else {
         return Err(fail(
@@ -252,10 +260,19 @@ pub fn step(
         .and_then(|v| Ok(v.decide()?))
     {
         Ok(d) if d.is_end() => {
-            ctx.state
+            match ctx
+                .state
                 .archive(id, &workflow, Some(&new.to_string()), "done")
-                .map_err(|e| conflict_or(e, id))?;
-            true
+            {
+                Ok(_) => true,
+                // Killed (archived with this very head) right after the step
+                // landed: the step stands and the thread is over either way.
+                Err(StateError::Conflict { actual: None, .. }) => {
+                    tracing::warn!("thread {id} was killed just after this step was recorded");
+                    true
+                }
+                Err(e) => return Err(conflict_or(e, id)),
+            }
         }
         Ok(_) => false,
         Err(e) => {
@@ -329,10 +346,15 @@ fn check_step(ctx: &Ctx, view: &ThreadView, role: &str, new: Hash) -> Result<(),
     let expected_prev = view.steps.last().map(|s| s.hash.to_string());
     if step.prev != expected_prev {
         return Err(format!(
-            "StepNode {new} has prev {} but the thread's head is {} (expected prev {})",
+            "StepNode {new} has prev {}, expected {} (the thread's head is {}{})",
             step.prev.as_deref().unwrap_or("null"),
+            expected_prev.as_deref().unwrap_or("null"),
             view.head,
-            expected_prev.as_deref().unwrap_or("null")
+            if view.steps.is_empty() {
+                ", its StartNode: the first step's prev is null"
+            } else {
+                ""
+            }
         ));
     }
     if step.start != view.start_hash.to_string() {
@@ -369,6 +391,12 @@ fn check_step(ctx: &Ctx, view: &ThreadView, role: &str, new: Hash) -> Result<(),
         }
         Err(e) => return Err(format!("output {output} cannot be read: {e}")),
     };
+    if output_node.type_hash != schema {
+        return Err(format!(
+            "the output of StepNode {new} is a node of type {}, not of the role's output schema {schema}",
+            output_node.type_hash
+        ));
+    }
     ctx.cas
         .validate(schema, &output_node.payload)
         .map_err(|e| {

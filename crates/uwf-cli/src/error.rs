@@ -146,6 +146,14 @@ pub enum CliError {
         actual: String,
     },
 
+    /// uwf was interrupted (SIGINT/SIGTERM) while an agent ran.
+    #[error("interrupted: the agent was stopped and its result not applied")]
+    #[diagnostic(
+        code(uwf::interrupted),
+        help("the thread is unchanged; step it again to retry")
+    )]
+    Interrupted,
+
     /// `-p` missing or empty.
     #[error("the prompt is empty")]
     #[diagnostic(code(uwf::thread::empty_prompt), help("give the task with -p \"…\""))]
@@ -236,6 +244,11 @@ pub enum CliError {
     #[error("cannot write output: {0}")]
     #[diagnostic(code(uwf::output))]
     Output(String),
+
+    /// `uwf setup` refused its input or could not ask.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Setup(Box<crate::cmd::setup::SetupError>),
 }
 
 /// An input is not valid JSON, with the place it went wrong.

@@ -21,6 +21,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     uwf_util::trace::init_tracing(cli.global.verbose, cli.global.quiet);
     install_report_handler();
+    quiet_expected_panics();
+    // Ctrl-C / SIGTERM become a flag: a running agent's process group is
+    // stopped instead of orphaned, and `setup` restores the terminal.
+    agent::forward_interrupts();
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -28,6 +32,20 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// jsonata-rs can panic on some inputs; the moderator catches that on its
+/// `uwf-jsonata` thread and reports an error, so the default hook's message
+/// would only be noise. Every other panic is reported as usual.
+fn quiet_expected_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::thread::current().name() == Some("uwf-jsonata") {
+            tracing::debug!("jsonata panicked (reported as an expression error): {info}");
+        } else {
+            default(info);
+        }
+    }));
 }
 
 /// Diagnostics wrap to the terminal's width; when stderr is a file or a pipe
@@ -68,6 +86,21 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Workflow(sub) => {
             let ctx = open(&cli.global)?;
             cmd::workflow::run(&ctx, sub, format)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Setup(args) => {
+            let root = uwf_util::root::resolve_root(cli.global.root.as_deref())?;
+            tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
+            let state = uwf_util::state::StateDir::new(&root.path);
+            let report = cmd::setup::run(&state, args)?;
+            output::print(format, &report)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config(sub) => {
+            let root = uwf_util::root::resolve_root(cli.global.root.as_deref())?;
+            tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
+            let value = cmd::config::run(&root, sub, cli.global.quiet)?;
+            output::print(format, &value)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Thread(sub) => {

@@ -64,6 +64,38 @@ pub struct WorkflowConfig {
     /// Per scenario (e.g. `extract`): model alias.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_overrides: Option<BTreeMap<String, String>>,
+    /// Per workflow name, per role: model alias, for agents that call a
+    /// model themselves (e.g. `uwf-llm`). A role without an entry uses
+    /// [`default_model`](Self::default_model).
+    ///
+    /// ```yaml
+    /// roleModels:
+    ///   solve-issue:
+    ///     reviewer: gpt4o-mini
+    /// ```
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_models: Option<BTreeMap<String, BTreeMap<String, String>>>,
+}
+
+impl WorkflowConfig {
+    /// The model alias configured for `role` of `workflow` in
+    /// [`role_models`](Self::role_models), if any (no fallback).
+    pub fn role_model(&self, workflow: &str, role: &str) -> Option<&str> {
+        self.role_models
+            .as_ref()?
+            .get(workflow)?
+            .get(role)
+            .map(String::as_str)
+    }
+
+    /// The model alias configured for `scenario` in
+    /// [`model_overrides`](Self::model_overrides), if any (no fallback).
+    pub fn model_override(&self, scenario: &str) -> Option<&str> {
+        self.model_overrides
+            .as_ref()?
+            .get(scenario)
+            .map(String::as_str)
+    }
 }
 
 /// `threads.yaml`: active thread id → head hash.
@@ -87,4 +119,25 @@ pub struct HistoryEntry {
     /// Why: `"done"` (the moderator returned `$END`) or `"killed"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn role_models_round_trip_and_lookup() {
+        let yaml = "defaultModel: sonnet\nmodelOverrides:\n  extract: mini\nroleModels:\n  solve-issue:\n    reviewer: mini\n";
+        let config: WorkflowConfig = serde_yaml::from_str(yaml).unwrap_or_default();
+        assert_eq!(config.role_model("solve-issue", "reviewer"), Some("mini"));
+        assert_eq!(config.role_model("solve-issue", "planner"), None);
+        assert_eq!(config.role_model("other", "reviewer"), None);
+        assert_eq!(config.model_override("extract"), Some("mini"));
+        assert_eq!(config.model_override("summary"), None);
+        let back = serde_yaml::to_string(&config).unwrap_or_default();
+        assert!(back.contains("roleModels:"), "{back}");
+        let empty = serde_yaml::to_string(&WorkflowConfig::default()).unwrap_or_default();
+        assert!(!empty.contains("roleModels"), "{empty}");
+        assert!(serde_yaml::from_str::<WorkflowConfig>("roleModel: {}\n").is_err());
+    }
 }

@@ -35,7 +35,7 @@ use serde::de::DeserializeOwned;
 use thiserror::Error;
 use uwf_protocol::{HistoryEntry, ThreadsIndex, WorkflowConfig, WorkflowRegistry};
 
-use crate::atomic::{AtomicError, append_line, write_atomic};
+use crate::atomic::{AtomicError, append_line, write_atomic, write_atomic_with_mode};
 use crate::lock::{FileLock, LockError};
 
 /// File name of the active-threads index.
@@ -1017,6 +1017,185 @@ pub fn split_command_line(input: &str) -> Result<Vec<String>, SplitError> {
         return Err(SplitError::Empty);
     }
     Ok(words)
+}
+
+// ----- editing config.yaml and .env --------------------------------------
+
+/// The text of `config.yaml` and `.env`, as read by
+/// [`StateDir::config_files`] and rewritten by
+/// [`StateDir::edit_config_files`].
+///
+/// `Debug` never shows the `.env` text: it holds secrets.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ConfigFiles {
+    /// `config.yaml`; `None` if it does not exist.
+    pub config: Option<String>,
+    /// `.env`; `None` if it does not exist. Holds API keys: never log it.
+    pub env: Option<String>,
+}
+
+impl fmt::Debug for ConfigFiles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfigFiles")
+            .field("config", &self.config)
+            .field("env", &self.env.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// What [`StateDir::edit_config_files`] wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConfigFilesWritten {
+    /// `config.yaml` was created or replaced.
+    pub config: bool,
+    /// `.env` was created or replaced (always with mode `0600`).
+    pub env: bool,
+    /// The permission bits `.env` had before, when they let users other
+    /// than its owner in (it has been rewritten with `0600`).
+    pub env_loose_mode: Option<u32>,
+}
+
+/// Permission bits of the `.env` file uwf writes: owner read/write only.
+pub const ENV_FILE_MODE: u32 = 0o600;
+
+impl StateDir {
+    /// The current `config.yaml` and `.env`, read without the lock.
+    ///
+    /// Both are checked: a `config.yaml` that is not a valid
+    /// [`WorkflowConfig`] is [`StateError::Parse`] (file, line, column), a
+    /// malformed `.env` is [`StateError::Env`] (file and line, never the
+    /// line's content).
+    pub fn config_files(&self) -> Result<ConfigFiles, StateError> {
+        let config = self.config_path();
+        let config = match read_text(&config)? {
+            Some(text) => {
+                parse_yaml::<WorkflowConfig>(&config, &text)?;
+                Some(text)
+            }
+            None => None,
+        };
+        let env = self.env_path();
+        let env = match read_bytes(&env)? {
+            Some(bytes) => Some(checked_env_text(&env, bytes)?),
+            None => None,
+        };
+        Ok(ConfigFiles { config, env })
+    }
+
+    /// Read-modify-write of `config.yaml` and `.env` together, under the
+    /// state lock.
+    ///
+    /// Under the lock the files are read and checked as in
+    /// [`config_files`](Self::config_files) (a file that does not parse is
+    /// an error and nothing is written), then `edit` gets them and returns
+    /// the new texts (`None`: leave that file alone) plus a value passed
+    /// back to the caller. The new texts are checked the same way; then
+    /// `.env` is written (if it changed, or if its permission bits let
+    /// other users in) with mode [`ENV_FILE_MODE`], then `config.yaml` (if
+    /// it changed), each atomically ([`write_atomic`]). Unchanged files are
+    /// not touched.
+    pub fn edit_config_files<T, E: From<StateError>>(
+        &self,
+        edit: impl FnOnce(&ConfigFiles) -> Result<(ConfigFiles, T), E>,
+    ) -> Result<(ConfigFilesWritten, T), E> {
+        self.while_locked(|| self.edit_config_files_locked(edit))
+    }
+
+    /// [`edit_config_files`](Self::edit_config_files) once the lock is held.
+    fn edit_config_files_locked<T, E: From<StateError>>(
+        &self,
+        edit: impl FnOnce(&ConfigFiles) -> Result<(ConfigFiles, T), E>,
+    ) -> Result<(ConfigFilesWritten, T), E> {
+        let current = self.config_files()?;
+        let (new, value) = edit(&current)?;
+        let mut written = ConfigFilesWritten::default();
+
+        let env_path = self.env_path();
+        let env_loose_mode = loose_mode(&env_path);
+        let new_env = match new.env {
+            Some(text) if current.env.as_ref() != Some(&text) => {
+                checked_env_text(&env_path, text.clone().into_bytes())
+                    .map_err(|e| invalid_new(e, &env_path))?;
+                Some(text)
+            }
+            _ if env_loose_mode.is_some() => current.env.clone(),
+            _ => None,
+        };
+        let config_path = self.config_path();
+        let new_config = match new.config {
+            Some(text) if current.config.as_ref() != Some(&text) => {
+                parse_yaml::<WorkflowConfig>(&config_path, &text)
+                    .map_err(|e| invalid_new(e, &config_path))?;
+                Some(text)
+            }
+            _ => None,
+        };
+        if let Some(text) = new_env {
+            write_atomic_with_mode(&env_path, text.as_bytes(), ENV_FILE_MODE)
+                .map_err(StateError::from)?;
+            written.env = true;
+            written.env_loose_mode = env_loose_mode;
+        }
+        if let Some(text) = new_config {
+            write_atomic(&config_path, text.as_bytes()).map_err(StateError::from)?;
+            written.config = true;
+        }
+        Ok((written, value))
+    }
+}
+
+/// `.env` bytes as text, checked like [`StateDir::load_env`] checks them.
+fn checked_env_text(path: &Path, bytes: Vec<u8>) -> Result<String, StateError> {
+    let text = String::from_utf8(bytes).map_err(|e| StateError::Env {
+        path: path.to_path_buf(),
+        line: line_col(e.as_bytes(), e.utf8_error().valid_up_to()).0,
+        message: "not valid UTF-8".to_owned(),
+    })?;
+    validate_env(path, text.strip_prefix('\u{feff}').unwrap_or(&text))?;
+    Ok(text)
+}
+
+/// Marks an error found in text about to be written (not in the file on
+/// disk, which is left alone).
+fn invalid_new(e: StateError, path: &Path) -> StateError {
+    let prefix = "the new content would be invalid (nothing was written)";
+    match e {
+        StateError::Parse {
+            line,
+            column,
+            message,
+            ..
+        } => StateError::Parse {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message: format!("{prefix}: {message}"),
+        },
+        StateError::Env { line, message, .. } => StateError::Env {
+            path: path.to_path_buf(),
+            line,
+            message: format!("{prefix}: {message}"),
+        },
+        other => other,
+    }
+}
+
+/// The permission bits of `path` if group or others have any access
+/// (`None` if it is private, missing, or off Unix).
+fn loose_mode(path: &Path) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::metadata(path)
+            .ok()
+            .map(|m| m.permissions().mode() & 0o7777)
+            .filter(|mode| mode & 0o077 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
 }
 
 #[cfg(test)]
@@ -2149,5 +2328,104 @@ modelOverrides:
     fn now_ms_is_recent() {
         // 2024-01-01 in ms.
         assert!(now_ms() > 1_704_067_200_000);
+    }
+
+    // ----- edit_config_files ---------------------------------------------
+
+    fn replace_with(
+        config: &str,
+        env: &str,
+    ) -> impl FnOnce(&ConfigFiles) -> Result<(ConfigFiles, ()), StateError> {
+        let new = ConfigFiles {
+            config: Some(config.to_owned()),
+            env: Some(env.to_owned()),
+        };
+        move |_| Ok((new, ()))
+    }
+
+    #[test]
+    fn edit_config_files_writes_both_and_env_privately() {
+        let (dir, state) = setup();
+        let root = dir.path().join("new-root");
+        let state = StateDir::new(&root).with_lock_timeout(state.lock_timeout);
+        let (written, ()) = state
+            .edit_config_files(replace_with("defaultAgent: x\n", "K=v\n"))
+            .unwrap();
+        assert!(written.config && written.env);
+        assert_eq!(written.env_loose_mode, None);
+        assert_eq!(
+            fs::read_to_string(state.config_path()).unwrap(),
+            "defaultAgent: x\n"
+        );
+        assert_eq!(fs::read_to_string(state.env_path()).unwrap(), "K=v\n");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(state.env_path()).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, ENV_FILE_MODE);
+        }
+        // The edit sees what is there; unchanged files are not rewritten.
+        let (written, seen) = state
+            .edit_config_files(|files| Ok::<_, StateError>((files.clone(), files.clone())))
+            .unwrap();
+        assert_eq!(written, ConfigFilesWritten::default());
+        assert_eq!(seen.config.as_deref(), Some("defaultAgent: x\n"));
+        assert_eq!(seen.env.as_deref(), Some("K=v\n"));
+        assert!(!format!("{seen:?}").contains("K=v"), "Debug shows the env");
+    }
+
+    #[test]
+    fn edit_config_files_refuses_bad_files_and_bad_edits() {
+        let (_dir, state) = setup();
+        fs::write(state.config_path(), "providers: [\n").unwrap();
+        fs::write(state.env_path(), "K=v\n").unwrap();
+        let err = state
+            .edit_config_files(replace_with("{}\n", "K=w\n"))
+            .unwrap_err();
+        expect_parse(err, &state.config_path(), 2);
+        assert_eq!(
+            fs::read_to_string(state.config_path()).unwrap(),
+            "providers: [\n"
+        );
+        assert_eq!(fs::read_to_string(state.env_path()).unwrap(), "K=v\n");
+
+        fs::write(state.config_path(), "{}\n").unwrap();
+        fs::write(state.env_path(), "K='secretvalue\n").unwrap();
+        let err = state
+            .edit_config_files(replace_with("{}\n", "K=w\n"))
+            .unwrap_err();
+        assert!(matches!(err, StateError::Env { line: 1, .. }), "{err:?}");
+        assert!(!err.to_string().contains("secretvalue"), "{err}");
+
+        // New content that would not parse is refused; nothing is written.
+        fs::write(state.env_path(), "K=v\n").unwrap();
+        let err = state
+            .edit_config_files(replace_with("defaultAgent: [1]\n", "K=w\n"))
+            .unwrap_err();
+        assert!(err.to_string().contains("nothing was written"), "{err}");
+        let err = state
+            .edit_config_files(replace_with("{}\n", "K='w\n"))
+            .unwrap_err();
+        assert!(err.to_string().contains("nothing was written"), "{err}");
+        assert_eq!(fs::read_to_string(state.config_path()).unwrap(), "{}\n");
+        assert_eq!(fs::read_to_string(state.env_path()).unwrap(), "K=v\n");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn edit_config_files_makes_a_shared_env_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_dir, state) = setup();
+        fs::write(state.env_path(), "K=v\n").unwrap();
+        fs::set_permissions(state.env_path(), fs::Permissions::from_mode(0o644)).unwrap();
+        let (written, ()) = state
+            .edit_config_files(|_| Ok::<_, StateError>((ConfigFiles::default(), ())))
+            .unwrap();
+        assert!(written.env && !written.config);
+        assert_eq!(written.env_loose_mode, Some(0o644));
+        let mode = fs::metadata(state.env_path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(fs::read_to_string(state.env_path()).unwrap(), "K=v\n");
+        assert!(!state.config_path().exists());
     }
 }

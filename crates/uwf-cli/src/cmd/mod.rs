@@ -1,5 +1,7 @@
 //! Command implementations.
 
 pub mod cas;
+pub mod config;
+pub mod setup;
 pub mod thread;
 pub mod workflow;

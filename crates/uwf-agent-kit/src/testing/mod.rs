@@ -15,13 +15,23 @@
 //!   required); `notApproved` is `steps[-1].output.approved = false`.
 //!
 //! The YAML is [`WORKFLOW_YAML`].
+//!
+//! [`MockLlm`] is a scripted OpenAI-compatible server on loopback, for
+//! everything that calls an LLM (the extraction's layer 2, `uwf-llm`,
+//! hermes); [`Fixture::write_config`] with [`MockLlm::config`] points a
+//! storage root at it. [`Fixture::drive`] runs a thread to its end the way
+//! `uwf thread run` would.
+
+mod mock_llm;
 
 use std::path::Path;
 
 use uwf_cas::{Cas, Hash};
-use uwf_protocol::{StartNodePayload, ThreadsIndex};
+use uwf_protocol::{END, StartNodePayload, ThreadsIndex, WorkflowConfig};
 
-use crate::BoxError;
+use crate::{BoxError, KitError};
+
+pub use mock_llm::{EXHAUSTED, MOCK_MODEL, MockBody, MockLlm, MockReply, MockRequest, Reply};
 
 /// Name of the fixture's workflow.
 pub const WORKFLOW_NAME: &str = "plan-review";
@@ -122,6 +132,78 @@ impl Fixture {
         let thread = uwf_util::ids::ThreadId::new().to_string();
         self.set_head(&thread, start)?;
         Ok((thread, start))
+    }
+
+    /// Registers another workflow from its YAML definition (as `uwf
+    /// workflow put` does, minus `registry.yaml`) and returns its node.
+    pub fn register_workflow(&self, yaml: &str) -> Result<Hash, BoxError> {
+        let def = uwf_moderator::definition::parse_yaml(yaml, "workflow.yaml")?;
+        Ok(uwf_moderator::definition::register(&self.cas, &def)?.hash)
+    }
+
+    /// [`start_thread`](Self::start_thread) for another workflow.
+    pub fn start_thread_in(
+        &self,
+        workflow: Hash,
+        prompt: &str,
+    ) -> Result<(String, Hash), BoxError> {
+        let start = StartNodePayload {
+            workflow: workflow.to_string(),
+            prompt: prompt.into(),
+            parent_state: None,
+        };
+        let start = self
+            .cas
+            .put_value(self.cas.types().start_node, &start)?
+            .hash;
+        let thread = uwf_util::ids::ThreadId::new().to_string();
+        self.set_head(&thread, start)?;
+        Ok((thread, start))
+    }
+
+    /// Writes `config` as the root's `config.yaml`.
+    pub fn write_config(&self, config: &WorkflowConfig) -> Result<(), BoxError> {
+        std::fs::write(
+            self.root().join("config.yaml"),
+            serde_yaml::to_string(config)?,
+        )?;
+        Ok(())
+    }
+
+    /// Runs `thread` to its end as `uwf thread run` would: asks the
+    /// moderator for the next role, calls `step(role)` (which writes a
+    /// StepNode, e.g. through [`execute`](crate::execute)), moves the head
+    /// to it; until the moderator returns `$END` (the thread is then removed
+    /// from `threads.yaml`) or `max_steps` steps ran (an error). Returns
+    /// the roles run, in order.
+    pub fn drive(
+        &self,
+        thread: &str,
+        max_steps: usize,
+        mut step: impl FnMut(&str) -> Result<Hash, KitError>,
+    ) -> Result<Vec<String>, BoxError> {
+        let mut roles = Vec::new();
+        loop {
+            let head = self
+                .head(thread)?
+                .ok_or_else(|| format!("thread {thread} is not active"))?;
+            let view = uwf_moderator::thread::load(&self.cas, head)?;
+            let next = view.decide()?.next;
+            if next == END {
+                self.remove_thread(thread)?;
+                return Ok(roles);
+            }
+            if roles.len() >= max_steps {
+                return Err(format!(
+                    "thread {thread} did not end within {max_steps} steps (ran {})",
+                    roles.join(" → ")
+                )
+                .into());
+            }
+            let hash = step(&next)?;
+            self.set_head(thread, hash)?;
+            roles.push(next);
+        }
     }
 
     /// Stores a StartNode of the fixture workflow (not registered as a thread).

@@ -1,0 +1,204 @@
+//! `uwf-hermes [--max-turns N] [--hermes-arg ARG]... <thread-id> <role>`:
+//! a uwf agent that runs each role with the [Hermes Agent] CLI.
+//!
+//! For one step it
+//!
+//! 1. builds the role's prompt with the agent kit (format instruction, scope,
+//!    role prompt, task, history, edge prompt);
+//! 2. runs `hermes chat -q <prompt> --yolo [--max-turns N] --quiet <args…>`
+//!    non-interactively (stdin closed, the current directory, the user's
+//!    `HERMES_HOME`, `HERMES_DISABLE_LAZY_INSTALLS=1`);
+//! 3. takes the session id from hermes' stderr and reads the whole session
+//!    with `hermes sessions export --session-id <id> -`;
+//! 4. stores one `hermes-turn` node per message and a `hermes-detail` node
+//!    pointing at them (or a `hermes-raw-output` node when no transcript can
+//!    be had);
+//! 5. hands the answer to the kit, which extracts the role's output (YAML
+//!    frontmatter first, the LLM fallback otherwise) and writes the StepNode.
+//!
+//! Any failure — hermes missing, a non-zero exit, the turn budget used up, no
+//! answer — is reported on stderr with exit status 1, and nothing is written
+//! to the thread. See `docs/agents.md`.
+//!
+//! [Hermes Agent]: https://pypi.org/project/hermes-agent/
+
+mod detail;
+mod error;
+mod hermes;
+mod transcript;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use uwf_agent_kit::{AgentContext, AgentRun, Invocation};
+use uwf_util::state::StateDir;
+
+use crate::error::HermesError;
+use crate::hermes::{Chat, Hermes};
+
+/// The agent's name, written into each StepNode's `agent` field.
+const NAME: &str = "uwf-hermes";
+
+/// Environment variable with extra `hermes chat` arguments (split like a
+/// shell command line), placed before those of `--hermes-arg`.
+const ENV_ARGS: &str = "UWF_HERMES_ARGS";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = NAME,
+    version,
+    about = "A uwf agent that runs each role with the Hermes Agent CLI.",
+    long_about = "A uwf agent that runs each role with the Hermes Agent CLI (hermes-agent 0.19.0).
+
+`uwf thread step` runs it as `uwf-hermes [options] <thread-id> <role>`. It builds the role's
+prompt, runs `hermes chat -q <prompt> --yolo --max-turns N --quiet` in the current directory,
+stores the session transcript as hermes-turn / hermes-detail nodes, extracts the role's output
+from the answer and prints the new StepNode's hash. On failure nothing is written to the thread.",
+    after_help = "Environment:
+  HERMES_BIN                     the hermes executable (default: `hermes` on PATH)
+  HERMES_HOME                    hermes' state and config directory (default ~/.hermes)
+  UWF_HERMES_MAX_TURNS           default for --max-turns
+  UWF_HERMES_ARGS                extra hermes arguments, split like a shell command line
+  UNCAGED_WORKFLOW_STORAGE_ROOT  the storage root (set by uwf; default ~/.uncaged/workflow)
+  RUST_LOG                       log filter for stderr (default: warn)"
+)]
+struct Args {
+    /// Budget of model calls for the role (`hermes chat --max-turns`); a tool
+    /// call followed by an answer needs 2. Default: hermes' own
+    /// (`agent.max_turns` in its config, else 90).
+    #[arg(long, value_name = "N", env = "UWF_HERMES_MAX_TURNS",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_turns: Option<u32>,
+
+    /// An extra argument for `hermes chat`, after `--quiet` (repeat for
+    /// several, e.g. `--hermes-arg -t --hermes-arg terminal,file`).
+    #[arg(long = "hermes-arg", value_name = "ARG", allow_hyphen_values = true)]
+    hermes_args: Vec<String>,
+
+    /// The thread to run a step of.
+    thread: String,
+
+    /// The role to run.
+    role: String,
+}
+
+fn main() -> ExitCode {
+    install_report_handler();
+    let args = Args::parse();
+    match run(&args) {
+        Ok(step) => {
+            let mut out = std::io::stdout().lock();
+            match writeln!(out, "{step}").and_then(|()| out.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write to stdout: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(report) => {
+            eprintln!("{report:?}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Everything after argv: root, `.env`, tracing, the step.
+fn run(args: &Args) -> Result<uwf_cas::Hash, miette::Report> {
+    let root = uwf_util::root::resolve_root(None).map_err(uwf_agent_kit::KitError::from)?;
+    // Before tracing, so a RUST_LOG in `.env` applies.
+    StateDir::new(&root.path)
+        .load_env()
+        .map_err(uwf_agent_kit::KitError::from)?;
+    uwf_util::trace::init_tracing(0, false);
+    let extra = hermes_args(args)?;
+    let hermes = Hermes::from_env();
+    let inv = Invocation::new(NAME, root.path, &args.thread, &args.role, Vec::new());
+    let ctx = inv.load()?;
+    let run = step(&ctx, &hermes, args.max_turns, &extra)?;
+    Ok(uwf_agent_kit::finish(&ctx, NAME, run)?)
+}
+
+/// `UWF_HERMES_ARGS`, then the `--hermes-arg`s.
+fn hermes_args(args: &Args) -> Result<Vec<String>, HermesError> {
+    let mut extra = match std::env::var(ENV_ARGS) {
+        Ok(line) if !line.trim().is_empty() => {
+            uwf_util::state::split_command_line(&line).map_err(HermesError::BadArgs)?
+        }
+        _ => Vec::new(),
+    };
+    extra.extend(args.hermes_args.iter().cloned());
+    Ok(extra)
+}
+
+/// Runs hermes for the context's role and stores the detail nodes; returns
+/// the run for the kit to extract and write.
+fn step(
+    ctx: &AgentContext,
+    hermes: &Hermes,
+    max_turns: Option<u32>,
+    extra: &[String],
+) -> Result<AgentRun, HermesError> {
+    let prompt = ctx.prompt();
+    let chat = hermes.chat(&prompt, max_turns, extra)?;
+    let (answer, detail) = record(ctx, hermes, &chat)?;
+    Ok(AgentRun::text(answer).with_detail(detail))
+}
+
+/// The answer and the detail node of a finished chat: the transcript when
+/// hermes can export it, else hermes' stdout.
+fn record(
+    ctx: &AgentContext,
+    hermes: &Hermes,
+    chat: &Chat,
+) -> Result<(String, uwf_cas::Hash), HermesError> {
+    let duration_ms = u64::try_from(chat.duration.as_millis()).unwrap_or(u64::MAX);
+    let stdout_answer = chat.stdout.trim_end_matches(['\n', '\r']).to_owned();
+    let Some(id) = &chat.session_id else {
+        tracing::warn!(
+            "hermes printed no session id on stderr; storing its stdout as the detail (no transcript)"
+        );
+        let detail = detail::store_raw(ctx.store(), &chat.stdout)?;
+        return Ok((stdout_answer, detail));
+    };
+    let session = match hermes.export(id) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(
+                session = %id,
+                error = %e,
+                "cannot read the session transcript; storing hermes' stdout as the detail"
+            );
+            let detail = detail::store_raw(ctx.store(), &chat.stdout)?;
+            return Ok((stdout_answer, detail));
+        }
+    };
+    // hermes' own definition of success: the session ends with an
+    // assistant message that stopped normally. Its content is the answer
+    // (stdout minus the newline, without stray warning lines).
+    let answer =
+        transcript::final_answer(&session.messages).map_err(|why| HermesError::Unfinished {
+            session: id.clone(),
+            why,
+        })?;
+    let answer = if answer.trim().is_empty() {
+        stdout_answer
+    } else {
+        answer
+    };
+    let detail = detail::store_session(ctx.store(), &session, duration_ms)?;
+    tracing::debug!(session = %id, %detail, turns = session.messages.len(), "transcript stored");
+    Ok((answer, detail))
+}
+
+/// Graphical reports, wrapped to the terminal's width only when stderr is
+/// one (uwf captures an agent's stderr and wants whole lines).
+fn install_report_handler() {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    // Fails only if a hook is already set: keep it.
+    let _ = miette::set_hook(Box::new(move |_| {
+        Box::new(miette::MietteHandlerOpts::new().wrap_lines(tty).build())
+    }));
+}
