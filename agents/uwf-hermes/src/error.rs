@@ -47,7 +47,7 @@ pub enum HermesError {
     #[diagnostic(
         code(uwf_hermes::prompt_too_long),
         help(
-            "hermes takes the prompt as `-q <prompt>`, and Linux limits one argument to 128 KiB; shorten the task or lower the history quota of the prompt"
+            "hermes takes the prompt only as `-q <prompt>`, and Linux limits one argument to 128 KiB; shorten the task or lower the history quota (UWF_HISTORY_QUOTA, in characters). Nothing was written to the thread."
         )
     )]
     PromptTooLong {

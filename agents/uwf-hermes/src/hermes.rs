@@ -124,8 +124,15 @@ impl Hermes {
                 limit: MAX_ARG_BYTES - 1,
             });
         }
+        // An argument cannot hold a NUL byte (a task may, from JSON `\u0000`).
+        let prompt = if prompt.contains('\0') {
+            tracing::warn!("removing NUL characters from the prompt");
+            std::borrow::Cow::Owned(prompt.replace('\0', ""))
+        } else {
+            std::borrow::Cow::Borrowed(prompt)
+        };
         let mut cmd = self.command();
-        cmd.args(["chat", "-q", prompt, "--yolo"]);
+        cmd.args(["chat", "-q", prompt.as_ref(), "--yolo"]);
         if let Some(n) = max_turns {
             cmd.arg("--max-turns").arg(n.to_string());
         }
@@ -335,6 +342,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("HERMES_BIN"), "{text}");
+    }
+
+    #[test]
+    fn nul_bytes_are_dropped_from_the_prompt() {
+        // `true` ignores its arguments and exits 0 with no output.
+        let h = Hermes {
+            program: "true".into(),
+            from_env: false,
+        };
+        let e = h.chat("a\0b", None, &[]).err();
+        assert!(matches!(e, Some(HermesError::NoAnswer { .. })), "{e:?}");
     }
 
     #[test]

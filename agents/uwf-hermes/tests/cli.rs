@@ -42,7 +42,8 @@ fn fake_hermes() -> &'static Path {
     static FAKE_BIN: OnceLock<PathBuf> = OnceLock::new();
     FAKE_BIN.get_or_init(|| {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("uwf-hermes-fake-{}", std::process::id()));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("uwf-hermes-fake-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
         let path = dir.join("hermes");
         std::fs::write(&path, FAKE).unwrap_or_else(|e| panic!("{e}"));

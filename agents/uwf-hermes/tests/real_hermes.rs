@@ -206,7 +206,10 @@ impl World {
             .env("HERMES_HOME", &self.hermes_home)
             // The terminal tool sources ~/.bashrc & co.: use an empty home.
             .env("HOME", &self.home)
-            .env("NO_COLOR", "1");
+            .env("NO_COLOR", "1")
+            // hermes' HTTP client honours HTTP(S)_PROXY; the mock is local.
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env("no_proxy", "127.0.0.1,localhost");
         for var in [
             "UNCAGED_WORKFLOW_STORAGE_ROOT",
             "WORKFLOW_STORAGE_ROOT",

@@ -360,7 +360,7 @@ pub struct SetupArgs {
     /// The API key, stored in .env (never in config.yaml, never printed); - reads it from stdin.
     #[arg(long, value_name = "KEY", allow_hyphen_values = true)]
     pub api_key: Option<String>,
-    /// Name of the variable holding the key [default: the preset's, or <PROVIDER>_API_KEY].
+    /// Name of the variable holding the key (default: the preset's, or `<PROVIDER>_API_KEY`).
     #[arg(long, value_name = "VAR")]
     pub api_key_env: Option<String>,
     /// The provider's model name, e.g. gpt-4o-mini; becomes defaultModel.
