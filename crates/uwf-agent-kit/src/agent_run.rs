@@ -26,6 +26,7 @@ pub struct AgentRun {
     pub(crate) output: Option<Value>,
     pub(crate) answer: Option<String>,
     pub(crate) detail: Option<Hash>,
+    pub(crate) child_thread: Option<Hash>,
 }
 
 impl AgentRun {
@@ -36,6 +37,7 @@ impl AgentRun {
             output: None,
             answer: Some(answer.into()),
             detail: None,
+            child_thread: None,
         }
     }
 
@@ -48,6 +50,7 @@ impl AgentRun {
             output: Some(output),
             answer: None,
             detail: None,
+            child_thread: None,
         }
     }
 
@@ -55,6 +58,18 @@ impl AgentRun {
     /// terminal StepNode, …) as the step's detail. It must be in the store.
     pub fn with_detail(mut self, detail: Hash) -> Self {
         self.detail = Some(detail);
+        self
+    }
+
+    /// Records that the role's work was done by a child thread (a workflow
+    /// run as an agent, seed 001): `terminal` is the child thread's last
+    /// StepNode, written as the StepNode's `childThread` (a `cas_ref`, so
+    /// `uwf cas walk`/`gc` reach the child thread from the parent). It must
+    /// be a StepNode in the store ([`KitError::BadChildThread`](crate::KitError::BadChildThread)
+    /// otherwise). Usually given together with
+    /// [`with_detail`](Self::with_detail)`(terminal)`.
+    pub fn with_child_thread(mut self, terminal: Hash) -> Self {
+        self.child_thread = Some(terminal);
         self
     }
 
@@ -81,6 +96,11 @@ impl AgentRun {
     pub fn detail(&self) -> Option<Hash> {
         self.detail
     }
+
+    /// The child thread's terminal StepNode, if the work was done by one.
+    pub fn child_thread(&self) -> Option<Hash> {
+        self.child_thread
+    }
 }
 
 #[cfg(test)]
@@ -99,6 +119,9 @@ mod tests {
         assert_eq!(r.structured_output(), Some(&json!({"x": 1})));
         assert_eq!(r.answer(), Some("raw"));
         assert_eq!(r.detail(), Some(Hash::from_u64(7)));
+        assert_eq!(r.child_thread(), None);
+        let r = AgentRun::output(json!({})).with_child_thread(Hash::from_u64(8));
+        assert_eq!(r.child_thread(), Some(Hash::from_u64(8)));
         assert_eq!(AgentRun::text("a").with_answer("b").answer(), Some("b"));
     }
 }

@@ -306,6 +306,22 @@ pub enum KitError {
         )
     )]
     MissingDetail(Hash),
+
+    /// The child thread given with [`AgentRun::with_child_thread`](crate::AgentRun::with_child_thread)
+    /// is not a StepNode in the store.
+    #[error("the child thread {hash} {reason}")]
+    #[diagnostic(
+        code(uwf::agent::bad_child_thread),
+        help(
+            "`AgentRun::with_child_thread` takes the child thread's terminal StepNode (the head `uwf thread run` printed for the child)"
+        )
+    )]
+    BadChildThread {
+        /// The hash given.
+        hash: Hash,
+        /// What is wrong ("is not in the store", "is not a StepNode").
+        reason: String,
+    },
 }
 
 impl KitError {

@@ -400,3 +400,49 @@ fn the_prompt_of_a_long_thread_stays_bounded() {
         "{prompt}"
     );
 }
+
+#[test]
+fn child_thread_is_written_and_checked() {
+    let (fx, thread, _) = fixture();
+    // Any StepNode will do as a "child terminal" for the kit: a first step
+    // of another thread on the same workflow.
+    let (other, _) = fx.start_thread("child task").unwrap();
+    let terminal = run_role(&fx, &other, "planner", |_| Ok(AgentRun::output(plan()))).unwrap();
+
+    let hash = run_role(&fx, &thread, "planner", |_| {
+        Ok(AgentRun::output(plan())
+            .with_detail(terminal)
+            .with_child_thread(terminal))
+    })
+    .unwrap();
+    let step = step_of(&fx, hash);
+    assert_eq!(step.child_thread, Some(terminal.to_string()));
+    assert_eq!(step.record.detail, terminal.to_string());
+    let refs = fx.cas().refs_of(&fx.cas().get(hash).unwrap()).unwrap();
+    assert!(
+        refs.iter()
+            .any(|r| r.path == "/childThread" && r.hash == terminal),
+        "{refs:?}"
+    );
+
+    // An ordinary step has no childThread at all.
+    let plain = run_role(&fx, &other, "planner", |_| Ok(AgentRun::output(plan()))).unwrap();
+    let v = payload(&fx, &plain.to_string());
+    assert!(v.get("childThread").is_none(), "{v}");
+
+    let missing = Hash::from_u64(4242);
+    let err = run_role(&fx, &thread, "planner", |_| {
+        Ok(AgentRun::output(plan()).with_child_thread(missing))
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&err, KitError::BadChildThread { hash, .. } if *hash == missing),
+        "{err:?}"
+    );
+    let output_node = step.record.output.parse().unwrap();
+    let err = run_role(&fx, &thread, "planner", |_| {
+        Ok(AgentRun::output(plan()).with_child_thread(output_node))
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("is not a StepNode"), "{err}");
+}

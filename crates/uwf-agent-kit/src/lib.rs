@@ -47,7 +47,9 @@
 //!    transcript the agent stored itself), or the answer text stored as an
 //!    [`agent-answer`](answer_schema) node.
 //! 3. **StepNode.** `{start, prev, role, output, detail, agent}` chained
-//!    after the thread's last step; its hash is printed.
+//!    after the thread's last step (plus `childThread` when the run was
+//!    given one with [`AgentRun::with_child_thread`]: a workflow run as an
+//!    agent); its hash is printed.
 //!
 //! Pieces for LLM agents: [`prompt`] (the prompt assembly, the format
 //! instruction derived from the schema), [`llm`] (an OpenAI-compatible
@@ -88,7 +90,7 @@ pub use error::KitError;
 pub use extract::{Extracted, Layer};
 pub use step::{
     ANSWER_TITLE, answer_schema, finish, output_payload, put_answer, put_detail, put_output,
-    write_step,
+    write_step, write_step_with_child,
 };
 
 /// The error an agent's closure returns. Any error converts into it with

@@ -104,17 +104,21 @@ pub fn finish(ctx: &AgentContext, agent: &str, run: AgentRun) -> Result<Hash, Ki
     let (payload, extracted) = output_of(ctx, &run)?;
     let output = store_output(ctx, payload)?;
     let detail = put_detail(ctx, &run)?;
+    if let Some(child) = run.child_thread {
+        check_child_thread(ctx.store(), child)?;
+    }
     // uwf tells its agents how it named them (the alias or command line the
     // user chose); a hand-run agent falls back to its own name.
     let label = std::env::var(AGENT_ENV)
         .ok()
         .filter(|l| !l.trim().is_empty());
-    let step = write_step(
+    let step = write_step_with_child(
         ctx.store(),
         ctx,
         output,
         detail,
         label.as_deref().unwrap_or(agent),
+        run.child_thread,
     )?;
     let (layer, llm_calls) = match &extracted {
         Some(e) => (e.layer.as_str(), e.llm_calls),
@@ -133,6 +137,19 @@ pub fn finish(ctx: &AgentContext, agent: &str, run: AgentRun) -> Result<Hash, Ki
     Ok(step)
 }
 
+/// The child thread of a step must be a StepNode in the store.
+fn check_child_thread<S: Store>(cas: &Cas<S>, child: Hash) -> Result<(), KitError> {
+    let bad = |reason: &str| KitError::BadChildThread {
+        hash: child,
+        reason: reason.to_owned(),
+    };
+    match cas.try_get(child)? {
+        None => Err(bad("is not in the store")),
+        Some(node) if node.type_hash != cas.types().step_node => Err(bad("is not a StepNode")),
+        Some(_) => Ok(()),
+    }
+}
+
 /// Writes a StepNode `{start, prev, role, output, detail, agent}` for the
 /// context's thread and role, with no check beyond the CAS's own schema
 /// validation (the nodes `output` and `detail` point at are not verified).
@@ -143,6 +160,21 @@ pub fn write_step<S: Store>(
     detail: Hash,
     agent: &str,
 ) -> Result<Hash, KitError> {
+    write_step_with_child(cas, ctx, output, detail, agent, None)
+}
+
+/// [`write_step`] with the StepNode's `childThread`: the terminal StepNode
+/// of the child thread that did the role's work (seed 001), or `None` for
+/// an ordinary step (the field is then omitted). Not checked beyond the
+/// CAS's schema validation either.
+pub fn write_step_with_child<S: Store>(
+    cas: &Cas<S>,
+    ctx: &AgentContext,
+    output: Hash,
+    detail: Hash,
+    agent: &str,
+    child_thread: Option<Hash>,
+) -> Result<Hash, KitError> {
     let payload = StepNodePayload {
         start: ctx.start_hash().to_string(),
         prev: ctx.prev().map(|h| h.to_string()),
@@ -152,7 +184,7 @@ pub fn write_step<S: Store>(
             detail: detail.to_string(),
             agent: agent.to_owned(),
         },
-        child_thread: None,
+        child_thread: child_thread.map(|h| h.to_string()),
     };
     Ok(cas.put_value(cas.types().step_node, &payload)?.hash)
 }

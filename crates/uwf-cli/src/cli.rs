@@ -229,6 +229,11 @@ pub enum ThreadCommand {
         /// The task.
         #[arg(short, long)]
         prompt: String,
+        /// Advanced: start a child thread whose StartNode's parentState is
+        /// this node (a StartNode or StepNode of the calling thread; see
+        /// docs/nested-workflows.md). `uwf-workflow` uses it.
+        #[arg(long, value_name = "HASH", hide_short_help = true)]
+        parent: Option<String>,
     },
     /// Run exactly one step: {workflow, thread, head, done}.
     #[command(after_help = "\
@@ -263,6 +268,15 @@ Example: uwf thread run examples/solve-issue.yaml -p \"Fix the login bug\" --age
         /// Continue this thread instead of starting one.
         #[arg(long, value_name = "ID")]
         thread: Option<String>,
+        /// Advanced: when starting, the parentState of the new thread's
+        /// StartNode (see `uwf thread start --help`).
+        #[arg(
+            long,
+            value_name = "HASH",
+            conflicts_with = "thread",
+            hide_short_help = true
+        )]
+        parent: Option<String>,
         /// Stop after this many steps.
         #[arg(long, default_value_t = 100)]
         max_steps: usize,
@@ -274,7 +288,7 @@ Example: uwf thread run examples/solve-issue.yaml -p \"Fix the login bug\" --age
         /// The thread id.
         thread: String,
     },
-    /// A thread's head: {workflow, thread, head, done}.
+    /// A thread's head: {workflow, thread, head, done}, plus parent and childThreads links.
     Show {
         /// The thread id.
         thread: String,
@@ -284,6 +298,21 @@ Example: uwf thread run examples/solve-issue.yaml -p \"Fix the login bug\" --age
         /// Include archived threads.
         #[arg(long)]
         all: bool,
+        /// Only top-level threads (leave out the child threads of workflows run as agents).
+        #[arg(long)]
+        top_level: bool,
+    },
+    /// The call stack of a node: [{node, start, workflow, workflowName, role, depth, thread}].
+    #[command(after_help = "\
+From a StartNode or StepNode, the threads it runs in, innermost first: its own
+thread, then the thread that called it as an agent (through its StartNode's
+parentState), up to the top-level thread (depth 0). `role` is the calling
+role (null at the top). See docs/nested-workflows.md.
+
+Example: uwf thread stack 8FWKR3TN5V1QA")]
+    Stack {
+        /// A StartNode or StepNode.
+        node: String,
     },
     /// Stop a thread and archive it (a running step is stopped and not applied).
     Kill {

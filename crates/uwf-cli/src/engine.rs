@@ -1,13 +1,15 @@
-//! One step of a thread: moderator → agent → checks → compare-and-swap of
-//! the head. Also the thread lookups the commands share.
+//! One step of a thread: moderator → slot (for a workflow with a
+//! concurrency limit) → agent → checks → compare-and-swap of the head.
+//! Also the thread lookups the commands share.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use uwf_cas::{Cas, Hash};
 use uwf_moderator::thread::{self, ThreadView};
-use uwf_protocol::{HistoryEntry, StepNodePayload, StepOutput};
+use uwf_protocol::{HistoryEntry, StepNodePayload, StepOutput, WorkflowLimits};
+use uwf_util::slots::{SlotError, SlotGuard, Slots};
 use uwf_util::state::{StateDir, StateError};
 
 use crate::agent::{self, Ending, Spawn};
@@ -109,6 +111,12 @@ pub trait Progress: Send + Sync {
     fn agent_line(&self, line: &str);
     /// The agent finished.
     fn finished(&self, role: &str, elapsed: Duration);
+    /// The step waits for a slot of `workflow` (its `concurrency` in
+    /// config.yaml is reached), with `ahead` waiters before it. Called when
+    /// the wait starts and whenever `ahead` changes.
+    fn waiting(&self, workflow: &str, ahead: usize) {
+        eprintln!("waiting for a slot of workflow {workflow} ({ahead} ahead)");
+    }
 }
 
 /// Streams agent stderr straight through.
@@ -137,6 +145,10 @@ pub struct Stepped {
 }
 
 /// Runs one cycle of a thread (seed 000 §1.3).
+///
+/// If config.yaml limits the workflow's concurrency (seed 004), the agent
+/// runs only while the step holds one of its slots ([`uwf_util::slots`]):
+/// taken after the moderator chose the role, freed when the agent ends.
 pub fn step(
     ctx: &Ctx,
     id: &str,
@@ -164,6 +176,27 @@ pub fn step(
     let agent = ctx
         .state
         .resolve_agent(opts.agent, &view.workflow.name, &role)?;
+    // Seed 004: a slot of the workflow, held while the agent runs.
+    let slot = match ctx
+        .state
+        .config()?
+        .and_then(|c| c.limits(&view.workflow.name))
+    {
+        Some(limits) => Some(acquire_slot(
+            ctx,
+            id,
+            head,
+            &view.workflow.name,
+            limits,
+            progress.as_ref(),
+        )?),
+        None => None,
+    };
+    // The kill flag (seed 004), checked once more just before the agent
+    // starts: the thread may have been killed or moved on meanwhile.
+    if let Some(e) = moved(ctx, id, &head.to_string(), false)? {
+        return Err(e);
+    }
 
     let mut args = agent.args.clone();
     args.push(id.to_string());
@@ -208,7 +241,17 @@ pub fn step(
         command: agent.command.clone(),
         source,
     })?;
+    // The agent is done: free the slot before checking its work.
+    drop(slot);
     progress.finished(&role, finished.elapsed);
+    // The kill flag again, now that the agent returned: a thread killed (or
+    // moved on) meanwhile never gets this step, and that is what to report,
+    // whatever the agent did (it may have failed because of it).
+    if !matches!(finished.ending, Ending::Interrupted)
+        && let Some(e) = moved(ctx, id, &head_s, true)?
+    {
+        return Err(e);
+    }
 
     let fail = |reason: String| {
         CliError::Agent(Box::new(AgentFailure {
@@ -290,6 +333,84 @@ pub fn step(
             head: new.to_string(),
             done,
         },
+    })
+}
+
+/// How often a queued step re-reads `threads.yaml` for the kill flag.
+const KILL_POLL: Duration = Duration::from_millis(200);
+
+/// Takes a slot of `workflow` for a step of thread `id` at `head`, as its
+/// `limits` say: at once or [`CliError::NoSlot`] (`overflow: drop`), or
+/// after waiting in the workflow's queue (`overflow: queue`), reporting the
+/// wait through `progress`; [`CliError::Evicted`] if the queue pushes the
+/// step out. While waiting, an interrupt stops it, and so does the kill
+/// flag (the thread archived, or its head moved).
+fn acquire_slot(
+    ctx: &Ctx,
+    id: &str,
+    head: Hash,
+    workflow: &str,
+    limits: WorkflowLimits,
+    progress: &dyn Progress,
+) -> Result<SlotGuard, CliError> {
+    let head = head.to_string();
+    let mut stop = None;
+    let mut last_check = Instant::now();
+    let mut shown = None;
+    let got = Slots::new(&ctx.root, workflow, limits).acquire(|w| {
+        if agent::interrupted() {
+            stop = Some(CliError::Interrupted);
+            return false;
+        }
+        if last_check.elapsed() >= KILL_POLL {
+            last_check = Instant::now();
+            if let Some(e) = moved(ctx, id, &head, false).unwrap_or_else(Some) {
+                stop = Some(e);
+                return false;
+            }
+        }
+        if shown != Some(w.ahead) {
+            shown = Some(w.ahead);
+            progress.waiting(workflow, w.ahead);
+        }
+        true
+    });
+    let guard = match got {
+        Ok(guard) => guard,
+        Err(SlotError::Full { concurrency, .. }) => {
+            return Err(CliError::NoSlot {
+                thread: id.to_string(),
+                workflow: workflow.to_string(),
+                concurrency,
+            });
+        }
+        Err(SlotError::Evicted {
+            max_queue, waited, ..
+        }) => {
+            let waited = Duration::from_millis(u64::try_from(waited.as_millis()).unwrap_or(0));
+            return Err(CliError::Evicted {
+                thread: id.to_string(),
+                workflow: workflow.to_string(),
+                max_queue,
+                waited: humantime::format_duration(waited).to_string(),
+            });
+        }
+        Err(SlotError::Cancelled { .. }) => return Err(stop.unwrap_or(CliError::Interrupted)),
+        Err(e) => return Err(CliError::Slot(e)),
+    };
+    Ok(guard)
+}
+
+/// `None` while thread `id`'s head is still `head`; otherwise the error of
+/// a step that must stop: the thread was killed (before or after its agent
+/// started, as `agent_ran` says), or moved on.
+fn moved(ctx: &Ctx, id: &str, head: &str, agent_ran: bool) -> Result<Option<CliError>, CliError> {
+    let thread = id.to_string();
+    Ok(match ctx.state.thread_head(id)? {
+        Some(h) if h == head => None,
+        Some(actual) => Some(CliError::HeadMoved { thread, actual }),
+        None if agent_ran => Some(CliError::Killed { thread }),
+        None => Some(CliError::KilledBeforeStart { thread }),
     })
 }
 
@@ -412,5 +533,5 @@ fn check_step(ctx: &Ctx, view: &ThreadView, role: &str, new: Hash) -> Result<(),
             "StepNode {new} points at detail {detail}, which is not in the store"
         ));
     }
-    Ok(())
+    crate::nested::check_child_thread(ctx, view, new, &step)
 }

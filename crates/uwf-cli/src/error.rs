@@ -131,8 +131,63 @@ pub enum CliError {
         thread: String,
     },
 
-    /// Another process moved the head while the agent ran.
-    #[error("thread {thread} moved to {actual} while the agent ran; this step was not applied")]
+    /// The thread was killed while the step waited for a slot of its
+    /// workflow, or just before its agent would have started.
+    #[error("thread {thread} was killed before its agent started; nothing was run")]
+    #[diagnostic(code(uwf::thread::killed))]
+    KilledBeforeStart {
+        /// The id.
+        thread: String,
+    },
+
+    /// `overflow: drop` and every slot of the workflow is taken.
+    #[error(
+        "no free slot: workflow {workflow} already runs {concurrency} step(s), its limit with `overflow: drop`; thread {thread} was not stepped"
+    )]
+    #[diagnostic(
+        code(uwf::thread::no_slot),
+        help(
+            "step it again later (`uwf thread step {thread}`), or raise `concurrency` or set `overflow: queue` under `workflows.{workflow}` in config.yaml"
+        )
+    )]
+    NoSlot {
+        /// The id.
+        thread: String,
+        /// The workflow name.
+        workflow: String,
+        /// Its `concurrency`.
+        concurrency: u32,
+    },
+
+    /// The step waited in its workflow's queue and was pushed out, being
+    /// the oldest waiter when a newer one arrived at a full queue.
+    #[error(
+        "thread {thread} was pushed out of the queue of workflow {workflow} after waiting {waited}: a newer step arrived while the queue was full (maxQueue {max_queue}), and the oldest waiter gives way; the thread was not stepped"
+    )]
+    #[diagnostic(
+        code(uwf::thread::evicted),
+        help(
+            "step it again later (`uwf thread step {thread}`), or raise `maxQueue` or `concurrency` under `workflows.{workflow}` in config.yaml"
+        )
+    )]
+    Evicted {
+        /// The id.
+        thread: String,
+        /// The workflow name.
+        workflow: String,
+        /// Its `maxQueue`.
+        max_queue: u32,
+        /// How long the step waited, human-readable.
+        waited: String,
+    },
+
+    /// The slot files of a workflow could not be used.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Slot(uwf_util::slots::SlotError),
+
+    /// Another process moved the head while the step ran.
+    #[error("thread {thread} moved to {actual} while the step ran; this step was not applied")]
     #[diagnostic(
         code(uwf::thread::conflict),
         help(
@@ -188,6 +243,22 @@ pub enum CliError {
     NotAStep {
         /// The hash.
         hash: String,
+    },
+
+    /// `--parent` names something that is not a thread node.
+    #[error("--parent {hash} is not a usable parent state: {source}")]
+    #[diagnostic(
+        code(uwf::thread::bad_parent),
+        help(
+            "--parent takes the parent thread's head: a StartNode or StepNode of a sound chain (`uwf thread show <parent-thread>` prints it)"
+        )
+    )]
+    BadParent {
+        /// The hash given.
+        hash: String,
+        /// Why it cannot be loaded as a thread.
+        #[source]
+        source: Box<uwf_moderator::thread::ThreadError>,
     },
 
     /// `workflow validate` found errors (report printed on stdout).
@@ -251,6 +322,28 @@ pub enum CliError {
     Setup(Box<crate::cmd::setup::SetupError>),
 }
 
+/// Exit status of a failure without a more specific one.
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit status of a step that did not run for lack of a slot: none free
+/// with `overflow: drop`, or pushed out of a full queue.
+pub const EXIT_NO_SLOT: u8 = 3;
+/// Exit status of a step whose thread was killed (`uwf::thread::killed`).
+pub const EXIT_KILLED: u8 = 5;
+
+impl CliError {
+    /// The process exit status for this error (see docs/state.md, "Exit
+    /// status"): [`EXIT_NO_SLOT`] when a step got no slot, [`EXIT_KILLED`]
+    /// when its thread was killed, [`EXIT_FAILURE`] otherwise. Usage errors
+    /// exit 2; clap reports them before any command runs.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::NoSlot { .. } | CliError::Evicted { .. } => EXIT_NO_SLOT,
+            CliError::Killed { .. } | CliError::KilledBeforeStart { .. } => EXIT_KILLED,
+            _ => EXIT_FAILURE,
+        }
+    }
+}
+
 /// An input is not valid JSON, with the place it went wrong.
 #[derive(Debug, thiserror::Error, Diagnostic)]
 #[error("{what} is not valid JSON: {message}")]
@@ -287,4 +380,47 @@ pub struct AgentFailure {
     pub reason: String,
     /// The end of its stderr.
     pub stderr_tail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_tell_no_slot_and_killed_apart() {
+        let thread = "T".to_string();
+        let workflow = "w".to_string();
+        let no_slot = CliError::NoSlot {
+            thread: thread.clone(),
+            workflow: workflow.clone(),
+            concurrency: 1,
+        };
+        let evicted = CliError::Evicted {
+            thread: thread.clone(),
+            workflow,
+            max_queue: 1,
+            waited: "1s".into(),
+        };
+        let killed = CliError::Killed {
+            thread: thread.clone(),
+        };
+        let before = CliError::KilledBeforeStart {
+            thread: thread.clone(),
+        };
+        let moved = CliError::HeadMoved {
+            thread,
+            actual: "X".into(),
+        };
+        assert_eq!(no_slot.exit_code(), EXIT_NO_SLOT);
+        assert_eq!(evicted.exit_code(), EXIT_NO_SLOT);
+        assert_eq!(killed.exit_code(), EXIT_KILLED);
+        assert_eq!(before.exit_code(), EXIT_KILLED);
+        assert_eq!(moved.exit_code(), EXIT_FAILURE);
+        assert_eq!(CliError::Interrupted.exit_code(), EXIT_FAILURE);
+        let code = |e: &CliError| e.code().map(|c| c.to_string());
+        assert_eq!(code(&killed).as_deref(), Some("uwf::thread::killed"));
+        assert_eq!(code(&before).as_deref(), Some("uwf::thread::killed"));
+        assert_eq!(code(&no_slot).as_deref(), Some("uwf::thread::no_slot"));
+        assert_eq!(code(&evicted).as_deref(), Some("uwf::thread::evicted"));
+    }
 }

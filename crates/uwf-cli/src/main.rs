@@ -7,6 +7,7 @@ mod cmd;
 mod engine;
 mod error;
 mod input;
+mod nested;
 mod output;
 mod progress;
 
@@ -28,8 +29,9 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
+            let code = e.exit_code();
             eprintln!("{:?}", miette::Report::new(e));
-            ExitCode::FAILURE
+            ExitCode::from(code)
         }
     }
 }

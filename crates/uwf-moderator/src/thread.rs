@@ -279,6 +279,89 @@ pub fn load<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, ThreadErro
     })
 }
 
+/// Most frames [`call_stack`] follows; a longer `parentState` chain is
+/// treated as corrupt.
+pub const MAX_CALL_FRAMES: usize = 10_000;
+
+/// One thread on a call stack (seed 001): see [`call_stack`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallFrame {
+    /// This frame's position in its thread: the node [`call_stack`] was
+    /// asked about for the innermost frame; for each outer frame, that
+    /// thread's head when it called the frame below (the callee's
+    /// `parentState`).
+    pub node: Hash,
+    /// The thread as loaded from [`node`](Self::node).
+    pub view: ThreadView,
+    /// The role of the calling thread whose work this thread does: what
+    /// the caller's moderator picks at this thread's `parentState`. `None`
+    /// for the top-level thread, and when the caller's moderator cannot
+    /// decide or would end there.
+    pub role: Option<String>,
+    /// 0 for the top-level thread, then 1, 2, … down the stack.
+    pub depth: usize,
+}
+
+/// The call stack of a thread node: from `node` (a StartNode or StepNode)
+/// up through `parentState` links to the top-level thread, innermost
+/// frame first.
+///
+/// Each frame is the thread loaded from its position (see
+/// [`CallFrame::node`]); a top-level thread gives a single frame of depth
+/// 0. Every node on the way must load as a thread ([`load`]); a chain of
+/// more than [`MAX_CALL_FRAMES`] frames, or one that comes back to a
+/// StartNode already seen, is an error.
+pub fn call_stack<S: Store>(cas: &Cas<S>, node: Hash) -> Result<Vec<CallFrame>, ThreadError> {
+    let mut frames: Vec<CallFrame> = Vec::new();
+    let mut seen = HashSet::new();
+    let mut current = node;
+    loop {
+        let view = load(cas, current)?;
+        if !seen.insert(view.start_hash) {
+            return Err(ThreadError::Cycle {
+                hash: view.start_hash,
+            });
+        }
+        if frames.len() >= MAX_CALL_FRAMES {
+            return Err(ThreadError::TooLong {
+                head: node,
+                limit: MAX_CALL_FRAMES,
+            });
+        }
+        let parent = match &view.start.parent_state {
+            Some(p) => Some(reference(view.start_hash, "StartNode", "parentState", p)?),
+            None => None,
+        };
+        frames.push(CallFrame {
+            node: current,
+            view,
+            role: None,
+            depth: 0,
+        });
+        match parent {
+            Some(p) => current = p,
+            None => break,
+        }
+    }
+    // The role of frame i is what the caller (frame i + 1) decides at its
+    // position, which is frame i's parentState.
+    for i in 0..frames.len().saturating_sub(1) {
+        frames[i].role = match frames[i + 1].view.decide() {
+            Ok(d) if !d.is_end() => Some(d.next),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "the caller's moderator cannot name the calling role");
+                None
+            }
+        };
+    }
+    let total = frames.len();
+    for (i, f) in frames.iter_mut().enumerate() {
+        f.depth = total - 1 - i;
+    }
+    Ok(frames)
+}
+
 fn fetch<S: Store>(
     cas: &Cas<S>,
     hash: Hash,

@@ -253,3 +253,64 @@ fn undecodable_workflow_is_reported() {
         Err(ThreadError::WorkflowInvalid { hash: w, .. }) if w == hash
     ));
 }
+
+fn put_child_start(cas: &Cas<MemStore>, workflow: Hash, parent: Hash) -> Hash {
+    let p = StartNodePayload {
+        workflow: workflow.to_string(),
+        prompt: "child task".into(),
+        parent_state: Some(parent.to_string()),
+    };
+    h(cas.put_value(cas.types().start_node, &p)).hash
+}
+
+#[test]
+fn call_stack_of_a_top_level_thread_is_one_frame() {
+    let f = fixture();
+    let s1 = f.step(f.start, None, "writer", json!({"text": "v1"}));
+    let frames = h(call_stack(&f.cas, s1));
+    assert_eq!(frames.len(), 1);
+    assert_eq!(
+        (frames[0].node, frames[0].view.start_hash, frames[0].depth),
+        (s1, f.start, 0)
+    );
+    assert_eq!(frames[0].role, None);
+}
+
+#[test]
+fn call_stack_follows_parent_state_and_names_the_calling_role() {
+    let f = fixture();
+    // The parent ran `writer`; its next role (reviewer) is done by a child
+    // thread, which itself calls a grandchild from its StartNode.
+    let s1 = f.step(f.start, None, "writer", json!({"text": "v1"}));
+    let child = put_child_start(&f.cas, f.workflow, s1);
+    let c1 = f.step(child, None, "writer", json!({"text": "child"}));
+    let grandchild = put_child_start(&f.cas, f.workflow, child);
+
+    let frames = h(call_stack(&f.cas, grandchild));
+    let summary: Vec<_> = frames
+        .iter()
+        .map(|f| (f.node, f.view.start_hash, f.role.as_deref(), f.depth))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (grandchild, grandchild, Some("writer"), 2),
+            (child, child, Some("reviewer"), 1),
+            (s1, f.start, None, 0),
+        ]
+    );
+    let from_step = h(call_stack(&f.cas, c1));
+    assert_eq!(from_step.len(), 2);
+    assert_eq!(from_step[0].view.steps.len(), 1);
+    assert_eq!(from_step[1].node, s1);
+}
+
+#[test]
+fn call_stack_reports_a_missing_parent() {
+    let f = fixture();
+    let child = put_child_start(&f.cas, f.workflow, Hash::from_u64(99));
+    let Err(err) = call_stack(&f.cas, child) else {
+        panic!("a dangling parentState must be an error")
+    };
+    assert!(matches!(err, ThreadError::NotFound { .. }), "{err:?}");
+}

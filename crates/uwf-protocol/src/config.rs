@@ -75,9 +75,26 @@ pub struct WorkflowConfig {
     /// ```
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role_models: Option<BTreeMap<String, BTreeMap<String, String>>>,
+    /// Per workflow name: how many of its steps may run at once on this
+    /// machine, and what happens to the others (seed 004). A workflow
+    /// without an entry is unlimited.
+    ///
+    /// ```yaml
+    /// workflows:
+    ///   cleanup:     { concurrency: 1, overflow: drop }
+    ///   code-review: { concurrency: 3, overflow: queue, maxQueue: 20 }
+    /// ```
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub workflows: BTreeMap<String, WorkflowLimits>,
 }
 
 impl WorkflowConfig {
+    /// The limits configured for `workflow` in
+    /// [`workflows`](Self::workflows), if any.
+    pub fn limits(&self, workflow: &str) -> Option<WorkflowLimits> {
+        self.workflows.get(workflow).copied()
+    }
+
     /// The model alias configured for `role` of `workflow` in
     /// [`role_models`](Self::role_models), if any (no fallback).
     pub fn role_model(&self, workflow: &str, role: &str) -> Option<&str> {
@@ -95,6 +112,133 @@ impl WorkflowConfig {
             .as_ref()?
             .get(scenario)
             .map(String::as_str)
+    }
+}
+
+/// What a step does when every slot of its workflow is taken.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Overflow {
+    /// Fail at once.
+    Drop,
+    /// Wait in a first-in first-out queue of at most `maxQueue` waiters;
+    /// when it is full, the oldest waiter gives up.
+    #[default]
+    Queue,
+}
+
+impl Overflow {
+    /// The name used in `config.yaml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Overflow::Drop => "drop",
+            Overflow::Queue => "queue",
+        }
+    }
+}
+
+impl std::fmt::Display for Overflow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One entry of [`WorkflowConfig::workflows`]: a concurrency limit.
+///
+/// Always valid: `concurrency` and `maxQueue` are between 1 and
+/// [`MAX_LIMIT`](WorkflowLimits::MAX_LIMIT), and `maxQueue` is only given
+/// with `overflow: queue`. Deserialising checks this (the error names the
+/// offending value); so do the constructors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", try_from = "RawWorkflowLimits")]
+pub struct WorkflowLimits {
+    concurrency: u32,
+    overflow: Overflow,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_queue: Option<u32>,
+}
+
+/// `config.yaml`'s spelling of [`WorkflowLimits`], before validation.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawWorkflowLimits {
+    concurrency: u32,
+    #[serde(default)]
+    overflow: Overflow,
+    #[serde(default)]
+    max_queue: Option<u32>,
+}
+
+impl TryFrom<RawWorkflowLimits> for WorkflowLimits {
+    type Error = String;
+
+    fn try_from(raw: RawWorkflowLimits) -> Result<Self, String> {
+        WorkflowLimits::new(raw.concurrency, raw.overflow, raw.max_queue)
+    }
+}
+
+impl WorkflowLimits {
+    /// `maxQueue` when `overflow: queue` does not give one.
+    pub const DEFAULT_MAX_QUEUE: u32 = 16;
+    /// The largest `concurrency` and `maxQueue` accepted.
+    pub const MAX_LIMIT: u32 = 1024;
+
+    /// Checked limits; the error says which value is wrong and why.
+    pub fn new(
+        concurrency: u32,
+        overflow: Overflow,
+        max_queue: Option<u32>,
+    ) -> Result<Self, String> {
+        let max = Self::MAX_LIMIT;
+        if !(1..=max).contains(&concurrency) {
+            return Err(format!(
+                "concurrency must be between 1 and {max}, not {concurrency}"
+            ));
+        }
+        match (overflow, max_queue) {
+            (Overflow::Drop, Some(_)) => {
+                return Err(
+                    "maxQueue applies only to `overflow: queue`; remove it or set `overflow: queue`"
+                        .to_string(),
+                );
+            }
+            (Overflow::Queue, Some(m)) if !(1..=max).contains(&m) => {
+                return Err(format!("maxQueue must be between 1 and {max}, not {m}"));
+            }
+            _ => {}
+        }
+        Ok(WorkflowLimits {
+            concurrency,
+            overflow,
+            max_queue,
+        })
+    }
+
+    /// `overflow: drop` with `concurrency` slots.
+    pub fn drop(concurrency: u32) -> Result<Self, String> {
+        Self::new(concurrency, Overflow::Drop, None)
+    }
+
+    /// `overflow: queue` with `concurrency` slots and at most `max_queue` waiters.
+    pub fn queue(concurrency: u32, max_queue: u32) -> Result<Self, String> {
+        Self::new(concurrency, Overflow::Queue, Some(max_queue))
+    }
+
+    /// How many steps of the workflow may run at once (at least 1).
+    pub fn concurrency(&self) -> u32 {
+        self.concurrency
+    }
+
+    /// What happens when every slot is taken.
+    pub fn overflow(&self) -> Overflow {
+        self.overflow
+    }
+
+    /// The most waiters the queue holds (`maxQueue`, default
+    /// [`DEFAULT_MAX_QUEUE`](Self::DEFAULT_MAX_QUEUE)); meaningless with
+    /// `overflow: drop`.
+    pub fn max_queue(&self) -> u32 {
+        self.max_queue.unwrap_or(Self::DEFAULT_MAX_QUEUE)
     }
 }
 
@@ -139,5 +283,76 @@ mod tests {
         let empty = serde_yaml::to_string(&WorkflowConfig::default()).unwrap_or_default();
         assert!(!empty.contains("roleModels"), "{empty}");
         assert!(serde_yaml::from_str::<WorkflowConfig>("roleModel: {}\n").is_err());
+    }
+
+    fn parse(yaml: &str) -> Result<WorkflowConfig, String> {
+        serde_yaml::from_str::<WorkflowConfig>(yaml).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn workflow_limits_parse_with_defaults_and_round_trip() {
+        let yaml = "workflows:\n  cleanup: { concurrency: 1, overflow: drop }\n  review: { concurrency: 3, overflow: queue, maxQueue: 20 }\n  plain: { concurrency: 2 }\n";
+        let config = parse(yaml).unwrap_or_default();
+        let cleanup = config.limits("cleanup");
+        assert_eq!(cleanup, WorkflowLimits::drop(1).ok());
+        let review = config
+            .limits("review")
+            .map(|l| (l.concurrency(), l.overflow(), l.max_queue()));
+        assert_eq!(review, Some((3, Overflow::Queue, 20)));
+        let plain = config
+            .limits("plain")
+            .map(|l| (l.overflow(), l.max_queue()));
+        assert_eq!(
+            plain,
+            Some((Overflow::Queue, WorkflowLimits::DEFAULT_MAX_QUEUE))
+        );
+        assert_eq!(config.limits("other"), None);
+
+        let back = serde_yaml::to_string(&config).unwrap_or_default();
+        assert_eq!(parse(&back).unwrap_or_default(), config, "{back}");
+        assert!(back.contains("maxQueue: 20"), "{back}");
+        // A drop entry never gains a maxQueue it would then refuse.
+        assert!(!back.contains("maxQueue: 16"), "{back}");
+        let empty = serde_yaml::to_string(&WorkflowConfig::default()).unwrap_or_default();
+        assert!(!empty.contains("workflows"), "{empty}");
+    }
+
+    #[test]
+    fn bad_workflow_limits_are_refused_with_the_reason() {
+        for (yaml, expect) in [
+            (
+                "{concurrency: 0}",
+                "concurrency must be between 1 and 1024, not 0",
+            ),
+            (
+                "{concurrency: 5000}",
+                "concurrency must be between 1 and 1024, not 5000",
+            ),
+            ("{concurrency: -1}", "integer `-1`, expected u32"),
+            ("{concurrency: two}", "invalid type"),
+            ("{overflow: queue}", "missing field `concurrency`"),
+            ("{concurrency: 1, overflow: dorp}", "unknown variant `dorp`"),
+            (
+                "{concurrency: 1, maxQueue: 0}",
+                "maxQueue must be between 1 and 1024, not 0",
+            ),
+            (
+                "{concurrency: 1, overflow: drop, maxQueue: 3}",
+                "maxQueue applies only to `overflow: queue`",
+            ),
+            (
+                "{concurrency: 1, max_queue: 3}",
+                "unknown field `max_queue`",
+            ),
+            ("3", "invalid type"),
+        ] {
+            let err = parse(&format!("workflows:\n  w: {yaml}\n"))
+                .err()
+                .unwrap_or_default();
+            assert!(err.contains(expect), "{yaml}: {err}");
+            // The path names the section, the position the entry.
+            assert!(err.starts_with("workflows"), "{yaml}: {err}");
+            assert!(err.contains("line 2"), "{yaml}: {err}");
+        }
     }
 }

@@ -105,3 +105,72 @@ pub struct ThreadForkOutput {
     /// The node it was forked from.
     pub forked_from: ForkedFrom,
 }
+
+/// `uwf thread show`: the thread's head, and its links to other threads
+/// when it has any (workflows run as agents, seed 001).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadShowOutput {
+    /// `{workflow, thread, head, done}`, as `uwf thread step` prints it.
+    #[serde(flatten)]
+    pub head: StepOutput,
+    /// For a child thread: its StartNode's `parentState`, the parent
+    /// thread's head when the child was started. Omitted for top-level
+    /// threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<CasRef>,
+    /// The id of the thread [`parent`](Self::parent) belongs to, when it is
+    /// in `threads.yaml` or `history.jsonl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_thread: Option<ThreadId>,
+    /// The steps of this thread that were run by a child workflow, oldest
+    /// first. Omitted when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub child_threads: Vec<ChildThreadLink>,
+}
+
+/// A step of a thread whose role was run by a child thread.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildThreadLink {
+    /// The parent's StepNode holding the link.
+    pub step: CasRef,
+    /// Its role.
+    pub role: String,
+    /// The StepNode's `childThread`: the child thread's terminal StepNode.
+    pub child_thread: CasRef,
+    /// The child thread's StartNode.
+    pub start: CasRef,
+    /// The registry name of the child's workflow.
+    pub workflow_name: String,
+    /// How many steps the child thread ran.
+    pub steps: usize,
+    /// The child thread's id, when it is in `threads.yaml` or `history.jsonl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<ThreadId>,
+}
+
+/// One frame of `uwf thread stack`: a thread on the call stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StackFrame {
+    /// This frame's position: the node asked about for the innermost
+    /// frame; for the others, the head of that thread when it called the
+    /// frame below (the callee's `parentState`).
+    pub node: CasRef,
+    /// The thread's StartNode.
+    pub start: CasRef,
+    /// The Workflow node the thread runs.
+    pub workflow: CasRef,
+    /// The workflow's registry name.
+    pub workflow_name: String,
+    /// The role of the calling thread whose work this thread does (the role
+    /// the caller's moderator chose at `parentState`); `null` for the
+    /// top-level thread.
+    pub role: Option<String>,
+    /// 0 for the top-level thread, 1 for a child it called, and so on.
+    pub depth: usize,
+    /// The thread's id, when it is in `threads.yaml` or `history.jsonl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<ThreadId>,
+}

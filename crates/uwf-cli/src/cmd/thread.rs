@@ -1,6 +1,6 @@
 //! `uwf thread …`
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -9,13 +9,14 @@ use uwf_cas::Hash;
 use uwf_moderator::thread::{self, ThreadView};
 use uwf_protocol::{
     ForkedFrom, StartEntry, StartNodePayload, StartOutput, StepEntry, StepOutput, ThreadForkOutput,
-    ThreadListItem, ThreadStepsEntry, ThreadStepsOutput,
+    ThreadListItem, ThreadShowOutput, ThreadStepsEntry, ThreadStepsOutput,
 };
 
 use crate::cli::{Format, ThreadCommand};
 use crate::cmd::workflow;
 use crate::engine::{self, Ctx, Plain, Progress, Status, StepOptions};
 use crate::error::CliError;
+use crate::nested::{self, ThreadIndex};
 use crate::output;
 use crate::progress::Live;
 
@@ -23,19 +24,36 @@ fn parse_hash(s: &str) -> Result<Hash, CliError> {
     s.parse::<Hash>().map_err(|e| CliError::Cas(e.into()))
 }
 
-/// Starts a thread on a resolved workflow.
-fn start(ctx: &Ctx, workflow_arg: &str, prompt: &str) -> Result<StartOutput, CliError> {
+/// Starts a thread on a resolved workflow; with `parent`, a child thread
+/// whose StartNode's `parentState` is that node (which must load as a
+/// thread: a StartNode or StepNode of a sound chain).
+fn start(
+    ctx: &Ctx,
+    workflow_arg: &str,
+    prompt: &str,
+    parent: Option<&str>,
+) -> Result<StartOutput, CliError> {
     if prompt.trim().is_empty() {
         return Err(CliError::EmptyPrompt);
     }
     // A threads.yaml that cannot be updated must stop us before anything
     // (a registration, a StartNode) is written.
     ctx.state.threads()?;
+    let parent_state = parent
+        .map(|p| -> Result<String, CliError> {
+            let hash = parse_hash(p)?;
+            thread::load(&ctx.cas, hash).map_err(|e| CliError::BadParent {
+                hash: hash.to_string(),
+                source: Box::new(e),
+            })?;
+            Ok(hash.to_string())
+        })
+        .transpose()?;
     let (hash, _) = workflow::resolve(ctx, workflow_arg, true)?;
     let payload = StartNodePayload {
         workflow: hash.to_string(),
         prompt: prompt.to_string(),
-        parent_state: None,
+        parent_state,
     };
     let start = ctx.cas.put_value(ctx.cas.types().start_node, &payload)?;
     let id = uwf_util::ids::ThreadId::new().to_string();
@@ -68,7 +86,43 @@ fn workflow_of(ctx: &Ctx, head: Hash) -> Result<String, CliError> {
         .to_string())
 }
 
-fn show(ctx: &Ctx, id: &str) -> Result<StepOutput, CliError> {
+fn show(ctx: &Ctx, id: &str) -> Result<ThreadShowOutput, CliError> {
+    let mut out = ThreadShowOutput {
+        head: head_of(ctx, id)?,
+        parent: None,
+        parent_thread: None,
+        child_threads: Vec::new(),
+    };
+    // The links are extra information: a thread whose chain cannot be read
+    // still shows its head, as it always did.
+    if let Err(e) = add_links(ctx, &mut out) {
+        tracing::debug!(error = %e, "cannot read the thread's parent/child links");
+    }
+    Ok(out)
+}
+
+/// Fills in `parent`, `parentThread` and `childThreads` (seed 001 links).
+fn add_links(ctx: &Ctx, out: &mut ThreadShowOutput) -> Result<(), CliError> {
+    let view = thread::load(&ctx.cas, parse_hash(&out.head.head)?)?;
+    out.parent = view.start.parent_state.clone();
+    if out.parent.is_none() && !nested::has_children(&view) {
+        return Ok(());
+    }
+    let index = ThreadIndex::load(ctx)?;
+    if let Some(p) = &out.parent {
+        let p = parse_hash(p)?;
+        out.parent_thread = nested::start_of(ctx, p)
+            .ok()
+            .and_then(|start| index.thread_of(p, start));
+    }
+    out.child_threads = nested::child_links(ctx, &view, &index)
+        .into_iter()
+        .map(|c| c.link)
+        .collect();
+    Ok(())
+}
+
+fn head_of(ctx: &Ctx, id: &str) -> Result<StepOutput, CliError> {
     Ok(match engine::status(ctx, id)? {
         Status::Active { head } => StepOutput {
             workflow: workflow_of(ctx, head)?,
@@ -88,9 +142,11 @@ fn show(ctx: &Ctx, id: &str) -> Result<StepOutput, CliError> {
 /// Runs a `thread` subcommand.
 pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), CliError> {
     match cmd {
-        ThreadCommand::Start { workflow, prompt } => {
-            output::print(format, &start(ctx, &workflow, &prompt)?)
-        }
+        ThreadCommand::Start {
+            workflow,
+            prompt,
+            parent,
+        } => output::print(format, &start(ctx, &workflow, &prompt, parent.as_deref())?),
         ThreadCommand::Step { thread, agent } => {
             let id = engine::thread_id(&thread)?;
             let opts = StepOptions {
@@ -105,6 +161,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             workflow,
             prompt,
             thread,
+            parent,
             max_steps,
             agent,
         } => {
@@ -114,7 +171,15 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                     engine::active_head(ctx, &id)?;
                     id
                 }
-                (None, Some(w)) => start(ctx, &w, prompt.as_deref().unwrap_or_default())?.thread,
+                (None, Some(w)) => {
+                    start(
+                        ctx,
+                        &w,
+                        prompt.as_deref().unwrap_or_default(),
+                        parent.as_deref(),
+                    )?
+                    .thread
+                }
                 (None, None) => return Err(CliError::EmptyPrompt),
             };
             let opts = StepOptions {
@@ -161,7 +226,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         ThreadCommand::Show { thread } => {
             output::print(format, &show(ctx, &engine::thread_id(&thread)?)?)
         }
-        ThreadCommand::List { all } => {
+        ThreadCommand::List { all, top_level } => {
             let mut items = Vec::new();
             let active = ctx.state.threads()?;
             for (id, head) in &active {
@@ -188,7 +253,19 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                     }
                 }
             }
+            if top_level {
+                let mut kept = Vec::with_capacity(items.len());
+                for item in items {
+                    if nested::parent_of(ctx, parse_hash(&item.head)?)?.is_none() {
+                        kept.push(item);
+                    }
+                }
+                items = kept;
+            }
             output::print(format, &items)
+        }
+        ThreadCommand::Stack { node } => {
+            output::print(format, &nested::stack(ctx, parse_hash(&node)?)?)
         }
         ThreadCommand::Kill { thread } => {
             let id = engine::thread_id(&thread)?;
@@ -210,7 +287,19 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             let id = engine::thread_id(&thread)?;
             let view = thread::load(&ctx.cas, engine::any_head(ctx, &id)?)?;
             let before = before.map(|b| parse_hash(&b)).transpose()?;
-            output::print_text(&read(&id, &view, quota, before)?)
+            let children: HashMap<Hash, String> = if nested::has_children(&view) {
+                let index = ThreadIndex::load(ctx)?;
+                nested::child_links(ctx, &view, &index)
+                    .iter()
+                    .filter_map(|c| {
+                        let step = c.link.step.parse::<Hash>().ok()?;
+                        Some((step, nested::child_summary(c)))
+                    })
+                    .collect()
+            } else {
+                HashMap::new()
+            };
+            output::print_text(&read(&id, &view, quota, before, &children)?)
         }
         ThreadCommand::Fork { node } => {
             let hash = parse_hash(&node)?;
@@ -304,11 +393,14 @@ fn expand(
 
 /// Renders a thread as markdown: the task, then the newest steps whose
 /// content fits in `quota` characters, with a pointer to the earlier ones.
+/// A step done by a child thread carries the child's collapsible summary
+/// from `children` (by StepNode).
 fn read(
     id: &str,
     view: &ThreadView,
     quota: usize,
     before: Option<Hash>,
+    children: &HashMap<Hash, String>,
 ) -> Result<String, CliError> {
     let mut steps: Vec<(usize, &uwf_moderator::thread::LoadedStep)> =
         view.steps.iter().enumerate().collect();
@@ -333,6 +425,10 @@ fn read(
             s.payload.record.detail,
             body
         );
+        if let Some(summary) = children.get(&s.hash) {
+            block.push('\n');
+            block.push_str(summary);
+        }
         if used + block.len() > quota {
             if blocks.is_empty() {
                 // Always show the newest step, cut to the quota.
@@ -349,6 +445,13 @@ fn read(
     let mut out = String::new();
     let _ = writeln!(out, "# Thread {id} · {}\n", view.workflow.name);
     let _ = writeln!(out, "**Task:** {}\n", view.start.prompt);
+    if let Some(parent) = &view.start.parent_state {
+        let _ = writeln!(
+            out,
+            "> A child thread: started from `{parent}` of its calling thread. `uwf thread stack {}` shows the call stack.\n",
+            view.start_hash
+        );
+    }
     let earlier = steps.len() - shown;
     if earlier > 0 {
         let oldest_shown = steps[earlier].1.hash;

@@ -135,20 +135,32 @@ pub fn example(name: &str) -> String {
 }
 
 static BUILD_MOCK: std::sync::Once = std::sync::Once::new();
+static BUILD_WORKFLOW: std::sync::Once = std::sync::Once::new();
 
 /// The `uwf-mock` binary, built beside `uwf` (`cargo_bin("uwf-mock")` only
 /// works inside its own package). Built once with cargo if it is missing.
 pub fn mock_bin() -> PathBuf {
+    agent_bin("uwf-mock", &BUILD_MOCK)
+}
+
+/// The `uwf-workflow` binary, built beside `uwf` like [`mock_bin`].
+pub fn workflow_bin() -> PathBuf {
+    agent_bin("uwf-workflow", &BUILD_WORKFLOW)
+}
+
+/// An agent binary of the workspace (package and binary `name`), built
+/// beside `uwf` once with cargo if it is missing.
+fn agent_bin(name: &str, once: &std::sync::Once) -> PathBuf {
     let uwf = assert_cmd::cargo::cargo_bin("uwf");
     let dir = uwf.parent().unwrap().to_path_buf();
-    let mock = dir.join(format!("uwf-mock{}", std::env::consts::EXE_SUFFIX));
-    BUILD_MOCK.call_once(|| {
-        if mock.is_file() {
+    let bin = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    once.call_once(|| {
+        if bin.is_file() {
             return;
         }
         let mut cargo = std::process::Command::new(env!("CARGO"));
         cargo
-            .args(["build", "--quiet", "-p", "uwf-mock", "--manifest-path"])
+            .args(["build", "--quiet", "-p", name, "--manifest-path"])
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml"));
         let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if profile == "release" {
@@ -157,15 +169,17 @@ pub fn mock_bin() -> PathBuf {
         if matches!(profile, "debug" | "release") {
             cargo.arg("--target-dir").arg(dir.parent().unwrap());
         }
-        let status = cargo.status().expect("cannot run cargo to build uwf-mock");
-        assert!(status.success(), "cargo build -p uwf-mock failed");
+        let status = cargo
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run cargo to build {name}: {e}"));
+        assert!(status.success(), "cargo build -p {name} failed");
     });
     assert!(
-        mock.is_file(),
-        "uwf-mock not found at {}; run `cargo build -p uwf-mock`",
-        mock.display()
+        bin.is_file(),
+        "{name} not found at {}; run `cargo build -p {name}`",
+        bin.display()
     );
-    mock
+    bin
 }
 
 /// `--agent` value running `uwf-mock` with a scenario file.
