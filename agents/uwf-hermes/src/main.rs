@@ -27,7 +27,6 @@ mod error;
 mod hermes;
 mod transcript;
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -84,24 +83,9 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    install_report_handler();
+    uwf_agent_kit::install_report_handler();
     let args = Args::parse();
-    match run(&args) {
-        Ok(step) => {
-            let mut out = std::io::stdout().lock();
-            match writeln!(out, "{step}").and_then(|()| out.flush()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: cannot write to stdout: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Err(report) => {
-            eprintln!("{report:?}");
-            ExitCode::FAILURE
-        }
-    }
+    uwf_agent_kit::conclude(run(&args))
 }
 
 /// Everything after argv: root, `.env`, tracing, the step.
@@ -190,15 +174,4 @@ fn record(
     let detail = detail::store_session(ctx.store(), &session, duration_ms)?;
     tracing::debug!(session = %id, %detail, turns = session.messages.len(), "transcript stored");
     Ok((answer, detail))
-}
-
-/// Graphical reports, wrapped to the terminal's width only when stderr is
-/// one (uwf captures an agent's stderr and wants whole lines).
-fn install_report_handler() {
-    use std::io::IsTerminal;
-    let tty = std::io::stderr().is_terminal();
-    // Fails only if a hook is already set: keep it.
-    let _ = miette::set_hook(Box::new(move |_| {
-        Box::new(miette::MietteHandlerOpts::new().wrap_lines(tty).build())
-    }));
 }

@@ -28,7 +28,6 @@ mod mapping;
 mod prompt;
 
 use std::ffi::OsString;
-use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -100,7 +99,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
-    install_report_handler();
+    uwf_agent_kit::install_report_handler();
     if argv.len() == 1 {
         // Not a protocol call (uwf always passes the thread and the role).
         let mut cmd = <Args as clap::CommandFactory>::command();
@@ -116,33 +115,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match run(&args) {
-        Ok(step) => {
-            let mut out = std::io::stdout().lock();
-            match writeln!(out, "{step}").and_then(|()| out.flush()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: cannot write to stdout: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Err(e) => {
-            eprintln!("{:?}", miette::Report::new(e));
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Graphical reports, wrapped only on a terminal (uwf captures agent
-/// stderr, and uwf-workflow looks for whole lines in its child's).
-fn install_report_handler() {
-    use std::io::IsTerminal;
-    let tty = std::io::stderr().is_terminal();
-    // Fails only if a hook is already set, which cannot happen this early.
-    let _ = miette::set_hook(Box::new(move |_| {
-        Box::new(miette::MietteHandlerOpts::new().wrap_lines(tty).build())
-    }));
+    uwf_agent_kit::conclude(run(&args).map_err(miette::Report::new))
 }
 
 /// A number from the environment: `None` when unset or empty.

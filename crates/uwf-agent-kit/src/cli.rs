@@ -354,7 +354,10 @@ enum Parsed {
 /// With the `fancy` feature: graphical reports, wrapped to the terminal's
 /// width only when stderr is a terminal, so logs and `uwf` (which captures
 /// an agent's stderr) get whole lines. Without it, miette's default.
-fn install_report_handler() {
+///
+/// [`run`] and [`Runner`] call it; agents that parse their own arguments
+/// call it first thing in `main`.
+pub fn install_report_handler() {
     #[cfg(feature = "fancy")]
     {
         use std::io::IsTerminal;
@@ -363,6 +366,19 @@ fn install_report_handler() {
         let _ = miette::set_hook(Box::new(move |_| {
             Box::new(miette::MietteHandlerOpts::new().wrap_lines(tty).build())
         }));
+    }
+}
+
+/// Ends an agent that parses its own arguments: prints the new StepNode's
+/// hash on stdout (exit 0), or the error as a report on stderr with nothing
+/// on stdout (exit 1) — the protocol's two outcomes.
+pub fn conclude(result: Result<Hash, miette::Report>) -> ExitCode {
+    match result {
+        Ok(step) => print_line(&step.to_string()),
+        Err(report) => {
+            eprintln!("{report:?}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -84,7 +84,7 @@ mod step;
 pub mod testing;
 
 pub use agent_run::AgentRun;
-pub use cli::{Invocation, Reply, Runner, execute, run};
+pub use cli::{Invocation, Reply, Runner, conclude, execute, install_report_handler, run};
 pub use context::AgentContext;
 pub use error::KitError;
 pub use extract::{Extracted, Layer};
