@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use uwf_cas::{Cas, Hash};
-use uwf_moderator::thread::{self, ThreadView};
+use uwf_moderator::thread::{self, LoadedStep, ThreadView};
 use uwf_protocol::{HistoryEntry, StepNodePayload, StepOutput, WorkflowLimits};
 use uwf_util::slots::{SlotError, SlotGuard, Slots};
 use uwf_util::state::{StateDir, StateError};
@@ -173,15 +173,13 @@ pub fn step(
         });
     }
     let role = decision.next.clone();
-    let agent = ctx
-        .state
-        .resolve_agent(opts.agent, &view.workflow.name, &role)?;
+    // Read once: it gives both the agent and the workflow's limits.
+    let config = ctx.state.config()?;
+    let agent =
+        ctx.state
+            .resolve_agent_with(config.as_ref(), opts.agent, &view.workflow.name, &role)?;
     // Seed 004: a slot of the workflow, held while the agent runs.
-    let slot = match ctx
-        .state
-        .config()?
-        .and_then(|c| c.limits(&view.workflow.name))
-    {
+    let slot = match config.as_ref().and_then(|c| c.limits(&view.workflow.name)) {
         Some(limits) => Some(acquire_slot(
             ctx,
             id,
@@ -291,17 +289,18 @@ pub fn step(
             line.chars().take(80).collect::<String>()
         ))
     })?;
-    check_step(ctx, &view, &role, new).map_err(&fail)?;
+    let loaded = check_step(ctx, &view, &role, new).map_err(&fail)?;
 
     ctx.state
         .swap_head(id, &head.to_string(), &new.to_string())
         .map_err(|e| conflict_or(e, id))?;
 
-    // Step 8: does the new step end the thread?
-    let done = match thread::load(&ctx.cas, new)
-        .map_err(CliError::from)
-        .and_then(|v| Ok(v.decide()?))
-    {
+    // Step 8: does the new step end the thread? The chain is the one loaded
+    // at the start plus the step just checked: no need to read it again.
+    let mut view = view;
+    view.steps.push(loaded);
+    view.head = new;
+    let done = match view.decide() {
         Ok(d) if d.is_end() => {
             match ctx
                 .state
@@ -444,7 +443,9 @@ fn conflict_or(e: StateError, id: &str) -> CliError {
 }
 
 /// Checks the StepNode an agent produced before the head may move to it.
-fn check_step(ctx: &Ctx, view: &ThreadView, role: &str, new: Hash) -> Result<(), String> {
+/// On success returns the step as loaded, so the caller can extend its view
+/// of the thread instead of reading the whole chain again.
+fn check_step(ctx: &Ctx, view: &ThreadView, role: &str, new: Hash) -> Result<LoadedStep, String> {
     let types = ctx.cas.types();
     let node = match ctx.cas.try_get(new) {
         Ok(Some(n)) => n,
@@ -462,6 +463,7 @@ fn check_step(ctx: &Ctx, view: &ThreadView, role: &str, new: Hash) -> Result<(),
             title.unwrap_or_else(|| node.type_hash.to_string())
         ));
     }
+    let timestamp = node.timestamp;
     let step: StepNodePayload = serde_json::from_value(node.payload)
         .map_err(|e| format!("StepNode {new} is malformed: {e}"))?;
     let expected_prev = view.steps.last().map(|s| s.hash.to_string());
@@ -533,5 +535,11 @@ fn check_step(ctx: &Ctx, view: &ThreadView, role: &str, new: Hash) -> Result<(),
             "StepNode {new} points at detail {detail}, which is not in the store"
         ));
     }
-    crate::nested::check_child_thread(ctx, view, new, &step)
+    crate::nested::check_child_thread(ctx, view, new, &step)?;
+    Ok(LoadedStep {
+        hash: new,
+        payload: step,
+        output: output_node.payload,
+        timestamp,
+    })
 }

@@ -458,7 +458,19 @@ impl StateDir {
         role: &str,
     ) -> Result<ResolvedAgent, StateError> {
         let config = self.config()?;
-        resolve_agent(config.as_ref(), explicit, workflow, role).map_err(|e| match e {
+        self.resolve_agent_with(config.as_ref(), explicit, workflow, role)
+    }
+
+    /// [`resolve_agent`](Self::resolve_agent) with a configuration already
+    /// read (so a caller that needs it for more than the agent reads it once).
+    pub fn resolve_agent_with(
+        &self,
+        config: Option<&WorkflowConfig>,
+        explicit: Option<&str>,
+        workflow: &str,
+        role: &str,
+    ) -> Result<ResolvedAgent, StateError> {
+        resolve_agent(config, explicit, workflow, role).map_err(|e| match e {
             StateError::UnknownAgentAlias { alias, .. } => StateError::UnknownAgentAlias {
                 alias,
                 path: self.config_path(),
