@@ -30,8 +30,12 @@
 //! `-0500`); no time-zone database is involved. Dates use the proleptic
 //! Gregorian calendar and ISO 8601 week numbering.
 
+mod decimal;
+mod integer;
 mod jsnum;
 
+pub use decimal::{DecimalFormat, format_base, format_number};
+pub use integer::{format_integer, parse_integer};
 pub use jsnum::{js_number_to_string, jsonata_number_string, parse_number_text, to_precision};
 
 /// A failure of one of the picture functions, with its JSONata error code.
