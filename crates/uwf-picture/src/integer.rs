@@ -64,7 +64,9 @@ impl Grouping {
         positions.sort_by_key(|p| p.0);
         let regular = positions.first().and_then(|&(g, sep)| {
             let max = positions.last().map_or(0, |p| p.0);
-            let same = positions.iter().all(|&(p, c)| c == sep && p.is_multiple_of(g));
+            let same = positions
+                .iter()
+                .all(|&(p, c)| c == sep && p.is_multiple_of(g));
             (g > 0 && same && positions.len() == max / g).then_some((g, sep))
         });
         Grouping { positions, regular }

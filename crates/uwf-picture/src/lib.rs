@@ -30,10 +30,12 @@
 //! `-0500`); no time-zone database is involved. Dates use the proleptic
 //! Gregorian calendar and ISO 8601 week numbering.
 
+mod datetime;
 mod decimal;
 mod integer;
 mod jsnum;
 
+pub use datetime::{format_datetime, parse_datetime, parse_datetime_at};
 pub use decimal::{DecimalFormat, format_base, format_number};
 pub use integer::{format_integer, parse_integer};
 pub use jsnum::{js_number_to_string, jsonata_number_string, parse_number_text, to_precision};
