@@ -486,6 +486,7 @@ impl Evaluator {
         match func.as_ref() {
             Func::Builtin(name) => {
                 let sig = functions::builtin_sig(name);
+                let input = &unwrap_outer(input);
                 let args = match sig {
                     Some(s) => s.validate(&args, input, Some(pos)).map_err(|e| {
                         let mut e = e;
@@ -548,7 +549,7 @@ impl Evaluator {
         match func.as_ref() {
             Func::Lambda { def, .. } => def.params.len(),
             Func::Builtin(name) => functions::builtin_sig(name)
-                .map(|s| s.params.len())
+                .map(|s| s.params.iter().filter(|p| !p.optional).count())
                 .unwrap_or(1),
             Func::Partial { args, .. } => args.iter().filter(|a| a.is_none()).count(),
             Func::Regex(_) | Func::Transform { .. } | Func::Chain(..) => 1,
@@ -651,6 +652,9 @@ impl Evaluator {
                 let (Some(a), Some(b)) = (ln, rn) else {
                     return Ok(Value::Undefined);
                 };
+                if !a.is_finite() || !b.is_finite() {
+                    return Err(Error::new("D1001", "Number out of range").at(pos));
+                }
                 let x = match op {
                     BinOp::Add => a + b,
                     BinOp::Sub => a - b,
@@ -658,9 +662,6 @@ impl Evaluator {
                     BinOp::Div => a / b,
                     _ => a % b,
                 };
-                if !x.is_finite() {
-                    return Err(Error::new("D1001", format!("Number out of range: {x}")).at(pos));
-                }
                 Ok(Value::Number(x))
             }
             BinOp::Eq | BinOp::Ne => {
@@ -692,7 +693,7 @@ impl Evaluator {
                     .with_value(num_text(&r)));
                 }
                 if l.is_undefined() || r.is_undefined() {
-                    return Ok(Value::Bool(false));
+                    return Ok(Value::Undefined);
                 }
                 let ord = match (&l, &r) {
                     (Value::Number(a), Value::Number(b)) => a.partial_cmp(b),
@@ -814,7 +815,6 @@ impl Evaluator {
         for (i, step) in steps.iter().enumerate() {
             if step.tuple && tuples.is_none() {
                 // switch to tuple mode: existing sequence becomes tuples
-                tuples = Some(Vec::new());
                 let start: Vec<Tuple> = if i == 0 {
                     seq.iter().cloned().map(plain_tuple).collect()
                 } else {
@@ -1347,6 +1347,15 @@ fn descendants(v: &Value, out: &mut Vec<Value>) {
     }
 }
 
+fn unwrap_outer(v: &Value) -> Value {
+    match v {
+        Value::Array(items, f) if f & flags::OUTER_WRAPPER != 0 && !items.is_empty() => {
+            items[0].clone()
+        }
+        v => v.clone(),
+    }
+}
+
 fn plain_tuple(v: Value) -> Tuple {
     Tuple {
         ctx: v,
@@ -1356,9 +1365,7 @@ fn plain_tuple(v: Value) -> Tuple {
 
 fn as_tuples(v: Value) -> Vec<Tuple> {
     match v {
-        Value::Array(items, f) if f & flags::SEQUENCE != 0 => {
-            items.iter().cloned().map(plain_tuple).collect()
-        }
+        Value::Array(items, _) => items.iter().cloned().map(plain_tuple).collect(),
         v => vec![plain_tuple(v)],
     }
 }

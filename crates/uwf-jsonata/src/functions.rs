@@ -109,55 +109,9 @@ pub(crate) fn cmp_utf16(a: &str, b: &str) -> std::cmp::Ordering {
     a.encode_utf16().cmp(b.encode_utf16())
 }
 
-/// JavaScript `Number.prototype.toString()` for finite numbers.
-pub fn number_to_string(n: f64) -> String {
-    if n == 0.0 {
-        return "0".to_string();
-    }
-    if n.fract() == 0.0 && n.abs() < 1e21 {
-        return format!("{n:.0}");
-    }
-    // shortest round-trip digits in exponent form, e.g. "1.2345e-7"
-    let e = format!("{n:e}");
-    let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let neg = mant.starts_with('-');
-    let digits: String = mant.chars().filter(|c| c.is_ascii_digit()).collect();
-    let sign = if neg { "-" } else { "" };
-    let k = digits.len() as i32;
-    let point = exp + 1; // position of decimal point relative to digits start
-    if (-6..=21).contains(&exp) && exp < 21 {
-        if point <= 0 {
-            format!("{sign}0.{}{digits}", "0".repeat((-point) as usize))
-        } else if point >= k {
-            format!("{sign}{digits}{}", "0".repeat((point - k) as usize))
-        } else {
-            format!(
-                "{sign}{}.{}",
-                &digits[..point as usize],
-                &digits[point as usize..]
-            )
-        }
-    } else {
-        let rest = if k > 1 {
-            format!(".{}", &digits[1..])
-        } else {
-            String::new()
-        };
-        let es = if exp >= 0 {
-            format!("+{exp}")
-        } else {
-            exp.to_string()
-        };
-        format!("{sign}{}{rest}e{es}", &digits[..1])
-    }
-}
-
-/// JSONata's number rendering: 15 significant digits, then JavaScript formatting.
-pub(crate) fn jsonata_number(n: f64) -> String {
-    let r: f64 = format!("{n:.14e}").parse().unwrap_or(n);
-    number_to_string(r)
-}
+use uwf_picture::{
+    js_number_to_string as number_to_string, jsonata_number_string as jsonata_number,
+};
 
 fn json_escape(s: &str, out: &mut String) {
     out.push('"');
@@ -280,9 +234,7 @@ fn numbers(v: &Value) -> Vec<f64> {
 }
 
 fn round_half_even(n: f64, precision: i64) -> f64 {
-    let shifted: f64 = format!("{}e{}", number_to_string(n), precision)
-        .parse()
-        .unwrap_or(n);
+    let shifted = shift_decimal(n, precision);
     let f = shifted.floor();
     let diff = shifted - f;
     let mut r = if diff > 0.5 {
@@ -297,9 +249,17 @@ fn round_half_even(n: f64, precision: i64) -> f64 {
     if r == 0.0 {
         r = 0.0;
     }
-    format!("{}e{}", number_to_string(r), -precision)
-        .parse()
-        .unwrap_or(r)
+    shift_decimal(r, -precision)
+}
+
+/// `n * 10^by` computed on the decimal text, avoiding binary rounding errors.
+fn shift_decimal(n: f64, by: i64) -> f64 {
+    let t = number_to_string(n);
+    let (mant, exp) = match t.split_once('e') {
+        Some((m, e)) => (m.to_string(), e.parse::<i64>().unwrap_or(0)),
+        None => (t.clone(), 0),
+    };
+    format!("{mant}e{}", exp + by).parse().unwrap_or(n)
 }
 
 // ------------------------------------------------------------------ regex
@@ -897,13 +857,15 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             Value::Undefined => Ok(Value::Undefined),
             Value::Number(_) => Ok(a0.clone()),
             Value::Bool(b) => Ok(Value::Number(if *b { 1.0 } else { 0.0 })),
-            Value::String(s) => parse_number(s).map(Value::Number).ok_or_else(|| {
-                Error::new(
-                    "D3030",
-                    format!("Unable to cast value to a number: \"{s}\""),
-                )
-                .with_value(s.to_string())
-            }),
+            Value::String(s) => uwf_picture::parse_number_text(s)
+                .map(Value::Number)
+                .ok_or_else(|| {
+                    Error::new(
+                        "D3030",
+                        format!("Unable to cast value to a number: \"{s}\""),
+                    )
+                    .with_value(s.to_string())
+                }),
             _ => Err(Error::new("D3030", "Unable to cast value to a number")),
         },
         "floor" => Ok(a0
@@ -1283,10 +1245,10 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             };
             let env = Rc::new(crate::eval::Env::default());
             ev.eval(expr.ast(), &ctx, &env).map_err(|e| {
-                if e.code.starts_with('S') {
-                    Error::new("D3121", e.message)
-                } else {
+                if e.code.starts_with('U') {
                     e
+                } else {
+                    Error::new("D3121", e.message)
                 }
             })
         }
@@ -1312,71 +1274,6 @@ fn lookup_fn(v: &Value, key: &str) -> Value {
         Value::Object(o) => o.get(key).cloned().unwrap_or_default(),
         _ => Value::Undefined,
     }
-}
-
-/// Parses `$number` text: JSON number syntax or 0x/0o/0b integer literals.
-pub(crate) fn parse_number(s: &str) -> Option<f64> {
-    let t = s.trim();
-    let (neg, body) = match t.strip_prefix('-') {
-        Some(b) => (true, b),
-        None => (false, t),
-    };
-    let radix = |p: &str, r: u32| -> Option<f64> {
-        body.strip_prefix(p)
-            .or_else(|| body.strip_prefix(&p.to_uppercase()))
-            .and_then(|d| u64::from_str_radix(d, r).ok())
-            .map(|v| if neg { -(v as f64) } else { v as f64 })
-    };
-    if let Some(v) = radix("0x", 16)
-        .or_else(|| radix("0o", 8))
-        .or_else(|| radix("0b", 2))
-    {
-        return Some(v);
-    }
-    // JSON number grammar
-    let b = body.as_bytes();
-    let mut i = 0;
-    if b.is_empty() {
-        return None;
-    }
-    if b[0] == b'0' {
-        i = 1;
-    } else {
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-        }
-        if i == 0 {
-            return None;
-        }
-    }
-    if i < b.len() && b[i] == b'.' {
-        i += 1;
-        let s0 = i;
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-        }
-        if i == s0 {
-            return None;
-        }
-    }
-    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
-        i += 1;
-        if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
-            i += 1;
-        }
-        let s0 = i;
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-        }
-        if i == s0 {
-            return None;
-        }
-    }
-    if i != b.len() {
-        return None;
-    }
-    let v: f64 = t.parse().ok()?;
-    v.is_finite().then_some(v)
 }
 
 fn replace(

@@ -31,7 +31,6 @@ use std::rc::Rc;
 use indexmap::IndexMap;
 
 pub use error::Error;
-pub use functions::number_to_string;
 pub use value::{Func, Object, Value, flags};
 
 /// Resource limits for one evaluation.

@@ -29,9 +29,9 @@ struct Token {
 }
 
 const OPS2: [&str; 9] = ["..", ":=", "!=", ">=", "<=", "**", "~>", "?:", "??"];
-const OPS1: [&str; 25] = [
+const OPS1: [&str; 24] = [
     ".", "[", "]", "{", "}", "(", ")", ",", "@", "#", ";", ":", "?", "+", "-", "*", "/", "%", "|",
-    "=", "<", ">", "^", "&", "!",
+    "=", "<", ">", "^", "&",
 ];
 const OP_CHARS: &str = ".[]{}(),@#;:?+-*/%|=<>^&!~";
 
@@ -97,10 +97,10 @@ impl Lexer<'_> {
         } else if let Some(op) = OPS1.iter().find(|o| self.src[self.pos..].starts_with(**o)) {
             self.pos += 1;
             Tok::Op(op)
-        } else if c == '~' {
-            return Err(Error::new("S0204", "Unknown operator: \"~\"")
+        } else if c == '~' || c == '!' {
+            return Err(Error::new("S0204", format!("Unknown operator: \"{c}\""))
                 .at(start)
-                .with_token("~"));
+                .with_token(c.to_string()));
         } else {
             let rest = &self.src[self.pos..];
             let len = rest
@@ -312,7 +312,7 @@ fn tok_text(t: &Tok) -> String {
     match t {
         Tok::Op(o) => o.to_string(),
         Tok::Str(s) => s.clone(),
-        Tok::Num(n) => crate::functions::number_to_string(*n),
+        Tok::Num(n) => uwf_picture::js_number_to_string(*n),
         Tok::Name(n) => n.clone(),
         Tok::Var(v) => format!("${v}"),
         Tok::Regex(p, _) => format!("/{p}/"),
@@ -328,7 +328,7 @@ fn lbp(t: &Tok) -> u32 {
             "." => 75,
             "[" | "(" | "@" | "#" => 80,
             "{" => 70,
-            "?" | "|" | ".." => 20,
+            "?" | ".." => 20,
             "+" | "-" | "&" => 50,
             "*" | "/" | "%" | "**" => 60,
             "=" | "<" | ">" | "^" | "!=" | "<=" | ">=" | "~>" | "?:" | "??" => 40,
@@ -349,6 +349,7 @@ struct Parser<'a> {
     lexer: Lexer<'a>,
     tok: Token,
     depth: usize,
+    deferred: Option<Error>,
 }
 
 /// Parses a JSONata expression into its processed syntax tree.
@@ -359,6 +360,7 @@ pub fn parse(src: &str) -> Result<Node, Error> {
         lexer,
         tok: first,
         depth: 0,
+        deferred: None,
     };
     let node = p.expression(0)?;
     if p.tok.tok != Tok::End {
@@ -368,6 +370,9 @@ pub fn parse(src: &str) -> Result<Node, Error> {
         )
         .at(p.tok.span.start)
         .with_token(tok_text(&p.tok.tok)));
+    }
+    if let Some(e) = p.deferred {
+        return Err(e);
     }
     Ok(node)
 }
@@ -574,7 +579,14 @@ impl Parser<'_> {
         match op {
             "." => {
                 let rhs = self.expression(75)?;
-                make_path(left, rhs)
+                match make_path(left, rhs) {
+                    Err(e) if self.deferred.is_none() => {
+                        // reported only if the rest of the expression parses
+                        self.deferred = Some(e);
+                        Ok(Node::new(Kind::Null, span))
+                    }
+                    r => r,
+                }
             }
             "[" => {
                 if self.is_op("]") {
@@ -637,6 +649,13 @@ impl Parser<'_> {
                     )
                     .at(left.span.start));
                 };
+                if !left.predicates.is_empty() || left.group.is_some() || left.keep_array {
+                    return Err(Error::new(
+                        "S0212",
+                        "The left side of := must be a variable name (start with $)",
+                    )
+                    .at(left.span.start));
+                }
                 let name = name.clone();
                 let value = self.expression(9)?;
                 Ok(Node::new(

@@ -1,13 +1,119 @@
 //! Wiring of the picture-string functions (`$formatNumber`, `$formatInteger`,
-//! `$parseInteger`, `$formatBase`, `$fromMillis`, `$toMillis`, `$now`).
+//! `$parseInteger`, `$formatBase`, `$fromMillis`, `$toMillis`, `$now`) to the
+//! `uwf-picture` crate.
+
+use uwf_picture::{DecimalFormat, PictureError};
 
 use crate::error::Error;
 use crate::value::Value;
 
+fn err(e: PictureError) -> Error {
+    Error::new(e.code(), e.message())
+}
+
+fn text(v: Option<&Value>) -> Option<&str> {
+    v.and_then(|v| v.as_str())
+}
+
+fn decimal_format(v: Option<&Value>) -> Result<DecimalFormat, Error> {
+    let mut f = DecimalFormat::default();
+    let Some(Value::Object(o)) = v else {
+        return Ok(f);
+    };
+    for (k, v) in o.iter() {
+        let Some(s) = v.as_str() else { continue };
+        let c = s.chars().next().unwrap_or(' ');
+        match k.as_str() {
+            "decimal-separator" => f.decimal_separator = c,
+            "grouping-separator" => f.grouping_separator = c,
+            "exponent-separator" => f.exponent_separator = c,
+            "minus-sign" => f.minus_sign = c,
+            "infinity" => f.infinity = s.to_string(),
+            "NaN" => f.nan = s.to_string(),
+            "percent" => f.percent = s.to_string(),
+            "per-mille" => f.per_mille = s.to_string(),
+            "zero-digit" => f.zero_digit = c,
+            "digit" => f.digit = c,
+            "pattern-separator" => f.pattern_separator = c,
+            _ => {}
+        }
+    }
+    Ok(f)
+}
+
+fn now_millis() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as f64)
+        .unwrap_or(0.0)
+}
+
 /// Calls picture function `name` with validated arguments.
-pub(crate) fn call(name: &str, _args: &[Value]) -> Result<Value, Error> {
-    Err(Error::new(
-        "T1006",
-        format!("The function ${name} is not available in this build"),
-    ))
+pub(crate) fn call(name: &str, args: &[Value]) -> Result<Value, Error> {
+    let a0 = args.first();
+    let n0 = a0.and_then(|v| v.as_f64());
+    let s = |r: Result<String, PictureError>| r.map(|t| Value::str(&t)).map_err(err);
+    match name {
+        "formatNumber" => {
+            let Some(n) = n0 else {
+                return Ok(Value::Undefined);
+            };
+            let pic = text(args.get(1)).unwrap_or("");
+            s(uwf_picture::format_number(
+                n,
+                pic,
+                &decimal_format(args.get(2))?,
+            ))
+        }
+        "formatBase" => {
+            let Some(n) = n0 else {
+                return Ok(Value::Undefined);
+            };
+            s(uwf_picture::format_base(
+                n,
+                args.get(1).and_then(|v| v.as_f64()),
+            ))
+        }
+        "formatInteger" => {
+            let Some(n) = n0 else {
+                return Ok(Value::Undefined);
+            };
+            s(uwf_picture::format_integer(
+                n,
+                text(args.get(1)).unwrap_or(""),
+            ))
+        }
+        "parseInteger" => {
+            let Some(t) = text(a0) else {
+                return Ok(Value::Undefined);
+            };
+            uwf_picture::parse_integer(t, text(args.get(1)).unwrap_or(""))
+                .map(|r| r.map(Value::Number).unwrap_or_default())
+                .map_err(err)
+        }
+        "fromMillis" => {
+            let Some(n) = n0 else {
+                return Ok(Value::Undefined);
+            };
+            s(uwf_picture::format_datetime(
+                n,
+                text(args.get(1)),
+                text(args.get(2)),
+            ))
+        }
+        "toMillis" => {
+            let Some(t) = text(a0) else {
+                return Ok(Value::Undefined);
+            };
+            uwf_picture::parse_datetime(t, text(args.get(1)))
+                .map(|r| r.map(Value::Number).unwrap_or_default())
+                .map_err(err)
+        }
+        "now" => s(uwf_picture::format_datetime(
+            now_millis(),
+            text(args.first()),
+            text(args.get(1)),
+        )),
+        other => Err(Error::new("T1006", format!("Unknown function ${other}"))),
+    }
 }
