@@ -7,6 +7,16 @@ use crate::integer::{IntegerPicture, Primary, family_digit, integer_digits};
 
 const MS_PER_DAY: i64 = 86_400_000;
 
+/// The largest width a picture may ask for.
+const MAX_WIDTH: usize = 1000;
+
+/// Parsed years beyond this many years from year 0 give no instant (keeps
+/// the arithmetic far from overflow; JavaScript dates end at ±275760).
+const MAX_PARSED_YEAR: i64 = 1_000_000;
+
+/// Parsed components other than the year beyond this give no instant.
+const MAX_PARSED_FIELD: i64 = 10_000_000;
+
 const MONTHS: [&str; 12] = [
     "January",
     "February",
@@ -157,12 +167,16 @@ fn parse_width(text: &str, picture: &str) -> Result<(Option<usize>, Option<usize
         if s == "*" {
             return Ok(None);
         }
-        s.parse().map(Some).map_err(|_| {
-            PictureError::new(
+        match s.parse::<usize>() {
+            Ok(n) if n <= MAX_WIDTH => Ok(Some(n)),
+            _ => Err(PictureError::new(
                 "D3134",
-                format!("the width modifier '{text}' in the picture '{picture}' is not valid"),
-            )
-        })
+                format!(
+                    "the width modifier '{text}' in the picture '{picture}' is not valid: \
+                     use a number up to {MAX_WIDTH} or *"
+                ),
+            )),
+        }
     };
     match text.split_once('-') {
         Some((a, b)) => Ok((one(a)?, one(b)?)),
@@ -532,15 +546,17 @@ pub fn format_datetime(
 /// characters when given) at the start of `text`; returns its index and
 /// length in bytes.
 fn match_name(text: &str, names: &[&str], max: Option<usize>) -> Option<(usize, usize)> {
-    let lower = text.to_lowercase();
     let mut best: Option<(usize, usize)> = None;
     for (i, name) in names.iter().enumerate() {
         let n: String = match max {
             Some(m) => name.chars().take(m).collect(),
             None => name.to_string(),
         };
-        let n = n.to_lowercase();
-        if lower.starts_with(&n) && best.is_none_or(|b| n.len() > b.1) {
+        let prefix = text.as_bytes().get(..n.len());
+        if !n.is_empty()
+            && prefix.is_some_and(|p| p.eq_ignore_ascii_case(n.as_bytes()))
+            && best.is_none_or(|b| n.len() > b.1)
+        {
             best = Some((i, n.len()));
         }
     }
@@ -777,7 +793,16 @@ pub fn parse_datetime_at(
             }
         }
     }
-    if pos != text.len() {
+    if pos != text.len()
+        || values.iter().any(|&(c, v)| {
+            v.abs()
+                > if c == 'Y' {
+                    MAX_PARSED_YEAR
+                } else {
+                    MAX_PARSED_FIELD
+                }
+        })
+    {
         return Ok(None);
     }
     let get = |c: char| values.iter().find(|v| v.0 == c).map(|v| v.1);

@@ -285,10 +285,13 @@ impl IntegerPicture {
                     return None;
                 }
                 if self.ordinal {
-                    let rest = &text[end..];
-                    let suffix: String = rest.chars().take(2).collect::<String>().to_lowercase();
-                    if matches!(suffix.as_str(), "st" | "nd" | "rd" | "th") {
-                        end += suffix.len();
+                    let rest = text[end..].as_bytes();
+                    if rest.len() >= 2
+                        && ["st", "nd", "rd", "th"]
+                            .iter()
+                            .any(|s| rest[..2].eq_ignore_ascii_case(s.as_bytes()))
+                    {
+                        end += 2;
                     }
                 }
                 Some((value, end))
@@ -371,7 +374,12 @@ const ROMAN: &[(u32, &str)] = &[
     (1, "i"),
 ];
 
+/// Roman numerals; values of ten million or more (which would need more than
+/// ten thousand `M`s) are written in decimal digits instead.
 fn roman(v: f64, upper: bool) -> String {
+    if v >= 1e7 {
+        return integer_digits(v);
+    }
     let mut n = v;
     let mut out = String::new();
     for &(val, sym) in ROMAN {
@@ -618,10 +626,15 @@ pub(crate) fn match_words(text: &str) -> Option<(f64, usize)> {
 /// Formats `value` with an XPath `fn:format-integer` picture, as JSONata's
 /// `$formatInteger` does: the value is rounded down to an integer first.
 ///
+/// Non-finite values are written as JavaScript would (`Infinity`, `NaN`).
+///
 /// Errors: `D3130` for an unsupported picture, `D3131` for a decimal digit
 /// pattern that mixes digit families.
 pub fn format_integer(value: f64, picture: &str) -> Result<String, PictureError> {
     let pic = IntegerPicture::parse(picture)?;
+    if !value.is_finite() {
+        return Ok(crate::js_number_to_string(value));
+    }
     Ok(pic.format(value.floor()))
 }
 
