@@ -285,7 +285,7 @@ impl IntegerPicture {
                     return None;
                 }
                 if self.ordinal {
-                    let rest = text[end..].as_bytes();
+                    let rest = &text.as_bytes()[end..];
                     if rest.len() >= 2
                         && ["st", "nd", "rd", "th"]
                             .iter()
