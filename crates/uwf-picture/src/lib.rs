@@ -13,7 +13,7 @@
 //! | `$parseInteger`    | [`parse_integer`]                      |
 //! | `$formatBase`      | [`format_base`]                        |
 //! | `$fromMillis`      | [`format_datetime`]                    |
-//! | `$toMillis`        | [`parse_datetime`]                     |
+//! | `$toMillis`        | [`parse_datetime`], [`parse_datetime_at`] |
 //! | `$string(number)`  | [`jsonata_number_string`]              |
 //! | `$number(string)`  | [`parse_number_text`]                  |
 //!
@@ -29,6 +29,23 @@
 //! Time zones are fixed offsets written `±HHMM` (for example `+0100`,
 //! `-0500`); no time-zone database is involved. Dates use the proleptic
 //! Gregorian calendar and ISO 8601 week numbering.
+//!
+//! # Deliberate differences from JavaScript JSONata
+//!
+//! - ISO text without an offset (`2018-02-03T11:15:33`) is read as UTC, not
+//!   as the machine's local time, so results do not depend on the host.
+//! - A picture that leaves out leading date parts (`[H]:[m]`) takes them
+//!   from "now"; [`parse_datetime_at`] lets the caller fix "now" (JSONata
+//!   evaluates `$now()` once per evaluation).
+//! - [`format_base`] writes integers of 2^53 and more with their exact
+//!   digits; JavaScript's `toString(radix)` prints an approximation there.
+//! - `$formatNumber` rounds half to even on the shortest decimal form of the
+//!   number (what `$string` shows), not on its binary value.
+//! - Widths in date/time pictures are capped at 1000 (`D3134` beyond), and
+//!   parsed years beyond ±1,000,000 give no instant.
+//!
+//! All functions are total: any picture, text or number gives a value or a
+//! [`PictureError`], never a panic (see `tests/robustness.rs`).
 
 mod datetime;
 mod decimal;
