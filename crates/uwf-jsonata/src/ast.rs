@@ -42,8 +42,13 @@ pub struct Node {
     pub keep_array: bool,
     /// An array constructor at the start or end of a path (not flattened).
     pub cons_array: bool,
-    /// Labels of parent slots (`%`) this step must bind for its descendants.
-    pub ancestor_labels: Vec<String>,
+    /// Label of the parent slot (`%`) this step binds for later steps, if any.
+    pub ancestor: Option<String>,
+    /// Parse-time bookkeeping: parent slots still looking for their step.
+    #[doc(hidden)]
+    pub seeking: Vec<usize>,
+    #[doc(hidden)]
+    pub ancestor_slot: Option<usize>,
 }
 
 impl Node {
@@ -60,7 +65,75 @@ impl Node {
             tuple: false,
             keep_array: false,
             cons_array: false,
-            ancestor_labels: Vec::new(),
+            ancestor: None,
+            seeking: Vec::new(),
+            ancestor_slot: None,
+        }
+    }
+
+    /// Visits every node mutably (used to finish parsing).
+    pub(crate) fn walk_mut(&mut self, f: &mut dyn FnMut(&mut Node)) {
+        f(self);
+        for s in &mut self.stages {
+            if let Stage::Filter(n) = s {
+                n.walk_mut(f);
+            }
+        }
+        for p in &mut self.predicates {
+            p.walk_mut(f);
+        }
+        if let Some(g) = &mut self.group {
+            for (k, v) in &mut g.pairs {
+                k.walk_mut(f);
+                v.walk_mut(f);
+            }
+        }
+        match &mut self.kind {
+            Kind::Path { steps, .. } => steps.iter_mut().for_each(|n| n.walk_mut(f)),
+            Kind::Binary { lhs, rhs, .. } | Kind::Apply { lhs, rhs } => {
+                lhs.walk_mut(f);
+                rhs.walk_mut(f);
+            }
+            Kind::Negate(e) => e.walk_mut(f),
+            Kind::Array(items) | Kind::Block(items) => items.iter_mut().for_each(|n| n.walk_mut(f)),
+            Kind::Object(pairs) => pairs.iter_mut().for_each(|(k, v)| {
+                k.walk_mut(f);
+                v.walk_mut(f);
+            }),
+            Kind::Condition {
+                condition,
+                then,
+                otherwise,
+            } => {
+                condition.walk_mut(f);
+                then.walk_mut(f);
+                if let Some(o) = otherwise {
+                    o.walk_mut(f);
+                }
+            }
+            Kind::Bind { value, .. } => value.walk_mut(f),
+            Kind::Call {
+                procedure, args, ..
+            } => {
+                procedure.walk_mut(f);
+                args.iter_mut().for_each(|n| n.walk_mut(f));
+            }
+            Kind::Lambda(l) => {
+                if let Some(l) = Arc::get_mut(l) {
+                    l.body.walk_mut(f);
+                }
+            }
+            Kind::Transform(t) => {
+                if let Some(t) = Arc::get_mut(t) {
+                    t.pattern.walk_mut(f);
+                    t.update.walk_mut(f);
+                    if let Some(d) = &mut t.delete {
+                        d.walk_mut(f);
+                    }
+                }
+            }
+            Kind::Sort(terms) => terms.iter_mut().for_each(|t| t.expr.walk_mut(f)),
+            _ => {}
         }
     }
 
@@ -279,7 +352,12 @@ pub enum Kind {
     /// `**`
     Descendant,
     /// `%`, resolved to the label of the ancestor step that binds it.
-    Parent(String),
+    Parent {
+        /// Parse-time slot number.
+        slot: usize,
+        /// The variable label the ancestor step binds.
+        label: String,
+    },
     /// A binary operator.
     Binary {
         /// The operator.

@@ -202,6 +202,7 @@ impl Evaluator {
         }
         if let Value::Array(items, f) = &result
             && f & flags::SEQUENCE != 0
+            && f & flags::TUPLE_STREAM == 0
         {
             let mut f = *f;
             if node.keep_array {
@@ -284,7 +285,7 @@ impl Evaluator {
                 }
                 Ok(Value::seq(out))
             }
-            Kind::Parent(label) => Ok(env.lookup(label).unwrap_or_default()),
+            Kind::Parent { label, .. } => Ok(env.lookup(label).unwrap_or_default()),
             Kind::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, input, env, pos),
             Kind::Negate(e) => {
                 let v = self.eval(e, input, env)?;
@@ -851,6 +852,23 @@ impl Evaluator {
         }
         let _ = node;
         if let Some(t) = tuples {
+            if node.tuple && node.group.is_none() {
+                let items = t
+                    .into_iter()
+                    .map(|t| {
+                        let mut o: Object = IndexMap::new();
+                        o.insert("@".to_string(), t.ctx);
+                        for (k, v) in t.binds {
+                            o.insert(k, v);
+                        }
+                        Value::object(o)
+                    })
+                    .collect();
+                return Ok(Value::Array(
+                    Rc::new(items),
+                    flags::SEQUENCE | flags::TUPLE_STREAM,
+                ));
+            }
             if let Some(g) = &node.group {
                 return self.group(g, t, true, env);
             }
@@ -950,13 +968,24 @@ impl Evaluator {
             if r.is_undefined() {
                 continue;
             }
+            let is_stream = r.flags() & flags::TUPLE_STREAM != 0;
             let items = match r {
                 Value::Array(items, _) => items.as_ref().clone(),
                 v => vec![v],
             };
             for (i, it) in items.into_iter().enumerate() {
                 let mut nt = t.clone();
-                if let Some(f) = &step.focus {
+                if is_stream {
+                    if let Value::Object(o) = &it {
+                        for (k, v) in o.iter() {
+                            if k == "@" {
+                                nt.ctx = v.clone();
+                            } else {
+                                nt.set(k, v.clone());
+                            }
+                        }
+                    }
+                } else if let Some(f) = &step.focus {
                     nt.set(f, it);
                 } else {
                     nt.ctx = it;
@@ -964,7 +993,7 @@ impl Evaluator {
                 if let Some(ix) = &step.index {
                     nt.set(ix, Value::Number(i as f64));
                 }
-                for label in &step.ancestor_labels {
+                if let Some(label) = &step.ancestor {
                     nt.set(label, t.ctx.clone());
                 }
                 result.push(nt);

@@ -350,6 +350,13 @@ struct Parser<'a> {
     tok: Token,
     depth: usize,
     deferred: Option<Error>,
+    slots: Vec<Slot>,
+}
+
+/// A parent-operator slot during parsing.
+struct Slot {
+    label: String,
+    level: i32,
 }
 
 /// Parses a JSONata expression into its processed syntax tree.
@@ -361,6 +368,7 @@ pub fn parse(src: &str) -> Result<Node, Error> {
         tok: first,
         depth: 0,
         deferred: None,
+        slots: Vec::new(),
     };
     let node = p.expression(0)?;
     if p.tok.tok != Tok::End {
@@ -374,6 +382,31 @@ pub fn parse(src: &str) -> Result<Node, Error> {
     if let Some(e) = p.deferred {
         return Err(e);
     }
+    let mut node = node;
+    let unresolved = node
+        .seeking
+        .iter()
+        .any(|s| p.slots.get(*s).map(|x| x.level > 0).unwrap_or(false));
+    if unresolved || matches!(node.kind, Kind::Parent { .. }) {
+        return Err(Error::new(
+            "S0217",
+            "The parent operator % cannot be used here: there is no parent step",
+        )
+        .at(node.span.start));
+    }
+    let slots = p.slots;
+    node.walk_mut(&mut |n| {
+        if let Kind::Parent { slot, label } = &mut n.kind
+            && let Some(s) = slots.get(*slot)
+        {
+            *label = s.label.clone();
+        }
+        if let Some(a) = n.ancestor_slot
+            && let Some(s) = slots.get(a)
+        {
+            n.ancestor = Some(s.label.clone());
+        }
+    });
     Ok(node)
 }
 
@@ -443,6 +476,11 @@ impl Parser<'_> {
     }
 
     fn nud(&mut self, t: Token) -> Result<Node, Error> {
+        let n = self.nud_inner(t)?;
+        Ok(with_ancestry(n))
+    }
+
+    fn nud_inner(&mut self, t: Token) -> Result<Node, Error> {
         let span = t.span;
         Ok(match t.tok {
             Tok::Num(n) => Node::new(Kind::Number(n), span),
@@ -466,7 +504,20 @@ impl Parser<'_> {
                 }
                 "*" => Node::new(Kind::Wildcard, span),
                 "**" => Node::new(Kind::Descendant, span),
-                "%" => Node::new(Kind::Parent(String::new()), span),
+                "%" => {
+                    let slot = self.slots.len();
+                    self.slots.push(Slot {
+                        label: format!("!{slot}"),
+                        level: 1,
+                    });
+                    Node::new(
+                        Kind::Parent {
+                            slot,
+                            label: String::new(),
+                        },
+                        span,
+                    )
+                }
                 "?" => Node::new(Kind::Placeholder, span),
                 "(" => {
                     let mut items = Vec::new();
@@ -552,6 +603,18 @@ impl Parser<'_> {
     }
 
     fn led(&mut self, t: Token, left: Node) -> Result<Node, Error> {
+        let n = self.led_inner(t, left)?;
+        Ok(match n.kind {
+            Kind::Binary { .. }
+            | Kind::Condition { .. }
+            | Kind::Bind { .. }
+            | Kind::Apply { .. }
+            | Kind::Call { .. } => with_ancestry(n),
+            _ => n,
+        })
+    }
+
+    fn led_inner(&mut self, t: Token, left: Node) -> Result<Node, Error> {
         let span = t.span;
         let op = match &t.tok {
             Tok::Op(o) => *o,
@@ -579,7 +642,7 @@ impl Parser<'_> {
         match op {
             "." => {
                 let rhs = self.expression(75)?;
-                match make_path(left, rhs) {
+                match make_path(left, rhs, &mut self.slots) {
                     Err(e) if self.deferred.is_none() => {
                         // reported only if the rest of the expression parses
                         self.deferred = Some(e);
@@ -608,7 +671,7 @@ impl Parser<'_> {
                 }
                 let pred = self.expression(0)?;
                 self.expect("]")?;
-                make_predicate(left, pred, span)
+                make_predicate(left, pred, span, &mut self.slots)
             }
             "{" => {
                 let pairs = self.object_pairs()?;
@@ -696,9 +759,15 @@ impl Parser<'_> {
                 }
                 self.expect(")")?;
                 let mut path = as_path(left);
-                if let Kind::Path { steps, .. } = &mut path.kind {
-                    steps.push(Node::new(Kind::Sort(terms), span));
+                let mut sort = Node::new(Kind::Sort(Vec::new()), span);
+                for t in &terms {
+                    sort.seeking.extend(seeking_of(&t.expr));
                 }
+                sort.kind = Kind::Sort(terms);
+                if let Kind::Path { steps, .. } = &mut path.kind {
+                    steps.push(sort);
+                }
+                resolve_ancestry(&mut path, &mut self.slots)?;
                 Ok(path)
             }
             "@" | "#" => {
@@ -880,8 +949,132 @@ fn as_path(n: Node) -> Node {
     }
 }
 
-fn make_path(lhs: Node, rhs: Node) -> Result<Node, Error> {
+fn seeking_of(value: &Node) -> Vec<usize> {
+    let mut v = value.seeking.clone();
+    if let Kind::Parent { slot, .. } = value.kind {
+        v.push(slot);
+    }
+    v
+}
+
+/// Collects the unresolved parent slots of a new node's operands.
+fn with_ancestry(mut n: Node) -> Node {
+    let mut acc = Vec::new();
+    match &n.kind {
+        Kind::Negate(e) => acc.extend(seeking_of(e)),
+        Kind::Array(items) | Kind::Block(items) => {
+            items.iter().for_each(|i| acc.extend(seeking_of(i)))
+        }
+        Kind::Object(pairs) => pairs.iter().for_each(|(k, v)| {
+            acc.extend(seeking_of(k));
+            acc.extend(seeking_of(v));
+        }),
+        Kind::Binary { lhs, rhs, .. } | Kind::Apply { lhs, rhs } => {
+            acc.extend(seeking_of(lhs));
+            acc.extend(seeking_of(rhs));
+        }
+        Kind::Condition {
+            condition,
+            then,
+            otherwise,
+        } => {
+            acc.extend(seeking_of(condition));
+            acc.extend(seeking_of(then));
+            if let Some(o) = otherwise {
+                acc.extend(seeking_of(o));
+            }
+        }
+        Kind::Bind { value, .. } => acc.extend(seeking_of(value)),
+        Kind::Call { args, .. } => args.iter().for_each(|a| acc.extend(seeking_of(a))),
+        _ => {}
+    }
+    n.seeking.extend(acc);
+    n
+}
+
+fn seek_parent(node: &mut Node, slot: usize, slots: &mut [Slot]) -> Result<(), Error> {
+    let err = |n: &Node| {
+        Error::new(
+            "S0217",
+            "The parent operator % cannot be derived from this expression",
+        )
+        .at(n.span.start)
+    };
+    if slot >= slots.len() {
+        return Ok(());
+    }
+    match &mut node.kind {
+        Kind::Name(_) | Kind::Wildcard => {
+            slots[slot].level -= 1;
+            if slots[slot].level == 0 {
+                if let Some(existing) = node.ancestor_slot {
+                    slots[slot].label = slots[existing].label.clone();
+                }
+                node.ancestor_slot = Some(slot);
+                node.tuple = true;
+            }
+        }
+        Kind::Parent { .. } => slots[slot].level += 1,
+        Kind::Block(items) => {
+            if let Some(last) = items.last_mut() {
+                seek_parent(last, slot, slots)?;
+                node.tuple = true;
+            }
+        }
+        Kind::Path { steps, .. } => {
+            let mut i = steps.len();
+            while i > 0 {
+                i -= 1;
+                seek_parent(&mut steps[i], slot, slots)?;
+                if slots[slot].level <= 0 {
+                    break;
+                }
+            }
+            node.tuple = true;
+        }
+        _ => return Err(err(node)),
+    }
+    Ok(())
+}
+
+fn resolve_ancestry(path: &mut Node, slots: &mut [Slot]) -> Result<(), Error> {
+    let Kind::Path { steps, .. } = &mut path.kind else {
+        return Ok(());
+    };
+    let Some(last) = steps.last() else {
+        return Ok(());
+    };
+    let pending = seeking_of(last);
+    let mut unresolved = Vec::new();
+    for slot in pending {
+        let mut index = steps.len() as isize - 2;
+        while slots.get(slot).map(|s| s.level > 0).unwrap_or(false) {
+            if index < 0 {
+                unresolved.push(slot);
+                break;
+            }
+            let mut si = index as usize;
+            index -= 1;
+            while index >= 0 && steps[si].focus.is_some() && steps[index as usize].focus.is_some() {
+                si = index as usize;
+                index -= 1;
+            }
+            seek_parent(&mut steps[si], slot, slots)?;
+        }
+    }
+    path.seeking.extend(unresolved);
+    Ok(())
+}
+
+fn make_path(lhs: Node, rhs: Node, slots: &mut [Slot]) -> Result<Node, Error> {
+    let lhs_parent = match lhs.kind {
+        Kind::Parent { slot, .. } => Some(slot),
+        _ => None,
+    };
     let mut path = as_path(lhs);
+    if let Some(s) = lhs_parent {
+        path.seeking = vec![s];
+    }
     let Kind::Path {
         steps,
         keep_singleton,
@@ -930,10 +1123,36 @@ fn make_path(lhs: Node, rhs: Node) -> Result<Node, Error> {
     {
         last.cons_array = true;
     }
+    resolve_ancestry(&mut path, slots)?;
     Ok(path)
 }
 
-fn make_predicate(mut lhs: Node, pred: Node, span: Span) -> Result<Node, Error> {
+fn make_predicate(
+    mut lhs: Node,
+    pred: Node,
+    span: Span,
+    slots: &mut [Slot],
+) -> Result<Node, Error> {
+    {
+        let step = match &mut lhs.kind {
+            Kind::Path { steps, .. } if !steps.is_empty() => {
+                let n = steps.len();
+                &mut steps[n - 1]
+            }
+            _ => &mut lhs,
+        };
+        for slot in pred.seeking.clone() {
+            let Some(level) = slots.get(slot).map(|s| s.level) else {
+                continue;
+            };
+            if level == 1 {
+                seek_parent(step, slot, slots)?;
+            } else {
+                slots[slot].level -= 1;
+            }
+        }
+        step.seeking.extend(seeking_of(&pred));
+    }
     let group_err = || {
         Error::new(
             "S0209",

@@ -18,6 +18,9 @@ pub mod flags {
     pub const CONS: u8 = 4;
     /// The top-level input array wrapped into a one-item sequence.
     pub const OUTER_WRAPPER: u8 = 8;
+    /// A tuple stream carrying parent (`%`) bindings: items are objects with `@`
+    /// (the context) plus binding names.
+    pub const TUPLE_STREAM: u8 = 16;
 }
 
 /// An object: insertion-ordered map.
