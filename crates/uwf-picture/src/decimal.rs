@@ -380,6 +380,11 @@ fn analyse(
     if exp_at.is_some() && min_int == 0 && int_part.contains(&Tok::Optional) {
         min_int = 1;
     }
+    if min_int == 0 && min_frac == 0 {
+        // Never write zero as an empty string: `#.#` formats 0 as `.0`.
+        min_frac = 1;
+        max_frac = max_frac.max(1);
+    }
     Ok(SubPicture {
         prefix: render(&toks[..first], f),
         suffix: render(&toks[last + 1..], f),
@@ -509,14 +514,16 @@ pub fn format_number(
     if value.is_infinite() {
         return Ok(format!("{}{}{}", pic.prefix, format.infinity, pic.suffix));
     }
-    let mut dec = Decimal::from_f64(value);
-    if !dec.digits.is_empty() {
-        if pic.percent {
-            dec.n += 2;
-        } else if pic.per_mille {
-            dec.n += 3;
-        }
-    }
+    // Percent and per-mille scale by a double multiplication, as XPath
+    // (and JSONata) do: 9.995 × 100 is 999.4999…, which rounds to 999.
+    let scaled = if pic.percent {
+        value * 100.0
+    } else if pic.per_mille {
+        value * 1000.0
+    } else {
+        value
+    };
+    let mut dec = Decimal::from_f64(scaled);
     let mut exponent = 0i32;
     if pic.exponent.is_some() && !dec.digits.is_empty() {
         exponent = dec.n - pic.scaling;
@@ -641,6 +648,14 @@ mod tests {
         assert_eq!(fmt(f64::NEG_INFINITY, "#"), "-Infinity");
         assert_eq!(fmt(f64::NAN, "#"), "NaN");
         assert_eq!(fmt(0.25, "0%"), "25%");
+        // zero is never an empty string
+        assert_eq!(fmt(0.0, "#.#"), ".0");
+        assert_eq!(fmt(8476.0, "#,###.##"), "8,476.0");
+        // percent scales by a double multiplication: 9.995 × 100 = 999.4999…
+        assert_eq!(fmt(9.995, "01%"), "999%");
+        // irregular grouping inserts only the separators the picture has
+        assert_eq!(fmt(82073.6, "#,##,##0.0"), "82,073.6");
+        assert_eq!(fmt(1234567.0, "#,##,##0"), "12,34,567");
     }
 
     #[test]

@@ -41,6 +41,12 @@
 //!   digits; JavaScript's `toString(radix)` prints an approximation there.
 //! - `$formatNumber` rounds half to even on the shortest decimal form of the
 //!   number (what `$string` shows), not on its binary value.
+//! - Fractional seconds are a fraction, as in XPath: `[f0001]` writes
+//!   0.644 s as `6440` (JavaScript JSONata writes `0644`).
+//! - Negative offsets with minutes (`-1130`) are eleven and a half hours
+//!   west of UTC.
+//! - `$toMillis` accepts a day-of-year date followed by a time
+//!   (`[Y0001]-[d001] [H]:[m]`).
 //! - Widths in date/time pictures are capped at 1000 (`D3134` beyond), and
 //!   parsed years beyond ±1,000,000 give no instant.
 //!
