@@ -365,7 +365,9 @@ fn analyse(
     let mut min_int = mandatory_int;
     let mut min_frac = frac_part.iter().filter(|&&t| t == Tok::Mandatory).count();
     let mut max_frac = frac_part.iter().filter(|&&t| is_digit(t)).count();
-    let any_zero_family = mantissa.contains(&Tok::Mandatory);
+    // "No decimal-digit-family character" looks at the whole sub-picture,
+    // exponent included: `#e0` keeps a minimum integer size of zero.
+    let any_zero_family = toks.contains(&Tok::Mandatory);
     if !any_zero_family && dec.is_none() {
         min_int = 1;
     }
@@ -656,6 +658,7 @@ mod tests {
         // irregular grouping inserts only the separators the picture has
         assert_eq!(fmt(82073.6, "#,##,##0.0"), "82,073.6");
         assert_eq!(fmt(1234567.0, "#,##,##0"), "12,34,567");
+        assert_eq!(fmt(1.0, "#e0"), "0.1e1");
     }
 
     #[test]

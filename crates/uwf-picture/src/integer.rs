@@ -149,8 +149,8 @@ impl IntegerPicture {
     /// Parses a whole picture (`primary[;modifier]`).
     pub(crate) fn parse(picture: &str) -> Result<Self, PictureError> {
         let (primary, modifier) = match picture.rfind(';') {
-            Some(i) if i > 0 => (&picture[..i], &picture[i + 1..]),
-            _ => (picture, ""),
+            Some(i) => (&picture[..i], &picture[i + 1..]),
+            None => (picture, ""),
         };
         let ordinal = modifier.starts_with('o');
         Ok(IntegerPicture {
