@@ -3,7 +3,7 @@
 //! fixed-offset time zones.
 
 use crate::PictureError;
-use crate::integer::{IntegerPicture, Primary, family_digit, integer_digits};
+use crate::integer::{IntegerPicture, Primary, decimal_digit, family_digit, integer_digits};
 
 const MS_PER_DAY: i64 = 86_400_000;
 
@@ -246,20 +246,26 @@ fn parse_marker(body: &str, picture: &str) -> Result<Marker, PictureError> {
 }
 
 fn parse_picture(picture: &str) -> Result<Vec<Part>, PictureError> {
-    // An unclosed marker is reported before anything inside the markers.
-    let mut open = false;
-    let mut scan = picture.chars().peekable();
-    while let Some(c) = scan.next() {
+    // An unclosed marker is reported before problems inside the markers,
+    // except an unknown component letter in an earlier marker.
+    let mut open = None;
+    let mut scan = picture.char_indices().peekable();
+    while let Some((i, c)) = scan.next() {
         match c {
-            '[' if !open && scan.peek() == Some(&'[') => {
+            '[' if open.is_none() && scan.peek().map(|p| p.1) == Some('[') => {
                 scan.next();
             }
-            '[' => open = true,
-            ']' => open = false,
+            '[' => open = Some(i),
+            ']' => open = None,
             _ => {}
         }
     }
-    if open {
+    if let Some(at) = open {
+        if let Err(e) = parse_picture(&picture[..at])
+            && e.code() == "D3132"
+        {
+            return Err(e);
+        }
         return Err(PictureError::new(
             "D3135",
             format!("the picture '{picture}' has a '[' without a closing ']'"),
@@ -779,8 +785,8 @@ pub fn parse_datetime_at(
                 pos += l.len();
             }
             Part::Marker(m) => {
-                let adjacent = matches!(parts.get(idx + 1), Some(Part::Marker(_)));
-                let Some((value, used)) = match_marker(rest, m, adjacent, picture)? else {
+                let exact = exact_digits(rest, m, &parts[idx + 1..]);
+                let Some((value, used)) = match_marker(rest, m, exact, picture)? else {
                     return Ok(None);
                 };
                 pos += used;
@@ -836,13 +842,62 @@ pub fn parse_datetime_at(
     ))
 }
 
+/// A numeric marker's digit pattern: its mandatory digits, and whether its
+/// width is fixed (two or more mandatory digits and no optional ones).
+fn digit_width(m: &Marker) -> Option<(usize, bool)> {
+    if is_name_presentation(&m.presentation) || "PZzCE".contains(m.component) {
+        return None;
+    }
+    let mut mandatory = 0;
+    let mut optional = false;
+    for c in m.presentation.chars() {
+        if decimal_digit(c).is_some() {
+            mandatory += 1;
+        } else if c == '#' {
+            optional = true;
+        } else if c.is_alphabetic() {
+            return None;
+        }
+    }
+    (mandatory > 0).then_some((mandatory, !optional && mandatory >= 2))
+}
+
+/// How many digits a numeric marker takes when other numeric markers follow
+/// it with no literal between (`[Y][M01][D01]`): a fixed-width pattern takes
+/// its width; a variable one leaves the following markers their widths.
+/// `None` when a literal (or nothing) follows, so the digits run decides.
+fn exact_digits(text: &str, m: &Marker, following: &[Part]) -> Option<usize> {
+    let (mandatory, fixed) = digit_width(m)?;
+    let mut reserved = 0;
+    for part in following {
+        match part {
+            Part::Marker(next) => match digit_width(next) {
+                Some((n, _)) => reserved += n,
+                None => break,
+            },
+            Part::Literal(_) => break,
+        }
+    }
+    if reserved == 0 {
+        return None;
+    }
+    if fixed {
+        return Some(mandatory);
+    }
+    let run = text
+        .chars()
+        .take_while(|&c| decimal_digit(c).is_some())
+        .count();
+    Some(run.saturating_sub(reserved).max(mandatory))
+}
+
 /// Matches one marker at the start of `text`; returns its value (for `P`:
 /// 0 = am, 1 = pm; for `Z`/`z`: minutes east of UTC; for `f`:
 /// milliseconds) and the bytes consumed.
 fn match_marker(
     text: &str,
     m: &Marker,
-    adjacent: bool,
+    exact: Option<usize>,
     picture: &str,
 ) -> Result<Option<(i64, usize)>, PictureError> {
     let c = m.component;
@@ -886,7 +941,7 @@ fn match_marker(
                 primary,
                 ordinal: m.modifier == Some('o'),
             };
-            pic.match_prefix(text, adjacent).map(|(v, n)| (v as i64, n))
+            pic.match_prefix(text, exact).map(|(v, n)| (v as i64, n))
         }
     })
 }
@@ -953,6 +1008,14 @@ mod tests {
             parse_datetime_at("13:45", Some("[H]:[m]"), now),
             Ok(Some(1_521_812_700_000.0))
         );
+    }
+
+    #[test]
+    fn adjacent_numeric_fields() {
+        let want = Ok(Some(1_522_108_800_000.0));
+        assert_eq!(parse_datetime("20180327", Some("[Y][M01][D01]")), want);
+        assert_eq!(parse_datetime("20180327", Some("[Y0001][M01][D01]")), want);
+        assert_eq!(parse_datetime("2018327", Some("[Y0001][M1][D01]")), want);
     }
 
     #[test]

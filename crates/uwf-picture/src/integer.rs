@@ -248,22 +248,21 @@ impl IntegerPicture {
 
     /// Matches the longest prefix of `text` that this picture could have
     /// produced; returns the value and the number of bytes consumed.
-    /// `exact_width` forces a decimal pattern to take exactly its number of
-    /// mandatory digits (for adjacent date/time fields).
-    pub(crate) fn match_prefix(&self, text: &str, exact_width: bool) -> Option<(f64, usize)> {
+    /// `exact_digits` makes a decimal pattern take exactly that many digits
+    /// (for date/time fields with no separator between them).
+    pub(crate) fn match_prefix(
+        &self,
+        text: &str,
+        exact_digits: Option<usize>,
+    ) -> Option<(f64, usize)> {
         match &self.primary {
-            Primary::Decimal {
-                zero,
-                mandatory,
-                grouping,
-                ..
-            } => {
+            Primary::Decimal { zero, grouping, .. } => {
                 let mut value = 0f64;
                 let mut end = 0;
                 let mut count = 0;
                 let mut chars = text.char_indices().peekable();
                 while let Some((i, c)) = chars.next() {
-                    if exact_width && count == *mandatory {
+                    if exact_digits == Some(count) {
                         break;
                     }
                     if let Some(d) = family_value(*zero, c) {
@@ -281,7 +280,7 @@ impl IntegerPicture {
                         break;
                     }
                 }
-                if count == 0 || (exact_width && count != *mandatory) {
+                if count == 0 || exact_digits.is_some_and(|n| n != count) {
                     return None;
                 }
                 if self.ordinal {
@@ -648,7 +647,7 @@ pub fn parse_integer(text: &str, picture: &str) -> Result<Option<f64>, PictureEr
     {
         return Ok(Some(0.0));
     }
-    Ok(match pic.match_prefix(text, false) {
+    Ok(match pic.match_prefix(text, None) {
         Some((v, end)) if end == text.len() => Some(v),
         _ => None,
     })
