@@ -62,8 +62,8 @@ impl DecimalFormat {
     /// `pattern-separator`. Single-character properties take the first
     /// character of the value.
     ///
-    /// Errors with `D3080` naming the key for an unknown key or an empty
-    /// value.
+    /// Unknown keys are ignored, as JSONata does. Errors with `D3080` naming
+    /// the key when a value is empty.
     pub fn from_options<'a>(
         options: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<Self, PictureError> {
@@ -95,12 +95,8 @@ impl DecimalFormat {
                         f.per_mille = value.to_string();
                     }
                 }
-                _ => {
-                    return Err(PictureError::new(
-                        "D3080",
-                        format!("'{key}' is not a $formatNumber option"),
-                    ));
-                }
+                // JSONata ignores keys it does not know.
+                _ => {}
             }
         }
         Ok(f)
@@ -670,7 +666,11 @@ mod tests {
             format_number(1234.5, "#.##0,00", &f).ok().as_deref(),
             Some("1.234,50")
         );
-        assert!(DecimalFormat::from_options([("bogus", "x")]).is_err());
+        assert_eq!(
+            DecimalFormat::from_options([("bogus", "x")]),
+            Ok(DecimalFormat::default())
+        );
+        assert!(DecimalFormat::from_options([("digit", "")]).is_err());
     }
 
     #[test]
