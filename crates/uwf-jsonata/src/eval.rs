@@ -388,6 +388,15 @@ impl Evaluator {
                 let f = self.eval(procedure, input, env)?;
                 if *partial {
                     if !f.is_function() {
+                        if let Err(e) = self.check_callable(&f, procedure, env, pos)
+                            && e.code == "T1005"
+                        {
+                            return Err(Error {
+                                code: "T1007".into(),
+                                message: e.message.replace("invoke", "partially apply"),
+                                ..e
+                            });
+                        }
                         return Err(Error::new(
                             "T1008",
                             "Attempted to partially apply a non-function",
@@ -1051,6 +1060,41 @@ impl Evaluator {
 
     /// Applies a predicate `[p]` to a value (sequence or single).
     pub(crate) fn filter(&mut self, p: &Node, input: Value, env: &Rc<Env>) -> R<Value> {
+        if input.flags() & flags::TUPLE_STREAM != 0 {
+            let tuples: Vec<Tuple> = input
+                .members()
+                .into_iter()
+                .map(|item| {
+                    let mut t = plain_tuple(Value::Undefined);
+                    if let Value::Object(o) = item {
+                        for (k, v) in o.iter() {
+                            if k == "@" {
+                                t.ctx = v.clone();
+                            } else {
+                                t.set(k, v.clone());
+                            }
+                        }
+                    }
+                    t
+                })
+                .collect();
+            let kept = self.filter_tuples(p, tuples, env)?;
+            let items = kept
+                .into_iter()
+                .map(|t| {
+                    let mut o: Object = IndexMap::new();
+                    o.insert("@".to_string(), t.ctx);
+                    for (k, v) in t.binds {
+                        o.insert(k, v);
+                    }
+                    Value::object(o)
+                })
+                .collect();
+            return Ok(Value::Array(
+                Rc::new(items),
+                flags::SEQUENCE | flags::TUPLE_STREAM,
+            ));
+        }
         let items = match input {
             Value::Undefined => return Ok(Value::seq(Vec::new())),
             Value::Array(items, _) => items,

@@ -194,6 +194,15 @@ pub(crate) fn stringify(v: &Value, pretty: bool) -> Option<String> {
     Some(out)
 }
 
+fn has_non_finite(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => !n.is_finite(),
+        Value::Array(items, _) => items.iter().any(has_non_finite),
+        Value::Object(o) => o.values().any(has_non_finite),
+        _ => false,
+    }
+}
+
 /// `$string` casting.
 pub(crate) fn to_string_value(v: &Value) -> R<String> {
     Ok(match v {
@@ -203,6 +212,12 @@ pub(crate) fn to_string_value(v: &Value) -> R<String> {
             return Err(Error::new(
                 "D3001",
                 "Attempting to invoke string function on Infinity or NaN",
+            ));
+        }
+        v if has_non_finite(v) => {
+            return Err(Error::new(
+                "D1001",
+                "Number out of range: cannot render Infinity or NaN as JSON",
             ));
         }
         v => stringify(v, false).unwrap_or_default(),
@@ -435,6 +450,55 @@ fn next_char(text: &str, i: usize) -> usize {
         .unwrap_or(i + 1)
 }
 
+/// Matches produced by a user matcher function: it returns objects with
+/// `match`, `start`, `end`, `groups` and `next()` (positions in characters).
+fn custom_matches(
+    ev: &mut Evaluator,
+    f: &Value,
+    s: &str,
+    limit: Option<usize>,
+    input: &Value,
+) -> R<Vec<(usize, usize, Vec<Value>)>> {
+    let bad = || {
+        Error::new(
+            "T1010",
+            "The matcher function argument passed to a string function does not return the correct object structure",
+        )
+    };
+    let byte_at = |k: f64| -> usize {
+        if k <= 0.0 {
+            return 0;
+        }
+        s.char_indices()
+            .nth(k as usize)
+            .map(|(b, _)| b)
+            .unwrap_or(s.len())
+    };
+    let mut out = Vec::new();
+    let mut r = ev.apply(f, vec![Value::str(s)], input, 0)?;
+    while limit.map(|l| out.len() < l).unwrap_or(true) {
+        ev.check_time()?;
+        let o = match &r {
+            Value::Undefined => break,
+            Value::Object(o) => o.clone(),
+            _ => return Err(bad()),
+        };
+        let (Some(st), Some(e)) = (
+            o.get("start").and_then(|v| v.as_f64()),
+            o.get("end").and_then(|v| v.as_f64()),
+        ) else {
+            return Err(bad());
+        };
+        let groups = o.get("groups").map(|g| g.members()).unwrap_or_default();
+        out.push((byte_at(st), byte_at(e).max(byte_at(st)), groups));
+        match o.get("next") {
+            Some(next @ Value::Function(_)) => r = ev.apply(next, Vec::new(), input, 0)?,
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
 fn all_matches(
     re: &JsRegex,
     text: &str,
@@ -658,6 +722,10 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
                     "D3001",
                     "Attempting to invoke string function on Infinity or NaN",
                 )),
+                v if has_non_finite(v) => Err(Error::new(
+                    "D1001",
+                    "Number out of range: cannot render Infinity or NaN as JSON",
+                )),
                 v => Ok(Value::str(&stringify(v, pretty).unwrap_or_default())),
             }
         }
@@ -755,7 +823,9 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
                 Value::String(p) => Ok(Value::Bool(s.contains(p.as_ref()))),
                 Value::Function(f) => match f.as_ref() {
                     Func::Regex(re) => Ok(Value::Bool(re.find_at(s, 0)?.is_some())),
-                    _ => Ok(Value::Bool(false)),
+                    _ => Ok(Value::Bool(
+                        !custom_matches(ev, &a1, s, Some(1), input)?.is_empty(),
+                    )),
                 },
                 _ => Ok(Value::Undefined),
             }
@@ -773,13 +843,10 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             let Value::Function(f) = &a1 else {
                 return Ok(Value::Undefined);
             };
-            let Func::Regex(re) = f.as_ref() else {
-                return Err(Error::new(
-                    "T0410",
-                    "Argument 2 of function $match does not match function signature",
-                ));
+            let ms = match f.as_ref() {
+                Func::Regex(re) => all_matches(re, s, limit)?,
+                _ => custom_matches(ev, &a1, s, limit, input)?,
             };
-            let ms = all_matches(re, s, limit)?;
             Ok(seq(ms
                 .into_iter()
                 .map(|(st, e, g)| {
@@ -834,6 +901,13 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
                             parts.push(Value::str(&s[last..st]));
                             last = e;
                             pos = e;
+                        }
+                        parts.push(Value::str(&s[last..]));
+                    } else {
+                        let mut last = 0;
+                        for (st, e, _) in custom_matches(ev, &a1, s, None, input)? {
+                            parts.push(Value::str(&s[last..st.max(last)]));
+                            last = e.max(last);
                         }
                         parts.push(Value::str(&s[last..]));
                     }
@@ -1311,7 +1385,7 @@ fn replace(
         }
         Value::Function(f) => match f.as_ref() {
             Func::Regex(re) => all_matches(re, s, limit)?,
-            _ => return Ok(Value::Undefined),
+            _ => custom_matches(ev, a1, s, limit, input)?,
         },
         _ => return Ok(Value::Undefined),
     };

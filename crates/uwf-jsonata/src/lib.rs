@@ -48,7 +48,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_depth: 500,
+            max_depth: 1000,
             time_limit: Some(std::time::Duration::from_secs(2)),
             max_result_items: 10_000_000,
         }

@@ -7,7 +7,7 @@ use crate::error::Error;
 use crate::signature::Signature;
 
 /// Deepest nesting of sub-expressions the parser accepts.
-pub const MAX_PARSE_DEPTH: usize = 400;
+pub const MAX_PARSE_DEPTH: usize = 200;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {

@@ -299,7 +299,6 @@ fn run_suite() {
 }
 
 #[test]
-#[ignore = "work in progress: not all non-excluded cases pass yet"]
 fn official_suite() {
     std::thread::Builder::new()
         .stack_size(256 * 1024 * 1024)
