@@ -206,7 +206,7 @@ impl Node {
 #[derive(Debug, Clone)]
 pub enum Stage {
     /// `step[expr]`.
-    Filter(Node),
+    Filter(Box<Node>),
     /// `step#$name` after a predicate.
     Index(String),
 }

@@ -16,8 +16,6 @@ pub struct Error {
     pub token: Option<String>,
     /// The offending value (as text), when relevant.
     pub value: Option<String>,
-    /// The 1-based argument index for signature errors.
-    pub index: Option<usize>,
 }
 
 impl Error {
@@ -29,7 +27,6 @@ impl Error {
             position: None,
             token: None,
             value: None,
-            index: None,
         }
     }
 

@@ -158,7 +158,7 @@ impl Evaluator {
             .at(node.span.start));
         }
         self.ticks += 1;
-        if self.ticks % 256 == 0
+        if self.ticks.is_multiple_of(256)
             && let Some(d) = self.deadline
             && Instant::now() > d
         {
@@ -174,7 +174,7 @@ impl Evaluator {
     /// Checks the time limit (for long loops inside builtins).
     pub(crate) fn check_time(&mut self) -> R<()> {
         self.ticks += 1;
-        if self.ticks % 256 == 0
+        if self.ticks.is_multiple_of(256)
             && let Some(d) = self.deadline
             && Instant::now() > d
         {
@@ -792,9 +792,9 @@ impl Evaluator {
                     .with_value(size.to_string()));
                 }
                 let n = size as i64;
-                let start = a as i64;
+                let start = a;
                 Ok(Value::array(
-                    (0..n).map(|i| Value::Number((start + i) as f64)).collect(),
+                    (0..n).map(|i| Value::Number(start + i as f64)).collect(),
                 ))
             }
             BinOp::And | BinOp::Or | BinOp::Elvis | BinOp::Coalesce => Ok(Value::Undefined),

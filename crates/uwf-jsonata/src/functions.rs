@@ -252,15 +252,8 @@ fn round_half_even(n: f64, precision: i64) -> f64 {
     let shifted = shift_decimal(n, precision);
     let f = shifted.floor();
     let diff = shifted - f;
-    let mut r = if diff > 0.5 {
-        f + 1.0
-    } else if diff < 0.5 {
-        f
-    } else if f % 2.0 == 0.0 {
-        f
-    } else {
-        f + 1.0
-    };
+    let round_up = diff > 0.5 || (diff == 0.5 && f % 2.0 != 0.0);
+    let mut r = if round_up { f + 1.0 } else { f };
     if r == 0.0 {
         r = 0.0;
     }
@@ -274,7 +267,9 @@ fn shift_decimal(n: f64, by: i64) -> f64 {
         Some((m, e)) => (m.to_string(), e.parse::<i64>().unwrap_or(0)),
         None => (t.clone(), 0),
     };
-    format!("{mant}e{}", exp + by).parse().unwrap_or(n)
+    format!("{mant}e{}", exp.saturating_add(by))
+        .parse()
+        .unwrap_or(n)
 }
 
 // ------------------------------------------------------------------ regex
@@ -759,11 +754,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             match s.find(chars) {
                 Some(i) if name == "substringBefore" => Ok(Value::str(&s[..i])),
                 Some(i) => Ok(Value::str(&s[i + chars.len()..])),
-                None => Ok(if name == "substringBefore" {
-                    a0.clone()
-                } else {
-                    a0.clone()
-                }),
+                None => Ok(a0.clone()),
             }
         }
         "lowercase" => Ok(a0
@@ -1242,6 +1233,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             };
             let mut out: Vec<Value> = Vec::new();
             for it in items.iter() {
+                ev.check_time()?;
                 if !out.iter().any(|x| x.deep_eq(it)) {
                     out.push(it.clone());
                 }

@@ -52,7 +52,7 @@ impl Lexer<'_> {
             let trimmed = rest.trim_start_matches([' ', '\t', '\n', '\r', '\u{b}']);
             self.pos += rest.len() - trimmed.len();
             if trimmed.starts_with("/*") {
-                match trimmed[2..].find("*/") {
+                match trimmed.strip_prefix("/*").and_then(|t| t.find("*/")) {
                     Some(end) => self.pos += end + 4,
                     None => {
                         return Err(Error::new("S0106", "Comment has no closing tag").at(self.pos));
@@ -1093,7 +1093,8 @@ fn make_path(lhs: Node, rhs: Node, slots: &mut [Slot]) -> Result<Node, Error> {
         _ => {
             let mut rhs = rhs;
             let preds = std::mem::take(&mut rhs.predicates);
-            rhs.stages.extend(preds.into_iter().map(Stage::Filter));
+            rhs.stages
+                .extend(preds.into_iter().map(|p| Stage::Filter(Box::new(p))));
             steps.push(rhs);
         }
     }
@@ -1166,7 +1167,7 @@ fn make_predicate(
         if last.group.is_some() {
             return Err(group_err());
         }
-        last.stages.push(Stage::Filter(pred));
+        last.stages.push(Stage::Filter(Box::new(pred)));
         return Ok(lhs);
     }
     if lhs.group.is_some() {
@@ -1211,7 +1212,8 @@ fn make_index(lhs: Node, var: String) -> Node {
     } else {
         let mut l = lhs;
         let preds = std::mem::take(&mut l.predicates);
-        l.stages.extend(preds.into_iter().map(Stage::Filter));
+        l.stages
+            .extend(preds.into_iter().map(|p| Stage::Filter(Box::new(p))));
         path_of(l)
     };
     if let Kind::Path { steps, .. } = &mut path.kind
@@ -1229,6 +1231,7 @@ fn make_index(lhs: Node, var: String) -> Node {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::expect_used)]
     use super::*;
 
     fn code(src: &str) -> String {

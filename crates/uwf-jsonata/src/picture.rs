@@ -16,29 +16,14 @@ fn text(v: Option<&Value>) -> Option<&str> {
 }
 
 fn decimal_format(v: Option<&Value>) -> Result<DecimalFormat, Error> {
-    let mut f = DecimalFormat::default();
     let Some(Value::Object(o)) = v else {
-        return Ok(f);
+        return Ok(DecimalFormat::default());
     };
-    for (k, v) in o.iter() {
-        let Some(s) = v.as_str() else { continue };
-        let c = s.chars().next().unwrap_or(' ');
-        match k.as_str() {
-            "decimal-separator" => f.decimal_separator = c,
-            "grouping-separator" => f.grouping_separator = c,
-            "exponent-separator" => f.exponent_separator = c,
-            "minus-sign" => f.minus_sign = c,
-            "infinity" => f.infinity = s.to_string(),
-            "NaN" => f.nan = s.to_string(),
-            "percent" => f.percent = s.to_string(),
-            "per-mille" => f.per_mille = s.to_string(),
-            "zero-digit" => f.zero_digit = c,
-            "digit" => f.digit = c,
-            "pattern-separator" => f.pattern_separator = c,
-            _ => {}
-        }
-    }
-    Ok(f)
+    DecimalFormat::from_options(
+        o.iter()
+            .filter_map(|(k, v)| v.as_str().map(|s| (k.as_str(), s))),
+    )
+    .map_err(err)
 }
 
 fn now_millis() -> f64 {

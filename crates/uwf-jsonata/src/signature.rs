@@ -179,7 +179,6 @@ impl Signature {
                 ),
             );
             e.position = position;
-            e.index = Some(idx + 1);
             return Err(e);
         }
         let mut out = Vec::with_capacity(self.params.len());
@@ -197,7 +196,6 @@ impl Signature {
                             ),
                         );
                         e.position = position;
-                        e.index = Some(out.len() + 1);
                         return Err(e);
                     }
                     out.push(self.wrap(p, context.clone(), out.len(), position)?);
@@ -242,7 +240,6 @@ impl Signature {
                             ),
                         );
                         e.position = position;
-                        e.index = Some(idx + 1);
                         return Err(e);
                     }
                 }

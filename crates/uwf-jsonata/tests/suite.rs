@@ -6,6 +6,8 @@
 //! Set `UWF_SUITE_FILTER=<substring>` to run only matching case ids and
 //! `UWF_SUITE_VERBOSE=1` to print every failure.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
