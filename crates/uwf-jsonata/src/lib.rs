@@ -152,3 +152,186 @@ pub fn builtin_signature(name: &str) -> Option<&'static str> {
 pub fn builtin_names() -> impl Iterator<Item = &'static str> {
     functions::BUILTINS.iter().map(|(n, _)| *n)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used, clippy::unwrap_used)]
+
+    use super::*;
+    use serde_json::json;
+
+    fn run(src: &str, input: serde_json::Value) -> Result<Option<serde_json::Value>, Error> {
+        Expression::parse(src)?.evaluate(Some(&input), &EvalOptions::default())
+    }
+
+    fn ok(src: &str, input: serde_json::Value) -> serde_json::Value {
+        run(src, input).expect("evaluates").expect("defined")
+    }
+
+    fn code(src: &str, input: serde_json::Value) -> String {
+        run(src, input).expect_err("fails").code
+    }
+
+    #[test]
+    fn numbers_follow_javascript_doubles() {
+        assert_eq!(ok("0.1 + 0.2", json!(null)), json!(0.30000000000000004));
+        assert_eq!(ok("$string(0.1 + 0.2)", json!(null)), json!("0.3"));
+        assert_eq!(ok("$string(1e21)", json!(null)), json!("1e21"));
+        assert_eq!(ok("$round(2.5)", json!(null)), json!(2));
+        assert_eq!(ok("$round(3.5)", json!(null)), json!(4));
+        assert_eq!(ok("$round(1.005, 2)", json!(null)), json!(1));
+        assert_eq!(code("1e300 * 1e300 + 1", json!(null)), "D1001");
+    }
+
+    #[test]
+    fn sequences_and_paths() {
+        let data = json!({"a": [{"b": 1}, {"b": [2, 3]}], "c": {"d": "x"}});
+        assert_eq!(ok("a.b", data.clone()), json!([1, 2, 3]));
+        assert_eq!(ok("a[0].b", data.clone()), json!(1));
+        assert_eq!(ok("a[0].b[]", data.clone()), json!([1]));
+        assert_eq!(ok("c.d", data.clone()), json!("x"));
+        assert_eq!(run("c.nothing", data.clone()).unwrap(), None);
+        assert_eq!(ok("**.d", data.clone()), json!("x"));
+        assert_eq!(ok("$count(a)", data), json!(2));
+    }
+
+    #[test]
+    fn comparisons_type_errors_and_undefined() {
+        assert_eq!(code("1 < 'a'", json!(null)), "T2009");
+        assert_eq!(code("{} < 1", json!(null)), "T2010");
+        assert_eq!(run("nothing < 1", json!({})).unwrap(), None);
+        assert_eq!(ok("'a' < 'b'", json!(null)), json!(true));
+        let e = run("1 + 'a'", json!(null)).expect_err("fails");
+        assert_eq!((e.code.as_str(), e.position), ("T2002", Some(2)));
+    }
+
+    #[test]
+    fn boolean_operators_cast() {
+        assert_eq!(ok("[] or 'x'", json!(null)), json!(true));
+        assert_eq!(ok("nothing and true", json!({})), json!(false));
+        assert_eq!(ok("nothing ?? 'd'", json!({})), json!("d"));
+        assert_eq!(ok("'' ?: 'e'", json!({})), json!("e"));
+        assert_eq!(ok("2 in [1, 2]", json!(null)), json!(true));
+    }
+
+    #[test]
+    fn lambdas_closures_partials_and_chains() {
+        assert_eq!(
+            ok(
+                "($add := function($a, $b) { $a + $b }; $inc := $add(?, 1); $inc(41))",
+                json!(null)
+            ),
+            json!(42)
+        );
+        assert_eq!(
+            ok("'abc' ~> $uppercase ~> $substring(1)", json!(null)),
+            json!("BC")
+        );
+        assert_eq!(
+            ok(
+                "($f := $uppercase ~> $substring(?, 0, 1); $f('xyz'))",
+                json!(null)
+            ),
+            json!("X")
+        );
+        assert_eq!(code("function($x)<n:n>{$x}('a')", json!(null)), "T0410");
+    }
+
+    #[test]
+    fn deep_tail_recursion_does_not_hit_the_depth_limit() {
+        let src = "($loop := function($n, $acc) { $n = 0 ? $acc : $loop($n - 1, $acc + 1) }; $loop(20000, 0))";
+        assert_eq!(ok(src, json!(null)), json!(20000));
+    }
+
+    #[test]
+    fn runaway_recursion_and_loops_are_bounded() {
+        let src = "($f := function($n) { 1 + $f($n + 1) }; $f(0))";
+        assert_eq!(code(src, json!(null)), "U1001");
+        let opts = EvalOptions {
+            limits: Limits {
+                time_limit: Some(std::time::Duration::from_millis(50)),
+                ..Limits::default()
+            },
+            ..EvalOptions::default()
+        };
+        let forever = Expression::parse("($f := function() { $f() }; $f())").unwrap();
+        assert_eq!(forever.evaluate(None, &opts).unwrap_err().code, "U1001");
+        assert_eq!(code("[1..20000000]", json!(null)), "D2014");
+    }
+
+    #[test]
+    fn deeply_nested_input_is_handled() {
+        let mut v = json!(1);
+        for _ in 0..1000 {
+            v = json!({ "a": v });
+        }
+        assert_eq!(ok("$count(**)", v), json!(1001));
+    }
+
+    #[test]
+    fn sort_is_stable_and_order_by_works() {
+        let data =
+            json!([{"k": 1, "v": "a"}, {"k": 0, "v": "b"}, {"k": 1, "v": "c"}, {"k": 0, "v": "d"}]);
+        assert_eq!(ok("$^(k).v", data.clone()), json!(["b", "d", "a", "c"]));
+        assert_eq!(
+            ok("$sort($, function($l, $r) { $l.k > $r.k }).v", data.clone()),
+            json!(["b", "d", "a", "c"])
+        );
+        assert_eq!(ok("$^(>k).v", data), json!(["a", "c", "b", "d"]));
+    }
+
+    #[test]
+    fn group_by_keeps_first_seen_order() {
+        let data = json!([{"t": "z", "n": 1}, {"t": "a", "n": 2}, {"t": "z", "n": 3}]);
+        let out = ok("${t: $sum(n)}", data);
+        assert_eq!(serde_json::to_string(&out).unwrap(), r#"{"z":4,"a":2}"#);
+    }
+
+    #[test]
+    fn bindings_and_context_variables() {
+        let opts = EvalOptions {
+            bindings: [("limit".to_string(), json!(3))].into_iter().collect(),
+            ..EvalOptions::default()
+        };
+        let e = Expression::parse("$limit * 2").unwrap();
+        assert_eq!(e.evaluate(None, &opts).unwrap(), Some(json!(6)));
+        let data = json!({"xs": [10, 20, 30]});
+        assert_eq!(ok("xs#$i[$i > 0]", data.clone()), json!([20, 30]));
+        assert_eq!(ok("xs@$x.{'v': $x}", data).get(0), Some(&json!({"v": 10})));
+    }
+
+    #[test]
+    fn evaluate_value_keeps_functions_and_casts() {
+        let e = Expression::parse("function($x) { $x }").unwrap();
+        let v = e.evaluate_value(None, &EvalOptions::default()).unwrap();
+        assert!(v.is_function());
+        assert!(!v.is_truthy());
+        let e = Expression::parse("[0, '', 'x']").unwrap();
+        assert!(
+            e.evaluate_value(None, &EvalOptions::default())
+                .unwrap()
+                .is_truthy()
+        );
+    }
+
+    #[test]
+    fn builtin_table_is_consistent() {
+        assert_eq!(builtin_signature("abs"), Some("<n-:n>"));
+        assert_eq!(builtin_signature("nope"), None);
+        for name in builtin_names() {
+            let sig = builtin_signature(name).expect("signature");
+            signature::Signature::parse(sig, 0).expect("signature parses");
+        }
+        assert!(builtin_names().any(|n| n == "formatNumber"));
+    }
+
+    #[test]
+    fn transforms_copy_and_modify() {
+        let data = json!({"o": [{"p": 1, "q": 2}, {"p": 3}]});
+        assert_eq!(
+            ok("$ ~> |o|{'r': p * 10}, 'q'|", data.clone()),
+            json!({"o": [{"p": 1, "r": 10}, {"p": 3, "r": 30}]})
+        );
+        assert_eq!(ok("o[0].q", data), json!(2));
+    }
+}
