@@ -115,7 +115,8 @@ Examples:
 /// `uwf eval`
 #[derive(Debug, Args)]
 pub struct EvalArgs {
-    /// The JSONata expression.
+    /// The JSONata expression (may start with `-`, e.g. `-1 * a`).
+    #[arg(allow_hyphen_values = true)]
     pub expression: String,
     /// Evaluate against this thread's moderator context ({start, steps}), as its conditions see it.
     #[arg(long, conflicts_with_all = ["at", "input"])]

@@ -164,8 +164,9 @@ fn eval_against_json_a_thread_and_a_step() {
         serde_json::from_slice::<Value>(&out.stdout).unwrap(),
         json!(1.5)
     );
-    // No input at all.
+    // No input at all; an expression may start with `-`.
     assert_eq!(env.json(&["eval", "[1..3]"]), json!([1, 2, 3]));
+    assert_eq!(env.json(&["eval", "-2 * 3"]), json!(-6));
 
     // undefined: nothing on stdout, a note on stderr, success.
     let out = env
