@@ -80,7 +80,7 @@ pub struct Evaluator {
 fn seq_or_single(v: Value) -> Vec<Value> {
     match v {
         Value::Undefined => Vec::new(),
-        Value::Array(items, _) => Rc::try_unwrap(items).unwrap_or_else(|rc| rc.as_ref().clone()),
+        Value::Array(items, _, _) => Rc::try_unwrap(items).unwrap_or_else(|rc| rc.as_ref().clone()),
         v => vec![v],
     }
 }
@@ -94,11 +94,11 @@ pub(crate) fn append(a: Value, b: Value) -> Value {
         return a;
     }
     let mut out = match a {
-        Value::Array(items, _) => Rc::try_unwrap(items).unwrap_or_else(|rc| rc.as_ref().clone()),
+        Value::Array(items, _, _) => Rc::try_unwrap(items).unwrap_or_else(|rc| rc.as_ref().clone()),
         v => vec![v],
     };
     match b {
-        Value::Array(items, _) => out.extend(items.iter().cloned()),
+        Value::Array(items, _, _) => out.extend(items.iter().cloned()),
         v => out.push(v),
     }
     Value::array(out)
@@ -106,25 +106,25 @@ pub(crate) fn append(a: Value, b: Value) -> Value {
 
 fn flatten_into(v: &Value, out: &mut Vec<Value>) {
     match v {
-        Value::Array(items, _) => items.iter().for_each(|i| flatten_into(i, out)),
+        Value::Array(items, _, _) => items.iter().for_each(|i| flatten_into(i, out)),
         v => out.push(v.clone()),
     }
 }
 
 fn lookup(input: &Value, key: &str) -> Value {
     match input {
-        Value::Array(items, _) => {
+        Value::Array(items, _, _) => {
             let mut out = Vec::new();
             for it in items.iter() {
                 match lookup(it, key) {
                     Value::Undefined => {}
-                    Value::Array(inner, _) => out.extend(inner.iter().cloned()),
+                    Value::Array(inner, _, _) => out.extend(inner.iter().cloned()),
                     v => out.push(v),
                 }
             }
             Value::seq(out)
         }
-        Value::Object(o) => o.get(key).cloned().unwrap_or(Value::Undefined),
+        Value::Object(o, _) => o.get(key).cloned().unwrap_or(Value::Undefined),
         _ => Value::Undefined,
     }
 }
@@ -192,6 +192,16 @@ impl Evaluator {
         let r = self.eval_inner(node, input, env);
         self.depth -= 1;
         let mut result = r?;
+        if result.depth() > crate::MAX_VALUE_DEPTH {
+            return Err(Error::new(
+                "U1001",
+                format!(
+                    "Value nested more than {} levels deep",
+                    crate::MAX_VALUE_DEPTH
+                ),
+            )
+            .at(node.span.start));
+        }
         for p in &node.predicates {
             result = self.filter(p, result, env)?;
         }
@@ -200,7 +210,7 @@ impl Evaluator {
         {
             result = self.group(g, as_tuples(result), false, env)?;
         }
-        if let Value::Array(items, f) = &result
+        if let Value::Array(items, f, _) = &result
             && f & flags::SEQUENCE != 0
             && f & flags::TUPLE_STREAM == 0
         {
@@ -215,7 +225,7 @@ impl Evaluator {
                 return Ok(items[0].clone());
             }
             if f != result.flags() {
-                return Ok(Value::Array(items.clone(), f));
+                return Ok(Value::arr(items.clone(), f));
             }
         }
         Ok(result)
@@ -231,7 +241,7 @@ impl Evaluator {
             Kind::Name(n) => Ok(lookup(input, n)),
             Kind::Variable(v) => {
                 if v.is_empty() {
-                    if let Value::Array(items, f) = input
+                    if let Value::Array(items, f, _) = input
                         && f & flags::OUTER_WRAPPER != 0
                         && !items.is_empty()
                     {
@@ -257,14 +267,14 @@ impl Evaluator {
             }
             Kind::Wildcard => {
                 let mut input = input.clone();
-                if let Value::Array(items, f) = &input
+                if let Value::Array(items, f, _) = &input
                     && f & flags::OUTER_WRAPPER != 0
                     && !items.is_empty()
                 {
                     input = items[0].clone();
                 }
                 let mut out = Vec::new();
-                if let Value::Object(o) = &input {
+                if let Value::Object(o, _) = &input {
                     for v in o.values() {
                         if v.is_array() {
                             flatten_into(v, &mut out);
@@ -306,14 +316,14 @@ impl Evaluator {
                     let v = self.eval(item, input, env)?;
                     match v {
                         Value::Undefined => {}
-                        Value::Array(inner, _) if !matches!(item.kind, Kind::Array(_)) => {
+                        Value::Array(inner, _, _) if !matches!(item.kind, Kind::Array(_)) => {
                             out.extend(inner.iter().cloned())
                         }
                         v => out.push(v),
                     }
                 }
                 let f = if node.cons_array { flags::CONS } else { 0 };
-                Ok(Value::Array(Rc::new(out), f))
+                Ok(Value::arr(Rc::new(out), f))
             }
             Kind::Object(pairs) => {
                 let g = GroupBy {
@@ -746,7 +756,7 @@ impl Evaluator {
                     return Ok(Value::Bool(false));
                 }
                 let found = match &r {
-                    Value::Array(items, _) => items.iter().any(|x| x.deep_eq(&l)),
+                    Value::Array(items, _, _) => items.iter().any(|x| x.deep_eq(&l)),
                     v => v.deep_eq(&l),
                 };
                 Ok(Value::Bool(found))
@@ -816,7 +826,7 @@ impl Evaluator {
             .map(|s| matches!(s.kind, Kind::Variable(_)))
             .unwrap_or(false);
         let mut seq: Vec<Value> = match input {
-            Value::Array(items, _) if !first_is_var => items.as_ref().clone(),
+            Value::Array(items, _, _) if !first_is_var => items.as_ref().clone(),
             v => vec![v.clone()],
         };
         let mut tuples: Option<Vec<Tuple>> = None;
@@ -852,7 +862,7 @@ impl Evaluator {
             }
             let empty = match &result {
                 Value::Undefined => true,
-                Value::Array(items, _) => items.is_empty(),
+                Value::Array(items, _, _) => items.is_empty(),
                 _ => false,
             };
             if empty {
@@ -873,7 +883,7 @@ impl Evaluator {
                         Value::object(o)
                     })
                     .collect();
-                return Ok(Value::Array(
+                return Ok(Value::arr(
                     Rc::new(items),
                     flags::SEQUENCE | flags::TUPLE_STREAM,
                 ));
@@ -885,18 +895,18 @@ impl Evaluator {
         }
         if keep_singleton {
             result = match result {
-                Value::Array(items, f) if f & flags::SEQUENCE != 0 => {
-                    Value::Array(items, f | flags::KEEP_SINGLETON)
+                Value::Array(items, f, _) if f & flags::SEQUENCE != 0 => {
+                    Value::arr(items, f | flags::KEEP_SINGLETON)
                 }
-                Value::Array(items, f) if f & flags::CONS != 0 => Value::Array(
-                    Rc::new(vec![Value::Array(items, f)]),
+                Value::Array(items, f, _) if f & flags::CONS != 0 => Value::arr(
+                    Rc::new(vec![Value::arr(items, f)]),
                     flags::SEQUENCE | flags::KEEP_SINGLETON,
                 ),
                 Value::Undefined => Value::Undefined,
-                Value::Array(items, f) => {
-                    Value::Array(items, f | flags::SEQUENCE | flags::KEEP_SINGLETON)
+                Value::Array(items, f, _) => {
+                    Value::arr(items, f | flags::SEQUENCE | flags::KEEP_SINGLETON)
                 }
-                v => Value::Array(Rc::new(vec![v]), flags::SEQUENCE | flags::KEEP_SINGLETON),
+                v => Value::arr(Rc::new(vec![v]), flags::SEQUENCE | flags::KEEP_SINGLETON),
             };
         }
         if let Some(g) = &node.group {
@@ -939,7 +949,9 @@ impl Evaluator {
         let mut out = Vec::new();
         for r in results {
             match r {
-                Value::Array(items, f) if f & flags::CONS == 0 => out.extend(items.iter().cloned()),
+                Value::Array(items, f, _) if f & flags::CONS == 0 => {
+                    out.extend(items.iter().cloned())
+                }
                 v => out.push(v),
             }
         }
@@ -979,13 +991,13 @@ impl Evaluator {
             }
             let is_stream = r.flags() & flags::TUPLE_STREAM != 0;
             let items = match r {
-                Value::Array(items, _) => items.as_ref().clone(),
+                Value::Array(items, _, _) => items.as_ref().clone(),
                 v => vec![v],
             };
             for (i, it) in items.into_iter().enumerate() {
                 let mut nt = t.clone();
                 if is_stream {
-                    if let Value::Object(o) = &it {
+                    if let Value::Object(o, _) = &it {
                         for (k, v) in o.iter() {
                             if k == "@" {
                                 nt.ctx = v.clone();
@@ -1047,7 +1059,7 @@ impl Evaluator {
         };
         match r {
             Value::Number(n) => matches_index(*n),
-            Value::Array(items, _)
+            Value::Array(items, _, _)
                 if !items.is_empty() && items.iter().all(|x| matches!(x, Value::Number(_))) =>
             {
                 items
@@ -1066,7 +1078,7 @@ impl Evaluator {
                 .into_iter()
                 .map(|item| {
                     let mut t = plain_tuple(Value::Undefined);
-                    if let Value::Object(o) = item {
+                    if let Value::Object(o, _) = item {
                         for (k, v) in o.iter() {
                             if k == "@" {
                                 t.ctx = v.clone();
@@ -1090,14 +1102,14 @@ impl Evaluator {
                     Value::object(o)
                 })
                 .collect();
-            return Ok(Value::Array(
+            return Ok(Value::arr(
                 Rc::new(items),
                 flags::SEQUENCE | flags::TUPLE_STREAM,
             ));
         }
         let items = match input {
             Value::Undefined => return Ok(Value::seq(Vec::new())),
-            Value::Array(items, _) => items,
+            Value::Array(items, _, _) => items,
             v => Rc::new(vec![v]),
         };
         let mut out = Vec::new();
@@ -1110,8 +1122,8 @@ impl Evaluator {
                 && let Some(item) = items.get(i as usize)
             {
                 match item {
-                    Value::Array(inner, _) => {
-                        return Ok(Value::Array(inner.clone(), flags::SEQUENCE));
+                    Value::Array(inner, _, _) => {
+                        return Ok(Value::arr(inner.clone(), flags::SEQUENCE));
                     }
                     v => out.push(v.clone()),
                 }
@@ -1327,11 +1339,11 @@ impl Evaluator {
         // pointer -> (update, deletes)
         let mut edits: Vec<(*const Object, Option<Object>, Vec<String>)> = Vec::new();
         for m in &matches {
-            let Value::Object(o) = m else { continue };
+            let Value::Object(o, _) = m else { continue };
             let update = self.eval(&def.update, m, env)?;
             let upd = match update {
                 Value::Undefined => None,
-                Value::Object(u) => Some(u.as_ref().clone()),
+                Value::Object(u, _) => Some(u.as_ref().clone()),
                 v => {
                     return Err(Error::new(
                         "T2011",
@@ -1347,7 +1359,7 @@ impl Evaluator {
                 match dv {
                     Value::Undefined => {}
                     Value::String(s) => dels.push(s.to_string()),
-                    Value::Array(items, _)
+                    Value::Array(items, _, _)
                         if items.iter().all(|x| matches!(x, Value::String(_))) =>
                     {
                         dels.extend(items.iter().filter_map(|x| x.as_str().map(str::to_string)))
@@ -1371,11 +1383,11 @@ impl Evaluator {
 
 fn rebuild(v: &Value, edits: &[(*const Object, Option<Object>, Vec<String>)]) -> Value {
     match v {
-        Value::Array(items, f) => Value::Array(
+        Value::Array(items, f, _) => Value::arr(
             Rc::new(items.iter().map(|x| rebuild(x, edits)).collect()),
             *f,
         ),
-        Value::Object(o) => {
+        Value::Object(o, _) => {
             let ptr = Rc::as_ptr(o);
             let mut m: Object = o
                 .iter()
@@ -1401,8 +1413,10 @@ fn rebuild(v: &Value, edits: &[(*const Object, Option<Object>, Vec<String>)]) ->
 
 fn deep_clone(v: &Value) -> Value {
     match v {
-        Value::Array(items, f) => Value::Array(Rc::new(items.iter().map(deep_clone).collect()), *f),
-        Value::Object(o) => {
+        Value::Array(items, f, _) => {
+            Value::arr(Rc::new(items.iter().map(deep_clone).collect()), *f)
+        }
+        Value::Object(o, _) => {
             Value::object(o.iter().map(|(k, x)| (k.clone(), deep_clone(x))).collect())
         }
         v => v.clone(),
@@ -1411,8 +1425,8 @@ fn deep_clone(v: &Value) -> Value {
 
 fn descendants(v: &Value, out: &mut Vec<Value>) {
     match v {
-        Value::Array(items, _) => items.iter().for_each(|i| descendants(i, out)),
-        Value::Object(o) => {
+        Value::Array(items, _, _) => items.iter().for_each(|i| descendants(i, out)),
+        Value::Object(o, _) => {
             out.push(v.clone());
             o.values().for_each(|x| descendants(x, out));
         }
@@ -1422,7 +1436,7 @@ fn descendants(v: &Value, out: &mut Vec<Value>) {
 
 fn unwrap_outer(v: &Value) -> Value {
     match v {
-        Value::Array(items, f) if f & flags::OUTER_WRAPPER != 0 && !items.is_empty() => {
+        Value::Array(items, f, _) if f & flags::OUTER_WRAPPER != 0 && !items.is_empty() => {
             items[0].clone()
         }
         v => v.clone(),
@@ -1438,7 +1452,7 @@ fn plain_tuple(v: Value) -> Tuple {
 
 fn as_tuples(v: Value) -> Vec<Tuple> {
     match v {
-        Value::Array(items, _) => items.iter().cloned().map(plain_tuple).collect(),
+        Value::Array(items, _, _) => items.iter().cloned().map(plain_tuple).collect(),
         v => vec![plain_tuple(v)],
     }
 }

@@ -146,7 +146,7 @@ pub(crate) fn stringify(v: &Value, pretty: bool) -> Option<String> {
             Value::Number(n) => out.push_str(&jsonata_number(*n)),
             Value::String(s) => json_escape(s, out),
             Value::Function(_) => out.push_str("\"\""),
-            Value::Array(items, _) => {
+            Value::Array(items, _, _) => {
                 out.push('[');
                 if items.is_empty() {
                     out.push(']');
@@ -162,7 +162,7 @@ pub(crate) fn stringify(v: &Value, pretty: bool) -> Option<String> {
                 nl(out, indent);
                 out.push(']');
             }
-            Value::Object(o) => {
+            Value::Object(o, _) => {
                 out.push('{');
                 let fields: Vec<_> = o.iter().filter(|(_, v)| !v.is_undefined()).collect();
                 if fields.is_empty() {
@@ -197,8 +197,8 @@ pub(crate) fn stringify(v: &Value, pretty: bool) -> Option<String> {
 fn has_non_finite(v: &Value) -> bool {
     match v {
         Value::Number(n) => !n.is_finite(),
-        Value::Array(items, _) => items.iter().any(has_non_finite),
-        Value::Object(o) => o.values().any(has_non_finite),
+        Value::Array(items, _, _) => items.iter().any(has_non_finite),
+        Value::Object(o, _) => o.values().any(has_non_finite),
         _ => false,
     }
 }
@@ -242,7 +242,7 @@ fn arg(args: &[Value], i: usize) -> Value {
 
 fn numbers(v: &Value) -> Vec<f64> {
     match v {
-        Value::Array(items, _) => items.iter().filter_map(|x| x.as_f64()).collect(),
+        Value::Array(items, _, _) => items.iter().filter_map(|x| x.as_f64()).collect(),
         Value::Number(n) => vec![*n],
         _ => Vec::new(),
     }
@@ -475,7 +475,7 @@ fn custom_matches(
         ev.check_time()?;
         let o = match &r {
             Value::Undefined => break,
-            Value::Object(o) => o.clone(),
+            Value::Object(o, _) => o.clone(),
             _ => return Err(bad()),
         };
         let (Some(st), Some(e)) = (
@@ -691,7 +691,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
         }
         "count" => Ok(Value::Number(match &a0 {
             Value::Undefined => 0.0,
-            Value::Array(items, _) => items.len() as f64,
+            Value::Array(items, _, _) => items.len() as f64,
             _ => 1.0,
         })),
         "max" | "min" | "average" => {
@@ -911,7 +911,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             Ok(Value::array(parts))
         }
         "join" => {
-            let Value::Array(items, _) = &a0 else {
+            let Value::Array(items, _, _) = &a0 else {
                 return Ok(Value::Undefined);
             };
             let sep = a1.as_str().unwrap_or("");
@@ -1022,7 +1022,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
         "exists" => Ok(Value::Bool(!a0.is_undefined())),
         "type" => Ok(a0.type_name().map(Value::str).unwrap_or_default()),
         "map" | "filter" => {
-            let Value::Array(items, _) = &a0 else {
+            let Value::Array(items, _, _) = &a0 else {
                 return Ok(Value::Undefined);
             };
             let mut out = Vec::new();
@@ -1044,7 +1044,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             Ok(seq(out))
         }
         "single" => {
-            let Value::Array(items, _) = &a0 else {
+            let Value::Array(items, _, _) = &a0 else {
                 return Ok(Value::Undefined);
             };
             let mut found: Option<Value> = None;
@@ -1072,7 +1072,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             found.ok_or_else(|| Error::new("D3139", "The $single() function expected exactly 1 matching result.  Instead it matched 0."))
         }
         "reduce" => {
-            let Value::Array(items, _) = &a0 else {
+            let Value::Array(items, _, _) = &a0 else {
                 return Ok(Value::Undefined);
             };
             if Evaluator::arity(&a1) < 2 {
@@ -1110,7 +1110,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             ))
         }
         "sift" | "each" => {
-            let Value::Object(o) = &a0 else {
+            let Value::Object(o, _) = &a0 else {
                 return Ok(Value::Undefined);
             };
             let mut out: Object = IndexMap::new();
@@ -1136,12 +1136,12 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
         "keys" => {
             let mut keys: IndexMap<String, ()> = IndexMap::new();
             match &a0 {
-                Value::Object(o) => o.keys().for_each(|k| {
+                Value::Object(o, _) => o.keys().for_each(|k| {
                     keys.insert(k.clone(), ());
                 }),
-                Value::Array(items, _) => {
+                Value::Array(items, _, _) => {
                     for it in items.iter() {
-                        if let Value::Object(o) = it {
+                        if let Value::Object(o, _) = it {
                             o.keys().for_each(|k| {
                                 keys.insert(k.clone(), ());
                             });
@@ -1158,18 +1158,18 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
         }
         "append" => Ok(append(a0, a1)),
         "spread" => match &a0 {
-            Value::Array(items, _) => {
+            Value::Array(items, _, _) => {
                 let mut out = Vec::new();
                 for it in items.iter() {
                     match call(ev, "spread", vec![it.clone()], input)? {
-                        Value::Array(inner, _) => out.extend(inner.iter().cloned()),
+                        Value::Array(inner, _, _) => out.extend(inner.iter().cloned()),
                         Value::Undefined => {}
                         v => out.push(v),
                     }
                 }
                 Ok(seq(out))
             }
-            Value::Object(o) => Ok(seq(o
+            Value::Object(o, _) => Ok(seq(o
                 .iter()
                 .map(|(k, v)| {
                     let mut m: Object = IndexMap::new();
@@ -1180,12 +1180,12 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             v => Ok(v.clone()),
         },
         "merge" => {
-            let Value::Array(items, _) = &a0 else {
+            let Value::Array(items, _, _) = &a0 else {
                 return Ok(Value::Undefined);
             };
             let mut out: Object = IndexMap::new();
             for it in items.iter() {
-                if let Value::Object(o) = it {
+                if let Value::Object(o, _) = it {
                     for (k, v) in o.iter() {
                         out.insert(k.clone(), v.clone());
                     }
@@ -1194,7 +1194,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             Ok(Value::object(out))
         }
         "reverse" => {
-            let Value::Array(items, _) = &a0 else {
+            let Value::Array(items, _, _) = &a0 else {
                 return Ok(Value::Undefined);
             };
             let mut v = items.as_ref().clone();
@@ -1202,7 +1202,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             Ok(Value::array(v))
         }
         "shuffle" => {
-            let Value::Array(items, _) = &a0 else {
+            let Value::Array(items, _, _) = &a0 else {
                 return Ok(Value::Undefined);
             };
             let mut v = items.as_ref().clone();
@@ -1213,7 +1213,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             Ok(Value::array(v))
         }
         "sort" => {
-            let Value::Array(items, _) = &a0 else {
+            let Value::Array(items, _, _) = &a0 else {
                 return Ok(Value::Undefined);
             };
             if items.len() <= 1 {
@@ -1228,7 +1228,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             )?))
         }
         "distinct" => {
-            let Value::Array(items, _) = &a0 else {
+            let Value::Array(items, _, _) = &a0 else {
                 return Ok(a0.clone());
             };
             let mut out: Vec<Value> = Vec::new();
@@ -1238,7 +1238,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
                     out.push(it.clone());
                 }
             }
-            Ok(Value::Array(Rc::new(out), a0.flags() & flags::SEQUENCE))
+            Ok(Value::arr(Rc::new(out), a0.flags() & flags::SEQUENCE))
         }
         "error" => {
             let msg = a0
@@ -1326,18 +1326,18 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
 
 fn lookup_fn(v: &Value, key: &str) -> Value {
     match v {
-        Value::Array(items, _) => {
+        Value::Array(items, _, _) => {
             let mut out = Vec::new();
             for it in items.iter() {
                 match lookup_fn(it, key) {
                     Value::Undefined => {}
-                    Value::Array(inner, _) => out.extend(inner.iter().cloned()),
+                    Value::Array(inner, _, _) => out.extend(inner.iter().cloned()),
                     x => out.push(x),
                 }
             }
             Value::seq(out)
         }
-        Value::Object(o) => o.get(key).cloned().unwrap_or_default(),
+        Value::Object(o, _) => o.get(key).cloned().unwrap_or_default(),
         _ => Value::Undefined,
     }
 }

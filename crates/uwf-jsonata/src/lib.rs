@@ -33,6 +33,11 @@ use indexmap::IndexMap;
 pub use error::Error;
 pub use value::{Func, Object, Value, flags};
 
+/// Deepest nesting of arrays and objects an evaluation may build or accept
+/// as input (`U1001` beyond). Keeps the recursive value walks (JSON
+/// conversion, equality, `$string`, `**`, drop) within a small stack.
+pub const MAX_VALUE_DEPTH: u32 = 2000;
+
 /// Resource limits for one evaluation.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -107,10 +112,18 @@ impl Expression {
         input: Option<&serde_json::Value>,
         options: &EvalOptions,
     ) -> Result<Value, Error> {
+        if let Some(j) = input
+            && json_depth(j) > MAX_VALUE_DEPTH as usize
+        {
+            return Err(Error::new(
+                "U1001",
+                format!("Input JSON is nested more than {MAX_VALUE_DEPTH} levels deep"),
+            ));
+        }
         let mut input = input.map(Value::from_json).unwrap_or_default();
-        if let Value::Array(items, _) = &input {
-            input = Value::Array(
-                Rc::new(vec![Value::Array(items.clone(), 0)]),
+        if let Value::Array(items, _, _) = &input {
+            input = Value::arr(
+                Rc::new(vec![Value::arr(items.clone(), 0)]),
                 flags::SEQUENCE | flags::OUTER_WRAPPER,
             );
         }
@@ -125,15 +138,35 @@ impl Expression {
     }
 }
 
+/// Nesting depth of a JSON value, computed without recursion.
+fn json_depth(v: &serde_json::Value) -> usize {
+    let mut max = 0;
+    let mut stack = vec![(v, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        match v {
+            serde_json::Value::Array(a) => {
+                max = max.max(d + 1);
+                stack.extend(a.iter().map(|x| (x, d + 1)));
+            }
+            serde_json::Value::Object(o) => {
+                max = max.max(d + 1);
+                stack.extend(o.values().map(|x| (x, d + 1)));
+            }
+            _ => {}
+        }
+    }
+    max
+}
+
 fn strip_sequence(v: Value) -> Value {
     match v {
-        Value::Array(items, f) if f & flags::SEQUENCE != 0 => {
+        Value::Array(items, f, _) if f & flags::SEQUENCE != 0 => {
             if items.len() == 1 && f & flags::KEEP_SINGLETON == 0 {
                 items[0].clone()
             } else if items.is_empty() {
                 Value::Undefined
             } else {
-                Value::Array(items, f & !flags::SEQUENCE)
+                Value::arr(items, f & !flags::SEQUENCE)
             }
         }
         v => v,
@@ -266,6 +299,19 @@ mod tests {
             v = json!({ "a": v });
         }
         assert_eq!(ok("$count(**)", v), json!(1001));
+    }
+
+    #[test]
+    fn value_nesting_is_bounded() {
+        let src = "$reduce([1..100000], function($a, $v) { {'a': $a} }, 1)";
+        assert_eq!(code(src, json!(null)), "U1001");
+        let src = "$reduce([1..100000], function($a, $v) { $zip($a) }, [1])";
+        assert_eq!(code(src, json!(null)), "U1001");
+        let mut v = json!(1);
+        for _ in 0..(MAX_VALUE_DEPTH + 5) {
+            v = json!([v]);
+        }
+        assert_eq!(code("$", v), "U1001");
     }
 
     #[test]

@@ -16,7 +16,7 @@ fn text(v: Option<&Value>) -> Option<&str> {
 }
 
 fn decimal_format(v: Option<&Value>) -> Result<DecimalFormat, Error> {
-    let Some(Value::Object(o)) = v else {
+    let Some(Value::Object(o, _)) = v else {
         return Ok(DecimalFormat::default());
     };
     DecimalFormat::from_options(

@@ -226,7 +226,7 @@ impl Signature {
                 Value::Array(..) => v,
                 other => Value::array(vec![other]),
             };
-            if let (Some(sub), Value::Array(items, _)) = (&p.array_of, &arr)
+            if let (Some(sub), Value::Array(items, _, _)) = (&p.array_of, &arr)
                 && !sub.is_empty()
             {
                 for it in items.iter() {
@@ -321,7 +321,7 @@ fn type_ok(types: &str, v: &Value) -> bool {
         Value::Number(_) => 'n',
         Value::String(_) => 's',
         Value::Array(..) => 'a',
-        Value::Object(_) => 'o',
+        Value::Object(_, _) => 'o',
         Value::Function(_) => 'f',
     };
     types.contains(c)

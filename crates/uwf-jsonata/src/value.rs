@@ -40,10 +40,10 @@ pub enum Value {
     Number(f64),
     /// String.
     String(Rc<str>),
-    /// Array or sequence, with [`flags`].
-    Array(Rc<Vec<Value>>, u8),
-    /// Object with insertion order.
-    Object(Rc<Object>),
+    /// Array or sequence, with [`flags`] and nesting depth (build with [`Value::arr`]).
+    Array(Rc<Vec<Value>>, u8, u32),
+    /// Object with insertion order and nesting depth (build with [`Value::object`]).
+    Object(Rc<Object>, u32),
     /// Function (lambda, builtin, partial application, regex, transform).
     Function(Rc<Func>),
 }
@@ -101,14 +101,35 @@ impl std::fmt::Debug for Func {
 }
 
 impl Value {
+    /// An array with flags; computes the nesting depth from the items.
+    pub fn arr(items: Rc<Vec<Value>>, flags: u8) -> Value {
+        let depth = 1 + items.iter().map(Value::depth).max().unwrap_or(0);
+        Value::Array(items, flags, depth)
+    }
+
+    /// An object from a shared map; computes the nesting depth.
+    pub fn obj_rc(o: Rc<Object>) -> Value {
+        let depth = 1 + o.values().map(Value::depth).max().unwrap_or(0);
+        Value::Object(o, depth)
+    }
+
+    /// Nesting depth: 0 for scalars and functions, 1 + the deepest member for
+    /// arrays and objects.
+    pub fn depth(&self) -> u32 {
+        match self {
+            Value::Array(_, _, d) | Value::Object(_, d) => *d,
+            _ => 0,
+        }
+    }
+
     /// A plain array (not a sequence).
     pub fn array(items: Vec<Value>) -> Value {
-        Value::Array(Rc::new(items), 0)
+        Value::arr(Rc::new(items), 0)
     }
 
     /// A sequence.
     pub fn seq(items: Vec<Value>) -> Value {
-        Value::Array(Rc::new(items), flags::SEQUENCE)
+        Value::arr(Rc::new(items), flags::SEQUENCE)
     }
 
     /// A string value.
@@ -118,7 +139,7 @@ impl Value {
 
     /// An object value.
     pub fn object(o: Object) -> Value {
-        Value::Object(Rc::new(o))
+        Value::obj_rc(Rc::new(o))
     }
 
     /// `undefined`?
@@ -133,7 +154,7 @@ impl Value {
 
     /// A sequence?
     pub fn is_sequence(&self) -> bool {
-        matches!(self, Value::Array(_, f) if f & flags::SEQUENCE != 0)
+        matches!(self, Value::Array(_, f, _) if f & flags::SEQUENCE != 0)
     }
 
     /// A function?
@@ -144,7 +165,7 @@ impl Value {
     /// Array flags (0 for non-arrays).
     pub fn flags(&self) -> u8 {
         match self {
-            Value::Array(_, f) => *f,
+            Value::Array(_, f, _) => *f,
             _ => 0,
         }
     }
@@ -172,8 +193,8 @@ impl Value {
             Value::Bool(b) => *b,
             Value::Number(n) => *n != 0.0,
             Value::String(s) => !s.is_empty(),
-            Value::Array(items, _) => items.iter().any(|v| v.is_truthy()),
-            Value::Object(o) => !o.is_empty(),
+            Value::Array(items, _, _) => items.iter().any(|v| v.is_truthy()),
+            Value::Object(o, _) => !o.is_empty(),
             Value::Function(_) => false,
         }
     }
@@ -203,10 +224,10 @@ impl Value {
             Value::Bool(b) => serde_json::Value::Bool(*b),
             Value::Number(n) => number_to_json(*n),
             Value::String(s) => serde_json::Value::String(s.to_string()),
-            Value::Array(items, _) => {
+            Value::Array(items, _, _) => {
                 serde_json::Value::Array(items.iter().filter_map(|v| v.to_json()).collect())
             }
-            Value::Object(o) => serde_json::Value::Object(
+            Value::Object(o, _) => serde_json::Value::Object(
                 o.iter()
                     .filter_map(|(k, v)| v.to_json().map(|j| (k.clone(), j)))
                     .collect(),
@@ -224,7 +245,7 @@ impl Value {
             Value::Number(_) => "number",
             Value::String(_) => "string",
             Value::Array(..) => "array",
-            Value::Object(_) => "object",
+            Value::Object(_, _) => "object",
             Value::Function(_) => "function",
         })
     }
@@ -236,10 +257,10 @@ impl Value {
             (Value::Bool(a), Value::Bool(b)) => a == b,
             (Value::Number(a), Value::Number(b)) => a == b,
             (Value::String(a), Value::String(b)) => a == b,
-            (Value::Array(a, _), Value::Array(b, _)) => {
+            (Value::Array(a, _, _), Value::Array(b, _, _)) => {
                 a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x.deep_eq(y))
             }
-            (Value::Object(a), Value::Object(b)) => {
+            (Value::Object(a, _), Value::Object(b, _)) => {
                 a.len() == b.len()
                     && a.iter()
                         .all(|(k, v)| b.get(k).map(|w| v.deep_eq(w)).unwrap_or(false))
@@ -253,7 +274,7 @@ impl Value {
     pub fn members(&self) -> Vec<Value> {
         match self {
             Value::Undefined => Vec::new(),
-            Value::Array(items, _) => items.as_ref().clone(),
+            Value::Array(items, _, _) => items.as_ref().clone(),
             v => vec![v.clone()],
         }
     }
