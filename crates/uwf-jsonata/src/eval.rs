@@ -111,7 +111,8 @@ fn flatten_into(v: &Value, out: &mut Vec<Value>) {
     }
 }
 
-fn lookup(input: &Value, key: &str) -> Value {
+/// Field lookup: on arrays, maps over the items and flattens one level.
+pub(crate) fn lookup(input: &Value, key: &str) -> Value {
     match input {
         Value::Array(items, _, _) => {
             let mut out = Vec::new();
@@ -126,6 +127,24 @@ fn lookup(input: &Value, key: &str) -> Value {
         }
         Value::Object(o, _) => o.get(key).cloned().unwrap_or(Value::Undefined),
         _ => Value::Undefined,
+    }
+}
+
+/// An arithmetic operand: a number, or undefined; anything else is a type error.
+fn numeric_operand(v: &Value, code: &str, side: &str, op: BinOp, pos: usize) -> R<Option<f64>> {
+    match v {
+        Value::Undefined => Ok(None),
+        Value::Number(n) => Ok(Some(*n)),
+        v => Err(Error::new(
+            code,
+            format!(
+                "The {side} side of the \"{}\" operator must evaluate to a number",
+                op.symbol()
+            ),
+        )
+        .at(pos)
+        .with_token(op.symbol())
+        .with_value(num_text(v))),
     }
 }
 
@@ -637,38 +656,8 @@ impl Evaluator {
         let r = self.eval(rhs, input, env)?;
         match op {
             BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod => {
-                let ln = match &l {
-                    Value::Undefined => None,
-                    Value::Number(n) => Some(*n),
-                    v => {
-                        return Err(Error::new(
-                            "T2001",
-                            format!(
-                                "The left side of the \"{}\" operator must evaluate to a number",
-                                op.symbol()
-                            ),
-                        )
-                        .at(pos)
-                        .with_token(op.symbol())
-                        .with_value(num_text(v)));
-                    }
-                };
-                let rn = match &r {
-                    Value::Undefined => None,
-                    Value::Number(n) => Some(*n),
-                    v => {
-                        return Err(Error::new(
-                            "T2002",
-                            format!(
-                                "The right side of the \"{}\" operator must evaluate to a number",
-                                op.symbol()
-                            ),
-                        )
-                        .at(pos)
-                        .with_token(op.symbol())
-                        .with_value(num_text(v)));
-                    }
-                };
+                let ln = numeric_operand(&l, "T2001", "left", op, pos)?;
+                let rn = numeric_operand(&r, "T2002", "right", op, pos)?;
                 let (Some(a), Some(b)) = (ln, rn) else {
                     return Ok(Value::Undefined);
                 };
@@ -694,23 +683,14 @@ impl Evaluator {
             BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
                 let comparable =
                     |v: &Value| matches!(v, Value::Undefined | Value::Number(_) | Value::String(_));
-                if !comparable(&l) {
+                if let Some(bad) = [&l, &r].into_iter().find(|v| !comparable(v)) {
                     return Err(Error::new(
                         "T2010",
                         format!("The expressions either side of operator \"{}\" must evaluate to numeric or string values", op.symbol()),
                     )
                     .at(pos)
                     .with_token(op.symbol())
-                    .with_value(num_text(&l)));
-                }
-                if !comparable(&r) {
-                    return Err(Error::new(
-                        "T2010",
-                        format!("The expressions either side of operator \"{}\" must evaluate to numeric or string values", op.symbol()),
-                    )
-                    .at(pos)
-                    .with_token(op.symbol())
-                    .with_value(num_text(&r)));
+                    .with_value(num_text(bad)));
                 }
                 if l.is_undefined() || r.is_undefined() {
                     return Ok(Value::Undefined);
@@ -872,21 +852,7 @@ impl Evaluator {
         let _ = node;
         if let Some(t) = tuples {
             if node.tuple && node.group.is_none() {
-                let items = t
-                    .into_iter()
-                    .map(|t| {
-                        let mut o: Object = IndexMap::new();
-                        o.insert("@".to_string(), t.ctx);
-                        for (k, v) in t.binds {
-                            o.insert(k, v);
-                        }
-                        Value::object(o)
-                    })
-                    .collect();
-                return Ok(Value::arr(
-                    Rc::new(items),
-                    flags::SEQUENCE | flags::TUPLE_STREAM,
-                ));
+                return Ok(tuple_stream(t));
             }
             if let Some(g) = &node.group {
                 return self.group(g, t, true, env);
@@ -997,15 +963,7 @@ impl Evaluator {
             for (i, it) in items.into_iter().enumerate() {
                 let mut nt = t.clone();
                 if is_stream {
-                    if let Value::Object(o, _) = &it {
-                        for (k, v) in o.iter() {
-                            if k == "@" {
-                                nt.ctx = v.clone();
-                            } else {
-                                nt.set(k, v.clone());
-                            }
-                        }
-                    }
+                    merge_stream_item(&mut nt, &it);
                 } else if let Some(f) = &step.focus {
                     nt.set(f, it);
                 } else {
@@ -1078,34 +1036,12 @@ impl Evaluator {
                 .into_iter()
                 .map(|item| {
                     let mut t = plain_tuple(Value::Undefined);
-                    if let Value::Object(o, _) = item {
-                        for (k, v) in o.iter() {
-                            if k == "@" {
-                                t.ctx = v.clone();
-                            } else {
-                                t.set(k, v.clone());
-                            }
-                        }
-                    }
+                    merge_stream_item(&mut t, &item);
                     t
                 })
                 .collect();
             let kept = self.filter_tuples(p, tuples, env)?;
-            let items = kept
-                .into_iter()
-                .map(|t| {
-                    let mut o: Object = IndexMap::new();
-                    o.insert("@".to_string(), t.ctx);
-                    for (k, v) in t.binds {
-                        o.insert(k, v);
-                    }
-                    Value::object(o)
-                })
-                .collect();
-            return Ok(Value::arr(
-                Rc::new(items),
-                flags::SEQUENCE | flags::TUPLE_STREAM,
-            ));
+            return Ok(tuple_stream(kept));
         }
         let items = match input {
             Value::Undefined => return Ok(Value::seq(Vec::new())),
@@ -1440,6 +1376,33 @@ fn unwrap_outer(v: &Value) -> Value {
             items[0].clone()
         }
         v => v.clone(),
+    }
+}
+
+/// A tuple stream as a value: objects with `@` (the context) and the bindings.
+fn tuple_stream(tuples: Vec<Tuple>) -> Value {
+    let items = tuples
+        .into_iter()
+        .map(|t| {
+            let mut o: Object = IndexMap::new();
+            o.insert("@".to_string(), t.ctx);
+            o.extend(t.binds);
+            Value::object(o)
+        })
+        .collect();
+    Value::arr(Rc::new(items), flags::SEQUENCE | flags::TUPLE_STREAM)
+}
+
+/// Merges one item of a tuple-stream value into a tuple.
+fn merge_stream_item(t: &mut Tuple, item: &Value) {
+    if let Value::Object(o, _) = item {
+        for (k, v) in o.iter() {
+            if k == "@" {
+                t.ctx = v.clone();
+            } else {
+                t.set(k, v.clone());
+            }
+        }
     }
 }
 

@@ -1154,7 +1154,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
         }
         "lookup" => {
             let key = a1.as_str().unwrap_or("");
-            Ok(lookup_fn(&a0, key))
+            Ok(crate::eval::lookup(&a0, key))
         }
         "append" => Ok(append(a0, a1)),
         "spread" => match &a0 {
@@ -1321,24 +1321,6 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
         "formatNumber" | "formatBase" | "formatInteger" | "parseInteger" | "toMillis"
         | "fromMillis" | "now" => crate::picture::call(name, &args),
         other => Err(Error::new("T1006", format!("Unknown function ${other}"))),
-    }
-}
-
-fn lookup_fn(v: &Value, key: &str) -> Value {
-    match v {
-        Value::Array(items, _, _) => {
-            let mut out = Vec::new();
-            for it in items.iter() {
-                match lookup_fn(it, key) {
-                    Value::Undefined => {}
-                    Value::Array(inner, _, _) => out.extend(inner.iter().cloned()),
-                    x => out.push(x),
-                }
-            }
-            Value::seq(out)
-        }
-        Value::Object(o, _) => o.get(key).cloned().unwrap_or_default(),
-        _ => Value::Undefined,
     }
 }
 
