@@ -6,8 +6,13 @@ use crate::ast::{BinOp, GroupBy, Kind, LambdaDef, Node, SortTerm, Span, Stage, T
 use crate::error::Error;
 use crate::signature::Signature;
 
-/// Deepest nesting of sub-expressions the parser accepts.
+/// Deepest nesting of sub-expressions (parentheses, brackets, operands) the
+/// parser accepts; beyond it parsing fails with `U1001`.
 pub const MAX_PARSE_DEPTH: usize = 200;
+
+/// Deepest syntax tree the parser builds, counting chained operators such as
+/// `1 + 1 + 1 ...` (each wraps the previous operand); beyond it `U1001`.
+pub const MAX_TREE_DEPTH: usize = 2000;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
@@ -349,6 +354,7 @@ struct Parser<'a> {
     lexer: Lexer<'a>,
     tok: Token,
     depth: usize,
+    nesting: usize,
     deferred: Option<Error>,
     slots: Vec<Slot>,
 }
@@ -367,6 +373,7 @@ pub fn parse(src: &str) -> Result<Node, Error> {
         lexer,
         tok: first,
         depth: 0,
+        nesting: 0,
         deferred: None,
         slots: Vec::new(),
     };
@@ -459,18 +466,30 @@ impl Parser<'_> {
 
     fn expression(&mut self, rbp: u32) -> Result<Node, Error> {
         self.depth += 1;
-        if self.depth > MAX_PARSE_DEPTH {
+        self.nesting += 1;
+        if self.depth > MAX_PARSE_DEPTH || self.nesting > MAX_TREE_DEPTH {
             return Err(
                 Error::new("U1001", "Expression is nested too deeply to parse")
                     .at(self.tok.span.start),
             );
         }
+        let entry_nesting = self.nesting;
         let t = self.advance()?;
         let mut left = self.nud(t)?;
         while rbp < lbp(&self.tok.tok) {
+            // every operator applied here wraps `left` one level deeper
+            self.nesting += 1;
+            if self.nesting > MAX_TREE_DEPTH {
+                return Err(Error::new(
+                    "U1001",
+                    "Expression is nested too deeply to parse (too many chained operators)",
+                )
+                .at(self.tok.span.start));
+            }
             let t = self.advance_prefix()?;
             left = self.led(t, left)?;
         }
+        self.nesting = entry_nesting - 1;
         self.depth -= 1;
         Ok(left)
     }
@@ -1286,6 +1305,12 @@ mod tests {
         assert_eq!(code(&src), "U1001");
         let src = "-".repeat(100_000) + "1";
         assert_eq!(code(&src), "U1001");
+        let src = "1".to_string() + &"+1".repeat(100_000);
+        assert_eq!(code(&src), "U1001");
+        let src = "$f".to_string() + &"(1)".repeat(100_000);
+        assert_eq!(code(&src), "U1001");
+        let src = "1".to_string() + &"+1".repeat(500);
+        assert!(parse(&src).is_ok());
     }
 
     #[test]
