@@ -201,8 +201,11 @@ pub enum CliError {
         actual: String,
     },
 
-    /// uwf was interrupted (SIGINT/SIGTERM) while an agent ran.
-    #[error("interrupted: the agent was stopped and its result not applied")]
+    /// uwf was interrupted (SIGINT/SIGTERM) while an agent ran, or while
+    /// the step waited for a slot or for its next retry.
+    #[error(
+        "interrupted: the step was stopped (its agent too, if one ran) and nothing was applied"
+    )]
     #[diagnostic(
         code(uwf::interrupted),
         help("the thread is unchanged; step it again to retry")
