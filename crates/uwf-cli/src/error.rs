@@ -516,6 +516,17 @@ mod tests {
         assert_eq!(before.exit_code(), EXIT_KILLED);
         assert_eq!(moved.exit_code(), EXIT_FAILURE);
         assert_eq!(CliError::Interrupted.exit_code(), EXIT_FAILURE);
+        let waiting = CliError::Waiting {
+            thread: "T".into(),
+            role: "approver".into(),
+            agent: "me".into(),
+            answer: "T".into(),
+        };
+        assert_eq!(waiting.exit_code(), EXIT_WAITING);
+        assert_eq!(
+            waiting.code().map(|c| c.to_string()).as_deref(),
+            Some("uwf::thread::waiting")
+        );
         let code = |e: &CliError| e.code().map(|c| c.to_string());
         assert_eq!(code(&killed).as_deref(), Some("uwf::thread::killed"));
         assert_eq!(code(&before).as_deref(), Some("uwf::thread::killed"));
