@@ -156,6 +156,21 @@ pub struct Stepped {
     pub waiting: Option<WaitingRecord>,
 }
 
+impl Stepped {
+    /// A step that did not run: thread `id` (at `head`) waits as `record` says.
+    fn waiting(workflow: String, id: &str, head: Hash, record: WaitingRecord) -> Self {
+        Stepped {
+            output: StepOutput {
+                workflow,
+                thread: id.to_string(),
+                head: head.to_string(),
+                done: false,
+            },
+            waiting: Some(record),
+        }
+    }
+}
+
 /// Runs one cycle of a thread (seed 000 §1.3).
 ///
 /// If config.yaml limits the workflow's concurrency (seed 004), the agent
@@ -204,15 +219,7 @@ pub fn step(
             &agent.label,
             config.as_ref(),
         )?;
-        return Ok(Stepped {
-            output: StepOutput {
-                workflow,
-                thread: id.to_string(),
-                head: head.to_string(),
-                done: false,
-            },
-            waiting: Some(record),
-        });
+        return Ok(Stepped::waiting(workflow, id, head, record));
     }
     let name = &view.workflow.name;
     let policy = policy::retry_policy(config.as_ref(), name, &role)?;
@@ -233,17 +240,7 @@ pub fn step(
     };
     let (new, loaded) = match crate::retry::run(&attempt, &policy)? {
         Tried::Landed(new, loaded) => (new, loaded),
-        Tried::ChildWaiting(record) => {
-            return Ok(Stepped {
-                output: StepOutput {
-                    workflow,
-                    thread: id.to_string(),
-                    head: head.to_string(),
-                    done: false,
-                },
-                waiting: Some(record),
-            });
-        }
+        Tried::ChildWaiting(record) => return Ok(Stepped::waiting(workflow, id, head, record)),
         // `retry::run` turns the last failure into an error.
         Tried::Failed(f) => return Err(f.into_error(&agent.label, &role, None)),
     };

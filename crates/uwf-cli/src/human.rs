@@ -11,7 +11,7 @@
 //! waiting by mistake. `uwf thread step` and `run` print the wait and exit
 //! with [`EXIT_WAITING`](crate::error::EXIT_WAITING).
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -304,7 +304,7 @@ pub fn answer(
     }
     let run = match input {
         AnswerInput::Output(arg) => AgentRun::output(crate::input::read_json("--output", &arg)?),
-        AnswerInput::Text(arg) => AgentRun::text(read_text(&arg)?),
+        AnswerInput::Text(arg) => AgentRun::text(crate::input::read_text(&arg)?),
         AnswerInput::Edit => AgentRun::text(edit(&ctx_agent, id)?),
     };
     let output = uwf_agent_kit::put_output(&ctx_agent, &run).map_err(CliError::kit)?;
@@ -330,24 +330,6 @@ fn person(name: Option<&str>) -> String {
         .or_else(|| std::env::var("LOGNAME").ok().filter(|u| !u.is_empty()))
         .unwrap_or_else(|| "unknown".to_string());
     format!("human:{name}")
-}
-
-/// A file's text, or stdin for `-`.
-fn read_text(arg: &str) -> Result<String, CliError> {
-    if arg == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|source| CliError::Read {
-                path: "<stdin>".into(),
-                source,
-            })?;
-        return Ok(text);
-    }
-    std::fs::read_to_string(arg).map_err(|source| CliError::Read {
-        path: arg.into(),
-        source,
-    })
 }
 
 /// The template `--edit` opens: an example frontmatter of the role's

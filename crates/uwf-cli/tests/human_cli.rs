@@ -238,6 +238,16 @@ fn editor(env: &Env, name: &str, body: &str) -> String {
     path.display().to_string()
 }
 
+/// `uwf thread answer <id> --edit` with `$EDITOR` = `editor`.
+fn answer_with_editor(env: &Env, id: &str, editor: &str) -> Output {
+    env.uwf()
+        .args(["thread", "answer", id, "--edit"])
+        .env("EDITOR", editor)
+        .env_remove("VISUAL")
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn edit_opens_the_editor_on_a_template_of_the_schema() {
     let env = human_env("approve-release.mock.yaml", "");
@@ -252,13 +262,7 @@ fn edit_opens_the_editor_on_a_template_of_the_schema() {
             seen.display()
         ),
     );
-    let out = env
-        .uwf()
-        .args(["thread", "answer", &id, "--edit"])
-        .env("EDITOR", &ed)
-        .env_remove("VISUAL")
-        .output()
-        .unwrap();
+    let out = answer_with_editor(&env, &id, &ed);
     assert!(
         out.status.success(),
         "{}",
@@ -283,26 +287,14 @@ fn edit_opens_the_editor_on_a_template_of_the_schema() {
         .code(EXIT_WAITING);
     let before = env.snapshot();
     let unchanged = editor(&env, "lazy-editor", "exit 0");
-    let out = env
-        .uwf()
-        .args(["thread", "answer", &id, "--edit"])
-        .env("EDITOR", &unchanged)
-        .env_remove("VISUAL")
-        .output()
-        .unwrap();
+    let out = answer_with_editor(&env, &id, &unchanged);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("uwf::thread::answer_abandoned"), "{err}");
     // A failing editor is an error too.
     let failing = editor(&env, "failing-editor", "exit 3");
-    let out = env
-        .uwf()
-        .args(["thread", "answer", &id, "--edit"])
-        .env("EDITOR", &failing)
-        .env_remove("VISUAL")
-        .output()
-        .unwrap();
+    let out = answer_with_editor(&env, &id, &failing);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("uwf::thread::editor"));
     assert_eq!(env.snapshot(), before);

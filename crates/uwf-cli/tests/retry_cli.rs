@@ -58,6 +58,13 @@ fn hashes(env: &Env, id: &str) -> Vec<String> {
         .collect()
 }
 
+/// A new solve-issue thread whose planner has run: the developer is next.
+fn planned(env: &Env, task: &str) -> String {
+    let id = s(&env.json(&["thread", "start", &example("solve-issue.yaml"), "-p", task])["thread"]);
+    env.json(&["thread", "step", &id]);
+    id
+}
+
 fn run_to_end(env: &Env) -> (String, String, Duration) {
     let started = Instant::now();
     let out = env
@@ -145,14 +152,7 @@ fn when_the_retries_run_out_the_step_fails_and_every_attempt_is_kept() {
         "      failFirst: 9\n      failExit: 7\n",
         "retries:\n  default: { max: 1, backoff: 10ms }\n",
     );
-    let id = s(&env.json(&[
-        "thread",
-        "start",
-        &example("solve-issue.yaml"),
-        "-p",
-        "Fix it",
-    ])["thread"]);
-    env.json(&["thread", "step", &id]);
+    let id = planned(&env, "Fix it");
     let head = env.json(&["thread", "show", &id])["head"].clone();
     let err = env.fails(&["thread", "step", &id]);
     assert!(
@@ -188,14 +188,7 @@ fn a_timeout_from_config_is_a_retried_failure() {
         "      failFirst: 1\n      failDelay: 30s\n",
         "timeouts:\n  default: 10m\n  solve-issue: { developer: 500ms }\nretries:\n  solve-issue: { max: 1, backoff: 0s }\n",
     );
-    let id = s(&env.json(&[
-        "thread",
-        "start",
-        &example("solve-issue.yaml"),
-        "-p",
-        "Fix it",
-    ])["thread"]);
-    env.json(&["thread", "step", &id]);
+    let id = planned(&env, "Fix it");
     let started = Instant::now();
     let out = env.uwf().args(["thread", "step", &id]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -213,14 +206,7 @@ fn a_timeout_from_config_is_a_retried_failure() {
 
     // --timeout still wins over config.yaml (on a new thread, whose
     // developer again sleeps through its first attempt).
-    let id = s(&env.json(&[
-        "thread",
-        "start",
-        &example("solve-issue.yaml"),
-        "-p",
-        "Again",
-    ])["thread"]);
-    env.json(&["thread", "step", &id]);
+    let id = planned(&env, "Again");
     let out = env
         .uwf()
         .args(["thread", "step", &id, "--timeout", "1500ms"])
@@ -266,14 +252,7 @@ fn ctrl_c_or_a_kill_during_the_backoff_stops_the_step() {
         "      failFirst: 2\n",
         "retries:\n  default: { max: 2, backoff: 1h }\n",
     );
-    let id = s(&env.json(&[
-        "thread",
-        "start",
-        &example("solve-issue.yaml"),
-        "-p",
-        "Fix it",
-    ])["thread"]);
-    env.json(&["thread", "step", &id]);
+    let id = planned(&env, "Fix it");
     let head = env.json(&["thread", "show", &id])["head"].clone();
 
     let (child, lines) = step_until_backoff(&env, &id);
@@ -315,4 +294,32 @@ fn bad_policies_are_reported_with_their_key() {
     let err = env.fails(&["thread", "step", &id]);
     assert!(err.contains("retries.solve-issue.planner.backoff"), "{err}");
     assert_eq!(env.snapshot(), before);
+}
+
+#[test]
+fn a_kill_9_during_the_backoff_loses_nothing() {
+    let env = env_with(
+        "      failFirst: 1\n",
+        "retries:\n  default: { max: 1, backoff: 1h }\n",
+    );
+    let id = planned(&env, "Fix it");
+    let head = env.json(&["thread", "show", &id])["head"].clone();
+    let (mut child, _) = step_until_backoff(&env, &id);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The failed attempt was recorded before the backoff; the thread is as it was.
+    let shown = env.json(&["thread", "show", &id]);
+    assert_eq!(shown["head"], head);
+    assert_eq!(shown["attempts"].as_array().unwrap().len(), 1, "{shown}");
+    env.json(&["cas", "verify"]);
+    // Stepping again goes on: the scripted failure is spent, the developer lands.
+    let stepped = env.json(&["thread", "step", &id]);
+    assert_ne!(stepped["head"], head);
+    assert_eq!(
+        env.json(&["thread", "show", &id])["attempts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 }

@@ -219,6 +219,31 @@ mod tests {
         assert_eq!(p.delay(200), MAX_BACKOFF);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn delays_never_shrink_and_stay_capped(
+            backoff_ms in 0u64..10_000_000,
+            factor in 1.0f64..100.0,
+            n in 1u32..400,
+        ) {
+            let p = RetryPolicy { max: n, backoff: Duration::from_millis(backoff_ms), factor };
+            let (a, b) = (p.delay(n), p.delay(n + 1));
+            proptest::prop_assert!(a <= b, "{a:?} > {b:?}");
+            proptest::prop_assert!(b <= MAX_BACKOFF);
+            // The first retry waits the backoff (up to float rounding).
+            let first = p.delay(1).abs_diff(p.backoff.min(MAX_BACKOFF));
+            proptest::prop_assert!(first <= Duration::from_micros(1), "{first:?}");
+        }
+
+        #[test]
+        fn any_duration_text_parses_or_names_its_key(text in "\\PC{0,12}") {
+            match parse_duration("retries.default.backoff", &text) {
+                Ok(_) => {}
+                Err(e) => proptest::prop_assert!(e.to_string().contains("retries.default.backoff")),
+            }
+        }
+    }
+
     #[test]
     fn timeouts_per_workflow_and_role() {
         let c = config(
