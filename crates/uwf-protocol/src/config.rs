@@ -127,7 +127,7 @@ pub struct WorkflowConfig {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub workflows: BTreeMap<String, WorkflowLimits>,
     /// Retries of failed agents: `default`, and per workflow name (a
-    /// policy, or per role). See [`RetriesEntry`].
+    /// policy, or per role). See [`RetriesEntry`](crate::RetriesEntry).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub retries: BTreeMap<String, crate::RetriesEntry>,
     /// Agent timeouts: `default`, and per workflow name (a duration, or per
