@@ -143,7 +143,7 @@ fn notify(command: &str, id: &str, workflow: &str, record: &WaitingRecord) {
         .env("UWF_ROLE", &record.role)
         .env("UWF_PROMPT", &record.prompt)
         .stdin(Stdio::null());
-    match std::io::stderr().as_fd_owned() {
+    match stderr_fd() {
         Some(err) => cmd.stdout(err),
         None => cmd.stdout(Stdio::null()),
     };
@@ -178,16 +178,11 @@ fn notify(command: &str, id: &str, workflow: &str, record: &WaitingRecord) {
     }
 }
 
-/// A duplicate of stderr to hand to a child as its stdout.
-trait StderrFd {
-    fn as_fd_owned(&self) -> Option<std::os::fd::OwnedFd>;
-}
-
-impl StderrFd for std::io::Stderr {
-    fn as_fd_owned(&self) -> Option<std::os::fd::OwnedFd> {
-        use std::os::fd::AsFd;
-        self.as_fd().try_clone_to_owned().ok()
-    }
+/// A duplicate of uwf's stderr, to give a child process as its stdout so
+/// that uwf's own stdout carries only its answer.
+fn stderr_fd() -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::AsFd;
+    std::io::stderr().as_fd().try_clone_to_owned().ok()
 }
 
 /// Follows child waits from thread `id` to the thread a person answers.
@@ -423,7 +418,7 @@ fn run_editor(path: &Path) -> Result<(), CliError> {
     cmd.args(&words).arg(path);
     // stdout carries only uwf's answer: an editor gets the terminal, or stderr.
     if !std::io::stdout().is_terminal()
-        && let Some(err) = std::io::stderr().as_fd_owned()
+        && let Some(err) = stderr_fd()
     {
         cmd.stdout(err);
     }

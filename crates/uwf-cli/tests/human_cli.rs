@@ -21,13 +21,15 @@ fn s(v: &Value) -> String {
         .to_string()
 }
 
-/// A root whose config binds `approve-release`'s approver to a person,
-/// every other role to uwf-mock with `scenario`; `extra` is appended.
+/// A root whose config binds the approver of `approve-release` and
+/// `sign-off` to a person, the release role of `ship` / `ship-signed` to
+/// `uwf-workflow approve-release` / `sign-off`, every other role to
+/// uwf-mock with `scenario`; `extra` is appended.
 fn human_env(scenario: &str, extra: &str) -> Env {
     let env = Env::new();
     let config = format!(
-        "agents:\n  mock: {{ command: {mock:?}, args: [{scenario:?}] }}\n  me: {{ human: true }}\n  rel: {{ command: {wf:?}, args: [approve-release] }}\n\
-         defaultAgent: mock\nagentOverrides:\n  approve-release: {{ approver: me }}\n  ship: {{ release: rel }}\n{extra}",
+        "agents:\n  mock: {{ command: {mock:?}, args: [{scenario:?}] }}\n  me: {{ human: true }}\n  rel: {{ command: {wf:?}, args: [approve-release] }}\n  so: {{ command: {wf:?}, args: [sign-off] }}\n\
+         defaultAgent: mock\nagentOverrides:\n  approve-release: {{ approver: me }}\n  ship: {{ release: rel }}\n  sign-off: {{ approver: me }}\n  ship-signed: {{ release: so }}\n{extra}",
         mock = mock_bin().display().to_string(),
         wf = workflow_bin().display().to_string(),
         scenario = example(scenario),
@@ -350,14 +352,8 @@ fn racing_answers_land_exactly_once() {
 fn a_child_thread_that_waits_makes_its_parent_wait() {
     let env = human_env("approve-release.mock.yaml", "");
     env.json(&["workflow", "put", &example("approve-release.yaml")]);
-    let ship = env.file(
-        "ship.yaml",
-        "name: ship\ndescription: Ship a release through approve-release\nroles:\n  release:\n    description: Runs approve-release\n    systemPrompt: Release it.\n    outputSchema:\n      type: object\n      properties:\n        url: { type: string }\n      required: [url]\ngraph:\n  $START:\n    - role: release\n      condition: null\n  release:\n    - role: $END\n      condition: null\n",
-    );
-    let out = run(
-        &env,
-        &["thread", "run", ship.to_str().unwrap(), "-p", "Ship 1.2"],
-    );
+    let ship = parent_workflow(&env, "ship", "{ url: { type: string } }", "url");
+    let out = run(&env, &["thread", "run", &ship, "-p", "Ship 1.2"]);
     assert_eq!(
         out.status.code(),
         Some(EXIT_WAITING),
@@ -419,6 +415,71 @@ fn a_child_thread_that_waits_makes_its_parent_wait() {
             .as_array()
             .unwrap()
             .is_empty()
+    );
+    env.json(&["cas", "verify"]);
+}
+
+/// A workflow with one role, `release`, done by a child thread (`ship` or
+/// `ship-signed` in [`human_env`]'s config) whose output has `props`.
+fn parent_workflow(env: &Env, name: &str, props: &str, required: &str) -> String {
+    env.file(
+        &format!("{name}.yaml"),
+        &format!(
+            "name: {name}\ndescription: Release through a child thread\nroles:\n  release:\n    description: Runs a child workflow\n    systemPrompt: Release it.\n    outputSchema:\n      type: object\n      properties: {props}\n      required: [{required}]\ngraph:\n  $START:\n    - role: release\n      condition: null\n  release:\n    - role: $END\n      condition: null\n"
+        ),
+    )
+    .display()
+    .to_string()
+}
+
+#[test]
+fn an_answer_that_ends_the_child_lets_the_parent_finish() {
+    let env = human_env("approve-release.mock.yaml", "");
+    env.file(
+        "sign-off.yaml",
+        "name: sign-off\ndescription: One person signs off\nroles:\n  approver:\n    description: Signs off\n    systemPrompt: Sign it off.\n    outputSchema:\n      type: object\n      properties:\n        approved: { type: boolean }\n      required: [approved]\ngraph:\n  $START:\n    - role: approver\n      condition: null\n  approver:\n    - role: $END\n      condition: null\n",
+    );
+    env.json(&[
+        "workflow",
+        "put",
+        env.dir.path().join("sign-off.yaml").to_str().unwrap(),
+    ]);
+    let parent_yaml = parent_workflow(
+        &env,
+        "ship-signed",
+        "{ approved: { type: boolean } }",
+        "approved",
+    );
+    let out = run(&env, &["thread", "run", &parent_yaml, "-p", "Ship 1.3"]);
+    assert_eq!(
+        out.status.code(),
+        Some(EXIT_WAITING),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = stdout_json(&out);
+    let parent = s(&v["thread"]);
+    let child = s(&v["waiting"]["child"]);
+    // The answer is the child's last step: the child ends at once.
+    let answered = env.json(&[
+        "thread",
+        "answer",
+        &child,
+        "--output",
+        r#"{"approved": true}"#,
+    ]);
+    assert_eq!(answered["done"], true);
+    // The parent's workflow agent takes the finished child's answer.
+    let done = env.json(&["thread", "run", "--thread", &parent]);
+    assert_eq!(done["done"], true, "{done}");
+    let steps = env.json(&["thread", "steps", &parent])["steps"].clone();
+    assert_eq!(steps[1]["output"]["approved"], true, "{steps}");
+    assert_eq!(
+        env.json(&["thread", "list", "--all"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
     );
     env.json(&["cas", "verify"]);
 }

@@ -15,7 +15,7 @@
 //!   the entry, so it never dangles; the new node links the previous one
 //!   (`prev`), read under the same lock, so concurrent failures of one
 //!   thread are all kept. `uwf cas gc` keeps the records of active threads
-//!   and drops the entries of the others.
+//!   and (unless it is a dry run) drops the entries of the others.
 
 use std::path::PathBuf;
 
@@ -127,24 +127,24 @@ impl StateDir {
     }
 
     /// For garbage collection, with the state lock already held (inside
-    /// [`while_locked`](StateDir::while_locked)): drops the entries of
-    /// threads that are no longer active from both tables (and stale
-    /// waiting entries), and returns the newest attempt record of every
-    /// active thread, the roots that keep its records.
-    pub fn prune_side_tables_locked(&self) -> Result<Vec<String>, StateError> {
+    /// [`while_locked`](StateDir::while_locked)): returns the newest attempt
+    /// record of every active thread, the roots that keep its records. With
+    /// `prune` (not for a dry run), also drops the entries of threads that
+    /// are no longer active from both tables, and stale waiting entries.
+    pub fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<String>, StateError> {
         let threads: ThreadsIndex = load_yaml(&self.threads_path())?.unwrap_or_default();
         let path = self.attempts_path();
         let mut attempts: AttemptsIndex = load_yaml(&path)?.unwrap_or_default();
         let before = attempts.len();
         attempts.retain(|t, _| threads.contains_key(t));
-        if attempts.len() != before {
+        if prune && attempts.len() != before {
             store_yaml(&path, &attempts)?;
         }
         let wpath = self.waiting_path();
         let mut waiting: WaitingIndex = load_yaml(&wpath)?.unwrap_or_default();
         let before = waiting.len();
         waiting.retain(|t, r| current(&threads, t, r));
-        if waiting.len() != before {
+        if prune && waiting.len() != before {
             store_yaml(&wpath, &waiting)?;
         }
         Ok(attempts.into_values().collect())
@@ -197,7 +197,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(s.waiting().unwrap_or_default().is_empty());
         let roots = s
-            .prune_side_tables_locked()
+            .side_table_roots_locked(true)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(roots.is_empty());
         let raw = std::fs::read_to_string(s.waiting_path()).unwrap_or_default();
@@ -229,8 +229,14 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         s.archive("U", "W", None, "done")
             .unwrap_or_else(|e| panic!("{e}"));
+        // A dry run changes nothing; a real one drops U's entry.
         let roots = s
-            .prune_side_tables_locked()
+            .side_table_roots_locked(false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(roots, vec!["R2".to_string()]);
+        assert_eq!(s.attempt_head("U").ok().flatten().as_deref(), Some("R9"));
+        let roots = s
+            .side_table_roots_locked(true)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(roots, vec!["R2".to_string()]);
         assert_eq!(s.attempt_head("U").ok().flatten(), None);

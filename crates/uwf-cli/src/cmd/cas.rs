@@ -54,7 +54,7 @@ pub fn run(cas: &Cas, state: &StateDir, cmd: CasCommand) -> Result<Outcome, CliE
                 }
                 // Failed attempts of active threads (the entries of threads
                 // that are gone are dropped here, so their records go too).
-                for hash in state.prune_side_tables_locked()? {
+                for hash in state.side_table_roots_locked(!dry_run)? {
                     roots.push(parse(&hash, state.attempts_path())?);
                 }
                 Ok(cas.gc(roots, opts)?)
