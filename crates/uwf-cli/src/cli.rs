@@ -240,6 +240,9 @@ pub enum ThreadCommand {
 The moderator picks the next role; the agent runs as `<agent> <thread-id> <role>`
 and prints the new StepNode's hash; uwf checks it and moves the head. The agent
 is --agent, else config.yaml agentOverrides[workflow][role], else defaultAgent.
+A failed agent is retried as config.yaml `retries` says (timeouts: `timeouts`,
+or --timeout). A role bound to a person (`human: true`) runs nothing: the wait
+is printed and uwf exits with status 4; answer with `uwf thread answer`.
 
 Example: uwf thread step 01J7K9M2XNPQR5VWBCDF8G3H4T --agent \"uwf-mock scenario.yaml\" --timeout 10m")]
     Step {
@@ -250,7 +253,8 @@ Example: uwf thread step 01J7K9M2XNPQR5VWBCDF8G3H4T --agent \"uwf-mock scenario.
     },
     /// Start (or continue) a thread and step it until it is done.
     #[command(after_help = "\
-Progress goes to stderr; the final answer is the last step's JSON.
+Progress goes to stderr; the final answer is the last step's JSON. A role that
+waits for a person stops the run: the wait is printed, exit status 4.
 
 Example: uwf thread run examples/solve-issue.yaml -p \"Fix the login bug\" --agent \"uwf-mock examples/solve-issue.mock.yaml\"")]
     Run {

@@ -224,8 +224,25 @@ fn answers_that_do_not_fit_change_nothing() {
     assert!(err.contains("uwf::thread::not_waiting"), "{err}");
     assert!(err.contains("not by a person"), "{err}");
 
-    // A killed thread takes no answer.
+    // A killed thread takes no answer, and no longer waits.
+    env.uwf()
+        .args(["thread", "run", "--thread", &id])
+        .assert()
+        .code(EXIT_WAITING);
+    assert_eq!(
+        env.json(&["thread", "list", "--waiting"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
     env.json(&["thread", "kill", &id]);
+    assert!(
+        env.json(&["thread", "list", "--waiting"])
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     let err = env.fails(&["thread", "answer", &id, "--output", r#"{"approved": true}"#]);
     assert!(err.contains("uwf::thread::finished"), "{err}");
 }
