@@ -323,3 +323,83 @@ fn a_kill_9_during_the_backoff_loses_nothing() {
         1
     );
 }
+
+/// The issue's "done when": a person reviews in `solve-issue` (bound in
+/// config.yaml only), the developer fails twice and is retried; the thread
+/// runs until it waits, is answered from another process, and finishes,
+/// with both failures inspectable.
+#[test]
+fn solve_issue_with_a_human_reviewer_and_a_flaky_developer() {
+    let env = Env::new();
+    let sc = scenario(&env, "      failFirst: 2\n");
+    let config = format!(
+        "agents:\n  mock: {{ command: {mock:?}, args: [{sc:?}] }}\n  me: {{ human: true }}\n\
+         defaultAgent: mock\nagentOverrides:\n  solve-issue: {{ reviewer: me }}\n\
+         retries:\n  solve-issue:\n    developer: {{ max: 2, backoff: 50ms }}\n",
+        mock = mock_bin().display().to_string(),
+    );
+    std::fs::create_dir_all(env.root()).unwrap();
+    std::fs::write(env.root().join("config.yaml"), config).unwrap();
+
+    let out = env
+        .uwf()
+        .args([
+            "thread",
+            "run",
+            &example("solve-issue.yaml"),
+            "-p",
+            "Fix the login bug",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let waiting: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(waiting["waiting"]["role"], "reviewer");
+    let id = s(&waiting["thread"]);
+
+    let answered = env
+        .uwf()
+        .args([
+            "thread",
+            "answer",
+            &id,
+            "--text",
+            "-",
+            "--as",
+            "reviewer-on-call",
+        ])
+        .write_stdin("---\napproved: true\ncomments: LGTM\n---\nTested locally.\n")
+        .output()
+        .unwrap();
+    assert!(
+        answered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&answered.stderr)
+    );
+    // The approval was the last step: the answer ends the thread.
+    let answered: Value = serde_json::from_slice(&answered.stdout).unwrap();
+    assert_eq!(answered["done"], true, "{answered}");
+
+    let steps = env.json(&["thread", "steps", &id])["steps"].clone();
+    let roles: Vec<(String, String)> = steps.as_array().unwrap()[1..]
+        .iter()
+        .map(|st| (s(&st["role"]), s(&st["agent"])))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            ("planner", "mock"),
+            ("developer", "mock"),
+            ("reviewer", "human:reviewer-on-call")
+        ]
+        .map(|(r, a)| (r.to_string(), a.to_string()))
+    );
+    let shown = env.json(&["thread", "show", &id]);
+    assert_eq!(shown["done"], true);
+    assert_eq!(shown["attempts"].as_array().unwrap().len(), 2, "{shown}");
+}
