@@ -89,12 +89,44 @@ pub enum Command {
     /// Inspect the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Evaluate a JSONata expression against a thread's moderator context or any JSON.
+    #[command(after_help = EVAL_AFTER_HELP)]
+    Eval(EvalArgs),
     /// Print a shell completion script.
     #[command(after_help = "Example: uwf completions zsh > ~/.zfunc/_uwf")]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+const EVAL_AFTER_HELP: &str = r#"The value is printed as JSON; an expression that evaluates to undefined prints
+nothing on stdout (and says so on stderr). Evaluation uses the moderator's
+limits and key order (object members sorted by key), so a condition gives
+here what it gives in a step. Any builtin may be used, also those refused in
+workflows ($now, $random, $eval, ...).
+
+Examples:
+  uwf eval '$count(steps[role = "reviewer"])' --thread 01JD...
+  uwf eval 'steps[-1].output' --at 1TM6QWPENJAPY
+  uwf eval '$sum(items.price)' --input order.json
+  echo '{"a": [1, 2]}' | uwf eval '$average(a)' --input -"#;
+
+/// `uwf eval`
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// The JSONata expression (may start with `-`, e.g. `-1 * a`).
+    #[arg(allow_hyphen_values = true)]
+    pub expression: String,
+    /// Evaluate against this thread's moderator context ({start, steps}), as its conditions see it.
+    #[arg(long, conflicts_with_all = ["at", "input"])]
+    pub thread: Option<String>,
+    /// Evaluate against the moderator context of the thread ending at this StepNode (or StartNode).
+    #[arg(long, value_name = "STEP_HASH", conflicts_with = "input")]
+    pub at: Option<String>,
+    /// Evaluate against this JSON: text, a file, or - for stdin.
+    #[arg(long, value_name = "JSON|FILE|-")]
+    pub input: Option<String>,
 }
 
 /// `uwf cas …`
@@ -288,9 +320,17 @@ Example: uwf thread run examples/solve-issue.yaml -p \"Fix the login bug\" --age
         agent: AgentArgs,
     },
     /// What the moderator would run next, without running it: {thread, role, done}.
+    #[command(
+        after_help = "With --explain, also every transition of the current role with its \
+condition's value: {thread, role, done, prompt, from, transitions: [{index, role, condition, \
+expression, value, holds, error, taken}]}, and `error` when the moderator cannot decide."
+    )]
     Next {
         /// The thread id.
         thread: String,
+        /// Show every condition of the current role, its value, and which transition wins.
+        #[arg(long)]
+        explain: bool,
     },
     /// A thread's head: {workflow, thread, head, done}, plus parent and childThreads links.
     Show {

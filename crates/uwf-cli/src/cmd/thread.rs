@@ -220,14 +220,39 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 }),
             }
         }
-        ThreadCommand::Next { thread } => {
+        ThreadCommand::Next { thread, explain } => {
             let id = engine::thread_id(&thread)?;
             let view = thread::load(&ctx.cas, engine::active_head(ctx, &id)?)?;
-            let d = view.decide()?;
-            let mut v = json!({ "thread": id, "role": d.next, "done": d.is_end() });
-            if let Some(p) = d.prompt {
-                v["prompt"] = json!(p);
+            let decision = view.decide();
+            if !explain {
+                let d = decision?;
+                let mut v = json!({ "thread": id, "role": d.next, "done": d.is_end() });
+                if let Some(p) = d.prompt {
+                    v["prompt"] = json!(p);
+                }
+                return output::print(format, &v);
             }
+            // Explaining is the point even when the moderator cannot decide:
+            // the failure is part of the answer, not a failed command.
+            let e = uwf_moderator::explain(&view.workflow, &view.context());
+            let mut v = json!({ "thread": id });
+            match decision {
+                Ok(d) => {
+                    v["role"] = json!(d.next);
+                    v["done"] = json!(d.is_end());
+                    if let Some(p) = d.prompt {
+                        v["prompt"] = json!(p);
+                    }
+                }
+                Err(err) => {
+                    v["role"] = Value::Null;
+                    v["done"] = json!(false);
+                    v["error"] = json!(err.to_string());
+                }
+            }
+            v["from"] = json!(e.from);
+            v["transitions"] = serde_json::to_value(&e.transitions)
+                .map_err(|e| CliError::Output(e.to_string()))?;
             output::print(format, &v)
         }
         ThreadCommand::Show { thread } => {
