@@ -6,10 +6,12 @@ mod cli;
 mod cmd;
 mod engine;
 mod error;
+mod human;
 mod input;
 mod nested;
 mod output;
 mod progress;
+mod retry;
 
 use std::process::ExitCode;
 
