@@ -75,6 +75,15 @@ pub struct Evaluator {
     deadline: Option<Instant>,
     ticks: u64,
     pub(crate) max_items: usize,
+    stack_base: usize,
+    max_stack: usize,
+}
+
+/// The address of a local variable: where the native stack currently is.
+#[inline(never)]
+pub(crate) fn stack_position() -> usize {
+    let marker = 0u8;
+    std::hint::black_box(&marker) as *const u8 as usize
 }
 
 fn seq_or_single(v: Value) -> Vec<Value> {
@@ -164,6 +173,8 @@ impl Evaluator {
             deadline: limits.time_limit.map(|d| Instant::now() + d),
             ticks: 0,
             max_items: limits.max_result_items,
+            stack_base: stack_position(),
+            max_stack: limits.max_stack,
         }
     }
 
@@ -173,6 +184,13 @@ impl Evaluator {
             return Err(Error::new(
                 "U1001",
                 "Stack overflow error: check for non-terminating recursive function; consider rewriting as tail-recursive",
+            )
+            .at(node.span.start));
+        }
+        if stack_position().abs_diff(self.stack_base) > self.max_stack {
+            return Err(Error::new(
+                "U1001",
+                "Stack overflow error: the evaluation used more native stack than allowed; check for non-terminating recursion",
             )
             .at(node.span.start));
         }

@@ -10,6 +10,10 @@ use crate::signature::Signature;
 /// parser accepts; beyond it parsing fails with `U1001`.
 pub const MAX_PARSE_DEPTH: usize = 200;
 
+/// Native stack (bytes) the parser may use; deeper input fails with `U1001`
+/// instead of overflowing the stack, whatever the build's frame sizes.
+pub const MAX_PARSE_STACK: usize = 1024 * 1024;
+
 /// Deepest syntax tree the parser builds, counting chained operators such as
 /// `1 + 1 + 1 ...` (each wraps the previous operand); beyond it `U1001`.
 pub const MAX_TREE_DEPTH: usize = 2000;
@@ -357,6 +361,7 @@ struct Parser<'a> {
     nesting: usize,
     deferred: Option<Error>,
     slots: Vec<Slot>,
+    stack_base: usize,
 }
 
 /// A parent-operator slot during parsing.
@@ -374,6 +379,7 @@ pub fn parse(src: &str) -> Result<Node, Error> {
         tok: first,
         depth: 0,
         nesting: 0,
+        stack_base: crate::eval::stack_position(),
         deferred: None,
         slots: Vec::new(),
     };
@@ -467,7 +473,10 @@ impl Parser<'_> {
     fn expression(&mut self, rbp: u32) -> Result<Node, Error> {
         self.depth += 1;
         self.nesting += 1;
-        if self.depth > MAX_PARSE_DEPTH || self.nesting > MAX_TREE_DEPTH {
+        if self.depth > MAX_PARSE_DEPTH
+            || self.nesting > MAX_TREE_DEPTH
+            || crate::eval::stack_position().abs_diff(self.stack_base) > MAX_PARSE_STACK
+        {
             return Err(
                 Error::new("U1001", "Expression is nested too deeply to parse")
                     .at(self.tok.span.start),

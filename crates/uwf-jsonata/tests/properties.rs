@@ -15,6 +15,7 @@ fn small_limits() -> EvalOptions {
             max_depth: 200,
             time_limit: Some(Duration::from_millis(200)),
             max_result_items: 10_000,
+            ..Limits::default()
         },
         ..EvalOptions::default()
     }
