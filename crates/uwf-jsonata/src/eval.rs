@@ -590,7 +590,7 @@ impl Evaluator {
             Func::MatchNext(re, text, offset) => functions::regex_match_object(re, text, *offset),
             Func::Transform { def, env } => {
                 let target = args.into_iter().next().unwrap_or_default();
-                self.transform(def, target, env, pos)
+                self.transform(def, target, env)
             }
             Func::Chain(a, b) => {
                 let r = self.apply(a, args, input, pos)?;
@@ -841,11 +841,11 @@ impl Evaluator {
                         .map(plain_tuple)
                         .collect()
                 };
-                tuples = Some(self.tuple_step(step, start, i == 0, env)?);
+                tuples = Some(self.tuple_step(step, start, env)?);
                 continue;
             }
             if let Some(t) = tuples.take() {
-                tuples = Some(self.tuple_step(step, t, false, env)?);
+                tuples = Some(self.tuple_step(step, t, env)?);
                 continue;
             }
             if i == 0 && step.cons_array {
@@ -867,7 +867,6 @@ impl Evaluator {
                 break;
             }
         }
-        let _ = node;
         if let Some(t) = tuples {
             if node.tuple && node.group.is_none() {
                 return Ok(tuple_stream(t));
@@ -950,13 +949,7 @@ impl Evaluator {
         e
     }
 
-    fn tuple_step(
-        &mut self,
-        step: &Node,
-        input: Vec<Tuple>,
-        _first: bool,
-        env: &Rc<Env>,
-    ) -> R<Vec<Tuple>> {
+    fn tuple_step(&mut self, step: &Node, input: Vec<Tuple>, env: &Rc<Env>) -> R<Vec<Tuple>> {
         if let Kind::Sort(terms) = &step.kind {
             let mut result = self.sort_tuples(terms, input, env, true)?;
             if let Some(ix) = &step.index {
@@ -1282,7 +1275,6 @@ impl Evaluator {
         def: &crate::ast::TransformDef,
         target: Value,
         env: &Rc<Env>,
-        pos: usize,
     ) -> R<Value> {
         if target.is_undefined() {
             return Ok(Value::Undefined);
@@ -1330,7 +1322,6 @@ impl Evaluator {
             }
             edits.push((Rc::as_ptr(o), upd, dels));
         }
-        let _ = pos;
         Ok(rebuild(&cloned, &edits))
     }
 }

@@ -397,6 +397,25 @@ mod tests {
     }
 
     #[test]
+    fn expressions_can_move_to_evaluation_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Expression>();
+        send_sync::<Error>();
+        send_sync::<EvalOptions>();
+    }
+
+    #[test]
+    fn errors_point_into_the_source() {
+        let e = run("$substring(\"a\", \"b\")", json!(null)).expect_err("fails");
+        assert_eq!((e.code.as_str(), e.position), ("T0410", Some(10)));
+        let e = run("a.b.$uppercase(c)", json!({"a": {"b": {"c": 1}}})).expect_err("fails");
+        assert_eq!(e.code, "T0410");
+        assert_eq!(e.position, Some(14));
+        let e = run("$unknown(1)", json!(null)).expect_err("fails");
+        assert_eq!((e.code.as_str(), e.position), ("T1006", Some(8)));
+    }
+
+    #[test]
     fn builtin_table_is_consistent() {
         assert_eq!(builtin_signature("abs"), Some("<n-:n>"));
         assert_eq!(builtin_signature("nope"), None);
