@@ -77,6 +77,7 @@ pub struct Evaluator {
     pub(crate) max_items: usize,
     stack_base: usize,
     max_stack: usize,
+    root: Rc<Env>,
 }
 
 /// The address of a local variable: where the native stack currently is.
@@ -175,6 +176,7 @@ impl Evaluator {
             max_items: limits.max_result_items,
             stack_base: stack_position(),
             max_stack: limits.max_stack,
+            root: Rc::new(Env::default()),
         }
     }
 
@@ -206,6 +208,16 @@ impl Evaluator {
             .at(node.span.start));
         }
         Ok(())
+    }
+
+    /// Sets the top-level scope (bindings, `$$`) used by `$eval`.
+    pub(crate) fn set_root_env(&mut self, env: Rc<Env>) {
+        self.root = env;
+    }
+
+    /// The top-level scope.
+    pub(crate) fn root_env(&self) -> Rc<Env> {
+        self.root.clone()
     }
 
     /// Checks the time limit (for long loops inside builtins).

@@ -1309,7 +1309,8 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             } else {
                 a1.clone()
             };
-            let env = Rc::new(crate::eval::Env::default());
+            // the evaluated text sees the caller's top-level bindings, not its locals
+            let env = crate::eval::Env::child(&ev.root_env());
             ev.eval(expr.ast(), &ctx, &env).map_err(|e| {
                 if e.code.starts_with('U') {
                     e

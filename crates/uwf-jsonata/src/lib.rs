@@ -164,6 +164,7 @@ impl Expression {
             env.bind(k, Value::from_json(v));
         }
         let mut ev = eval::Evaluator::new(&options.limits);
+        ev.set_root_env(env.clone());
         let result = ev.eval(&self.ast, &input, &env)?;
         Ok(strip_sequence(result))
     }
