@@ -1367,6 +1367,10 @@ fn replace(
     let mut out = String::new();
     let mut last = 0;
     for (st, e, groups) in matches {
+        if st < last {
+            // a user matcher went backwards or overlapped: ignore that match
+            continue;
+        }
         out.push_str(&s[last..st]);
         let m = &s[st..e];
         match a2 {

@@ -12,6 +12,23 @@
 //! deterministic), evaluation is bounded by [`Limits`] (depth, time, result
 //! size), and errors carry JSONata's error codes and byte positions.
 //!
+//! # Conformance
+//!
+//! `tests/suite.rs` runs all 1,602 cases of the official JSONata test suite
+//! (shipped in the `jsonata-rs` crate package, a dev-dependency); all pass
+//! except those listed with a reason in `tests/exclusions.txt` (lone UTF-16
+//! surrogates in string literals, which Rust strings cannot hold).
+//! Differences worth knowing:
+//!
+//! - `$eval` is implemented (the suite tests it); the evaluated text sees the
+//!   top-level bindings, not the caller's local variables. Embedders that
+//!   must not evaluate strings as code should reject it statically (walk
+//!   [`Expression::ast`] for a call of `$eval`).
+//! - `$now`, `$millis`, `$random`, `$uuid`, `$shuffle` are nondeterministic.
+//! - Functions in a JSON result ([`Value::to_json`]) become `""`, as `$string`
+//!   renders them.
+//! - Error positions are byte offsets of the offending token's start.
+//!
 //! # Recursion and the native stack
 //!
 //! The parser and evaluator are recursive. Neither can overflow the native
@@ -425,6 +442,13 @@ mod tests {
             signature::Signature::parse(sig, 0).expect("signature parses");
         }
         assert!(builtin_names().any(|n| n == "formatNumber"));
+    }
+
+    #[test]
+    fn user_matchers_that_misbehave_do_not_crash() {
+        let src = "($m := function($s) { {'match': 'b', 'start': 3, 'end': 1, 'groups': [], 'next': function() { {'match': 'a', 'start': 0, 'end': 1, 'groups': []} }} }; [$replace('abcd', $m, 'X'), $split('abcd', $m), $match('abcd', $m).match])";
+        assert!(run(src, json!(null)).is_ok());
+        assert_eq!(code("$split('abc', $uppercase)", json!(null)), "T1010");
     }
 
     #[test]
