@@ -23,6 +23,7 @@
 //! `uwf thread run` would.
 
 mod mock_llm;
+mod mock_wire;
 
 use std::path::Path;
 
