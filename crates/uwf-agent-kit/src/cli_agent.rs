@@ -303,7 +303,8 @@ impl Cli {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        tracing::debug!(program = %self.program(), ?cmd, "running");
+        // Arguments only: the environment may hold API keys.
+        tracing::debug!(program = %self.program(), args = ?cmd.get_args().collect::<Vec<_>>(), "running");
         let started = Instant::now();
         let mut child = cmd.spawn().map_err(|e| self.spawn_error(e, prompt_bytes))?;
         let io_err = |source| CliError::Io {

@@ -262,3 +262,52 @@ impl Fixture {
         Ok(())
     }
 }
+
+/// Helpers for tests that run a real agent CLI (hermes, Claude Code,
+/// Codex, …): find it, skip loudly without it, fail under `CI=true`.
+pub mod real_cli {
+    use std::io::Write;
+    use std::path::PathBuf;
+
+    /// Whether this is a CI run (`CI=true` or `CI=1`), where a real-CLI
+    /// test must not skip.
+    pub fn in_ci() -> bool {
+        std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+    }
+
+    /// The program `$<bin_var>` names (a path, or a name looked up on
+    /// `PATH`), else `default` on `PATH`; `None` when it is not a file.
+    pub fn find_program(bin_var: &str, default: &str) -> Option<PathBuf> {
+        let name = std::env::var_os(bin_var)
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| default.into());
+        let name = PathBuf::from(name);
+        if name.components().count() > 1 {
+            return name.is_file().then_some(name);
+        }
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .map(|dir| dir.join(&name))
+            .find(|p| p.is_file())
+    }
+
+    /// Reports that the real-CLI test `test` did not run because the
+    /// program of `bin_var` is missing: panics under `CI=true`, else prints
+    /// a loud notice with `how_to_run` on the process's stderr (the
+    /// harness does not capture it) and returns.
+    pub fn missing(test: &str, bin_var: &str, default: &str, how_to_run: &str) {
+        let why = match std::env::var_os(bin_var).filter(|v| !v.is_empty()) {
+            Some(v) => format!("{bin_var}={} is not a file", v.to_string_lossy()),
+            None => format!("{bin_var} is not set and there is no `{default}` on PATH"),
+        };
+        assert!(
+            !in_ci(),
+            "the real-CLI test {test} must run in CI, but the program is missing: {why}"
+        );
+        let bar = "!".repeat(78);
+        let how: String = how_to_run.lines().map(|l| format!("!!!   {l}\n")).collect();
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "\n{bar}\n!!! SKIPPED: the real-CLI test {test} did not run.\n!!! {why}.\n!!! To run it:\n{how}{bar}\n"
+        );
+    }
+}
