@@ -128,3 +128,15 @@ fn an_error_leaves_the_thread_unchanged() {
     assert!(stderr.contains("missing-gemini"), "{stderr}");
     assert!(stderr.contains("from GEMINI_BIN"), "{stderr}");
 }
+
+#[test]
+fn the_guide_shows_the_example_as_it_is() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = std::fs::read_to_string(root.join("examples/gemini_agent.rs")).unwrap();
+    let code = &example[example.find("use std::time::Duration;").unwrap()..];
+    let guide = std::fs::read_to_string(root.join("../../docs/writing-agents.md")).unwrap();
+    assert!(
+        guide.contains(&format!("```rust\n{code}```")),
+        "docs/writing-agents.md must show examples/gemini_agent.rs (from its first `use`) verbatim"
+    );
+}
