@@ -58,28 +58,12 @@ fn uwf_codex() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_uwf-codex"))
 }
 
-/// The `uwf` binary next to `uwf-claude`; built with cargo if missing (an
-/// agent crate cannot depend on uwf-cli).
+/// The `uwf` binary next to `uwf-codex` (built if missing).
 fn uwf() -> &'static Path {
     static UWF: OnceLock<PathBuf> = OnceLock::new();
     UWF.get_or_init(|| {
-        let agent = uwf_codex();
-        let dir = agent.parent().unwrap_or(Path::new("."));
-        let uwf = dir.join(format!("uwf{}", std::env::consts::EXE_SUFFIX));
-        if !uwf.is_file() {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "--locked", "-p", "uwf-cli", "-p", "uwf-codex"])
-                .current_dir(workspace());
-            if dir.file_name().is_some_and(|n| n == "release") {
-                cmd.arg("--release");
-            }
-            let status = cmd
-                .status()
-                .unwrap_or_else(|e| panic!("cannot run cargo to build uwf: {e}"));
-            assert!(status.success(), "cargo build -p uwf-cli failed: {status}");
-        }
-        uwf
+        real_cli::uwf_beside(&uwf_codex(), &workspace(), "uwf-codex")
+            .unwrap_or_else(|e| panic!("cannot build uwf: {e}"))
     })
 }
 
@@ -161,85 +145,15 @@ impl World {
 }
 
 fn text(out: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}\n--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    real_cli::output_text(out)
 }
 
-fn title(cas: &Cas, hash: Hash) -> Result<String, uwf_agent_kit::BoxError> {
-    let node = cas.get(hash)?;
-    Ok(cas.schema(node.type_hash)?["title"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned())
-}
-
-fn hash_at(v: &Value, key: &str) -> Result<Hash, uwf_agent_kit::BoxError> {
-    Ok(v[key]
-        .as_str()
-        .ok_or_else(|| format!("no {key} in {v}"))?
-        .parse()?)
-}
-
-/// One step of the finished thread, with its detail's turns.
-struct Step {
-    role: String,
-    output: Value,
-    detail: Value,
-    turns: Vec<(Hash, Value)>,
-}
-
-fn load_steps(cas: &Cas, head: Hash, agent: &str) -> Result<Vec<Step>, uwf_agent_kit::BoxError> {
-    let mut steps = Vec::new();
-    let mut cur = Some(head);
-    while let Some(h) = cur {
-        let node = cas.get(h)?.payload;
-        assert_eq!(node["agent"], agent, "{node}");
-        let detail_hash = hash_at(&node, "detail")?;
-        assert_eq!(title(cas, detail_hash)?, "codex-detail", "detail of {h}");
-        let detail = cas.get(detail_hash)?.payload;
-        let mut turns = Vec::new();
-        for t in detail["turns"].as_array().into_iter().flatten() {
-            let t: Hash = t.as_str().ok_or("turn is not a string")?.parse()?;
-            assert_eq!(title(cas, t)?, "codex-turn", "turn {t}");
-            turns.push((t, cas.get(t)?.payload));
-        }
-        steps.push(Step {
-            role: node["role"].as_str().unwrap_or_default().to_owned(),
-            output: cas.get(hash_at(&node, "output")?)?.payload,
-            detail,
-            turns,
-        });
-        cur = match node["prev"].as_str() {
-            Some(p) => Some(p.parse()?),
-            None => None,
-        };
-    }
-    steps.reverse();
-    Ok(steps)
-}
-
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &str) -> std::io::Result<Vec<PathBuf>> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if std::fs::read(&path)?
-                .windows(needle.len())
-                .any(|w| w == needle.as_bytes())
-            {
-                found.push(path);
-            }
-        }
-    }
-    Ok(found)
+fn load_steps(
+    cas: &Cas,
+    head: Hash,
+    agent: &str,
+) -> Result<Vec<real_cli::Step>, uwf_agent_kit::BoxError> {
+    real_cli::load_steps(cas, head, agent, "codex-detail", "codex-turn")
 }
 
 #[test]
@@ -333,7 +247,7 @@ fn solve_issue_with_every_role_on_real_codex() -> TestResult {
     assert_eq!(mock.pending(), 0);
 
     let cas = Cas::open(&world.root)?;
-    let head = hash_at(&result, "head")?;
+    let head = real_cli::hash_at(&result, "head")?;
     let steps = load_steps(&cas, head, &agent)?;
     let roles: Vec<&str> = steps.iter().map(|s| s.role.as_str()).collect();
     assert_eq!(
@@ -402,7 +316,7 @@ fn solve_issue_with_every_role_on_real_codex() -> TestResult {
 
     // The key is nowhere uwf wrote or printed.
     assert_eq!(
-        files_containing(&world.root, SECRET)?,
+        real_cli::files_containing(&world.root, SECRET)?,
         Vec::<PathBuf>::new()
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains(SECRET));
