@@ -140,24 +140,11 @@ fn settings(ctx: &AgentContext, args: &Args) -> Result<Settings, ClaudeError> {
     let endpoint = match &args.provider {
         None => None,
         Some(alias) => {
-            let bad = |why: String| ClaudeError::Provider {
+            let e = cli_agent::endpoint(ctx, alias).map_err(|why| ClaudeError::Provider {
                 provider: alias.clone(),
                 why,
-            };
-            let provider = ctx
-                .config()
-                .and_then(|c| c.providers.get(alias))
-                .ok_or_else(|| bad("config.yaml does not define it".into()))?;
-            let key = std::env::var(&provider.api_key_env)
-                .ok()
-                .filter(|k| !k.is_empty())
-                .ok_or_else(|| {
-                    bad(format!(
-                        "its key variable {:?} is not set (in .env or the environment)",
-                        provider.api_key_env
-                    ))
-                })?;
-            Some((claude::anthropic_base_url(&provider.base_url), key))
+            })?;
+            Some((claude::anthropic_base_url(&e.base_url), e.key))
         }
     };
     Ok(Settings {

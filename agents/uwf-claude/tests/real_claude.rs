@@ -325,7 +325,7 @@ fn solve_issue_with_every_role_on_real_claude() -> TestResult {
 
 #[test]
 #[ignore = "needs the real Claude Code; .ci/run's claude step runs it"]
-fn an_api_error_leaves_the_thread_unchanged() -> TestResult {
+fn an_api_error_through_a_provider_leaves_the_thread_unchanged() -> TestResult {
     let Some(claude) = real_cli::find_program("CLAUDE_BIN", "claude") else {
         real_cli::missing("real_claude", "CLAUDE_BIN", "claude", HOW_TO_RUN);
         return Ok(());
@@ -333,20 +333,30 @@ fn an_api_error_leaves_the_thread_unchanged() -> TestResult {
     let world = World::new()?;
     let mock = MockLlm::start()?;
     mock.set_default(MockReply::error(500, "scripted outage"));
-    let base_url = format!("http://{}", mock.addr());
+    // The endpoint comes from config.yaml (`--provider mock`, its baseUrl
+    // with `/v1`), overriding the dead ANTHROPIC_BASE_URL of the
+    // environment; the key from the variable the provider names.
+    std::fs::write(
+        world.root.join("config.yaml"),
+        format!(
+            "providers:\n  mock:\n    baseUrl: {}\n    apiKeyEnv: ANTHROPIC_API_KEY\n",
+            mock.base_url()
+        ),
+    )?;
+    let dead = "http://127.0.0.1:9";
     let example = workspace().join("examples/solve-issue.yaml");
     let start = world.uwf(
         &claude,
-        &base_url,
+        dead,
         &["thread", "start", &example.to_string_lossy(), "-p", TASK],
     )?;
     assert!(start.status.success(), "{}", text(&start));
     let started: Value = serde_json::from_slice(&start.stdout)?;
     let thread = started["thread"].as_str().ok_or("no thread id")?.to_owned();
-    let agent = format!("'{}'", uwf_claude().display());
+    let agent = format!("'{}' --provider mock", uwf_claude().display());
     let out = world.uwf(
         &claude,
-        &base_url,
+        dead,
         &[
             "thread",
             "step",
@@ -362,6 +372,15 @@ fn an_api_error_leaves_the_thread_unchanged() -> TestResult {
     assert!(stderr.contains("Claude Code failed"), "{stderr}");
     assert!(stderr.contains("scripted outage"), "{stderr}");
     assert!(!stderr.contains(SECRET));
+    let calls = mock.model_requests();
+    assert!(
+        !calls.is_empty(),
+        "Claude Code did not reach the provider's endpoint"
+    );
+    for req in &calls {
+        assert_eq!(req.path, "/v1/messages");
+        assert_eq!(req.header("x-api-key"), Some(SECRET));
+    }
     let cas = Cas::open(&world.root)?;
     assert_eq!(cas.list_by_type(cas.types().step_node)?, Vec::<Hash>::new());
     assert_eq!(

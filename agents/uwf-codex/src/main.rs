@@ -124,24 +124,16 @@ fn settings(ctx: &AgentContext, args: &Args) -> Result<Settings, CodexError> {
     let provider = match &args.provider {
         None => None,
         Some(alias) => {
-            let bad = |why: String| CodexError::Provider {
+            // Codex reads the key from the variable itself; checked here so
+            // a missing key fails before Codex runs.
+            let e = cli_agent::endpoint(ctx, alias).map_err(|why| CodexError::Provider {
                 provider: alias.clone(),
                 why,
-            };
-            let p = ctx
-                .config()
-                .and_then(|c| c.providers.get(alias))
-                .ok_or_else(|| bad("config.yaml does not define it".into()))?;
-            if std::env::var_os(&p.api_key_env).is_none_or(|k| k.is_empty()) {
-                return Err(bad(format!(
-                    "its key variable {:?} is not set (in .env or the environment)",
-                    p.api_key_env
-                )));
-            }
+            })?;
             Some(Provider {
                 id: format!("uwf-{alias}"),
-                base_url: p.base_url.trim_end_matches('/').to_owned(),
-                env_key: p.api_key_env.clone(),
+                base_url: e.base_url,
+                env_key: e.key_var,
             })
         }
     };

@@ -591,6 +591,53 @@ pub fn extra_args(var: &str, from_cli: &[String]) -> Result<Vec<String>, CliErro
     Ok(extra)
 }
 
+/// A provider of `config.yaml` for a wrapped CLI that takes its endpoint
+/// from uwf's configuration (`--provider <alias>`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The provider's `baseUrl`, without a trailing `/`.
+    pub base_url: String,
+    /// The variable its `apiKeyEnv` names.
+    pub key_var: String,
+    /// That variable's value (never printed: `Debug` hides it).
+    pub key: String,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("base_url", &self.base_url)
+            .field("key_var", &self.key_var)
+            .field("key", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The provider `alias` of the context's `config.yaml` with its key (read
+/// from the environment, where uwf has loaded `.env`). `Err` says why not,
+/// for the wrapper's own error: the provider is not defined, or its key
+/// variable is unset or empty.
+pub fn endpoint(ctx: &AgentContext, alias: &str) -> Result<Endpoint, String> {
+    let provider = ctx
+        .config()
+        .and_then(|c| c.providers.get(alias))
+        .ok_or_else(|| "config.yaml does not define it".to_owned())?;
+    let key = std::env::var(&provider.api_key_env)
+        .ok()
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| {
+            format!(
+                "its key variable {:?} is not set (in .env or the environment)",
+                provider.api_key_env
+            )
+        })?;
+    Ok(Endpoint {
+        base_url: provider.base_url.trim_end_matches('/').to_owned(),
+        key_var: provider.api_key_env.clone(),
+        key,
+    })
+}
+
 /// Prints one progress line, `[tool] message`, on stderr (at most one
 /// line of 300 characters). `uwf` shows an agent's stderr as it runs.
 pub fn progress(tool: &str, message: &str) {
