@@ -301,6 +301,21 @@ fn solve_issue_with_every_role_on_real_claude() -> TestResult {
     let prompt = steps[3].turns[0].1["text"].as_str().unwrap_or_default();
     assert!(prompt.contains("Add a test for port 0"), "{prompt}");
 
+    // `thread read` shows what Claude Code did in the developer's step.
+    let thread = result["thread"].as_str().ok_or("no thread id")?;
+    let read = world.uwf(&claude, &base_url, &["thread", "read", thread])?;
+    assert!(read.status.success(), "{}", text(&read));
+    let read = String::from_utf8_lossy(&read.stdout);
+    assert_eq!(read.matches("agent activity:").count(), 1, "{read}");
+    assert!(
+        read.contains("agent activity: 1 tool call in 4 turns"),
+        "{read}"
+    );
+    assert!(
+        read.contains(&format!("- `Bash: {}`", COMMAND.replace('`', "'"))),
+        "{read}"
+    );
+
     // `uwf cas walk` from the head reaches every turn node; the store is sound.
     let walk = world.uwf(&claude, &base_url, &["cas", "walk", &head.to_string()])?;
     assert!(walk.status.success(), "{}", text(&walk));

@@ -299,6 +299,15 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             } else {
                 HashMap::new()
             };
+            // What each step's agent did (tool calls of its transcript).
+            let mut children = children;
+            for (step, activity) in crate::activity::summaries(&ctx.cas, &view) {
+                let entry = children.entry(step).or_default();
+                if !entry.is_empty() {
+                    entry.push('\n');
+                }
+                entry.push_str(&activity);
+            }
             output::print_text(&read(&id, &view, quota, before, &children)?)
         }
         ThreadCommand::Fork { node } => {
