@@ -363,7 +363,11 @@ impl Shared {
 /// reply as server-sent events (`chat.completion.chunk`s: role, content /
 /// reasoning / tool-call deltas in pieces, the finish chunk, a usage chunk
 /// when `stream_options.include_usage` is set, `data: [DONE]`), as the
-/// OpenAI SDKs (and hermes) expect. Every response closes its connection.
+/// OpenAI SDKs (and hermes) expect. The same queue also serves `POST
+/// …/messages` (the Anthropic Messages API: Claude Code) and `POST
+/// …/responses` (the OpenAI Responses API: Codex), each reply translated
+/// into that API's events; [`model_requests`](Self::model_requests) lists
+/// the calls of all three. Every response closes its connection.
 ///
 /// ```
 /// use uwf_agent_kit::testing::MockLlm;

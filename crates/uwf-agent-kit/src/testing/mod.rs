@@ -18,7 +18,9 @@
 //!
 //! [`MockLlm`] is a scripted OpenAI-compatible server on loopback, for
 //! everything that calls an LLM (the extraction's layer 2, `uwf-llm`,
-//! hermes); [`Fixture::write_config`] with [`MockLlm::config`] points a
+//! hermes), which also speaks the Anthropic Messages API (Claude Code) and
+//! the OpenAI Responses API (Codex); [`real_cli`] helps tests that run a
+//! real agent CLI against it; [`Fixture::write_config`] with [`MockLlm::config`] points a
 //! storage root at it. [`Fixture::drive`] runs a thread to its end the way
 //! `uwf thread run` would.
 
