@@ -125,6 +125,21 @@ pub fn summaries(cas: &Cas, view: &ThreadView) -> HashMap<Hash, String> {
         .collect()
 }
 
+/// `notes` with each step's `activity` appended (on a line of its own).
+pub fn merge(
+    mut notes: HashMap<Hash, String>,
+    activity: HashMap<Hash, String>,
+) -> HashMap<Hash, String> {
+    for (step, a) in activity {
+        let entry = notes.entry(step).or_default();
+        if !entry.is_empty() {
+            entry.push('\n');
+        }
+        entry.push_str(&a);
+    }
+    notes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,5 +162,15 @@ mod tests {
             Some(CALL_CHARS + 1)
         );
         assert_eq!(call_line(&json!({"input": {}})), None);
+    }
+
+    #[test]
+    fn merged_notes() {
+        let (a, b) = (Hash::from_u64(1), Hash::from_u64(2));
+        let notes = HashMap::from([(a, "child".to_owned())]);
+        let activity = HashMap::from([(a, "act a".to_owned()), (b, "act b".to_owned())]);
+        let m = merge(notes, activity);
+        assert_eq!(m[&a], "child\nact a");
+        assert_eq!(m[&b], "act b");
     }
 }

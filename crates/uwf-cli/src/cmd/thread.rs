@@ -287,27 +287,21 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             let id = engine::thread_id(&thread)?;
             let view = thread::load(&ctx.cas, engine::any_head(ctx, &id)?)?;
             let before = before.map(|b| parse_hash(&b)).transpose()?;
+            // What each step's agent did (tool calls of its transcript).
+            let activity = crate::activity::summaries(&ctx.cas, &view);
             let children: HashMap<Hash, String> = if nested::has_children(&view) {
                 let index = ThreadIndex::load(ctx)?;
-                nested::child_links(ctx, &view, &index)
+                let links = nested::child_links(ctx, &view, &index)
                     .iter()
                     .filter_map(|c| {
                         let step = c.link.step.parse::<Hash>().ok()?;
                         Some((step, nested::child_summary(c)))
                     })
-                    .collect()
+                    .collect();
+                crate::activity::merge(links, activity)
             } else {
-                HashMap::new()
+                activity
             };
-            // What each step's agent did (tool calls of its transcript).
-            let mut children = children;
-            for (step, activity) in crate::activity::summaries(&ctx.cas, &view) {
-                let entry = children.entry(step).or_default();
-                if !entry.is_empty() {
-                    entry.push('\n');
-                }
-                entry.push_str(&activity);
-            }
             output::print_text(&read(&id, &view, quota, before, &children)?)
         }
         ThreadCommand::Fork { node } => {
