@@ -104,6 +104,8 @@ impl World {
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
             .env("CLAUDE_CODE_MAX_RETRIES", "1")
             .env("NO_COLOR", "1")
+            // Debug logs on stderr, which the key must not reach either.
+            .env("RUST_LOG", "debug")
             .env("NO_PROXY", "127.0.0.1,localhost")
             .env("no_proxy", "127.0.0.1,localhost");
         for var in [
@@ -120,7 +122,6 @@ impl World {
             "UWF_CLAUDE_ALLOWED_TOOLS",
             "UWF_CLAUDE_PERMISSION_MODE",
             "OPENAI_API_KEY",
-            "RUST_LOG",
         ] {
             cmd.env_remove(var);
         }
@@ -335,6 +336,10 @@ fn solve_issue_with_every_role_on_real_claude() -> TestResult {
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains(SECRET));
     assert!(!stderr.contains(SECRET));
+    assert!(
+        stderr.contains("transcript stored"),
+        "the debug log was on: {stderr}"
+    );
     Ok(())
 }
 

@@ -122,6 +122,8 @@ impl World {
             .env("CODEX_HOME", &self.codex_home)
             .env(KEY_VAR, SECRET)
             .env("NO_COLOR", "1")
+            // Debug logs on stderr, which the key must not reach either.
+            .env("RUST_LOG", "debug")
             .env("NO_PROXY", "127.0.0.1,localhost")
             .env("no_proxy", "127.0.0.1,localhost");
         for var in [
@@ -136,7 +138,6 @@ impl World {
             "UWF_CODEX_PROVIDER",
             "UWF_CODEX_CWD",
             "UWF_CODEX_TIMEOUT",
-            "RUST_LOG",
         ] {
             cmd.env_remove(var);
         }
