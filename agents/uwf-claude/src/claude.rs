@@ -76,6 +76,8 @@ pub struct Run {
     pub messages: Vec<Map<String, Value>>,
     /// The wall time, ms.
     pub duration_ms: u64,
+    /// Assistant messages seen so far (model turns), and the last one's id.
+    turns: (u32, Option<String>),
 }
 
 impl Run {
@@ -102,8 +104,21 @@ impl Run {
                 ));
             }
             "assistant" | "user" => {
-                for block in event
-                    .get("message")
+                let message = event.get("message");
+                let id = message
+                    .and_then(|m| m.get("id"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let prefix = if kind == "assistant" {
+                    // One API message arrives as one event per content block.
+                    if id.is_none() || id != self.turns.1 {
+                        self.turns = (self.turns.0 + 1, id);
+                    }
+                    format!("turn {} · ", self.turns.0)
+                } else {
+                    String::new()
+                };
+                for block in message
                     .and_then(|m| m.get("content"))
                     .and_then(Value::as_array)
                     .into_iter()
@@ -113,10 +128,10 @@ impl Run {
                         Some("text") => {
                             let t = block.get("text").and_then(Value::as_str).unwrap_or("");
                             if !t.trim().is_empty() {
-                                shown.push(format!("says: {t}"));
+                                shown.push(format!("{prefix}says: {t}"));
                             }
                         }
-                        Some("tool_use") => shown.push(tool_line(block)),
+                        Some("tool_use") => shown.push(format!("{prefix}{}", tool_line(block))),
                         Some("tool_result") => {
                             let failed =
                                 block.get("is_error").and_then(Value::as_bool) == Some(true);
@@ -347,25 +362,27 @@ mod tests {
     const INIT: &str = r#"{"type":"system","subtype":"init","cwd":"/w","session_id":"s-1","model":"claude-x","tools":["Bash"]}"#;
     const TOOL: &str = r#"{"type":"assistant","message":{"id":"m1","role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"echo hi > out.txt"}}]},"session_id":"s-1"}"#;
     const RESULT: &str = r#"{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_1","type":"tool_result","content":"(Bash completed with no output)","is_error":false}]}}"#;
+    const TEXT: &str = r#"{"type":"assistant","message":{"id":"m2","role":"assistant","content":[{"type":"text","text":"All done."}]}}"#;
     const DONE: &str = r#"{"type":"result","subtype":"success","is_error":false,"result":"---\nstatus: done\n---\nok","num_turns":2,"duration_ms":175,"session_id":"s-1"}"#;
 
     #[test]
     fn progress_and_answer_from_the_stream() {
         let mut run = Run::default();
         let mut shown = Vec::new();
-        for line in [INIT, TOOL, RESULT, "not json", DONE] {
+        for line in [INIT, TOOL, RESULT, "not json", TEXT, DONE] {
             shown.extend(run.feed(line));
         }
         assert_eq!(
             shown,
             [
                 "session s-1 · model claude-x",
-                "Bash: echo hi > out.txt",
+                "turn 1 · Bash: echo hi > out.txt",
                 "  ↳ (Bash completed with no output)",
+                "turn 2 · says: All done.",
                 "finished: 2 turn(s), 175 ms",
             ]
         );
-        assert_eq!(run.messages.len(), 2);
+        assert_eq!(run.messages.len(), 3);
         assert_eq!(run.model.as_deref(), Some("claude-x"));
         assert_eq!(
             run.answer(&out(0)).ok().as_deref(),

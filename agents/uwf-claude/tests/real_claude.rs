@@ -197,7 +197,7 @@ fn solve_issue_with_every_role_on_real_claude() -> TestResult {
     // Live progress: the tool call showed on stderr while the step ran.
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains(&format!("[claude] Bash: {COMMAND}")),
+        stderr.contains(&format!("[claude] turn 1 · Bash: {COMMAND}")),
         "{stderr}"
     );
 
