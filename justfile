@@ -39,6 +39,8 @@ ci:
 demo:
     bash examples/cas-tour.sh
 
-# Benchmarks of the store (hash, put, get, refs); results are machine-dependent.
+# Benchmarks of the store (hash, put, get, refs) and of the moderator (a
+# decision over a 1,000-step thread); results are machine-dependent.
 bench:
     cargo bench -p uwf-cas --bench cas
+    cargo bench -p uwf-moderator --bench moderator

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use uwf_agent_kit::{Invocation, Reply, Runner};
 
-use crate::scenario::{Effect, Scenario};
+use crate::scenario::{Effect, FailFirst, Scenario};
 
 const ABOUT: &str = "\
 A scripted uwf agent for tests, demos and CI. It answers each role from a
@@ -33,6 +33,11 @@ from another directory.
         stderr: \"reviewing…\"                     # optional: written to stderr
       - exit: 3                                  # exit 3, write nothing
       - fault: garbage                           # misbehave (see below)
+    developer:
+      - output: { done: true }
+        failFirst: 2        # the first 2 attempts of this run exit 1 (failExit: N
+                            # for another status, failDelay: 5s to sleep first);
+                            # counted under <root>/.uwf-mock/, so retries see it
 
 Faults: no-output (print nothing, exit 0), garbage (print a non-hash),
 unknown-hash (print a hash not in the store), not-a-step (print the
@@ -54,6 +59,11 @@ fn respond(inv: &Invocation) -> Result<Reply, miette::Report> {
     scenario.entries(inv.role())?;
     let ctx = inv.load()?;
     let entry = scenario.entry(ctx.role(), ctx.runs_of_role())?;
+    if let Some(fail) = entry.fail_first
+        && let Some(code) = scripted_failure(inv, ctx.runs_of_role(), fail)?
+    {
+        return Ok(Reply::Exit(code));
+    }
     if let Some(delay) = entry.delay {
         std::thread::sleep(delay);
     }
@@ -72,4 +82,43 @@ fn respond(inv: &Invocation) -> Result<Reply, miette::Report> {
         }
         Effect::Fault(fault, answer) => fault::apply(*fault, &ctx, inv.name(), answer.as_ref()),
     }
+}
+
+/// Counts this attempt of run `run` of the role in a file under the
+/// storage root; while fewer than `fail.times` attempts failed, fails this
+/// one too (after `fail.delay`): returns its exit status.
+fn scripted_failure(
+    inv: &Invocation,
+    run: usize,
+    fail: FailFirst,
+) -> Result<Option<u8>, miette::Report> {
+    let dir = inv.root().join(".uwf-mock");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| miette::miette!("cannot create {}: {e}", dir.display()))?;
+    let safe: String = inv
+        .role()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let path = dir.join(format!("{}-{safe}-{run}.failures", inv.thread()));
+    let failed: u32 = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0);
+    if failed >= fail.times {
+        return Ok(None);
+    }
+    std::fs::write(&path, format!("{}\n", failed + 1))
+        .map_err(|e| miette::miette!("cannot write {}: {e}", path.display()))?;
+    if let Some(delay) = fail.delay {
+        std::thread::sleep(delay);
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "uwf-mock: scripted failure {} of {} (exit {})",
+        failed + 1,
+        fail.times,
+        fail.exit
+    );
+    Ok(Some(fail.exit))
 }

@@ -26,6 +26,22 @@ pub struct Entry {
     pub stderr: Option<String>,
     /// What to do.
     pub effect: Effect,
+    /// Fail the first attempts of this run before doing it (`failFirst`).
+    pub fail_first: Option<FailFirst>,
+}
+
+/// `failFirst: N` (with `failExit`, `failDelay`): the first N attempts of
+/// the run fail, then the entry's effect happens. Attempts are counted in a
+/// file under the storage root (`.uwf-mock/`), per thread, role and run,
+/// so the retries `uwf` makes of one step see the count grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailFirst {
+    /// How many attempts fail.
+    pub times: u32,
+    /// Their exit status (default 1).
+    pub exit: u8,
+    /// How long each failing attempt sleeps first (e.g. to trip a timeout).
+    pub delay: Option<Duration>,
 }
 
 /// What an entry does after its delay and stderr.
@@ -128,6 +144,12 @@ struct RawEntry {
     stderr: Option<String>,
     exit: Option<u8>,
     fault: Option<Fault>,
+    #[serde(rename = "failFirst")]
+    fail_first: Option<u32>,
+    #[serde(rename = "failExit")]
+    fail_exit: Option<u8>,
+    #[serde(rename = "failDelay")]
+    fail_delay: Option<String>,
 }
 
 impl TryFrom<RawEntry> for Entry {
@@ -184,10 +206,33 @@ impl TryFrom<RawEntry> for Entry {
                 );
             }
         };
+        let fail_delay = raw
+            .fail_delay
+            .as_deref()
+            .map(|d| {
+                humantime::parse_duration(d)
+                    .map_err(|e| format!("failDelay {d:?} is not a duration like 300ms or 2s: {e}"))
+            })
+            .transpose()?;
+        let fail_first = match (raw.fail_first, raw.fail_exit, fail_delay) {
+            (None, None, None) => None,
+            (None, _, _) => {
+                return Err("`failExit` and `failDelay` go with `failFirst: N`".into());
+            }
+            (Some(_), Some(0), _) => {
+                return Err("`failExit` must be a failure status (1-255), not 0".into());
+            }
+            (Some(times), exit, delay) => Some(FailFirst {
+                times,
+                exit: exit.unwrap_or(1),
+                delay,
+            }),
+        };
         Ok(Entry {
             delay,
             stderr: raw.stderr,
             effect,
+            fail_first,
         })
     }
 }

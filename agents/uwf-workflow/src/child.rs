@@ -134,6 +134,12 @@ impl Uwf {
         let status = child.wait().map_err(|e| self.spawn_error(e))?;
         let tail: Vec<String> = forward.join().unwrap_or_default().into();
         let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
+        if status.code() == Some(i32::from(crate::error::EXIT_WAITING)) {
+            return Err(WorkflowAgentError::ChildWaiting {
+                thread: thread.to_owned(),
+                workflow: workflow.to_owned(),
+            });
+        }
         if !status.success() {
             // Its stderr was passed on line by line already: the report
             // names the cause only, so nested failures do not repeat it all.

@@ -103,6 +103,24 @@ pub enum WorkflowAgentError {
         tail: String,
     },
 
+    /// The child thread waits for a person (`uwf thread run` exited with
+    /// status 4). The parent step waits too: uwf-workflow exits with
+    /// [`EXIT_WAITING`], and the next step of the parent continues this
+    /// child instead of starting another.
+    #[error("child thread {thread} (workflow {workflow}) waits for a person")]
+    #[diagnostic(
+        code(uwf::workflow_agent::child_waiting),
+        help(
+            "`uwf thread list --waiting` shows what it waits for; answer it with `uwf thread answer`, then step the parent thread again"
+        )
+    )]
+    ChildWaiting {
+        /// The child thread id.
+        thread: String,
+        /// The child workflow.
+        workflow: String,
+    },
+
     /// `uwf` answered with something that is not the JSON it prints.
     #[error(
         "`uwf {command}` succeeded but printed {printed:?}, which is not its JSON answer: {reason}"
@@ -177,3 +195,7 @@ pub enum WorkflowAgentError {
     #[diagnostic(transparent)]
     State(#[from] uwf_util::state::StateError),
 }
+
+/// Exit status of uwf-workflow when its child thread waits for a person
+/// (the same status `uwf thread step` uses for a wait).
+pub const EXIT_WAITING: u8 = 4;

@@ -115,7 +115,41 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    uwf_agent_kit::conclude(run(&args).map_err(miette::Report::new))
+    match run(&args) {
+        Err(e @ WorkflowAgentError::ChildWaiting { .. }) => {
+            eprintln!("{:?}", miette::Report::new(e));
+            ExitCode::from(error::EXIT_WAITING)
+        }
+        other => uwf_agent_kit::conclude(other.map_err(miette::Report::new)),
+    }
+}
+
+/// The child thread to continue instead of starting one: the parent
+/// thread waits (in `waiting.yaml`, at this very head and role) for a child
+/// thread that waited for a person. Returns its id and, when it has ended
+/// since (the answer was its last step), its terminal StepNode.
+fn waiting_child(
+    state: &StateDir,
+    ctx: &AgentContext,
+) -> Result<Option<(String, Option<String>)>, WorkflowAgentError> {
+    let parent = ctx.thread_id().to_string();
+    let Some(record) = state.waiting_of(&parent)? else {
+        return Ok(None);
+    };
+    let Some(child) = record.child else {
+        return Ok(None);
+    };
+    if record.head != ctx.head().to_string() || record.role != ctx.role() {
+        return Ok(None);
+    }
+    if state.thread_head(&child)?.is_some() {
+        return Ok(Some((child, None)));
+    }
+    Ok(match state.find_archived(&child)? {
+        Some(e) if e.reason.as_deref() == Some("done") => Some((child, Some(e.head))),
+        // Killed (or unknown): start afresh.
+        _ => None,
+    })
 }
 
 /// A number from the environment: `None` when unset or empty.
@@ -156,28 +190,42 @@ fn run(args: &Args) -> Result<Hash, WorkflowAgentError> {
     let depth = check_depth(&ctx, &args.child_workflow, limit)?;
 
     let task = prompt::child_prompt(&ctx, args.context_quota);
+    let state = StateDir::new(&root.path);
     let uwf = child::Uwf::from_env(root.path, depth);
     let parent = ctx.head().to_string();
-    let started = uwf.start(&args.child_workflow, &parent, &task)?;
-    tracing::info!(
-        child = %started.thread,
-        workflow = %args.child_workflow,
-        parent = %parent,
-        depth,
-        "child thread started"
-    );
-    let answer = uwf.run(&started.thread, &args.child_workflow, args.max_steps)?;
-    let terminal: Hash = answer.head.parse().map_err(|e: uwf_cas::ParseHashError| {
-        WorkflowAgentError::ChildAnswer {
-            command: "thread run",
-            printed: answer.head.clone(),
-            reason: e.to_string(),
+    let (child, ended) = match waiting_child(&state, &ctx)? {
+        Some((child, ended)) => {
+            tracing::info!(%child, parent = %parent, "continuing the child thread that waited");
+            (child, ended)
         }
-    })?;
+        None => {
+            let started = uwf.start(&args.child_workflow, &parent, &task)?;
+            tracing::info!(
+                child = %started.thread,
+                workflow = %args.child_workflow,
+                parent = %parent,
+                depth,
+                "child thread started"
+            );
+            (started.thread, None)
+        }
+    };
+    let head = match ended {
+        Some(head) => head,
+        None => uwf.run(&child, &args.child_workflow, args.max_steps)?.head,
+    };
+    let terminal: Hash =
+        head.parse().map_err(
+            |e: uwf_cas::ParseHashError| WorkflowAgentError::ChildAnswer {
+                command: "thread run",
+                printed: head.clone(),
+                reason: e.to_string(),
+            },
+        )?;
     let child_view = thread::load(ctx.store(), terminal)?;
-    let (output, how) = mapping::map_output(&ctx, &child_view, &started.thread)?;
+    let (output, how) = mapping::map_output(&ctx, &child_view, &child)?;
     tracing::info!(
-        child = %started.thread,
+        child = %child,
         %terminal,
         mapping = how.as_str(),
         "child thread done"

@@ -89,12 +89,44 @@ pub enum Command {
     /// Inspect the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Evaluate a JSONata expression against a thread's moderator context or any JSON.
+    #[command(after_help = EVAL_AFTER_HELP)]
+    Eval(EvalArgs),
     /// Print a shell completion script.
     #[command(after_help = "Example: uwf completions zsh > ~/.zfunc/_uwf")]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+const EVAL_AFTER_HELP: &str = r#"The value is printed as JSON; an expression that evaluates to undefined prints
+nothing on stdout (and says so on stderr). Evaluation uses the moderator's
+limits and key order (object members sorted by key), so a condition gives
+here what it gives in a step. Any builtin may be used, also those refused in
+workflows ($now, $random, $eval, ...).
+
+Examples:
+  uwf eval '$count(steps[role = "reviewer"])' --thread 01JD...
+  uwf eval 'steps[-1].output' --at 1TM6QWPENJAPY
+  uwf eval '$sum(items.price)' --input order.json
+  echo '{"a": [1, 2]}' | uwf eval '$average(a)' --input -"#;
+
+/// `uwf eval`
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// The JSONata expression (may start with `-`, e.g. `-1 * a`).
+    #[arg(allow_hyphen_values = true)]
+    pub expression: String,
+    /// Evaluate against this thread's moderator context ({start, steps}), as its conditions see it.
+    #[arg(long, conflicts_with_all = ["at", "input"])]
+    pub thread: Option<String>,
+    /// Evaluate against the moderator context of the thread ending at this StepNode (or StartNode).
+    #[arg(long, value_name = "STEP_HASH", conflicts_with = "input")]
+    pub at: Option<String>,
+    /// Evaluate against this JSON: text, a file, or - for stdin.
+    #[arg(long, value_name = "JSON|FILE|-")]
+    pub input: Option<String>,
 }
 
 /// `uwf cas …`
@@ -240,6 +272,9 @@ pub enum ThreadCommand {
 The moderator picks the next role; the agent runs as `<agent> <thread-id> <role>`
 and prints the new StepNode's hash; uwf checks it and moves the head. The agent
 is --agent, else config.yaml agentOverrides[workflow][role], else defaultAgent.
+A failed agent is retried as config.yaml `retries` says (timeouts: `timeouts`,
+or --timeout). A role bound to a person (`human: true`) runs nothing: the wait
+is printed and uwf exits with status 4; answer with `uwf thread answer`.
 
 Example: uwf thread step 01J7K9M2XNPQR5VWBCDF8G3H4T --agent \"uwf-mock scenario.yaml\" --timeout 10m")]
     Step {
@@ -250,7 +285,8 @@ Example: uwf thread step 01J7K9M2XNPQR5VWBCDF8G3H4T --agent \"uwf-mock scenario.
     },
     /// Start (or continue) a thread and step it until it is done.
     #[command(after_help = "\
-Progress goes to stderr; the final answer is the last step's JSON.
+Progress goes to stderr; the final answer is the last step's JSON. A role that
+waits for a person stops the run: the wait is printed, exit status 4.
 
 Example: uwf thread run examples/solve-issue.yaml -p \"Fix the login bug\" --agent \"uwf-mock examples/solve-issue.mock.yaml\"")]
     Run {
@@ -284,9 +320,17 @@ Example: uwf thread run examples/solve-issue.yaml -p \"Fix the login bug\" --age
         agent: AgentArgs,
     },
     /// What the moderator would run next, without running it: {thread, role, done}.
+    #[command(
+        after_help = "With --explain, also every transition of the current role with its \
+condition's value: {thread, role, done, prompt, from, transitions: [{index, role, condition, \
+expression, value, holds, error, taken}]}, and `error` when the moderator cannot decide."
+    )]
     Next {
         /// The thread id.
         thread: String,
+        /// Show every condition of the current role, its value, and which transition wins.
+        #[arg(long)]
+        explain: bool,
     },
     /// A thread's head: {workflow, thread, head, done}, plus parent and childThreads links.
     Show {
@@ -301,7 +345,13 @@ Example: uwf thread run examples/solve-issue.yaml -p \"Fix the login bug\" --age
         /// Only top-level threads (leave out the child threads of workflows run as agents).
         #[arg(long)]
         top_level: bool,
+        /// Only the threads waiting for a person: [{thread, workflow, waiting, answer, stack}].
+        #[arg(long, conflicts_with_all = ["all", "top_level"])]
+        waiting: bool,
     },
+    /// Answer a role that waits for a person: writes its StepNode and moves the head.
+    #[command(after_help = ANSWER_AFTER_HELP)]
+    Answer(AnswerArgs),
     /// The call stack of a node: [{node, start, workflow, workflowName, role, depth, thread}].
     #[command(after_help = "\
 From a StartNode or StepNode, the threads it runs in, innermost first: its own
@@ -345,6 +395,43 @@ Example: uwf thread stack 8FWKR3TN5V1QA")]
         /// The StepNode.
         step: String,
     },
+}
+
+const ANSWER_AFTER_HELP: &str = "\
+The thread must wait for a person: its next role is bound to an agent with
+`human: true` in config.yaml (`uwf thread list --waiting` lists them). The answer
+becomes a StepNode exactly like an agent's: --output is validated against the
+role's outputSchema; --text and --edit go through the frontmatter extraction
+(then the LLM fallback, if configured). The StepNode's agent is human:<name>
+(--as, else $USER). The head moves by compare-and-swap: an answer to a thread
+that moved on, was killed, or waits for another role changes nothing.
+
+Examples:
+  uwf thread answer 01J7K9M2XNPQR5VWBCDF8G3H4T --output '{\"approved\": true}'
+  uwf thread answer 01J7K9M2XNPQR5VWBCDF8G3H4T --role reviewer --edit
+  printf -- '---\\napproved: false\\n---\\nNeeds tests.\\n' | uwf thread answer <id> --text -";
+
+/// `uwf thread answer` options.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("answer").required(true).multiple(false))]
+pub struct AnswerArgs {
+    /// The thread id.
+    pub thread: String,
+    /// The role answered (default: the role the thread waits for; given, it must be that one).
+    #[arg(long, value_name = "ROLE")]
+    pub role: Option<String>,
+    /// The structured output: JSON text, a file, or - for stdin.
+    #[arg(long, value_name = "JSON|FILE|-", group = "answer")]
+    pub output: Option<String>,
+    /// A frontmatter markdown answer in a file, or - for stdin.
+    #[arg(long, value_name = "FILE|-", group = "answer")]
+    pub text: Option<String>,
+    /// Write the answer in $VISUAL / $EDITOR, from a template made from the role's schema.
+    #[arg(long, group = "answer")]
+    pub edit: bool,
+    /// Who answers, recorded as the StepNode's agent `human:<NAME>` [default: $USER].
+    #[arg(long = "as", value_name = "NAME")]
+    pub name: Option<String>,
 }
 
 /// How to run the agent.

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use uwf_cas::{Cas, Hash};
 use uwf_moderator::thread::{self, LoadedStep, ThreadView};
-use uwf_protocol::{HistoryEntry, StepNodePayload, StepOutput, WorkflowLimits};
+use uwf_protocol::{HistoryEntry, StepNodePayload, StepOutput, WaitingRecord, WorkflowLimits};
+use uwf_util::policy;
 use uwf_util::slots::{SlotError, SlotGuard, Slots};
-use uwf_util::state::{StateDir, StateError};
+use uwf_util::state::{ResolvedAgent, StateDir, StateError};
 
 use crate::agent::{self, Ending, Spawn};
 use crate::error::{AgentFailure, CliError};
@@ -117,6 +118,14 @@ pub trait Progress: Send + Sync {
     fn waiting(&self, workflow: &str, ahead: usize) {
         eprintln!("waiting for a slot of workflow {workflow} ({ahead} ahead)");
     }
+    /// Attempt `n` of `role` failed with `reason`; retry `n` of `max`
+    /// follows after `delay`.
+    fn retrying(&self, n: u32, max: u32, delay: Duration, role: &str, reason: &str) {
+        eprintln!(
+            "retry {n}/{max} in {}: {role} {reason}",
+            humantime::format_duration(delay)
+        );
+    }
 }
 
 /// Streams agent stderr straight through.
@@ -142,6 +151,24 @@ impl Progress for Plain {
 pub struct Stepped {
     /// The JSON answer.
     pub output: StepOutput,
+    /// Set when the step did not run because the role waits for a person
+    /// (directly, or through a child thread): the head did not move.
+    pub waiting: Option<WaitingRecord>,
+}
+
+impl Stepped {
+    /// A step that did not run: thread `id` (at `head`) waits as `record` says.
+    fn waiting(workflow: String, id: &str, head: Hash, record: WaitingRecord) -> Self {
+        Stepped {
+            output: StepOutput {
+                workflow,
+                thread: id.to_string(),
+                head: head.to_string(),
+                done: false,
+            },
+            waiting: Some(record),
+        }
+    }
 }
 
 /// Runs one cycle of a thread (seed 000 §1.3).
@@ -149,6 +176,9 @@ pub struct Stepped {
 /// If config.yaml limits the workflow's concurrency (seed 004), the agent
 /// runs only while the step holds one of its slots ([`uwf_util::slots`]):
 /// taken after the moderator chose the role, freed when the agent ends.
+/// A role bound to a person (`human: true`) runs nothing: the thread is
+/// recorded as waiting ([`crate::human`]). A failed agent is retried as
+/// config.yaml's `retries` say ([`crate::retry`]).
 pub fn step(
     ctx: &Ctx,
     id: &str,
@@ -170,23 +200,140 @@ pub fn step(
                 head: head.to_string(),
                 done: true,
             },
+            waiting: None,
         });
     }
     let role = decision.next.clone();
-    // Read once: it gives both the agent and the workflow's limits.
+    // Read once: it gives the agent, the workflow's limits and the policies.
     let config = ctx.state.config()?;
     let agent =
         ctx.state
             .resolve_agent_with(config.as_ref(), opts.agent, &view.workflow.name, &role)?;
+    if agent.human {
+        let record = crate::human::wait(
+            ctx,
+            id,
+            &view,
+            &role,
+            decision.prompt.as_deref(),
+            &agent.label,
+            config.as_ref(),
+        )?;
+        return Ok(Stepped::waiting(workflow, id, head, record));
+    }
+    let name = &view.workflow.name;
+    let policy = policy::retry_policy(config.as_ref(), name, &role)?;
+    let timeout = match opts.timeout {
+        Some(t) => Some(t),
+        None => policy::timeout(config.as_ref(), name, &role)?,
+    };
+    let attempt = Attempt {
+        ctx,
+        id,
+        view: &view,
+        head,
+        role: &role,
+        agent: &agent,
+        timeout,
+        limits: config.as_ref().and_then(|c| c.limits(name)),
+        progress,
+    };
+    let (new, loaded) = match crate::retry::run(&attempt, &policy)? {
+        Tried::Landed(new, loaded) => (new, loaded),
+        Tried::ChildWaiting(record) => return Ok(Stepped::waiting(workflow, id, head, record)),
+        // `retry::run` turns the last failure into an error.
+        Tried::Failed(f) => return Err(f.into_error(&agent.label, &role, None)),
+    };
+    Ok(Stepped {
+        output: apply(ctx, id, view, &role, new, loaded)?,
+        waiting: None,
+    })
+}
+
+/// One attempt of a step: everything the agent run needs.
+pub struct Attempt<'a> {
+    /// The root.
+    pub ctx: &'a Ctx,
+    /// The thread id.
+    pub id: &'a str,
+    /// The thread as loaded at the start of the step.
+    pub view: &'a ThreadView,
+    /// Its head.
+    pub head: Hash,
+    /// The role the moderator chose.
+    pub role: &'a str,
+    /// The agent that runs it.
+    pub agent: &'a ResolvedAgent,
+    /// Stop the agent after this long.
+    pub timeout: Option<Duration>,
+    /// The workflow's concurrency limits, if any.
+    pub limits: Option<WorkflowLimits>,
+    /// Progress callbacks.
+    pub progress: &'a Arc<dyn Progress>,
+}
+
+/// How an attempt ended, when nothing stops the whole step.
+pub enum Tried {
+    /// The agent wrote a StepNode that passed the checks (the head has not moved yet).
+    Landed(Hash, LoadedStep),
+    /// The agent failed in a way worth retrying.
+    Failed(Failed),
+    /// The agent (a workflow agent) reported that its child thread waits
+    /// for a person; the thread is now recorded as waiting too.
+    ChildWaiting(WaitingRecord),
+}
+
+/// A failed attempt: what [`crate::retry`] records and reports.
+pub struct Failed {
+    /// `exit`, `signal`, `timeout`, `no-hash`, `bad-hash` or `check`.
+    pub kind: &'static str,
+    /// The failure in words.
+    pub reason: String,
+    /// The exit status, if it exited.
+    pub exit_code: Option<i32>,
+    /// The last lines of its stderr.
+    pub stderr_tail: Vec<String>,
+    /// How long it ran.
+    pub elapsed: Duration,
+    /// When it started (ms since the Unix epoch).
+    pub started_at: u64,
+}
+
+impl Failed {
+    /// The error reported when no retry is left; `attempts` adds how many
+    /// were made (when there were retries).
+    pub fn into_error(self, agent: &str, role: &str, attempts: Option<u32>) -> CliError {
+        let reason = match attempts {
+            Some(n) if n > 1 => format!(
+                "{} (attempt {n} of {n}; `uwf thread show` lists the failed attempts)",
+                self.reason
+            ),
+            _ => self.reason,
+        };
+        CliError::Agent(Box::new(AgentFailure {
+            agent: agent.to_string(),
+            role: role.to_string(),
+            reason,
+            stderr_tail: self.stderr_tail.join("\n"),
+        }))
+    }
+}
+
+/// Runs the agent once: slot → kill flag → agent → checks. Errors are what
+/// stops the step at once (a kill, a head conflict, an interrupt, an agent
+/// that cannot be started, no slot); failures worth a retry are
+/// [`Tried::Failed`].
+pub fn attempt(a: &Attempt<'_>) -> Result<Tried, CliError> {
+    let (ctx, id, head, role, agent) = (a.ctx, a.id, a.head, a.role, a.agent);
     // Seed 004: a slot of the workflow, held while the agent runs.
-    let slot = match config.as_ref().and_then(|c| c.limits(&view.workflow.name)) {
+    let slot = match a.limits {
         Some(limits) => Some(acquire_slot(
             ctx,
             id,
             head,
-            &view.workflow.name,
+            &a.view.workflow.name,
             limits,
-            progress.as_ref(),
+            a.progress.as_ref(),
         )?),
         None => None,
     };
@@ -198,7 +345,7 @@ pub fn step(
 
     let mut args = agent.args.clone();
     args.push(id.to_string());
-    args.push(role.clone());
+    args.push(role.to_string());
     let mut env = vec![
         (
             uwf_util::root::ENV_ROOT.to_string(),
@@ -218,12 +365,13 @@ pub fn step(
         command: &agent.command,
         args: &args,
         env,
-        timeout: opts.timeout,
+        timeout: a.timeout,
     };
-    progress.started(&role, &agent.label);
+    a.progress.started(role, &agent.label);
+    let started_at = uwf_util::state::now_ms();
     let state = &ctx.state;
     let head_s = head.to_string();
-    let sink = Arc::clone(progress);
+    let sink = Arc::clone(a.progress);
     let finished = agent::run(
         &spec,
         move |line| sink.agent_line(line),
@@ -241,7 +389,7 @@ pub fn step(
     })?;
     // The agent is done: free the slot before checking its work.
     drop(slot);
-    progress.finished(&role, finished.elapsed);
+    a.progress.finished(role, finished.elapsed);
     // The kill flag again, now that the agent returned: a thread killed (or
     // moved on) meanwhile never gets this step, and that is what to report,
     // whatever the agent did (it may have failed because of it).
@@ -251,12 +399,16 @@ pub fn step(
         return Err(e);
     }
 
-    let fail = |reason: String| {
-        CliError::Agent(Box::new(AgentFailure {
-            agent: agent.label.clone(),
-            role: role.clone(),
+    let stderr_tail = finished.stderr_tail;
+    let elapsed = finished.elapsed;
+    let fail = |kind: &'static str, reason: String, exit_code: Option<i32>| {
+        Ok(Tried::Failed(Failed {
+            kind,
             reason,
-            stderr_tail: finished.stderr_tail.join("\n"),
+            exit_code,
+            stderr_tail: stderr_tail.clone(),
+            elapsed,
+            started_at,
         }))
     };
     let stdout = match finished.ending {
@@ -265,32 +417,72 @@ pub fn step(
             stdout,
         } => stdout,
         Ending::Exited { code: Some(c), .. } => {
-            return Err(fail(format!("exited with status {c}")));
+            if c == i32::from(crate::error::EXIT_WAITING)
+                && let Some(record) =
+                    crate::human::child_waits(ctx, id, a.view, role, &agent.label)?
+            {
+                return Ok(Tried::ChildWaiting(record));
+            }
+            return fail("exit", format!("exited with status {c}"), Some(c));
         }
-        Ending::Exited { code: None, .. } => return Err(fail("was killed by a signal".into())),
+        Ending::Exited { code: None, .. } => {
+            return fail("signal", "was killed by a signal".into(), None);
+        }
         Ending::TimedOut => {
-            let t = opts
+            let t = a
                 .timeout
                 .map(|t| humantime::format_duration(t).to_string())
                 .unwrap_or_default();
-            return Err(fail(format!("did not finish within {t} and was stopped")));
+            return fail(
+                "timeout",
+                format!("did not finish within {t} and was stopped"),
+                None,
+            );
         }
         Ending::Stopped => return Err(interrupted(ctx, id)?),
         Ending::Interrupted => return Err(CliError::Interrupted),
     };
     let Some(line) = agent::last_line(&stdout) else {
-        return Err(fail(
+        return fail(
+            "no-hash",
             "printed nothing on stdout (expected the new StepNode's hash)".into(),
-        ));
+            Some(0),
+        );
     };
-    let new: Hash = line.parse().map_err(|_| {
-        fail(format!(
-            "printed {:?} on stdout, which is not a CAS hash",
-            line.chars().take(80).collect::<String>()
-        ))
-    })?;
-    let loaded = check_step(ctx, &view, &role, new).map_err(&fail)?;
+    let new: Hash = match line.parse() {
+        Ok(h) => h,
+        Err(_) => {
+            return fail(
+                "bad-hash",
+                format!(
+                    "printed {:?} on stdout, which is not a CAS hash",
+                    line.chars().take(80).collect::<String>()
+                ),
+                Some(0),
+            );
+        }
+    };
+    match check_step(ctx, a.view, role, new) {
+        Ok(loaded) => Ok(Tried::Landed(new, loaded)),
+        Err(reason) => fail("check", reason, Some(0)),
+    }
+}
 
+/// Moves thread `id` from the head `view` was loaded at to `new` (a checked
+/// StepNode of `role`, loaded as `loaded`) by compare-and-swap, then asks
+/// the moderator whether the thread is done and archives it if so
+/// (seed 000 §1.3, steps 7 and 8).
+pub fn apply(
+    ctx: &Ctx,
+    id: &str,
+    view: ThreadView,
+    role: &str,
+    new: Hash,
+    loaded: LoadedStep,
+) -> Result<StepOutput, CliError> {
+    let head = view.head;
+    let workflow = view.workflow_hash.to_string();
+    debug_assert_eq!(loaded.payload.record.role, role);
     ctx.state
         .swap_head(id, &head.to_string(), &new.to_string())
         .map_err(|e| conflict_or(e, id))?;
@@ -325,13 +517,11 @@ pub fn step(
             false
         }
     };
-    Ok(Stepped {
-        output: StepOutput {
-            workflow,
-            thread: id.to_string(),
-            head: new.to_string(),
-            done,
-        },
+    Ok(StepOutput {
+        workflow,
+        thread: id.to_string(),
+        head: new.to_string(),
+        done,
     })
 }
 
@@ -403,7 +593,12 @@ fn acquire_slot(
 /// `None` while thread `id`'s head is still `head`; otherwise the error of
 /// a step that must stop: the thread was killed (before or after its agent
 /// started, as `agent_ran` says), or moved on.
-fn moved(ctx: &Ctx, id: &str, head: &str, agent_ran: bool) -> Result<Option<CliError>, CliError> {
+pub fn moved(
+    ctx: &Ctx,
+    id: &str,
+    head: &str,
+    agent_ran: bool,
+) -> Result<Option<CliError>, CliError> {
     let thread = id.to_string();
     Ok(match ctx.state.thread_head(id)? {
         Some(h) if h == head => None,
@@ -426,7 +621,7 @@ fn interrupted(ctx: &Ctx, id: &str) -> Result<CliError, CliError> {
     })
 }
 
-fn conflict_or(e: StateError, id: &str) -> CliError {
+pub fn conflict_or(e: StateError, id: &str) -> CliError {
     match e {
         StateError::Conflict { actual: None, .. } => CliError::Killed {
             thread: id.to_string(),
@@ -445,7 +640,12 @@ fn conflict_or(e: StateError, id: &str) -> CliError {
 /// Checks the StepNode an agent produced before the head may move to it.
 /// On success returns the step as loaded, so the caller can extend its view
 /// of the thread instead of reading the whole chain again.
-fn check_step(ctx: &Ctx, view: &ThreadView, role: &str, new: Hash) -> Result<LoadedStep, String> {
+pub fn check_step(
+    ctx: &Ctx,
+    view: &ThreadView,
+    role: &str,
+    new: Hash,
+) -> Result<LoadedStep, String> {
     let types = ctx.cas.types();
     let node = match ctx.cas.try_get(new) {
         Ok(Some(n)) => n,

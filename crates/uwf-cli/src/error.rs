@@ -201,8 +201,11 @@ pub enum CliError {
         actual: String,
     },
 
-    /// uwf was interrupted (SIGINT/SIGTERM) while an agent ran.
-    #[error("interrupted: the agent was stopped and its result not applied")]
+    /// uwf was interrupted (SIGINT/SIGTERM) while an agent ran, or while
+    /// the step waited for a slot or for its next retry.
+    #[error(
+        "interrupted: the step was stopped (its agent too, if one ran) and nothing was applied"
+    )]
     #[diagnostic(
         code(uwf::interrupted),
         help("the thread is unchanged; step it again to retry")
@@ -320,6 +323,97 @@ pub enum CliError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Setup(Box<crate::cmd::setup::SetupError>),
+
+    /// The step did not run: its role waits for a person (the wait was
+    /// printed on stdout). Exit status [`EXIT_WAITING`].
+    #[error("thread {thread} waits for a person: role {role} ({agent}){}", if answer == thread { String::new() } else { format!(", through child thread {answer}") })]
+    #[diagnostic(
+        code(uwf::thread::waiting),
+        help(
+            "answer it with `uwf thread answer {answer} --edit` (or --output JSON / --text FILE), then continue with `uwf thread run --thread {thread}`; `uwf thread list --waiting` lists every wait"
+        )
+    )]
+    Waiting {
+        /// The thread stepped.
+        thread: String,
+        /// Its role that waits.
+        role: String,
+        /// The agent the role is bound to.
+        agent: String,
+        /// The thread a person answers (the innermost waiting one).
+        answer: String,
+    },
+
+    /// `thread answer` on a thread that does not wait for that answer.
+    #[error("thread {thread} does not wait for this answer: {reason}; nothing was written")]
+    #[diagnostic(
+        code(uwf::thread::not_waiting),
+        help(
+            "`uwf thread list --waiting` lists the threads that wait for a person, and for which role"
+        )
+    )]
+    NotWaiting {
+        /// The thread.
+        thread: String,
+        /// Why not.
+        reason: String,
+    },
+
+    /// `thread answer` produced a StepNode that fails the checks.
+    #[error("the answer to thread {thread} was not applied: {reason}")]
+    #[diagnostic(
+        code(uwf::thread::answer_rejected),
+        help("the thread is unchanged; answer again")
+    )]
+    AnswerRejected {
+        /// The thread.
+        thread: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// `thread answer --edit` came back with the template unchanged.
+    #[error("no answer given to thread {thread}: the file was left unchanged; nothing was written")]
+    #[diagnostic(
+        code(uwf::thread::answer_abandoned),
+        help("edit the fields between the --- lines, save, and quit the editor")
+    )]
+    AnswerAbandoned {
+        /// The thread.
+        thread: String,
+    },
+
+    /// The editor for `thread answer --edit` failed.
+    #[error("the editor {editor:?} failed: {reason}")]
+    #[diagnostic(
+        code(uwf::thread::editor),
+        help(
+            "set $VISUAL or $EDITOR to an editor that waits until the file is closed (e.g. `code --wait`), or answer with --output / --text"
+        )
+    )]
+    Editor {
+        /// The editor command.
+        editor: String,
+        /// What went wrong.
+        reason: String,
+    },
+
+    /// A `retries` or `timeouts` setting cannot be used.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Policy(#[from] uwf_util::policy::PolicyError),
+
+    /// The agent kit failed (reading the thread, extracting or storing an answer).
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Kit(Box<uwf_agent_kit::KitError>),
+}
+
+impl CliError {
+    /// Wraps an agent-kit error.
+    pub fn kit(e: uwf_agent_kit::KitError) -> Self {
+        CliError::Kit(Box::new(e))
+    }
 }
 
 /// Exit status of a failure without a more specific one.
@@ -327,18 +421,23 @@ pub const EXIT_FAILURE: u8 = 1;
 /// Exit status of a step that did not run for lack of a slot: none free
 /// with `overflow: drop`, or pushed out of a full queue.
 pub const EXIT_NO_SLOT: u8 = 3;
+/// Exit status of a step that did not run because its role waits for a
+/// person (`uwf::thread::waiting`); the wait is printed on stdout.
+pub const EXIT_WAITING: u8 = 4;
 /// Exit status of a step whose thread was killed (`uwf::thread::killed`).
 pub const EXIT_KILLED: u8 = 5;
 
 impl CliError {
     /// The process exit status for this error (see docs/state.md, "Exit
-    /// status"): [`EXIT_NO_SLOT`] when a step got no slot, [`EXIT_KILLED`]
-    /// when its thread was killed, [`EXIT_FAILURE`] otherwise. Usage errors
+    /// status"): [`EXIT_NO_SLOT`] when a step got no slot, [`EXIT_WAITING`]
+    /// when its role waits for a person, [`EXIT_KILLED`] when its thread
+    /// was killed, [`EXIT_FAILURE`] otherwise. Usage errors
     /// exit 2; clap reports them before any command runs.
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::NoSlot { .. } | CliError::Evicted { .. } => EXIT_NO_SLOT,
             CliError::Killed { .. } | CliError::KilledBeforeStart { .. } => EXIT_KILLED,
+            CliError::Waiting { .. } => EXIT_WAITING,
             _ => EXIT_FAILURE,
         }
     }
@@ -417,6 +516,17 @@ mod tests {
         assert_eq!(before.exit_code(), EXIT_KILLED);
         assert_eq!(moved.exit_code(), EXIT_FAILURE);
         assert_eq!(CliError::Interrupted.exit_code(), EXIT_FAILURE);
+        let waiting = CliError::Waiting {
+            thread: "T".into(),
+            role: "approver".into(),
+            agent: "me".into(),
+            answer: "T".into(),
+        };
+        assert_eq!(waiting.exit_code(), EXIT_WAITING);
+        assert_eq!(
+            waiting.code().map(|c| c.to_string()).as_deref(),
+            Some("uwf::thread::waiting")
+        );
         let code = |e: &CliError| e.code().map(|c| c.to_string());
         assert_eq!(code(&killed).as_deref(), Some("uwf::thread::killed"));
         assert_eq!(code(&before).as_deref(), Some("uwf::thread::killed"));

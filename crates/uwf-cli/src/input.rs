@@ -15,14 +15,7 @@ use crate::error::{CliError, JsonInputError};
 pub fn read_json(what: &str, arg: &str) -> Result<Value, CliError> {
     let trimmed = arg.trim_start();
     if arg == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|source| CliError::Read {
-                path: "<stdin>".into(),
-                source,
-            })?;
-        return parse(what, "<stdin>", text);
+        return parse(what, "<stdin>", read_text("-")?);
     }
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         return parse(what, "<argument>", arg.to_string());
@@ -38,6 +31,24 @@ pub fn read_json(what: &str, arg: &str) -> Result<Value, CliError> {
     serde_json::from_str(arg).map_err(|_| CliError::NotFileNorJson {
         what: what.to_string(),
         arg: arg.chars().take(80).collect(),
+    })
+}
+
+/// The text of a file, or of stdin for `-`.
+pub fn read_text(arg: &str) -> Result<String, CliError> {
+    if arg == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|source| CliError::Read {
+                path: "<stdin>".into(),
+                source,
+            })?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(arg).map_err(|source| CliError::Read {
+        path: arg.into(),
+        source,
     })
 }
 

@@ -7,10 +7,12 @@ mod cli;
 mod cmd;
 mod engine;
 mod error;
+mod human;
 mod input;
 mod nested;
 mod output;
 mod progress;
+mod retry;
 
 use std::process::ExitCode;
 
@@ -37,14 +39,17 @@ fn main() -> ExitCode {
     }
 }
 
-/// jsonata-rs can panic on some inputs; the moderator catches that on its
-/// `uwf-jsonata` thread and reports an error, so the default hook's message
-/// would only be noise. Every other panic is reported as usual.
+/// A panic of the JSONata evaluator would be a bug; the moderator catches it
+/// on its `uwf-moderator` thread and reports an expression error (nothing
+/// changes), so the default hook's message would only be noise next to it.
+/// Every other panic is reported as usual.
 fn quiet_expected_panics() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if std::thread::current().name() == Some("uwf-jsonata") {
-            tracing::debug!("jsonata panicked (reported as an expression error): {info}");
+        if std::thread::current().name() == Some("uwf-moderator") {
+            tracing::debug!(
+                "the JSONata evaluator panicked (reported as an expression error): {info}"
+            );
         } else {
             default(info);
         }
@@ -104,6 +109,21 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
             let value = cmd::config::run(&root, sub, cli.global.quiet)?;
             output::print(format, &value)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Eval(args) => {
+            let ctx = if cmd::eval::needs_store(&args) {
+                Some(open(&cli.global)?)
+            } else {
+                None
+            };
+            match cmd::eval::run(ctx.as_ref(), &args)? {
+                Some(value) => output::print(format, &value)?,
+                None if !cli.global.quiet => {
+                    eprintln!("uwf: the expression evaluated to undefined (no value)");
+                }
+                None => {}
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Thread(sub) => {

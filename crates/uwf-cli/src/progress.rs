@@ -19,6 +19,8 @@ pub struct Live {
 struct State {
     step: usize,
     bar: Option<ProgressBar>,
+    /// The next `started` is a retry of the current step, not a new step.
+    retry: Option<u32>,
 }
 
 impl Live {
@@ -27,7 +29,11 @@ impl Live {
         Self {
             thread: thread.to_string(),
             tty: std::io::stderr().is_terminal(),
-            state: Mutex::new(State { step: 0, bar: None }),
+            state: Mutex::new(State {
+                step: 0,
+                bar: None,
+                retry: None,
+            }),
         }
     }
 
@@ -47,7 +53,13 @@ impl Live {
 impl Progress for Live {
     fn started(&self, role: &str, agent: &str) {
         let mut s = self.lock();
-        s.step += 1;
+        let attempt = match s.retry.take() {
+            Some(n) => format!(" (attempt {})", n + 1),
+            None => {
+                s.step += 1;
+                String::new()
+            }
+        };
         if self.tty {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
@@ -55,11 +67,11 @@ impl Progress for Live {
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
             bar.set_prefix(s.step.to_string());
-            bar.set_message(format!("{role} · {agent}"));
+            bar.set_message(format!("{role} · {agent}{attempt}"));
             bar.enable_steady_tick(Duration::from_millis(100));
             s.bar = Some(bar);
         } else {
-            eprintln!("step {}: {role} ({agent}) started", s.step);
+            eprintln!("step {}: {role} ({agent}) started{attempt}", s.step);
         }
     }
 
@@ -69,6 +81,15 @@ impl Progress for Live {
             Some(bar) => bar.println(line),
             None => eprintln!("{line}"),
         }
+    }
+
+    fn retrying(&self, n: u32, max: u32, delay: Duration, role: &str, reason: &str) {
+        let mut s = self.lock();
+        s.retry = Some(n);
+        eprintln!(
+            "retry {n}/{max} in {}: {role} {reason}",
+            humantime::format_duration(delay)
+        );
     }
 
     fn finished(&self, role: &str, elapsed: Duration) {

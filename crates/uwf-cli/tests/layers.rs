@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! uwf-protocol ← uwf-util ← uwf-cas ← uwf-moderator ← uwf-agent-kit ← (agents/*, uwf-cli)
+//! uwf-picture ← uwf-jsonata ← uwf-moderator
 //! ```
 //!
 //! Every workspace package has a layer ([`LAYERS`], or 5 for any package whose
@@ -22,6 +23,9 @@ use serde_json::Value;
 /// The layer table. A new workspace crate must be added here (crates under
 /// `agents/` are placed in [`AGENT_LAYER`] automatically).
 const LAYERS: &[(&str, u8)] = &[
+    // Leaves that know nothing of uwf: JSONata and its picture strings.
+    ("uwf-picture", 0),
+    ("uwf-jsonata", 1),
     ("uwf-protocol", 0),
     ("uwf-util", 1),
     ("uwf-cas", 2),

@@ -52,6 +52,8 @@ pub enum Subject {
     },
     /// A template rendered on its own ([`render_prompt`]).
     Template,
+    /// An expression evaluated on its own ([`evaluate_expression`]).
+    Expression,
 }
 
 impl fmt::Display for Subject {
@@ -62,6 +64,7 @@ impl fmt::Display for Subject {
                 write!(f, "the prompt of transition #{index} (to `{target}`)")
             }
             Self::Template => f.write_str("the prompt template"),
+            Self::Expression => f.write_str("the expression"),
         }
     }
 }
@@ -226,7 +229,7 @@ impl ModeratorError {
             })
         };
         match failure {
-            Failure::Syntax(m) => Self::Syntax(detail(m)),
+            Failure::Syntax(m, _) => Self::Syntax(detail(m)),
             Failure::Runtime(m) => Self::Evaluation(detail(m)),
         }
     }
@@ -325,14 +328,10 @@ fn evaluate_here(
             let fail = |f| ModeratorError::from_failure(f, name, from, subject(), expr);
             let inp = match &input {
                 Some(i) => i,
-                None => {
-                    let ctx_json = serde_json::to_value(ctx)
-                        .map_err(|e| Failure::Runtime(format!("cannot serialize the context: {e}")))
-                        .map_err(fail)?;
-                    input.insert(Input::new(&ctx_json).map_err(fail)?)
-                }
+                None => input.insert(context_input(ctx).map_err(fail)?),
             };
-            if !jsonata::truthy(expr, inp).map_err(fail)? {
+            let compiled = jsonata::compile_pure(expr).map_err(fail)?;
+            if !jsonata::truthy_compiled(&compiled, inp).map_err(fail)? {
                 tried.push(cname.clone());
                 continue;
             }
@@ -369,6 +368,130 @@ fn evaluate_here(
     })
 }
 
+/// The context conditions see, prepared for evaluation.
+fn context_input(ctx: &ModeratorContext) -> Result<Input, Failure> {
+    let json = serde_json::to_value(ctx)
+        .map_err(|e| Failure::Runtime(format!("cannot serialize the context: {e}")))?;
+    Input::owned(json)
+}
+
+/// One transition of the current role, as [`explain`] evaluated it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TransitionReport {
+    /// Index in `graph[from]`.
+    pub index: usize,
+    /// The transition's target (a role or `$END`).
+    pub role: String,
+    /// The condition's name; `None` for an unconditional transition.
+    pub condition: Option<String>,
+    /// The condition's expression.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expression: Option<String>,
+    /// What the expression evaluated to; absent when it was `undefined`,
+    /// failed, or there is no condition.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    /// Whether the transition applies: the value's boolean cast, or `true`
+    /// for an unconditional transition; `false` when evaluation failed.
+    pub holds: bool,
+    /// Why evaluating the condition failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Whether this is the transition [`evaluate`] takes.
+    pub taken: bool,
+}
+
+/// Every transition of the current role with its condition's value, and the
+/// moderator's decision: what `uwf thread next --explain` prints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// The current role (the last step's role), or [`START`].
+    pub from: String,
+    /// The transitions of `from`, in order, each evaluated (also those after
+    /// the one taken, so that authors see every condition's value).
+    pub transitions: Vec<TransitionReport>,
+}
+
+/// Evaluates every condition of the current role against `ctx` without
+/// stopping at the first that holds. [`evaluate`] remains the authority on
+/// the decision (with its prompt and errors); the transition it takes is the
+/// first one whose `holds` is true, and is marked `taken`.
+pub fn explain(workflow: &WorkflowPayload, ctx: &ModeratorContext) -> Explanation {
+    jsonata::on_big_stack(|| explain_here(workflow, ctx))
+}
+
+fn explain_here(workflow: &WorkflowPayload, ctx: &ModeratorContext) -> Explanation {
+    let from = ctx.steps.last().map_or(START, |s| s.role.as_str());
+    let input = context_input(ctx);
+    let mut transitions = Vec::new();
+    let mut taken = false;
+    for (index, t) in workflow.graph.get(from).into_iter().flatten().enumerate() {
+        let mut report = TransitionReport {
+            index,
+            role: t.role.clone(),
+            condition: t.condition.clone(),
+            expression: None,
+            value: None,
+            holds: true,
+            error: None,
+            taken: false,
+        };
+        if let Some(cname) = &t.condition {
+            report.holds = false;
+            match workflow.conditions.get(cname) {
+                None => report.error = Some(format!("condition `{cname}` is not defined")),
+                Some(cond) => {
+                    let expr = cond.expression();
+                    report.expression = Some(expr.to_string());
+                    let outcome = input.as_ref().map_err(Clone::clone).and_then(|inp| {
+                        let compiled = jsonata::compile_pure(expr)?;
+                        let holds = jsonata::truthy_compiled(&compiled, inp)?;
+                        Ok((jsonata::value_compiled(&compiled, Some(inp))?, holds))
+                    });
+                    match outcome {
+                        Ok((value, holds)) => {
+                            report.value = value;
+                            report.holds = holds;
+                        }
+                        Err(f) => report.error = Some(f.message().to_string()),
+                    }
+                }
+            }
+        }
+        if report.holds && !taken {
+            report.taken = true;
+            taken = true;
+        }
+        let failed = report.error.is_some();
+        transitions.push(report);
+        // Past a failure `evaluate` stops with an error: nothing later is taken.
+        if failed && !taken {
+            taken = true;
+        }
+    }
+    Explanation {
+        from: from.into(),
+        transitions,
+    }
+}
+
+/// Evaluates a free-standing expression against `input` (`None`:
+/// JSONata's `undefined`) with the moderator's limits and key order, for
+/// `uwf eval`. Unlike a workflow's conditions, any builtin may be used.
+pub fn evaluate_expression(
+    expression: &str,
+    input: Option<&Value>,
+) -> Result<Option<Value>, ModeratorError> {
+    jsonata::on_big_stack(|| {
+        let fail = |f| ModeratorError::from_failure(f, "", "", Subject::Expression, expression);
+        let compiled = jsonata::compile(expression).map_err(fail)?;
+        let input = input.map(Input::new).transpose().map_err(fail)?;
+        jsonata::value_compiled(&compiled, input.as_ref()).map_err(fail)
+    })
+}
+
 /// Renders an edge prompt template against the last step's output.
 ///
 /// `{{ expr }}` placeholders are JSONata expressions evaluated with
@@ -395,7 +518,8 @@ fn render_here(template: &str, last_output: &Value) -> Result<String, ModeratorE
     let fail = |f, expression: &str| {
         ModeratorError::from_failure(f, "", "", Subject::Template, expression)
     };
-    let segments = template::parse(template).map_err(|m| fail(Failure::Syntax(m), template))?;
+    let segments =
+        template::parse(template).map_err(|m| fail(Failure::Syntax(m, None), template))?;
     let mut input = None;
     let mut out = String::with_capacity(template.len());
     for seg in segments {
@@ -406,7 +530,8 @@ fn render_here(template: &str, last_output: &Value) -> Result<String, ModeratorE
                     Some(i) => i,
                     None => input.insert(Input::new(last_output).map_err(|f| fail(f, expr))?),
                 };
-                match jsonata::value(expr, inp).map_err(|f| fail(f, expr))? {
+                let compiled = jsonata::compile_pure(expr).map_err(|f| fail(f, expr))?;
+                match jsonata::value_compiled(&compiled, Some(inp)).map_err(|f| fail(f, expr))? {
                     None | Some(Value::Null) => {}
                     Some(Value::String(s)) => out.push_str(&s),
                     Some(other) => out.push_str(&other.to_string()),
@@ -415,21 +540,6 @@ fn render_here(template: &str, last_output: &Value) -> Result<String, ModeratorE
         }
     }
     Ok(out)
-}
-
-/// Checks a template: every placeholder must parse. Returns the first problem.
-pub(crate) fn check_template(template: &str) -> Result<(), String> {
-    for seg in template::parse(template)? {
-        if let Segment::Expr(expr, at) = seg {
-            jsonata::check_syntax(expr).map_err(|f| {
-                let m = match f {
-                    Failure::Syntax(m) | Failure::Runtime(m) => m,
-                };
-                format!("placeholder `{{{{ {expr} }}}}` at byte {at}: {m}")
-            })?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

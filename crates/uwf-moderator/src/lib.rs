@@ -14,8 +14,11 @@
 //!   from the CAS;
 //! * [`diagram`]: Mermaid and Graphviz renderings of a workflow.
 //!
-//! JSONata runs through `jsonata-rs`, guarded: every expression is bounded in
-//! size, time and recursion depth, and parser crashes are reported as errors.
+//! JSONata runs through [`uwf_jsonata`], this workspace's implementation of
+//! the complete language: every expression is bounded in size, time,
+//! recursion depth and result size, sees object keys in a fixed order, and
+//! may not use builtins whose result is not a function of the thread
+//! ([`definition::IMPURE_FUNCTIONS`]).
 //!
 //! ```
 //! use uwf_cas::{Cas, MemStore};
@@ -71,5 +74,10 @@ mod jsonata;
 mod template;
 pub mod thread;
 
-pub use eval::{Decision, ExpressionError, ModeratorError, Subject, evaluate, render_prompt};
-pub use jsonata::{MAX_EVAL_DEPTH, MAX_EXPRESSION_BYTES, MAX_INPUT_DEPTH, TIME_LIMIT_MS};
+pub use eval::{
+    Decision, Explanation, ExpressionError, ModeratorError, Subject, TransitionReport, evaluate,
+    evaluate_expression, explain, render_prompt,
+};
+pub use jsonata::{
+    MAX_EVAL_DEPTH, MAX_EXPRESSION_BYTES, MAX_INPUT_DEPTH, MAX_RESULT_ITEMS, TIME_LIMIT_MS,
+};

@@ -27,13 +27,53 @@ pub struct ModelConfig {
 
 /// An agent alias: the command `uwf` spawns as `<command> <args…> <thread> <role>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase", try_from = "RawAgentConfig")]
 pub struct AgentConfig {
-    /// Program name (looked up on `PATH`) or path.
+    /// Program name (looked up on `PATH`) or path. Required unless
+    /// [`human`](Self::human) is set.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub command: String,
     /// Arguments placed before the thread id and role.
     #[serde(default)]
     pub args: Vec<String>,
+    /// A person answers the roles bound to this alias (`uwf thread answer`)
+    /// instead of a program: a step on such a role does not run anything,
+    /// it records that the thread waits.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub human: bool,
+}
+
+/// `config.yaml`'s spelling of [`AgentConfig`], before the check that it
+/// names a command or a person.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawAgentConfig {
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    human: bool,
+}
+
+impl TryFrom<RawAgentConfig> for AgentConfig {
+    type Error = String;
+
+    fn try_from(raw: RawAgentConfig) -> Result<Self, String> {
+        match (raw.command, raw.human) {
+            (None, false) => Err(
+                "missing field `command` (an agent runs a command; `human: true` makes it a person)"
+                    .to_string(),
+            ),
+            (Some(_), true) => Err(
+                "an agent is either a command or `human: true`, not both".to_string(),
+            ),
+            (command, human) => Ok(AgentConfig {
+                command: command.unwrap_or_default(),
+                args: raw.args,
+                human,
+            }),
+        }
+    }
 }
 
 /// `config.yaml`: providers, models and agents. Holds no secrets.
@@ -86,6 +126,18 @@ pub struct WorkflowConfig {
     /// ```
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub workflows: BTreeMap<String, WorkflowLimits>,
+    /// Retries of failed agents: `default`, and per workflow name (a
+    /// policy, or per role). See [`RetriesEntry`](crate::RetriesEntry).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub retries: BTreeMap<String, crate::RetriesEntry>,
+    /// Agent timeouts: `default`, and per workflow name (a duration, or per
+    /// role). `--timeout` overrides them. See [`TimeoutsEntry`](crate::TimeoutsEntry).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub timeouts: BTreeMap<String, crate::TimeoutsEntry>,
+    /// A command run (best effort) when a thread starts waiting for a
+    /// person, as `<command> <args…> <thread> <role> <prompt>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<String>,
 }
 
 impl WorkflowConfig {

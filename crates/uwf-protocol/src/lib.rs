@@ -19,10 +19,12 @@ pub mod schemas;
 mod config;
 mod nodes;
 mod output;
+mod resilience;
 
 pub use config::*;
 pub use nodes::*;
 pub use output::*;
+pub use resilience::*;
 
 /// A CAS hash: XXH64 of the node, as 13 Crockford Base32 characters.
 pub type CasRef = String;

@@ -531,7 +531,10 @@ impl StateDir {
     // ----- internals -----------------------------------------------------
 
     /// Runs `f` holding the state lock, creating the root if needed.
-    fn locked<T>(&self, f: impl FnOnce() -> Result<T, StateError>) -> Result<T, StateError> {
+    pub(crate) fn locked<T>(
+        &self,
+        f: impl FnOnce() -> Result<T, StateError>,
+    ) -> Result<T, StateError> {
         fs::create_dir_all(&self.root).map_err(|source| StateError::Io {
             path: self.root.clone(),
             source,
@@ -610,7 +613,7 @@ fn line_col(bytes: &[u8], offset: usize) -> (usize, usize) {
 }
 
 /// Parses a YAML file; `Ok(None)` if it is missing or holds no document.
-fn load_yaml<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StateError> {
+pub(crate) fn load_yaml<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StateError> {
     match read_text(path)? {
         Some(text) => parse_yaml(path, &text),
         None => Ok(None),
@@ -647,7 +650,7 @@ fn without_position(mut message: String, line: usize, column: usize) -> String {
 }
 
 /// Atomically replaces a YAML state file with `value`.
-fn store_yaml<T: Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
+pub(crate) fn store_yaml<T: Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
     let text = serde_yaml::to_string(value).map_err(|e| StateError::Io {
         path: path.to_path_buf(),
         source: io::Error::other(e),
@@ -850,6 +853,9 @@ pub struct ResolvedAgent {
     pub label: String,
     /// Which setting chose it.
     pub source: AgentSource,
+    /// A person answers this role (`human: true` in `config.yaml`): there
+    /// is no command to run; the step waits for `uwf thread answer`.
+    pub human: bool,
 }
 
 /// Resolves which agent runs `role` of `workflow`.
@@ -878,12 +884,24 @@ pub fn resolve_agent(
                 args: agent.args.clone(),
                 label: name.to_owned(),
                 source,
+                human: agent.human,
             })
+    };
+    // An alias that is neither a person nor a program cannot run anything.
+    let usable = |agent: ResolvedAgent| {
+        if agent.human || !agent.command.trim().is_empty() {
+            Ok(agent)
+        } else {
+            Err(StateError::AgentCommand {
+                command: agent.label.clone(),
+                source: SplitError::Empty,
+            })
+        }
     };
 
     if let Some(explicit) = explicit {
         if let Some(agent) = alias(explicit, AgentSource::Explicit) {
-            return Ok(agent);
+            return usable(agent);
         }
         let mut words =
             split_command_line(explicit).map_err(|source| StateError::AgentCommand {
@@ -902,6 +920,7 @@ pub fn resolve_agent(
             args: words,
             label: explicit.to_owned(),
             source: AgentSource::Explicit,
+            human: false,
         });
     }
 
@@ -918,10 +937,12 @@ pub fn resolve_agent(
         (None, Some(name)) => (name, AgentSource::Default),
         (None, None) => return Err(no_agent(workflow, role)),
     };
-    alias(name, source).ok_or_else(|| StateError::UnknownAgentAlias {
-        alias: name.clone(),
-        path: PathBuf::from(CONFIG_FILE),
-    })
+    usable(
+        alias(name, source).ok_or_else(|| StateError::UnknownAgentAlias {
+            alias: name.clone(),
+            path: PathBuf::from(CONFIG_FILE),
+        })?,
+    )
 }
 
 fn no_agent(workflow: &str, role: &str) -> StateError {
@@ -1761,11 +1782,18 @@ modelOverrides:
         fs::write(&path, "defaultAgent: hermes\ndefaultAgnet: x\n").unwrap();
         expect_parse(s.config().unwrap_err(), &path, 2);
         fs::write(&path, "agents:\n  x:\n    args: []\n").unwrap();
-        let (_, message) = expect_parse(s.config().unwrap_err(), &path, 3);
+        // Reported at the alias (line 2): it lacks both a command and `human: true`.
+        let (_, message) = expect_parse(s.config().unwrap_err(), &path, 2);
         assert!(message.contains("missing field `command`"), "{message}");
         // And resolution through the StateDir surfaces it.
         let err = s.resolve_agent(None, "wf", "role").unwrap_err();
-        expect_parse(err, &path, 3);
+        expect_parse(err, &path, 2);
+        fs::write(&path, "agents:\n  me:\n    human: true\n    command: x\n").unwrap();
+        let (_, message) = expect_parse(s.config().unwrap_err(), &path, 2);
+        assert!(message.contains("not both"), "{message}");
+        fs::write(&path, "agents:\n  me: { human: true }\ndefaultAgent: me\n").unwrap();
+        let me = s.resolve_agent(None, "wf", "role").unwrap();
+        assert!(me.human && me.command.is_empty(), "{me:?}");
     }
 
     // ----- .env -----------------------------------------------------------
@@ -2065,6 +2093,7 @@ modelOverrides:
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             label: label.into(),
             source,
+            human: false,
         }
     }
 
@@ -2324,6 +2353,7 @@ modelOverrides:
         let a = AgentConfig {
             command: "c".into(),
             args: vec![],
+            human: false,
         };
         let mut config = WorkflowConfig::default();
         config.agents.insert("x".into(), a);

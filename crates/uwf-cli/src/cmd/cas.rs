@@ -52,6 +52,11 @@ pub fn run(cas: &Cas, state: &StateDir, cmd: CasCommand) -> Result<Outcome, CliE
                 for hash in state.registry()?.values() {
                     roots.push(parse(hash, state.registry_path())?);
                 }
+                // Failed attempts of active threads (the entries of threads
+                // that are gone are dropped here, so their records go too).
+                for hash in state.side_table_roots_locked(!dry_run)? {
+                    roots.push(parse(&hash, state.attempts_path())?);
+                }
                 Ok(cas.gc(roots, opts)?)
             })?;
             to_value(report)?

@@ -58,10 +58,13 @@ pub struct ProviderStatus {
 pub struct AgentStatus {
     /// The alias.
     pub alias: String,
-    /// Its command, `null` if the alias is not defined.
+    /// Its command, `null` if the alias is not defined or is a person.
     pub command: Option<String>,
     /// Its arguments.
     pub args: Vec<String>,
+    /// A person answers its roles (`human: true`; then `command` is null).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub human: bool,
 }
 
 /// The default model.
@@ -157,7 +160,8 @@ fn show(root: &ResolvedRoot, quiet: bool) -> Result<Shown, CliError> {
         }
         AgentStatus {
             alias: alias.clone(),
-            command: agent.map(|a| a.command.clone()),
+            command: agent.filter(|a| !a.human).map(|a| a.command.clone()),
+            human: agent.is_some_and(|a| a.human),
             args: agent.map(|a| a.args.clone()).unwrap_or_default(),
         }
     });

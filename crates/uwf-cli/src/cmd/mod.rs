@@ -2,6 +2,7 @@
 
 pub mod cas;
 pub mod config;
+pub mod eval;
 pub mod setup;
 pub mod thread;
 pub mod workflow;

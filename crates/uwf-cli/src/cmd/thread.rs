@@ -16,6 +16,7 @@ use crate::cli::{Format, ThreadCommand};
 use crate::cmd::workflow;
 use crate::engine::{self, Ctx, Plain, Progress, Status, StepOptions};
 use crate::error::CliError;
+use crate::human;
 use crate::nested::{self, ThreadIndex};
 use crate::output;
 use crate::progress::Live;
@@ -155,6 +156,9 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             };
             let progress: Arc<dyn Progress> = Arc::new(Plain);
             let stepped = engine::step(ctx, &id, &opts, &progress)?;
+            if let Some(waiting) = stepped.waiting {
+                return waits(ctx, format, stepped.output, waiting);
+            }
             output::print(format, &stepped.output)
         }
         ThreadCommand::Run {
@@ -191,6 +195,9 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             let mut last = None;
             for _ in 0..max_steps {
                 let stepped = engine::step(ctx, &id, &opts, &progress)?;
+                if let Some(waiting) = stepped.waiting {
+                    return waits(ctx, format, stepped.output, waiting);
+                }
                 let done = stepped.output.done;
                 last = Some(stepped.output);
                 if done {
@@ -213,20 +220,61 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 }),
             }
         }
-        ThreadCommand::Next { thread } => {
+        ThreadCommand::Next { thread, explain } => {
             let id = engine::thread_id(&thread)?;
             let view = thread::load(&ctx.cas, engine::active_head(ctx, &id)?)?;
-            let d = view.decide()?;
-            let mut v = json!({ "thread": id, "role": d.next, "done": d.is_end() });
-            if let Some(p) = d.prompt {
-                v["prompt"] = json!(p);
+            let decision = view.decide();
+            if !explain {
+                let d = decision?;
+                let mut v = json!({ "thread": id, "role": d.next, "done": d.is_end() });
+                if let Some(p) = d.prompt {
+                    v["prompt"] = json!(p);
+                }
+                return output::print(format, &v);
             }
+            // Explaining is the point even when the moderator cannot decide:
+            // the failure is part of the answer, not a failed command.
+            let e = uwf_moderator::explain(&view.workflow, &view.context());
+            let mut v = json!({ "thread": id });
+            match decision {
+                Ok(d) => {
+                    v["role"] = json!(d.next);
+                    v["done"] = json!(d.is_end());
+                    if let Some(p) = d.prompt {
+                        v["prompt"] = json!(p);
+                    }
+                }
+                Err(err) => {
+                    v["role"] = Value::Null;
+                    v["done"] = json!(false);
+                    v["error"] = json!(err.to_string());
+                }
+            }
+            v["from"] = json!(e.from);
+            v["transitions"] = serde_json::to_value(&e.transitions)
+                .map_err(|e| CliError::Output(e.to_string()))?;
             output::print(format, &v)
         }
         ThreadCommand::Show { thread } => {
-            output::print(format, &show(ctx, &engine::thread_id(&thread)?)?)
+            let id = engine::thread_id(&thread)?;
+            let shown = show(ctx, &id)?;
+            let mut v =
+                serde_json::to_value(&shown).map_err(|e| CliError::Output(e.to_string()))?;
+            add_waiting_and_attempts(ctx, &id, &mut v)?;
+            output::print(format, &v)
         }
-        ThreadCommand::List { all, top_level } => {
+        ThreadCommand::List { waiting: true, .. } => output::print(format, &human::list(ctx)?),
+        ThreadCommand::Answer(args) => {
+            let id = engine::thread_id(&args.thread)?;
+            let input = match (args.output, args.text) {
+                (Some(o), _) => human::AnswerInput::Output(o),
+                (None, Some(t)) => human::AnswerInput::Text(t),
+                (None, None) => human::AnswerInput::Edit,
+            };
+            let out = human::answer(ctx, &id, args.role.as_deref(), input, args.name.as_deref())?;
+            output::print(format, &out)
+        }
+        ThreadCommand::List { all, top_level, .. } => {
             let mut items = Vec::new();
             let active = ctx.state.threads()?;
             for (id, head) in &active {
@@ -302,7 +350,11 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             } else {
                 activity
             };
-            output::print_text(&read(&id, &view, quota, before, &children)?)
+            let mut text = read(&id, &view, quota, before, &children)?;
+            if before.is_none() {
+                text.push_str(&attempts_text(ctx, &id)?);
+            }
+            output::print_text(&text)
         }
         ThreadCommand::Fork { node } => {
             let hash = parse_hash(&node)?;
@@ -470,5 +522,74 @@ fn read(
     if steps.is_empty() {
         out.push_str("_No steps yet._\n");
     }
+    Ok(out)
+}
+
+/// How many failed attempts `thread show` and `thread read` list.
+const ATTEMPTS_SHOWN: usize = 20;
+
+/// Prints a step's wait and returns the `uwf::thread::waiting` error (exit
+/// status 4) that tells whom to answer.
+fn waits(
+    ctx: &Ctx,
+    format: Option<Format>,
+    head: StepOutput,
+    waiting: uwf_protocol::WaitingRecord,
+) -> Result<(), CliError> {
+    let thread = head.thread.clone();
+    let answer = human::innermost(ctx, &thread, &waiting)?;
+    let (role, agent) = (waiting.role.clone(), waiting.agent.clone());
+    output::print(format, &uwf_protocol::WaitingOutput { head, waiting })?;
+    Err(CliError::Waiting {
+        thread,
+        role,
+        agent,
+        answer,
+    })
+}
+
+/// `thread show`'s `waiting` (what the thread waits for now) and
+/// `attempts` (its failed attempts, newest first), when there are any.
+fn add_waiting_and_attempts(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), CliError> {
+    if let Some(w) = human::show(ctx, id)? {
+        v["waiting"] = w;
+    }
+    let attempts: Vec<uwf_protocol::AttemptSummary> =
+        crate::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?
+            .into_iter()
+            .map(|(hash, r)| uwf_protocol::AttemptSummary {
+                hash,
+                role: r.role,
+                attempt: r.attempt,
+                agent: r.agent,
+                reason: r.reason,
+                head: r.head,
+            })
+            .collect();
+    if !attempts.is_empty() {
+        v["attempts"] =
+            serde_json::to_value(attempts).map_err(|e| CliError::Output(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// The failed attempts section of `thread read` ("" when there are none).
+fn attempts_text(ctx: &Ctx, id: &str) -> Result<String, CliError> {
+    let attempts = crate::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?;
+    if attempts.is_empty() {
+        return Ok(String::new());
+    }
+    let mut out = String::from("## Failed attempts (newest first)\n\n");
+    for (hash, r) in &attempts {
+        let _ = writeln!(
+            out,
+            "- `{hash}` · {} attempt {} · {} {} ({} ms) · from `{}`",
+            r.role, r.attempt, r.agent, r.reason, r.duration_ms, r.head
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n`uwf cas get <hash>` shows a record with the agent's stderr tail."
+    );
     Ok(out)
 }

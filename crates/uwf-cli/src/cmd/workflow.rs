@@ -12,12 +12,31 @@ use crate::engine::Ctx;
 use crate::error::CliError;
 use crate::output;
 
-fn read_definition(path: &Path) -> Result<WorkflowDefinition, CliError> {
+/// Reads and parses a workflow file: the definition and the text (to place
+/// validation findings in it).
+fn read_definition(path: &Path) -> Result<(WorkflowDefinition, String), CliError> {
     let text = std::fs::read_to_string(path).map_err(|source| CliError::Read {
         path: path.into(),
         source,
     })?;
-    Ok(definition::parse_yaml(&text, &path.display().to_string())?)
+    let def = definition::parse_yaml(&text, &path.display().to_string())?;
+    Ok((def, text))
+}
+
+/// Registers `def` in `cas`; validation findings are placed in `text`.
+fn register_located<S: uwf_cas::Store>(
+    cas: &Cas<S>,
+    def: &WorkflowDefinition,
+    text: &str,
+    path: &Path,
+) -> Result<definition::Registered, CliError> {
+    definition::register(cas, def).map_err(|e| match e {
+        definition::RegisterError::Invalid(mut report) => {
+            report.locate(text, &path.display().to_string());
+            CliError::Register(definition::RegisterError::Invalid(report))
+        }
+        other => other.into(),
+    })
 }
 
 fn warn(warnings: &[definition::Finding]) {
@@ -28,11 +47,11 @@ fn warn(warnings: &[definition::Finding]) {
 
 /// Registers a workflow file and records its name: (name, hash, payload).
 pub fn put_file(ctx: &Ctx, path: &Path) -> Result<(Hash, WorkflowPayload), CliError> {
-    let def = read_definition(path)?;
+    let (def, text) = read_definition(path)?;
     // Bad input changes nothing: compile in memory first, so a schema the
     // CAS refuses does not leave the roles before it stored, and make sure
     // registry.yaml can be updated before writing any node.
-    definition::register(&Cas::new(MemStore::new())?, &def)?;
+    register_located(&Cas::new(MemStore::new())?, &def, &text, path)?;
     ctx.state.registry()?;
     let registered = definition::register(&ctx.cas, &def)?;
     warn(&registered.warnings);
@@ -51,7 +70,8 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
         }
         // Compile in memory only: nothing is written for a file we only look at.
         let mem = Cas::new(MemStore::new())?;
-        let r = definition::register(&mem, &read_definition(path)?)?;
+        let (def, text) = read_definition(path)?;
+        let r = register_located(&mem, &def, &text, path)?;
         return Ok((r.hash, r.payload));
     }
     let registry = ctx.state.registry()?;
@@ -96,8 +116,9 @@ pub fn run(ctx: &Ctx, cmd: WorkflowCommand, format: Option<Format>) -> Result<()
             output::print(format, &json!({ "name": payload.name, "hash": hash }))
         }
         WorkflowCommand::Validate { file } => {
-            let def = read_definition(&file)?;
-            let report = definition::validate(&def);
+            let (def, text) = read_definition(&file)?;
+            let mut report = definition::validate(&def);
+            report.locate(&text, &file.display().to_string());
             let errors = report.errors.len();
             output::print(
                 format,

@@ -63,6 +63,8 @@
 //! may be used there.
 
 mod error;
+pub(crate) mod expr_checks;
+mod locate;
 mod raw;
 mod register;
 mod validate;
@@ -73,6 +75,8 @@ use serde::{Deserialize, Serialize};
 use uwf_protocol::{ConditionDefinition, Transition};
 
 pub use error::{DefinitionError, DefinitionErrorDetails};
+pub use expr_checks::IMPURE_FUNCTIONS;
+pub use locate::Position;
 pub use register::{RegisterError, Registered, register};
 pub use validate::{Finding, Report, validate, validate_payload};
 

@@ -7,8 +7,10 @@ use serde::Serialize;
 use uwf_protocol::{ConditionDefinition, END, START, Transition, WorkflowPayload};
 
 use super::WorkflowDefinition;
-use crate::eval::check_template;
+use super::expr_checks::{self, Problem, ProblemKind};
+use super::locate::{self, Position};
 use crate::jsonata::{self, Failure};
+use crate::template::{self, Segment};
 
 /// One problem found by [`validate`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -21,10 +23,42 @@ pub struct Finding {
     pub role: Option<String>,
     /// The condition concerned, if any.
     pub condition: Option<String>,
+    /// 1-based line in the workflow file, when the finding is about an
+    /// expression and [`Report::locate`] found it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    /// 1-based column (in characters), with [`line`](Self::line).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<usize>,
+    /// What to look for in the source text to place the finding.
+    #[serde(skip)]
+    anchor: Option<Anchor>,
+    /// The file name given to [`Report::locate`], for display.
+    #[serde(skip)]
+    source: Option<String>,
+}
+
+/// The expression a finding is about, for [`Report::locate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Anchor {
+    /// `conditions` or `graph`.
+    section: &'static str,
+    /// The condition's name, or the role whose transition it is.
+    key: String,
+    /// The text to find: the expression, or the whole edge prompt.
+    text: String,
+    /// Byte offset of the problem in `text`.
+    offset: Option<usize>,
 }
 
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let (Some(l), Some(c)) = (self.line, self.column) {
+            if let Some(s) = &self.source {
+                write!(f, "{s}:")?;
+            }
+            write!(f, "{l}:{c}: ")?;
+        }
         write!(f, "[{}] {}", self.code, self.message)
     }
 }
@@ -42,6 +76,30 @@ impl Report {
     /// True when there are no errors (warnings allowed).
     pub fn is_ok(&self) -> bool {
         self.errors.is_empty()
+    }
+
+    /// Places the findings about expressions in `text`, the YAML the
+    /// workflow was parsed from (`source_name`, e.g. its path, prefixes them
+    /// when displayed): sets their [`line`](Finding::line) and
+    /// [`column`](Finding::column) where the expression is found as written.
+    pub fn locate(&mut self, text: &str, source_name: &str) {
+        for f in self.errors.iter_mut().chain(self.warnings.iter_mut()) {
+            f.source = Some(source_name.to_string());
+            if let Some(a) = &f.anchor
+                && let Some(Position { line, column }) =
+                    locate::locate(text, a.section, &a.key, &a.text, a.offset)
+            {
+                f.line = Some(line);
+                f.column = Some(column);
+            }
+        }
+    }
+
+    fn push_anchored(&mut self, finding: Finding, anchor: Anchor) {
+        self.errors.push(Finding {
+            anchor: Some(anchor),
+            ..finding
+        });
     }
 
     fn error(
@@ -71,7 +129,67 @@ fn finding(code: &'static str, message: String, role: Option<&str>, cond: Option
         message,
         role: role.map(str::to_string),
         condition: cond.map(str::to_string),
+        line: None,
+        column: None,
+        anchor: None,
+        source: None,
     }
+}
+
+/// The finding code of an expression problem.
+fn problem_code(kind: ProblemKind, in_prompt: bool) -> &'static str {
+    match kind {
+        ProblemKind::Syntax if in_prompt => "prompt-syntax",
+        ProblemKind::Syntax => "condition-syntax",
+        ProblemKind::UnknownFunction => "unknown-function",
+        ProblemKind::Arity => "wrong-arity",
+        ProblemKind::Impure => "impure-function",
+        ProblemKind::UnknownRole => "unknown-role",
+    }
+}
+
+/// Every problem of one expression: syntax first; if it parses, the static
+/// checks of [`expr_checks`].
+fn expression_problems(expr: &str, roles: Option<&BTreeSet<&str>>) -> Vec<Problem> {
+    match jsonata::compile(expr) {
+        Ok(parsed) => expr_checks::check(parsed.ast(), roles),
+        Err(f) => vec![Problem {
+            kind: ProblemKind::Syntax,
+            offset: match &f {
+                Failure::Syntax(_, at) => *at,
+                Failure::Runtime(_) => None,
+            },
+            message: f.message().to_string(),
+        }],
+    }
+}
+
+/// The problems of an edge prompt's placeholders, with offsets in the whole
+/// template.
+fn template_problems(prompt: &str) -> Vec<Problem> {
+    let segments = match template::parse(prompt) {
+        Ok(s) => s,
+        Err(m) => {
+            return vec![Problem {
+                kind: ProblemKind::Syntax,
+                message: m,
+                offset: None,
+            }];
+        }
+    };
+    let mut out = Vec::new();
+    for seg in segments {
+        if let Segment::Expr(expr, at) = seg {
+            // `at` is the offset of the `{{`; the expression follows it.
+            let start = prompt[at..].find(expr).map_or(at, |i| at + i);
+            for mut p in expression_problems(expr, None) {
+                p.message = format!("placeholder `{{{{ {expr} }}}}`: {}", p.message);
+                p.offset = Some(start + p.offset.unwrap_or(0));
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 impl fmt::Display for Report {
@@ -275,15 +393,23 @@ fn check_graph(
             } else if t.condition.is_none() {
                 unconditional = Some(i);
             }
-            if let Some(p) = &t.prompt
-                && let Err(m) = check_template(p)
-            {
-                report.error(
-                    "prompt-syntax",
-                    format!("{here}: the edge prompt is invalid: {m}"),
-                    Some(source),
-                    t.condition.as_deref(),
-                );
+            if let Some(p) = &t.prompt {
+                for problem in template_problems(p) {
+                    report.push_anchored(
+                        finding(
+                            problem_code(problem.kind, true),
+                            format!("{here}: the edge prompt is invalid: {}", problem.message),
+                            Some(source),
+                            t.condition.as_deref(),
+                        ),
+                        Anchor {
+                            section: "graph",
+                            key: source.clone(),
+                            text: p.clone(),
+                            offset: problem.offset,
+                        },
+                    );
+                }
             }
         }
         if !transitions.is_empty() && unconditional.is_none() {
@@ -299,18 +425,28 @@ fn check_graph(
     }
 
     for (name, cond) in conditions {
-        if let Err(f) = jsonata::check_syntax(cond.expression()) {
-            let m = match f {
-                Failure::Syntax(m) | Failure::Runtime(m) => m,
+        for problem in expression_problems(cond.expression(), Some(&roles)) {
+            let what = match problem.kind {
+                ProblemKind::Syntax => "is not valid JSONata",
+                _ => "can never work",
             };
-            report.error(
-                "condition-syntax",
-                format!(
-                    "condition `{name}` is not valid JSONata: {m} (expression: {})",
-                    cond.expression()
+            report.push_anchored(
+                finding(
+                    problem_code(problem.kind, false),
+                    format!(
+                        "condition `{name}` {what}: {} (expression: {})",
+                        problem.message,
+                        cond.expression()
+                    ),
+                    None,
+                    Some(name),
                 ),
-                None,
-                Some(name),
+                Anchor {
+                    section: "conditions",
+                    key: name.clone(),
+                    text: cond.expression().to_string(),
+                    offset: problem.offset,
+                },
             );
         }
         if !used.contains(name.as_str()) {

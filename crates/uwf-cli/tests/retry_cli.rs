@@ -1,0 +1,405 @@
+//! Retries and timeouts per role from config.yaml, end to end: uwf-mock
+//! scripted to fail its first attempts (`failFirst`), the backoff honoured,
+//! every failed attempt kept as an AttemptRecord node listed by `thread
+//! show` and `thread read`, the chain identical to a run that never failed,
+//! Ctrl-C and `thread kill` during the backoff, and `cas gc`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+use common::{Env, example, mock_bin};
+use serde_json::Value;
+
+fn s(v: &Value) -> String {
+    v.as_str()
+        .unwrap_or_else(|| panic!("not a string: {v}"))
+        .to_string()
+}
+
+/// solve-issue's scenario with `failFirst` (and more) added to the
+/// developer's first entry.
+fn scenario(env: &Env, developer_extra: &str) -> String {
+    let base = std::fs::read_to_string(example("solve-issue.mock.yaml")).unwrap();
+    let marked = base.replacen(
+        "      delay: 150ms\n      stderr: \"developer: editing src/auth/middleware.rs\"\n",
+        &format!("      stderr: \"developer: editing src/auth/middleware.rs\"\n{developer_extra}"),
+        1,
+    );
+    assert!(
+        developer_extra.is_empty() || marked != base,
+        "scenario anchor not found"
+    );
+    env.file("scenario.yaml", &marked).display().to_string()
+}
+
+/// A root whose config runs every role with uwf-mock (alias `mock`) and
+/// has `policies` appended.
+fn env_with(developer_extra: &str, policies: &str) -> Env {
+    let env = Env::new();
+    let sc = scenario(&env, developer_extra);
+    let config = format!(
+        "agents:\n  mock: {{ command: {mock:?}, args: [{sc:?}] }}\ndefaultAgent: mock\n{policies}",
+        mock = mock_bin().display().to_string(),
+    );
+    std::fs::create_dir_all(env.root()).unwrap();
+    std::fs::write(env.root().join("config.yaml"), config).unwrap();
+    env
+}
+
+fn hashes(env: &Env, id: &str) -> Vec<String> {
+    env.json(&["thread", "steps", id])["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|st| s(&st["hash"]))
+        .collect()
+}
+
+/// A new solve-issue thread whose planner has run: the developer is next.
+fn planned(env: &Env, task: &str) -> String {
+    let id = s(&env.json(&["thread", "start", &example("solve-issue.yaml"), "-p", task])["thread"]);
+    env.json(&["thread", "step", &id]);
+    id
+}
+
+fn run_to_end(env: &Env) -> (String, String, Duration) {
+    let started = Instant::now();
+    let out = env
+        .uwf()
+        .args([
+            "thread",
+            "run",
+            &example("solve-issue.yaml"),
+            "-p",
+            "Fix the login bug",
+        ])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["done"], true);
+    (s(&v["thread"]), stderr, took)
+}
+
+#[test]
+fn a_flaky_agent_is_retried_and_the_chain_matches_a_clean_run() {
+    let flaky = env_with(
+        "      failFirst: 2\n",
+        "retries:\n  default: { max: 0 }\n  solve-issue:\n    developer: { max: 3, backoff: 300ms, factor: 2 }\n",
+    );
+    let (id, stderr, took) = run_to_end(&flaky);
+    assert!(
+        stderr.contains("retry 1/3 in 300ms: developer exited with status 1"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("retry 2/3 in 600ms: developer exited with status 1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("retry 3/3"), "{stderr}");
+    // The backoff was waited for: 300 ms + 600 ms at least.
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+
+    // Both failures are inspectable.
+    let shown = flaky.json(&["thread", "show", &id]);
+    let attempts = shown["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{shown}");
+    assert_eq!(attempts[0]["attempt"], 2);
+    assert_eq!(attempts[1]["attempt"], 1);
+    for a in attempts {
+        assert_eq!(a["role"], "developer");
+        assert_eq!(a["agent"], "mock");
+        assert_eq!(a["reason"], "exited with status 1");
+        let record = flaky.json(&["cas", "get", &s(&a["hash"])])["payload"].clone();
+        assert_eq!(record["thread"], id.as_str());
+        assert_eq!(record["kind"], "exit");
+        assert_eq!(record["exitCode"], 1);
+        assert!(
+            s(&record["stderrTail"]).contains("uwf-mock: scripted failure"),
+            "{record}"
+        );
+        assert!(record["durationMs"].as_u64().is_some());
+    }
+    let second = flaky.json(&["cas", "get", &s(&attempts[0]["hash"])])["payload"].clone();
+    assert_eq!(second["prev"], attempts[1]["hash"]);
+    let read = flaky.uwf().args(["thread", "read", &id]).output().unwrap();
+    let read = String::from_utf8_lossy(&read.stdout);
+    assert!(read.contains("## Failed attempts"), "{read}");
+    assert!(read.contains("developer attempt 2"), "{read}");
+
+    // The chain is the one a run that never failed makes.
+    let clean = env_with("", "");
+    let (clean_id, clean_stderr, _) = run_to_end(&clean);
+    assert!(!clean_stderr.contains("retry"), "{clean_stderr}");
+    assert_eq!(hashes(&flaky, &id), hashes(&clean, &clean_id));
+    assert!(
+        clean
+            .json(&["thread", "show", &clean_id])
+            .get("attempts")
+            .is_none()
+    );
+    flaky.json(&["cas", "verify"]);
+}
+
+#[test]
+fn when_the_retries_run_out_the_step_fails_and_every_attempt_is_kept() {
+    let env = env_with(
+        "      failFirst: 9\n      failExit: 7\n",
+        "retries:\n  default: { max: 1, backoff: 10ms }\n",
+    );
+    let id = planned(&env, "Fix it");
+    let head = env.json(&["thread", "show", &id])["head"].clone();
+    let err = env.fails(&["thread", "step", &id]);
+    assert!(
+        err.contains("retry 1/1 in 10ms: developer exited with status 7"),
+        "{err}"
+    );
+    assert!(
+        err.contains("exited with status 7 (attempt 2 of 2"),
+        "{err}"
+    );
+    let shown = env.json(&["thread", "show", &id]);
+    assert_eq!(shown["head"], head, "the head did not move");
+    assert_eq!(shown["attempts"].as_array().unwrap().len(), 2, "{shown}");
+
+    // gc keeps the records while the thread is active, not after.
+    let record = s(&shown["attempts"][0]["hash"]);
+    let older = s(&shown["attempts"][1]["hash"]);
+    env.json(&["cas", "gc", "--grace", "0s"]);
+    for h in [&record, &older] {
+        assert_eq!(env.json(&["cas", "has", h])["exists"], true);
+    }
+    env.json(&["thread", "kill", &id]);
+    env.json(&["cas", "gc", "--grace", "0s"]);
+    for h in [&record, &older] {
+        assert_eq!(env.json(&["cas", "has", h])["exists"], false);
+    }
+    env.json(&["cas", "verify"]);
+}
+
+#[test]
+fn a_timeout_from_config_is_a_retried_failure() {
+    let env = env_with(
+        "      failFirst: 1\n      failDelay: 30s\n",
+        "timeouts:\n  default: 10m\n  solve-issue: { developer: 500ms }\nretries:\n  solve-issue: { max: 1, backoff: 0s }\n",
+    );
+    let id = planned(&env, "Fix it");
+    let started = Instant::now();
+    let out = env.uwf().args(["thread", "step", &id]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("retry 1/1 in 0s: developer did not finish within 500ms and was stopped"),
+        "{stderr}"
+    );
+    // Stopped long before the scripted 30 s sleep ended.
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let shown = env.json(&["thread", "show", &id]);
+    let record = env.json(&["cas", "get", &s(&shown["attempts"][0]["hash"])])["payload"].clone();
+    assert_eq!(record["kind"], "timeout");
+    assert_eq!(record["exitCode"], Value::Null);
+
+    // --timeout still wins over config.yaml (on a new thread, whose
+    // developer again sleeps through its first attempt).
+    let id = planned(&env, "Again");
+    let out = env
+        .uwf()
+        .args(["thread", "step", &id, "--timeout", "1500ms"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("did not finish within 1s 500ms"),
+        "{stderr}"
+    );
+}
+
+/// Starts `thread step` and returns it once its stderr shows the first retry.
+fn step_until_backoff(env: &Env, id: &str) -> (std::process::Child, Vec<String>) {
+    let mut child = env
+        .uwf_process()
+        .args(["thread", "step", id])
+        .spawn()
+        .unwrap();
+    let mut lines = Vec::new();
+    let mut reader = BufReader::new(child.stderr.take().unwrap());
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            panic!("uwf ended before the backoff: {lines:?}");
+        }
+        let retry = line.starts_with("retry 1/");
+        lines.push(line);
+        if retry {
+            break;
+        }
+    }
+    // Keep draining stderr so uwf never blocks on a full pipe.
+    std::thread::spawn(move || for _ in reader.lines() {});
+    (child, lines)
+}
+
+#[test]
+fn ctrl_c_or_a_kill_during_the_backoff_stops_the_step() {
+    // Two failures: one for the interrupted step, one for the killed one.
+    let env = env_with(
+        "      failFirst: 2\n",
+        "retries:\n  default: { max: 2, backoff: 1h }\n",
+    );
+    let id = planned(&env, "Fix it");
+    let head = env.json(&["thread", "show", &id])["head"].clone();
+
+    let (child, lines) = step_until_backoff(&env, &id);
+    assert!(lines.last().unwrap().contains("in 1h"), "{lines:?}");
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let shown = env.json(&["thread", "show", &id]);
+    assert_eq!(shown["head"], head);
+    assert_eq!(shown["attempts"].as_array().unwrap().len(), 1);
+
+    // The kill flag ends the backoff too (exit status 5).
+    let (child, _) = step_until_backoff(&env, &id);
+    env.json(&["thread", "kill", &id]);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn bad_policies_are_reported_with_their_key() {
+    let env = env_with(
+        "",
+        "retries:\n  solve-issue:\n    planner: { backoff: soon }\n",
+    );
+    let id = s(&env.json(&[
+        "thread",
+        "start",
+        &example("solve-issue.yaml"),
+        "-p",
+        "Fix it",
+    ])["thread"]);
+    let before = env.snapshot();
+    let err = env.fails(&["thread", "step", &id]);
+    assert!(err.contains("retries.solve-issue.planner.backoff"), "{err}");
+    assert_eq!(env.snapshot(), before);
+}
+
+#[test]
+fn a_kill_9_during_the_backoff_loses_nothing() {
+    let env = env_with(
+        "      failFirst: 1\n",
+        "retries:\n  default: { max: 1, backoff: 1h }\n",
+    );
+    let id = planned(&env, "Fix it");
+    let head = env.json(&["thread", "show", &id])["head"].clone();
+    let (mut child, _) = step_until_backoff(&env, &id);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The failed attempt was recorded before the backoff; the thread is as it was.
+    let shown = env.json(&["thread", "show", &id]);
+    assert_eq!(shown["head"], head);
+    assert_eq!(shown["attempts"].as_array().unwrap().len(), 1, "{shown}");
+    env.json(&["cas", "verify"]);
+    // Stepping again goes on: the scripted failure is spent, the developer lands.
+    let stepped = env.json(&["thread", "step", &id]);
+    assert_ne!(stepped["head"], head);
+    assert_eq!(
+        env.json(&["thread", "show", &id])["attempts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+/// The issue's "done when": a person reviews in `solve-issue` (bound in
+/// config.yaml only), the developer fails twice and is retried; the thread
+/// runs until it waits, is answered from another process, and finishes,
+/// with both failures inspectable.
+#[test]
+fn solve_issue_with_a_human_reviewer_and_a_flaky_developer() {
+    let env = Env::new();
+    let sc = scenario(&env, "      failFirst: 2\n");
+    let config = format!(
+        "agents:\n  mock: {{ command: {mock:?}, args: [{sc:?}] }}\n  me: {{ human: true }}\n\
+         defaultAgent: mock\nagentOverrides:\n  solve-issue: {{ reviewer: me }}\n\
+         retries:\n  solve-issue:\n    developer: {{ max: 2, backoff: 50ms }}\n",
+        mock = mock_bin().display().to_string(),
+    );
+    std::fs::create_dir_all(env.root()).unwrap();
+    std::fs::write(env.root().join("config.yaml"), config).unwrap();
+
+    let out = env
+        .uwf()
+        .args([
+            "thread",
+            "run",
+            &example("solve-issue.yaml"),
+            "-p",
+            "Fix the login bug",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let waiting: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(waiting["waiting"]["role"], "reviewer");
+    let id = s(&waiting["thread"]);
+
+    let answered = env
+        .uwf()
+        .args([
+            "thread",
+            "answer",
+            &id,
+            "--text",
+            "-",
+            "--as",
+            "reviewer-on-call",
+        ])
+        .write_stdin("---\napproved: true\ncomments: LGTM\n---\nTested locally.\n")
+        .output()
+        .unwrap();
+    assert!(
+        answered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&answered.stderr)
+    );
+    // The approval was the last step: the answer ends the thread.
+    let answered: Value = serde_json::from_slice(&answered.stdout).unwrap();
+    assert_eq!(answered["done"], true, "{answered}");
+
+    let steps = env.json(&["thread", "steps", &id])["steps"].clone();
+    let roles: Vec<(String, String)> = steps.as_array().unwrap()[1..]
+        .iter()
+        .map(|st| (s(&st["role"]), s(&st["agent"])))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            ("planner", "mock"),
+            ("developer", "mock"),
+            ("reviewer", "human:reviewer-on-call")
+        ]
+        .map(|(r, a)| (r.to_string(), a.to_string()))
+    );
+    let shown = env.json(&["thread", "show", &id]);
+    assert_eq!(shown["done"], true);
+    assert_eq!(shown["attempts"].as_array().unwrap().len(), 2, "{shown}");
+}

@@ -1,0 +1,1470 @@
+//! The tree-walking evaluator.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Instant;
+
+use indexmap::IndexMap;
+
+use crate::Limits;
+use crate::ast::{BinOp, GroupBy, Kind, Node, SortTerm, Stage};
+use crate::error::Error;
+use crate::functions;
+use crate::value::{Func, Object, Value, flags};
+
+type R<T> = Result<T, Error>;
+
+/// A variable scope.
+#[derive(Default)]
+pub struct Env {
+    vars: RefCell<HashMap<String, Value>>,
+    parent: Option<Rc<Env>>,
+}
+
+impl Env {
+    /// A child scope.
+    pub fn child(parent: &Rc<Env>) -> Rc<Env> {
+        Rc::new(Env {
+            vars: RefCell::new(HashMap::new()),
+            parent: Some(parent.clone()),
+        })
+    }
+
+    /// Binds a variable in this scope.
+    pub fn bind(&self, name: &str, v: Value) {
+        self.vars.borrow_mut().insert(name.to_string(), v);
+    }
+
+    /// Looks a variable up through the scope chain.
+    pub fn lookup(&self, name: &str) -> Option<Value> {
+        let mut env = self;
+        loop {
+            if let Some(v) = env.vars.borrow().get(name) {
+                return Some(v.clone());
+            }
+            match &env.parent {
+                Some(p) => env = p,
+                None => return None,
+            }
+        }
+    }
+}
+
+/// A tuple of a tuple stream: the context value plus variable bindings.
+#[derive(Clone, Debug)]
+pub(crate) struct Tuple {
+    ctx: Value,
+    binds: Vec<(String, Value)>,
+}
+
+impl Tuple {
+    fn set(&mut self, k: &str, v: Value) {
+        if let Some(slot) = self.binds.iter_mut().find(|(n, _)| n == k) {
+            slot.1 = v;
+        } else {
+            self.binds.push((k.to_string(), v));
+        }
+    }
+}
+
+/// Evaluation state: limits and counters.
+pub struct Evaluator {
+    depth: usize,
+    max_depth: usize,
+    deadline: Option<Instant>,
+    ticks: u64,
+    pub(crate) max_items: usize,
+    stack_base: usize,
+    max_stack: usize,
+    root: Rc<Env>,
+}
+
+/// The address of a local variable: where the native stack currently is.
+#[inline(never)]
+pub(crate) fn stack_position() -> usize {
+    let marker = 0u8;
+    std::hint::black_box(&marker) as *const u8 as usize
+}
+
+fn seq_or_single(v: Value) -> Vec<Value> {
+    match v {
+        Value::Undefined => Vec::new(),
+        Value::Array(items, _, _) => Rc::try_unwrap(items).unwrap_or_else(|rc| rc.as_ref().clone()),
+        v => vec![v],
+    }
+}
+
+/// `append` from the JSONata reference: concatenates, flattening the right side one level.
+pub(crate) fn append(a: Value, b: Value) -> Value {
+    if a.is_undefined() {
+        return b;
+    }
+    if b.is_undefined() {
+        return a;
+    }
+    let mut out = match a {
+        Value::Array(items, _, _) => Rc::try_unwrap(items).unwrap_or_else(|rc| rc.as_ref().clone()),
+        v => vec![v],
+    };
+    match b {
+        Value::Array(items, _, _) => out.extend(items.iter().cloned()),
+        v => out.push(v),
+    }
+    Value::array(out)
+}
+
+fn flatten_into(v: &Value, out: &mut Vec<Value>) {
+    match v {
+        Value::Array(items, _, _) => items.iter().for_each(|i| flatten_into(i, out)),
+        v => out.push(v.clone()),
+    }
+}
+
+/// Field lookup: on arrays, maps over the items and flattens one level.
+pub(crate) fn lookup(input: &Value, key: &str) -> Value {
+    match input {
+        Value::Array(items, _, _) => {
+            let mut out = Vec::new();
+            for it in items.iter() {
+                match lookup(it, key) {
+                    Value::Undefined => {}
+                    Value::Array(inner, _, _) => out.extend(inner.iter().cloned()),
+                    v => out.push(v),
+                }
+            }
+            Value::seq(out)
+        }
+        Value::Object(o, _) => o.get(key).cloned().unwrap_or(Value::Undefined),
+        _ => Value::Undefined,
+    }
+}
+
+/// An arithmetic operand: a number, or undefined; anything else is a type error.
+fn numeric_operand(v: &Value, code: &str, side: &str, op: BinOp, pos: usize) -> R<Option<f64>> {
+    match v {
+        Value::Undefined => Ok(None),
+        Value::Number(n) => Ok(Some(*n)),
+        v => Err(Error::new(
+            code,
+            format!(
+                "The {side} side of the \"{}\" operator must evaluate to a number",
+                op.symbol()
+            ),
+        )
+        .at(pos)
+        .with_token(op.symbol())
+        .with_value(num_text(v))),
+    }
+}
+
+fn num_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("\"{s}\""),
+        v => functions::stringify(v, false).unwrap_or_default(),
+    }
+}
+
+impl Evaluator {
+    /// New evaluator with the given limits.
+    pub fn new(limits: &Limits) -> Evaluator {
+        Evaluator {
+            depth: 0,
+            max_depth: limits.max_depth,
+            deadline: limits.time_limit.map(|d| Instant::now() + d),
+            ticks: 0,
+            max_items: limits.max_result_items,
+            stack_base: stack_position(),
+            max_stack: limits.max_stack,
+            root: Rc::new(Env::default()),
+        }
+    }
+
+    fn enter(&mut self, node: &Node) -> R<()> {
+        self.depth += 1;
+        if self.depth > self.max_depth {
+            return Err(Error::new(
+                "U1001",
+                "Stack overflow error: check for non-terminating recursive function; consider rewriting as tail-recursive",
+            )
+            .at(node.span.start));
+        }
+        if stack_position().abs_diff(self.stack_base) > self.max_stack {
+            return Err(Error::new(
+                "U1001",
+                "Stack overflow error: the evaluation used more native stack than allowed; check for non-terminating recursion",
+            )
+            .at(node.span.start));
+        }
+        self.ticks += 1;
+        if self.ticks.is_multiple_of(256)
+            && let Some(d) = self.deadline
+            && Instant::now() > d
+        {
+            return Err(Error::new(
+                "U1001",
+                "Expression evaluation timeout: check for an infinite loop",
+            )
+            .at(node.span.start));
+        }
+        Ok(())
+    }
+
+    /// Sets the top-level scope (bindings, `$$`) used by `$eval`.
+    pub(crate) fn set_root_env(&mut self, env: Rc<Env>) {
+        self.root = env;
+    }
+
+    /// The top-level scope.
+    pub(crate) fn root_env(&self) -> Rc<Env> {
+        self.root.clone()
+    }
+
+    /// Checks the time limit (for long loops inside builtins).
+    pub(crate) fn check_time(&mut self) -> R<()> {
+        self.ticks += 1;
+        if self.ticks.is_multiple_of(256)
+            && let Some(d) = self.deadline
+            && Instant::now() > d
+        {
+            return Err(Error::new(
+                "U1001",
+                "Expression evaluation timeout: check for an infinite loop",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Evaluates a node.
+    pub fn eval(&mut self, node: &Node, input: &Value, env: &Rc<Env>) -> R<Value> {
+        self.enter(node)?;
+        let r = self.eval_inner(node, input, env);
+        self.depth -= 1;
+        let mut result = r?;
+        if result.depth() > crate::MAX_VALUE_DEPTH {
+            return Err(Error::new(
+                "U1001",
+                format!(
+                    "Value nested more than {} levels deep",
+                    crate::MAX_VALUE_DEPTH
+                ),
+            )
+            .at(node.span.start));
+        }
+        for p in &node.predicates {
+            result = self.filter(p, result, env)?;
+        }
+        if !matches!(node.kind, Kind::Path { .. })
+            && let Some(g) = &node.group
+        {
+            result = self.group(g, as_tuples(result), false, env)?;
+        }
+        if let Value::Array(items, f, _) = &result
+            && f & flags::SEQUENCE != 0
+            && f & flags::TUPLE_STREAM == 0
+        {
+            let mut f = *f;
+            if node.keep_array {
+                f |= flags::KEEP_SINGLETON;
+            }
+            if items.is_empty() {
+                return Ok(Value::Undefined);
+            }
+            if items.len() == 1 && f & flags::KEEP_SINGLETON == 0 {
+                return Ok(items[0].clone());
+            }
+            if f != result.flags() {
+                return Ok(Value::arr(items.clone(), f));
+            }
+        }
+        Ok(result)
+    }
+
+    fn eval_inner(&mut self, node: &Node, input: &Value, env: &Rc<Env>) -> R<Value> {
+        let pos = node.span.start;
+        match &node.kind {
+            Kind::Path {
+                steps,
+                keep_singleton,
+            } => self.path(node, steps, *keep_singleton, input, env),
+            Kind::Name(n) => Ok(lookup(input, n)),
+            Kind::Variable(v) => {
+                if v.is_empty() {
+                    if let Value::Array(items, f, _) = input
+                        && f & flags::OUTER_WRAPPER != 0
+                        && !items.is_empty()
+                    {
+                        return Ok(items[0].clone());
+                    }
+                    return Ok(input.clone());
+                }
+                if let Some(x) = env.lookup(v) {
+                    return Ok(x);
+                }
+                if let Some(name) = functions::builtin_static_name(v) {
+                    return Ok(Value::Function(Rc::new(Func::Builtin(name))));
+                }
+                Ok(Value::Undefined)
+            }
+            Kind::String(s) => Ok(Value::str(s)),
+            Kind::Number(n) => Ok(Value::Number(*n)),
+            Kind::Bool(b) => Ok(Value::Bool(*b)),
+            Kind::Null => Ok(Value::Null),
+            Kind::Regex { pattern, flags } => {
+                let re = functions::JsRegex::new(pattern, flags).map_err(|e| e.or_at(pos))?;
+                Ok(Value::Function(Rc::new(Func::Regex(Rc::new(re)))))
+            }
+            Kind::Wildcard => {
+                let mut input = input.clone();
+                if let Value::Array(items, f, _) = &input
+                    && f & flags::OUTER_WRAPPER != 0
+                    && !items.is_empty()
+                {
+                    input = items[0].clone();
+                }
+                let mut out = Vec::new();
+                if let Value::Object(o, _) = &input {
+                    for v in o.values() {
+                        if v.is_array() {
+                            flatten_into(v, &mut out);
+                        } else {
+                            out.push(v.clone());
+                        }
+                    }
+                }
+                Ok(Value::seq(out))
+            }
+            Kind::Descendant => {
+                let mut out = Vec::new();
+                if !input.is_undefined() {
+                    descendants(input, &mut out);
+                }
+                if out.len() == 1 {
+                    return Ok(out.pop().unwrap_or_default());
+                }
+                Ok(Value::seq(out))
+            }
+            Kind::Parent { label, .. } => Ok(env.lookup(label).unwrap_or_default()),
+            Kind::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, input, env, pos),
+            Kind::Negate(e) => {
+                let v = self.eval(e, input, env)?;
+                match v {
+                    Value::Undefined => Ok(Value::Undefined),
+                    Value::Number(n) => Ok(Value::Number(-n)),
+                    v => Err(Error::new(
+                        "D1002",
+                        format!("Cannot negate a non-numeric value: {}", num_text(&v)),
+                    )
+                    .at(pos)
+                    .with_value(num_text(&v))),
+                }
+            }
+            Kind::Array(items) => {
+                let mut out: Vec<Value> = Vec::new();
+                for item in items {
+                    let v = self.eval(item, input, env)?;
+                    match v {
+                        Value::Undefined => {}
+                        Value::Array(inner, _, _) if !matches!(item.kind, Kind::Array(_)) => {
+                            out.extend(inner.iter().cloned())
+                        }
+                        v => out.push(v),
+                    }
+                }
+                let f = if node.cons_array { flags::CONS } else { 0 };
+                Ok(Value::arr(Rc::new(out), f))
+            }
+            Kind::Object(pairs) => {
+                let g = GroupBy {
+                    pairs: pairs.clone(),
+                    span: node.span,
+                };
+                self.group(&g, vec![plain_tuple(input.clone())], false, env)
+            }
+            Kind::Block(items) => {
+                let scope = Env::child(env);
+                let mut last = Value::Undefined;
+                for item in items {
+                    last = self.eval(item, input, &scope)?;
+                }
+                Ok(last)
+            }
+            Kind::Condition {
+                condition,
+                then,
+                otherwise,
+            } => {
+                let c = self.eval(condition, input, env)?;
+                if c.is_truthy() {
+                    self.eval(then, input, env)
+                } else if let Some(o) = otherwise {
+                    self.eval(o, input, env)
+                } else {
+                    Ok(Value::Undefined)
+                }
+            }
+            Kind::Bind { name, value } => {
+                let v = self.eval(value, input, env)?;
+                env.bind(name, v.clone());
+                Ok(v)
+            }
+            Kind::Apply { lhs, rhs } => {
+                let l = self.eval(lhs, input, env)?;
+                if let Kind::Call {
+                    procedure,
+                    args,
+                    partial: false,
+                    ..
+                } = &rhs.kind
+                {
+                    let f = self.eval(procedure, input, env)?;
+                    let mut vals = vec![l];
+                    for a in args {
+                        vals.push(self.eval(a, input, env)?);
+                    }
+                    self.check_callable(&f, procedure, env, rhs.span.start)?;
+                    return self.apply(&f, vals, input, rhs.span.start);
+                }
+                let f = self.eval(rhs, input, env)?;
+                if !f.is_function() {
+                    return Err(Error::new(
+                        "T2006",
+                        "The right side of the function application operator ~> must be a function",
+                    )
+                    .at(pos));
+                }
+                if l.is_function() {
+                    return Ok(Value::Function(Rc::new(Func::Chain(l, f))));
+                }
+                self.apply(&f, vec![l], input, pos)
+            }
+            Kind::Call {
+                procedure,
+                args,
+                partial,
+                tail,
+            } => {
+                let f = self.eval(procedure, input, env)?;
+                if *partial {
+                    if !f.is_function() {
+                        if let Err(e) = self.check_callable(&f, procedure, env, pos)
+                            && e.code == "T1005"
+                        {
+                            return Err(Error {
+                                code: "T1007".into(),
+                                message: e.message.replace("invoke", "partially apply"),
+                                ..e
+                            });
+                        }
+                        return Err(Error::new(
+                            "T1008",
+                            "Attempted to partially apply a non-function",
+                        )
+                        .at(pos));
+                    }
+                    let mut pargs = Vec::new();
+                    for a in args {
+                        if matches!(a.kind, Kind::Placeholder) {
+                            pargs.push(None);
+                        } else {
+                            pargs.push(Some(self.eval(a, input, env)?));
+                        }
+                    }
+                    return Ok(Value::Function(Rc::new(Func::Partial {
+                        func: f,
+                        args: pargs,
+                    })));
+                }
+                let mut vals = Vec::with_capacity(args.len());
+                for a in args {
+                    vals.push(self.eval(a, input, env)?);
+                }
+                self.check_callable(&f, procedure, env, pos)?;
+                if *tail {
+                    return Ok(Value::Function(Rc::new(Func::Thunk(f, vals))));
+                }
+                self.apply(&f, vals, input, pos)
+            }
+            Kind::Placeholder => Ok(Value::Undefined),
+            Kind::Lambda(def) => Ok(Value::Function(Rc::new(Func::Lambda {
+                def: def.clone(),
+                env: env.clone(),
+                input: input.clone(),
+            }))),
+            Kind::Transform(def) => Ok(Value::Function(Rc::new(Func::Transform {
+                def: def.clone(),
+                env: env.clone(),
+            }))),
+            Kind::Sort(terms) => {
+                let items = seq_or_single(input.clone());
+                let sorted = self.sort_tuples(
+                    terms,
+                    items.into_iter().map(plain_tuple).collect(),
+                    env,
+                    false,
+                )?;
+                Ok(Value::seq(sorted.into_iter().map(|t| t.ctx).collect()))
+            }
+        }
+    }
+
+    fn check_callable(&self, f: &Value, procedure: &Node, env: &Rc<Env>, pos: usize) -> R<()> {
+        if f.is_function() {
+            return Ok(());
+        }
+        if let Kind::Path { steps, .. } = &procedure.kind
+            && steps.len() == 1
+            && let Kind::Name(n) = &steps[0].kind
+            && (env.lookup(n).is_some() || functions::builtin_static_name(n).is_some())
+        {
+            return Err(Error::new(
+                "T1005",
+                format!("Attempted to invoke a non-function. Did you mean ${n}?"),
+            )
+            .at(pos)
+            .with_token(n.clone()));
+        }
+        Err(Error::new("T1006", "Attempted to invoke a non-function").at(pos))
+    }
+
+    /// Applies a function value to arguments (trampolining tail calls).
+    pub fn apply(&mut self, f: &Value, args: Vec<Value>, input: &Value, pos: usize) -> R<Value> {
+        let mut result = self.apply_inner(f, args, input, pos)?;
+        loop {
+            let next = match &result {
+                Value::Function(func) => match func.as_ref() {
+                    Func::Thunk(p, a) => Some((p.clone(), a.clone())),
+                    _ => None,
+                },
+                _ => None,
+            };
+            match next {
+                Some((p, a)) => {
+                    self.check_time()?;
+                    result = self.apply_inner(&p, a, input, pos)?;
+                }
+                None => return Ok(result),
+            }
+        }
+    }
+
+    fn apply_inner(&mut self, f: &Value, args: Vec<Value>, input: &Value, pos: usize) -> R<Value> {
+        let Value::Function(func) = f else {
+            return Err(Error::new("T1006", "Attempted to invoke a non-function").at(pos));
+        };
+        match func.as_ref() {
+            Func::Builtin(name) => {
+                let sig = functions::builtin_sig(name);
+                let input = &unwrap_outer(input);
+                let args = match sig {
+                    Some(s) => s.validate(&args, input, Some(pos)).map_err(|e| {
+                        let mut e = e;
+                        e.message = format!("{} (function ${name})", e.message);
+                        e
+                    })?,
+                    None => args,
+                };
+                functions::call(self, name, args, input).map_err(|e| e.or_at(pos))
+            }
+            Func::Lambda {
+                def,
+                env,
+                input: linput,
+            } => {
+                let args = match &def.signature {
+                    Some(s) => s.validate(&args, input, Some(pos))?,
+                    None => args,
+                };
+                let scope = Env::child(env);
+                for (i, p) in def.params.iter().enumerate() {
+                    scope.bind(p, args.get(i).cloned().unwrap_or_default());
+                }
+                self.eval(&def.body, linput, &scope)
+            }
+            Func::Partial { func, args: pargs } => {
+                let mut it = args.into_iter();
+                let full: Vec<Value> = pargs
+                    .iter()
+                    .map(|a| match a {
+                        Some(v) => v.clone(),
+                        None => it.next().unwrap_or_default(),
+                    })
+                    .collect();
+                self.apply_inner(func, full, input, pos)
+            }
+            Func::Regex(re) => {
+                let text = match args.first() {
+                    Some(Value::String(s)) => s.clone(),
+                    _ => return Ok(Value::Undefined),
+                };
+                functions::regex_match_object(re, &text, 0)
+            }
+            Func::MatchNext(re, text, offset) => functions::regex_match_object(re, text, *offset),
+            Func::Transform { def, env } => {
+                let target = args.into_iter().next().unwrap_or_default();
+                self.transform(def, target, env)
+            }
+            Func::Chain(a, b) => {
+                let r = self.apply(a, args, input, pos)?;
+                self.apply(b, vec![r], input, pos)
+            }
+            Func::Thunk(p, a) => self.apply_inner(p, a.clone(), input, pos),
+        }
+    }
+
+    /// Number of parameters a function value takes (for higher-order functions).
+    pub fn arity(f: &Value) -> usize {
+        let Value::Function(func) = f else { return 0 };
+        match func.as_ref() {
+            Func::Lambda { def, .. } => def.params.len(),
+            Func::Builtin(name) => functions::builtin_sig(name)
+                .map(|s| s.params.iter().filter(|p| !p.optional).count())
+                .unwrap_or(1),
+            Func::Partial { args, .. } => args.iter().filter(|a| a.is_none()).count(),
+            Func::Regex(_) | Func::Transform { .. } | Func::Chain(..) => 1,
+            Func::Thunk(..) | Func::MatchNext(..) => 0,
+        }
+    }
+
+    /// Calls `f` with as many of `args` as it takes.
+    pub fn call_hof(&mut self, f: &Value, mut args: Vec<Value>, input: &Value) -> R<Value> {
+        let n = Self::arity(f);
+        if let Value::Function(func) = f
+            && matches!(func.as_ref(), Func::Builtin(_))
+        {
+            // builtins: pass only arguments the signature has room for
+            args.truncate(n.max(1));
+        } else {
+            args.truncate(n);
+        }
+        self.apply(f, args, input, 0)
+    }
+
+    fn binary(
+        &mut self,
+        op: BinOp,
+        lhs: &Node,
+        rhs: &Node,
+        input: &Value,
+        env: &Rc<Env>,
+        pos: usize,
+    ) -> R<Value> {
+        match op {
+            BinOp::And => {
+                let l = self.eval(lhs, input, env)?;
+                if !l.is_truthy() {
+                    return Ok(Value::Bool(false));
+                }
+                let r = self.eval(rhs, input, env)?;
+                return Ok(Value::Bool(r.is_truthy()));
+            }
+            BinOp::Or => {
+                let l = self.eval(lhs, input, env)?;
+                if l.is_truthy() {
+                    return Ok(Value::Bool(true));
+                }
+                let r = self.eval(rhs, input, env)?;
+                return Ok(Value::Bool(r.is_truthy()));
+            }
+            BinOp::Elvis => {
+                let l = self.eval(lhs, input, env)?;
+                if l.is_truthy() {
+                    return Ok(l);
+                }
+                return self.eval(rhs, input, env);
+            }
+            BinOp::Coalesce => {
+                let l = self.eval(lhs, input, env)?;
+                if !l.is_undefined() {
+                    return Ok(l);
+                }
+                return self.eval(rhs, input, env);
+            }
+            _ => {}
+        }
+        let l = self.eval(lhs, input, env)?;
+        let r = self.eval(rhs, input, env)?;
+        match op {
+            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod => {
+                let ln = numeric_operand(&l, "T2001", "left", op, pos)?;
+                let rn = numeric_operand(&r, "T2002", "right", op, pos)?;
+                let (Some(a), Some(b)) = (ln, rn) else {
+                    return Ok(Value::Undefined);
+                };
+                if !a.is_finite() || !b.is_finite() {
+                    return Err(Error::new("D1001", "Number out of range").at(pos));
+                }
+                let x = match op {
+                    BinOp::Add => a + b,
+                    BinOp::Sub => a - b,
+                    BinOp::Mul => a * b,
+                    BinOp::Div => a / b,
+                    _ => a % b,
+                };
+                Ok(Value::Number(x))
+            }
+            BinOp::Eq | BinOp::Ne => {
+                if l.is_undefined() || r.is_undefined() {
+                    return Ok(Value::Bool(false));
+                }
+                let eq = l.deep_eq(&r);
+                Ok(Value::Bool(if op == BinOp::Eq { eq } else { !eq }))
+            }
+            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                let comparable =
+                    |v: &Value| matches!(v, Value::Undefined | Value::Number(_) | Value::String(_));
+                if let Some(bad) = [&l, &r].into_iter().find(|v| !comparable(v)) {
+                    return Err(Error::new(
+                        "T2010",
+                        format!("The expressions either side of operator \"{}\" must evaluate to numeric or string values", op.symbol()),
+                    )
+                    .at(pos)
+                    .with_token(op.symbol())
+                    .with_value(num_text(bad)));
+                }
+                if l.is_undefined() || r.is_undefined() {
+                    return Ok(Value::Undefined);
+                }
+                let ord = match (&l, &r) {
+                    (Value::Number(a), Value::Number(b)) => a.partial_cmp(b),
+                    (Value::String(a), Value::String(b)) => Some(functions::cmp_utf16(a, b)),
+                    _ => {
+                        return Err(Error::new(
+                            "T2009",
+                            format!("The values {} and {} either side of operator \"{}\" must be of the same data type", num_text(&l), num_text(&r), op.symbol()),
+                        )
+                        .at(pos)
+                        .with_token(op.symbol()));
+                    }
+                };
+                let Some(ord) = ord else {
+                    return Ok(Value::Bool(false));
+                };
+                use std::cmp::Ordering::*;
+                Ok(Value::Bool(match op {
+                    BinOp::Lt => ord == Less,
+                    BinOp::Le => ord != Greater,
+                    BinOp::Gt => ord == Greater,
+                    _ => ord != Less,
+                }))
+            }
+            BinOp::Concat => {
+                let ls = if l.is_undefined() {
+                    String::new()
+                } else {
+                    functions::to_string_value(&l)?
+                };
+                let rs = if r.is_undefined() {
+                    String::new()
+                } else {
+                    functions::to_string_value(&r)?
+                };
+                Ok(Value::str(&(ls + &rs)))
+            }
+            BinOp::In => {
+                if l.is_undefined() {
+                    return Ok(Value::Bool(false));
+                }
+                let found = match &r {
+                    Value::Array(items, _, _) => items.iter().any(|x| x.deep_eq(&l)),
+                    v => v.deep_eq(&l),
+                };
+                Ok(Value::Bool(found))
+            }
+            BinOp::Range => {
+                let li = match &l {
+                    Value::Undefined => None,
+                    Value::Number(n) if n.fract() == 0.0 => Some(*n),
+                    v => {
+                        return Err(Error::new(
+                            "T2003",
+                            "The left side of the range operator (..) must evaluate to an integer",
+                        )
+                        .at(pos)
+                        .with_value(num_text(v)));
+                    }
+                };
+                let ri = match &r {
+                    Value::Undefined => None,
+                    Value::Number(n) if n.fract() == 0.0 => Some(*n),
+                    v => {
+                        return Err(Error::new(
+                            "T2004",
+                            "The right side of the range operator (..) must evaluate to an integer",
+                        )
+                        .at(pos)
+                        .with_value(num_text(v)));
+                    }
+                };
+                let (Some(a), Some(b)) = (li, ri) else {
+                    return Ok(Value::Undefined);
+                };
+                if a > b {
+                    return Ok(Value::Undefined);
+                }
+                let size = b - a + 1.0;
+                if size > 1e7 || size > self.max_items as f64 {
+                    return Err(Error::new(
+                        "D2014",
+                        format!("The size of the sequence allocated by the range operator (..) must not exceed {}; attempted to allocate {size}", 1e7f64.min(self.max_items as f64)),
+                    )
+                    .at(pos)
+                    .with_value(size.to_string()));
+                }
+                let n = size as i64;
+                let start = a;
+                Ok(Value::array(
+                    (0..n).map(|i| Value::Number(start + i as f64)).collect(),
+                ))
+            }
+            BinOp::And | BinOp::Or | BinOp::Elvis | BinOp::Coalesce => Ok(Value::Undefined),
+        }
+    }
+
+    // ---------------------------------------------------------------- paths
+
+    fn path(
+        &mut self,
+        node: &Node,
+        steps: &[Node],
+        keep_singleton: bool,
+        input: &Value,
+        env: &Rc<Env>,
+    ) -> R<Value> {
+        let first_is_var = steps
+            .first()
+            .map(|s| matches!(s.kind, Kind::Variable(_)))
+            .unwrap_or(false);
+        let mut seq: Vec<Value> = match input {
+            Value::Array(items, _, _) if !first_is_var => items.as_ref().clone(),
+            v => vec![v.clone()],
+        };
+        let mut tuples: Option<Vec<Tuple>> = None;
+        let mut result = Value::seq(Vec::new());
+        let last = steps.len().saturating_sub(1);
+        for (i, step) in steps.iter().enumerate() {
+            if step.tuple && tuples.is_none() {
+                // switch to tuple mode: existing sequence becomes tuples
+                let start: Vec<Tuple> = if i == 0 {
+                    seq.iter().cloned().map(plain_tuple).collect()
+                } else {
+                    seq_or_single(result.clone())
+                        .into_iter()
+                        .map(plain_tuple)
+                        .collect()
+                };
+                tuples = Some(self.tuple_step(step, start, env)?);
+                continue;
+            }
+            if let Some(t) = tuples.take() {
+                tuples = Some(self.tuple_step(step, t, env)?);
+                continue;
+            }
+            if i == 0 && step.cons_array {
+                result = self.eval(step, input, env)?;
+            } else {
+                let items = if i == 0 {
+                    std::mem::take(&mut seq)
+                } else {
+                    seq_or_single(result.clone())
+                };
+                result = self.step(step, items, env, i == last)?;
+            }
+            let empty = match &result {
+                Value::Undefined => true,
+                Value::Array(items, _, _) => items.is_empty(),
+                _ => false,
+            };
+            if empty {
+                break;
+            }
+        }
+        if let Some(t) = tuples {
+            if node.tuple && node.group.is_none() {
+                return Ok(tuple_stream(t));
+            }
+            if let Some(g) = &node.group {
+                return self.group(g, t, true, env);
+            }
+            result = Value::seq(t.into_iter().map(|t| t.ctx).collect());
+        }
+        if keep_singleton {
+            result = match result {
+                Value::Array(items, f, _) if f & flags::SEQUENCE != 0 => {
+                    Value::arr(items, f | flags::KEEP_SINGLETON)
+                }
+                Value::Array(items, f, _) if f & flags::CONS != 0 => Value::arr(
+                    Rc::new(vec![Value::arr(items, f)]),
+                    flags::SEQUENCE | flags::KEEP_SINGLETON,
+                ),
+                Value::Undefined => Value::Undefined,
+                Value::Array(items, f, _) => {
+                    Value::arr(items, f | flags::SEQUENCE | flags::KEEP_SINGLETON)
+                }
+                v => Value::arr(Rc::new(vec![v]), flags::SEQUENCE | flags::KEEP_SINGLETON),
+            };
+        }
+        if let Some(g) = &node.group {
+            result = self.group(g, as_tuples(result), false, env)?;
+        }
+        Ok(result)
+    }
+
+    fn step(&mut self, step: &Node, input: Vec<Value>, env: &Rc<Env>, last: bool) -> R<Value> {
+        if let Kind::Sort(terms) = &step.kind {
+            let sorted = self.sort_tuples(
+                terms,
+                input.into_iter().map(plain_tuple).collect(),
+                env,
+                false,
+            )?;
+            let mut result = Value::seq(sorted.into_iter().map(|t| t.ctx).collect());
+            for s in &step.stages {
+                if let Stage::Filter(p) = s {
+                    result = self.filter(p, result, env)?;
+                }
+            }
+            return Ok(result);
+        }
+        let mut results: Vec<Value> = Vec::new();
+        for item in &input {
+            let mut r = self.eval(step, item, env)?;
+            for s in &step.stages {
+                if let Stage::Filter(p) = s {
+                    r = self.filter(p, r, env)?;
+                }
+            }
+            if !r.is_undefined() {
+                results.push(r);
+            }
+        }
+        if last && results.len() == 1 && results[0].is_array() && !results[0].is_sequence() {
+            return Ok(results.pop().unwrap_or_default());
+        }
+        let mut out = Vec::new();
+        for r in results {
+            match r {
+                Value::Array(items, f, _) if f & flags::CONS == 0 => {
+                    out.extend(items.iter().cloned())
+                }
+                v => out.push(v),
+            }
+        }
+        Ok(Value::seq(out))
+    }
+
+    fn tuple_env(&self, env: &Rc<Env>, t: &Tuple) -> Rc<Env> {
+        let e = Env::child(env);
+        for (k, v) in &t.binds {
+            e.bind(k, v.clone());
+        }
+        e
+    }
+
+    fn tuple_step(&mut self, step: &Node, input: Vec<Tuple>, env: &Rc<Env>) -> R<Vec<Tuple>> {
+        if let Kind::Sort(terms) = &step.kind {
+            let mut result = self.sort_tuples(terms, input, env, true)?;
+            if let Some(ix) = &step.index {
+                for (i, t) in result.iter_mut().enumerate() {
+                    t.set(ix, Value::Number(i as f64));
+                }
+            }
+            return self.tuple_stages(step, result, env);
+        }
+        let mut result = Vec::new();
+        for t in &input {
+            let e = self.tuple_env(env, t);
+            let r = self.eval(step, &t.ctx, &e)?;
+            if r.is_undefined() {
+                continue;
+            }
+            let is_stream = r.flags() & flags::TUPLE_STREAM != 0;
+            let items = match r {
+                Value::Array(items, _, _) => items.as_ref().clone(),
+                v => vec![v],
+            };
+            for (i, it) in items.into_iter().enumerate() {
+                let mut nt = t.clone();
+                if is_stream {
+                    merge_stream_item(&mut nt, &it);
+                } else if let Some(f) = &step.focus {
+                    nt.set(f, it);
+                } else {
+                    nt.ctx = it;
+                }
+                if let Some(ix) = &step.index {
+                    nt.set(ix, Value::Number(i as f64));
+                }
+                if let Some(label) = &step.ancestor {
+                    nt.set(label, t.ctx.clone());
+                }
+                result.push(nt);
+            }
+        }
+        self.tuple_stages(step, result, env)
+    }
+
+    fn tuple_stages(
+        &mut self,
+        step: &Node,
+        mut result: Vec<Tuple>,
+        env: &Rc<Env>,
+    ) -> R<Vec<Tuple>> {
+        for s in &step.stages {
+            match s {
+                Stage::Filter(p) => result = self.filter_tuples(p, result, env)?,
+                Stage::Index(v) => {
+                    for (i, t) in result.iter_mut().enumerate() {
+                        t.set(v, Value::Number(i as f64));
+                    }
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    fn predicate_index(p: &Node) -> Option<f64> {
+        match &p.kind {
+            Kind::Number(n) if p.predicates.is_empty() => Some(*n),
+            _ => None,
+        }
+    }
+
+    fn keep_by_predicate(&mut self, r: &Value, index: usize, len: usize) -> bool {
+        let matches_index = |n: f64| {
+            let mut i = n.floor();
+            if i < 0.0 {
+                i += len as f64;
+            }
+            i == index as f64
+        };
+        match r {
+            Value::Number(n) => matches_index(*n),
+            Value::Array(items, _, _)
+                if !items.is_empty() && items.iter().all(|x| matches!(x, Value::Number(_))) =>
+            {
+                items
+                    .iter()
+                    .any(|x| matches_index(x.as_f64().unwrap_or(f64::NAN)))
+            }
+            v => v.is_truthy(),
+        }
+    }
+
+    /// Applies a predicate `[p]` to a value (sequence or single).
+    pub(crate) fn filter(&mut self, p: &Node, input: Value, env: &Rc<Env>) -> R<Value> {
+        if input.flags() & flags::TUPLE_STREAM != 0 {
+            let tuples: Vec<Tuple> = input
+                .members()
+                .into_iter()
+                .map(|item| {
+                    let mut t = plain_tuple(Value::Undefined);
+                    merge_stream_item(&mut t, &item);
+                    t
+                })
+                .collect();
+            let kept = self.filter_tuples(p, tuples, env)?;
+            return Ok(tuple_stream(kept));
+        }
+        let items = match input {
+            Value::Undefined => return Ok(Value::seq(Vec::new())),
+            Value::Array(items, _, _) => items,
+            v => Rc::new(vec![v]),
+        };
+        let mut out = Vec::new();
+        if let Some(n) = Self::predicate_index(p) {
+            let mut i = n.floor();
+            if i < 0.0 {
+                i += items.len() as f64;
+            }
+            if i >= 0.0
+                && let Some(item) = items.get(i as usize)
+            {
+                match item {
+                    Value::Array(inner, _, _) => {
+                        return Ok(Value::arr(inner.clone(), flags::SEQUENCE));
+                    }
+                    v => out.push(v.clone()),
+                }
+            }
+            return Ok(Value::seq(out));
+        }
+        let len = items.len();
+        for (i, item) in items.iter().enumerate() {
+            let r = self.eval(p, item, env)?;
+            if self.keep_by_predicate(&r, i, len) {
+                out.push(item.clone());
+            }
+        }
+        Ok(Value::seq(out))
+    }
+
+    fn filter_tuples(&mut self, p: &Node, input: Vec<Tuple>, env: &Rc<Env>) -> R<Vec<Tuple>> {
+        if let Some(n) = Self::predicate_index(p) {
+            let mut i = n.floor();
+            if i < 0.0 {
+                i += input.len() as f64;
+            }
+            if i >= 0.0 && (i as usize) < input.len() {
+                return Ok(vec![input[i as usize].clone()]);
+            }
+            return Ok(Vec::new());
+        }
+        let len = input.len();
+        let mut out = Vec::new();
+        for (i, t) in input.into_iter().enumerate() {
+            let e = self.tuple_env(env, &t);
+            let r = self.eval(p, &t.ctx, &e)?;
+            if self.keep_by_predicate(&r, i, len) {
+                out.push(t);
+            }
+        }
+        Ok(out)
+    }
+
+    fn sort_tuples(
+        &mut self,
+        terms: &[SortTerm],
+        input: Vec<Tuple>,
+        env: &Rc<Env>,
+        tuple: bool,
+    ) -> R<Vec<Tuple>> {
+        // compute keys first
+        let mut keyed: Vec<(Vec<Value>, Tuple)> = Vec::with_capacity(input.len());
+        for t in input {
+            let e = if tuple {
+                self.tuple_env(env, &t)
+            } else {
+                env.clone()
+            };
+            let mut keys = Vec::with_capacity(terms.len());
+            for term in terms {
+                keys.push(self.eval(&term.expr, &t.ctx, &e)?);
+            }
+            keyed.push((keys, t));
+        }
+        // validate types
+        for ti in 0..terms.len() {
+            let mut kind: Option<bool> = None; // true = number
+            for (keys, _) in &keyed {
+                match &keys[ti] {
+                    Value::Undefined => {}
+                    Value::Number(_) | Value::String(_) => {
+                        let is_num = matches!(keys[ti], Value::Number(_));
+                        if let Some(k) = kind
+                            && k != is_num
+                        {
+                            return Err(Error::new(
+                                "T2007",
+                                "Type mismatch within order-by clause. All values must be of the same type",
+                            ));
+                        }
+                        kind = Some(is_num);
+                    }
+                    v => {
+                        return Err(Error::new(
+                            "T2008",
+                            "The expressions within an order-by clause must evaluate to numeric or string values",
+                        )
+                        .with_value(num_text(v)));
+                    }
+                }
+            }
+        }
+        let cmp = |a: &(Vec<Value>, Tuple), b: &(Vec<Value>, Tuple)| -> bool {
+            // returns true if a should come after b
+            for (ti, term) in terms.iter().enumerate() {
+                let (x, y) = (&a.0[ti], &b.0[ti]);
+                let o = match (x, y) {
+                    (Value::Undefined, Value::Undefined) => continue,
+                    (Value::Undefined, _) => return true,
+                    (_, Value::Undefined) => return false,
+                    (Value::Number(p), Value::Number(q)) => {
+                        p.partial_cmp(q).unwrap_or(std::cmp::Ordering::Equal)
+                    }
+                    (Value::String(p), Value::String(q)) => functions::cmp_utf16(p, q),
+                    _ => std::cmp::Ordering::Equal,
+                };
+                if o == std::cmp::Ordering::Equal {
+                    continue;
+                }
+                let gt = o == std::cmp::Ordering::Greater;
+                return if term.descending { !gt } else { gt };
+            }
+            false
+        };
+        let sorted = merge_sort(keyed, &mut |a, b| Ok(cmp(a, b)))?;
+        Ok(sorted.into_iter().map(|(_, t)| t).collect())
+    }
+
+    /// Group-by / object constructor over a tuple stream.
+    fn group(&mut self, g: &GroupBy, input: Vec<Tuple>, reduce: bool, env: &Rc<Env>) -> R<Value> {
+        let mut input = input;
+        if input.is_empty() {
+            input.push(plain_tuple(Value::Undefined));
+        }
+        // key -> (pair index, items)
+        let mut groups: IndexMap<String, (usize, Vec<Tuple>)> = IndexMap::new();
+        for t in &input {
+            let e = if reduce {
+                self.tuple_env(env, t)
+            } else {
+                env.clone()
+            };
+            for (pi, (k, _)) in g.pairs.iter().enumerate() {
+                let key = self.eval(k, &t.ctx, &e)?;
+                match key {
+                    Value::Undefined => {}
+                    Value::String(s) => match groups.get_mut(s.as_ref()) {
+                        Some((idx, items)) => {
+                            if *idx != pi {
+                                return Err(Error::new(
+                                    "D1009",
+                                    format!(
+                                        "Multiple key definitions evaluate to same key: \"{s}\""
+                                    ),
+                                )
+                                .at(k.span.start)
+                                .with_value(s.to_string()));
+                            }
+                            items.push(t.clone());
+                        }
+                        None => {
+                            groups.insert(s.to_string(), (pi, vec![t.clone()]));
+                        }
+                    },
+                    v => {
+                        return Err(Error::new(
+                            "T1003",
+                            format!(
+                                "Key in object structure must evaluate to a string; got: {}",
+                                num_text(&v)
+                            ),
+                        )
+                        .at(k.span.start)
+                        .with_value(num_text(&v)));
+                    }
+                }
+            }
+        }
+        let mut out: Object = IndexMap::new();
+        for (key, (pi, items)) in groups {
+            let (ctx, e) = if reduce {
+                let mut merged = items[0].clone();
+                for t in &items[1..] {
+                    merged.ctx = append(merged.ctx, t.ctx.clone());
+                    for (k, v) in &t.binds {
+                        let cur = merged
+                            .binds
+                            .iter()
+                            .find(|(n, _)| n == k)
+                            .map(|(_, v)| v.clone())
+                            .unwrap_or_default();
+                        merged.set(k, append(cur, v.clone()));
+                    }
+                }
+                let e = self.tuple_env(env, &merged);
+                (merged.ctx, e)
+            } else {
+                let mut data = Value::Undefined;
+                for (i, t) in items.into_iter().enumerate() {
+                    data = if i == 0 { t.ctx } else { append(data, t.ctx) };
+                }
+                (data, env.clone())
+            };
+            let v = self.eval(&g.pairs[pi].1, &ctx, &e)?;
+            if !v.is_undefined() {
+                out.insert(key, v);
+            }
+        }
+        Ok(Value::object(out))
+    }
+
+    // ------------------------------------------------------------ transform
+
+    fn transform(
+        &mut self,
+        def: &crate::ast::TransformDef,
+        target: Value,
+        env: &Rc<Env>,
+    ) -> R<Value> {
+        if target.is_undefined() {
+            return Ok(Value::Undefined);
+        }
+        let cloned = deep_clone(&target);
+        let matches = self.eval(&def.pattern, &cloned, env)?;
+        let matches = seq_or_single(matches);
+        // pointer -> (update, deletes)
+        let mut edits: Vec<(*const Object, Option<Object>, Vec<String>)> = Vec::new();
+        for m in &matches {
+            let Value::Object(o, _) = m else { continue };
+            let update = self.eval(&def.update, m, env)?;
+            let upd = match update {
+                Value::Undefined => None,
+                Value::Object(u, _) => Some(u.as_ref().clone()),
+                v => {
+                    return Err(Error::new(
+                        "T2011",
+                        "The insert/update clause of the transform expression must evaluate to an object",
+                    )
+                    .at(def.update.span.start)
+                    .with_value(num_text(&v)));
+                }
+            };
+            let mut dels = Vec::new();
+            if let Some(d) = &def.delete {
+                let dv = self.eval(d, m, env)?;
+                match dv {
+                    Value::Undefined => {}
+                    Value::String(s) => dels.push(s.to_string()),
+                    Value::Array(items, _, _)
+                        if items.iter().all(|x| matches!(x, Value::String(_))) =>
+                    {
+                        dels.extend(items.iter().filter_map(|x| x.as_str().map(str::to_string)))
+                    }
+                    v => {
+                        return Err(Error::new(
+                            "T2012",
+                            "The delete clause of the transform expression must evaluate to a string or array of strings",
+                        )
+                        .at(d.span.start)
+                        .with_value(num_text(&v)));
+                    }
+                }
+            }
+            edits.push((Rc::as_ptr(o), upd, dels));
+        }
+        Ok(rebuild(&cloned, &edits))
+    }
+}
+
+fn rebuild(v: &Value, edits: &[(*const Object, Option<Object>, Vec<String>)]) -> Value {
+    match v {
+        Value::Array(items, f, _) => Value::arr(
+            Rc::new(items.iter().map(|x| rebuild(x, edits)).collect()),
+            *f,
+        ),
+        Value::Object(o, _) => {
+            let ptr = Rc::as_ptr(o);
+            let mut m: Object = o
+                .iter()
+                .map(|(k, x)| (k.clone(), rebuild(x, edits)))
+                .collect();
+            for (p, upd, dels) in edits {
+                if *p == ptr {
+                    if let Some(u) = upd {
+                        for (k, x) in u {
+                            m.insert(k.clone(), x.clone());
+                        }
+                    }
+                    for d in dels {
+                        m.shift_remove(d);
+                    }
+                }
+            }
+            Value::object(m)
+        }
+        v => v.clone(),
+    }
+}
+
+fn deep_clone(v: &Value) -> Value {
+    match v {
+        Value::Array(items, f, _) => {
+            Value::arr(Rc::new(items.iter().map(deep_clone).collect()), *f)
+        }
+        Value::Object(o, _) => {
+            Value::object(o.iter().map(|(k, x)| (k.clone(), deep_clone(x))).collect())
+        }
+        v => v.clone(),
+    }
+}
+
+fn descendants(v: &Value, out: &mut Vec<Value>) {
+    match v {
+        Value::Array(items, _, _) => items.iter().for_each(|i| descendants(i, out)),
+        Value::Object(o, _) => {
+            out.push(v.clone());
+            o.values().for_each(|x| descendants(x, out));
+        }
+        v => out.push(v.clone()),
+    }
+}
+
+fn unwrap_outer(v: &Value) -> Value {
+    match v {
+        Value::Array(items, f, _) if f & flags::OUTER_WRAPPER != 0 && !items.is_empty() => {
+            items[0].clone()
+        }
+        v => v.clone(),
+    }
+}
+
+/// A tuple stream as a value: objects with `@` (the context) and the bindings.
+fn tuple_stream(tuples: Vec<Tuple>) -> Value {
+    let items = tuples
+        .into_iter()
+        .map(|t| {
+            let mut o: Object = IndexMap::new();
+            o.insert("@".to_string(), t.ctx);
+            o.extend(t.binds);
+            Value::object(o)
+        })
+        .collect();
+    Value::arr(Rc::new(items), flags::SEQUENCE | flags::TUPLE_STREAM)
+}
+
+/// Merges one item of a tuple-stream value into a tuple.
+fn merge_stream_item(t: &mut Tuple, item: &Value) {
+    if let Value::Object(o, _) = item {
+        for (k, v) in o.iter() {
+            if k == "@" {
+                t.ctx = v.clone();
+            } else {
+                t.set(k, v.clone());
+            }
+        }
+    }
+}
+
+fn plain_tuple(v: Value) -> Tuple {
+    Tuple {
+        ctx: v,
+        binds: Vec::new(),
+    }
+}
+
+fn as_tuples(v: Value) -> Vec<Tuple> {
+    match v {
+        Value::Array(items, _, _) => items.iter().cloned().map(plain_tuple).collect(),
+        v => vec![plain_tuple(v)],
+    }
+}
+
+/// Stable merge sort with a fallible "a goes after b" comparator (never panics on
+/// inconsistent comparators).
+pub(crate) fn merge_sort<T: Clone>(
+    mut items: Vec<T>,
+    after: &mut dyn FnMut(&T, &T) -> R<bool>,
+) -> R<Vec<T>> {
+    if items.len() <= 1 {
+        return Ok(items);
+    }
+    let right = items.split_off(items.len() / 2);
+    let left = merge_sort(items, after)?;
+    let right = merge_sort(right, after)?;
+    let mut out = Vec::with_capacity(left.len() + right.len());
+    let (mut i, mut j) = (0, 0);
+    while i < left.len() && j < right.len() {
+        if after(&left[i], &right[j])? {
+            out.push(right[j].clone());
+            j += 1;
+        } else {
+            out.push(left[i].clone());
+            i += 1;
+        }
+    }
+    out.extend_from_slice(&left[i..]);
+    out.extend_from_slice(&right[j..]);
+    Ok(out)
+}

@@ -1,0 +1,439 @@
+//! A deterministic JSONata 2.x evaluator.
+//!
+//! ```
+//! use uwf_jsonata::{EvalOptions, Expression};
+//! let e = Expression::parse("$sum(items.price)").unwrap();
+//! let input = serde_json::json!({"items": [{"price": 2}, {"price": 3}]});
+//! let out = e.evaluate(Some(&input), &EvalOptions::default()).unwrap();
+//! assert_eq!(out, Some(serde_json::json!(5)));
+//! ```
+//!
+//! Objects keep insertion order (so `$keys`, `$string`, `*` and `$each` are
+//! deterministic), evaluation is bounded by [`Limits`] (depth, time, result
+//! size), and errors carry JSONata's error codes and byte positions.
+//!
+//! # Recursion and the native stack
+//!
+//! The parser and evaluator are recursive. Neither can overflow the native
+//! stack on hostile input: each tracks how much stack it has used since it
+//! started (the address of a local variable against the one at entry) and
+//! fails with `U1001` beyond a budget — [`parser::MAX_PARSE_STACK`] for
+//! parsing, [`Limits::max_stack`] for evaluation (1 MiB by default, so the
+//! defaults are safe even on Rust's 2 MiB default thread stacks). Parse
+//! nesting ([`parser::MAX_PARSE_DEPTH`], [`parser::MAX_TREE_DEPTH`]),
+//! evaluation depth ([`Limits::max_depth`]), value nesting
+//! ([`MAX_VALUE_DEPTH`], [`MAX_INPUT_DEPTH`]), wall-clock time and range
+//! sizes are bounded too. Tail calls in lambda bodies run in constant stack.
+//!
+//! Measured (`cargo test`, dev profile, which builds this crate at
+//! `opt-level = 1`, see the workspace `Cargo.toml`): one level of non-tail
+//! user-function recursion (`$f := function($n){ $n = 0 ? 0 : 1 + $f($n - 1) }`)
+//! costs about 4 KiB, so the default 1 MiB budget allows about 250 nested
+//! calls (200 succeed, 300 fail with `U1001`; the official suite needs fewer),
+//! while tail-recursive functions run to any depth within the time limit; one
+//! parse nesting level costs up to ~5 KiB, so the 200-level parse limit fits
+//! in 1 MiB. An unoptimised build uses roughly ten times more per level: the
+//! budgets still stop it with `U1001` before the stack runs out, only sooner.
+//! Callers that need deeper recursion should evaluate on a thread with a big
+//! stack (the moderator uses 256 MiB) and raise `max_stack` and `max_depth`.
+
+pub mod ast;
+mod error;
+mod eval;
+mod functions;
+pub mod parser;
+mod picture;
+pub mod signature;
+mod value;
+
+use std::rc::Rc;
+
+use indexmap::IndexMap;
+
+pub use error::Error;
+pub use value::{Func, Object, Value, flags};
+
+/// Deepest nesting of arrays and objects an evaluation may build (`U1001`
+/// beyond). Keeps the recursive value walks (JSON conversion, equality,
+/// `$string`, `**`, drop) within a small stack.
+pub const MAX_VALUE_DEPTH: u32 = 1000;
+
+/// Deepest input JSON accepted (`U1001` beyond); below [`MAX_VALUE_DEPTH`] so
+/// that expressions can still wrap the input in a few levels of structure.
+pub const MAX_INPUT_DEPTH: usize = 900;
+
+/// Resource limits for one evaluation.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Maximum evaluation depth (nested sub-expression evaluations, including
+    /// non-tail function calls); exceeding it is error `U1001`.
+    pub max_depth: usize,
+    /// Wall-clock limit; exceeding it is error `U1001`.
+    pub time_limit: Option<std::time::Duration>,
+    /// Largest sequence the range operator (and `$pad`) may allocate (`D2014`).
+    pub max_result_items: usize,
+    /// Native stack (bytes) the evaluation may use beyond the point where it
+    /// started; exceeding it is error `U1001`. This bounds recursion whatever
+    /// path it takes (lambdas, higher-order builtins, nested paths). The default
+    /// fits Rust's 2 MiB default thread stack; raise it together with
+    /// `max_depth` only when evaluating on a thread with a larger stack.
+    pub max_stack: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_depth: 1000,
+            time_limit: Some(std::time::Duration::from_secs(2)),
+            max_result_items: 10_000_000,
+            max_stack: 1024 * 1024,
+        }
+    }
+}
+
+/// Options for [`Expression::evaluate`].
+#[derive(Debug, Clone, Default)]
+pub struct EvalOptions {
+    /// Variables bound before evaluation (names without `$`).
+    pub bindings: IndexMap<String, serde_json::Value>,
+    /// Resource limits.
+    pub limits: Limits,
+}
+
+/// A parsed JSONata expression.
+#[derive(Debug, Clone)]
+pub struct Expression {
+    source: String,
+    ast: ast::Node,
+}
+
+impl Expression {
+    /// Parses an expression; syntax errors have codes `S0xxx` and a byte position.
+    pub fn parse(source: &str) -> Result<Expression, Error> {
+        let ast = parser::parse(source)?;
+        Ok(Expression {
+            source: source.to_string(),
+            ast,
+        })
+    }
+
+    /// The source text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The processed syntax tree.
+    pub fn ast(&self) -> &ast::Node {
+        &self.ast
+    }
+
+    /// Evaluates against `input` (`None` is JSONata's `undefined`); `Ok(None)` is an
+    /// undefined result.
+    pub fn evaluate(
+        &self,
+        input: Option<&serde_json::Value>,
+        options: &EvalOptions,
+    ) -> Result<Option<serde_json::Value>, Error> {
+        Ok(self.evaluate_value(input, options)?.to_json())
+    }
+
+    /// Evaluates and returns the internal [`Value`] (functions, sequences kept).
+    pub fn evaluate_value(
+        &self,
+        input: Option<&serde_json::Value>,
+        options: &EvalOptions,
+    ) -> Result<Value, Error> {
+        if let Some(j) = input
+            && json_depth(j) > MAX_INPUT_DEPTH
+        {
+            return Err(Error::new(
+                "U1001",
+                format!("Input JSON is nested more than {MAX_INPUT_DEPTH} levels deep"),
+            ));
+        }
+        let mut input = input.map(Value::from_json).unwrap_or_default();
+        if let Value::Array(items, _, _) = &input {
+            input = Value::arr(
+                Rc::new(vec![Value::arr(items.clone(), 0)]),
+                flags::SEQUENCE | flags::OUTER_WRAPPER,
+            );
+        }
+        let env = Rc::new(eval::Env::default());
+        env.bind("$", input.clone());
+        for (k, v) in &options.bindings {
+            env.bind(k, Value::from_json(v));
+        }
+        let mut ev = eval::Evaluator::new(&options.limits);
+        ev.set_root_env(env.clone());
+        let result = ev.eval(&self.ast, &input, &env)?;
+        Ok(strip_sequence(result))
+    }
+}
+
+/// Nesting depth of a JSON value, computed without recursion.
+fn json_depth(v: &serde_json::Value) -> usize {
+    let mut max = 0;
+    let mut stack = vec![(v, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        match v {
+            serde_json::Value::Array(a) => {
+                max = max.max(d + 1);
+                stack.extend(a.iter().map(|x| (x, d + 1)));
+            }
+            serde_json::Value::Object(o) => {
+                max = max.max(d + 1);
+                stack.extend(o.values().map(|x| (x, d + 1)));
+            }
+            _ => {}
+        }
+    }
+    max
+}
+
+fn strip_sequence(v: Value) -> Value {
+    match v {
+        Value::Array(items, f, _) if f & flags::SEQUENCE != 0 => {
+            if items.len() == 1 && f & flags::KEEP_SINGLETON == 0 {
+                items[0].clone()
+            } else if items.is_empty() {
+                Value::Undefined
+            } else {
+                Value::arr(items, f & !flags::SEQUENCE)
+            }
+        }
+        v => v,
+    }
+}
+
+/// The signature of builtin `name` (without `$`), e.g. `"<n-:n>"` for `abs`.
+pub fn builtin_signature(name: &str) -> Option<&'static str> {
+    functions::BUILTINS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+}
+
+/// Names of all builtin functions (without `$`).
+pub fn builtin_names() -> impl Iterator<Item = &'static str> {
+    functions::BUILTINS.iter().map(|(n, _)| *n)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used, clippy::unwrap_used)]
+
+    use super::*;
+    use serde_json::json;
+
+    fn run(src: &str, input: serde_json::Value) -> Result<Option<serde_json::Value>, Error> {
+        Expression::parse(src)?.evaluate(Some(&input), &EvalOptions::default())
+    }
+
+    fn ok(src: &str, input: serde_json::Value) -> serde_json::Value {
+        run(src, input).expect("evaluates").expect("defined")
+    }
+
+    fn code(src: &str, input: serde_json::Value) -> String {
+        run(src, input).expect_err("fails").code
+    }
+
+    #[test]
+    fn numbers_follow_javascript_doubles() {
+        assert_eq!(ok("0.1 + 0.2", json!(null)), json!(0.30000000000000004));
+        assert_eq!(ok("$string(0.1 + 0.2)", json!(null)), json!("0.3"));
+        assert_eq!(ok("$string(1e21)", json!(null)), json!("1e21"));
+        assert_eq!(ok("$round(2.5)", json!(null)), json!(2));
+        assert_eq!(ok("$round(3.5)", json!(null)), json!(4));
+        assert_eq!(ok("$round(1.005, 2)", json!(null)), json!(1));
+        assert_eq!(code("1e300 * 1e300 + 1", json!(null)), "D1001");
+    }
+
+    #[test]
+    fn sequences_and_paths() {
+        let data = json!({"a": [{"b": 1}, {"b": [2, 3]}], "c": {"d": "x"}});
+        assert_eq!(ok("a.b", data.clone()), json!([1, 2, 3]));
+        assert_eq!(ok("a[0].b", data.clone()), json!(1));
+        assert_eq!(ok("a[0].b[]", data.clone()), json!([1]));
+        assert_eq!(ok("c.d", data.clone()), json!("x"));
+        assert_eq!(run("c.nothing", data.clone()).unwrap(), None);
+        assert_eq!(ok("**.d", data.clone()), json!("x"));
+        assert_eq!(ok("$count(a)", data), json!(2));
+    }
+
+    #[test]
+    fn comparisons_type_errors_and_undefined() {
+        assert_eq!(code("1 < 'a'", json!(null)), "T2009");
+        assert_eq!(code("{} < 1", json!(null)), "T2010");
+        assert_eq!(run("nothing < 1", json!({})).unwrap(), None);
+        assert_eq!(ok("'a' < 'b'", json!(null)), json!(true));
+        let e = run("1 + 'a'", json!(null)).expect_err("fails");
+        assert_eq!((e.code.as_str(), e.position), ("T2002", Some(2)));
+    }
+
+    #[test]
+    fn boolean_operators_cast() {
+        assert_eq!(ok("[] or 'x'", json!(null)), json!(true));
+        assert_eq!(ok("nothing and true", json!({})), json!(false));
+        assert_eq!(ok("nothing ?? 'd'", json!({})), json!("d"));
+        assert_eq!(ok("'' ?: 'e'", json!({})), json!("e"));
+        assert_eq!(ok("2 in [1, 2]", json!(null)), json!(true));
+    }
+
+    #[test]
+    fn lambdas_closures_partials_and_chains() {
+        assert_eq!(
+            ok(
+                "($add := function($a, $b) { $a + $b }; $inc := $add(?, 1); $inc(41))",
+                json!(null)
+            ),
+            json!(42)
+        );
+        assert_eq!(
+            ok("'abc' ~> $uppercase ~> $substring(1)", json!(null)),
+            json!("BC")
+        );
+        assert_eq!(
+            ok(
+                "($f := $uppercase ~> $substring(?, 0, 1); $f('xyz'))",
+                json!(null)
+            ),
+            json!("X")
+        );
+        assert_eq!(code("function($x)<n:n>{$x}('a')", json!(null)), "T0410");
+    }
+
+    #[test]
+    fn deep_tail_recursion_does_not_hit_the_depth_limit() {
+        let src = "($loop := function($n, $acc) { $n = 0 ? $acc : $loop($n - 1, $acc + 1) }; $loop(20000, 0))";
+        assert_eq!(ok(src, json!(null)), json!(20000));
+    }
+
+    #[test]
+    fn runaway_recursion_and_loops_are_bounded() {
+        let src = "($f := function($n) { 1 + $f($n + 1) }; $f(0))";
+        assert_eq!(code(src, json!(null)), "U1001");
+        // recursion through a higher-order builtin is bounded by the stack budget
+        let src = "($f := function($n) { $map([1], function($x) { $f($n) }) }; $f(1))";
+        assert_eq!(code(src, json!(null)), "U1001");
+        let src = "($f := function($n) { $n.a.($f($n)) }; $f({'a': 1}))";
+        assert_eq!(code(src, json!(null)), "U1001");
+        let opts = EvalOptions {
+            limits: Limits {
+                time_limit: Some(std::time::Duration::from_millis(50)),
+                ..Limits::default()
+            },
+            ..EvalOptions::default()
+        };
+        let forever = Expression::parse("($f := function() { $f() }; $f())").unwrap();
+        assert_eq!(forever.evaluate(None, &opts).unwrap_err().code, "U1001");
+        assert_eq!(code("[1..20000000]", json!(null)), "D2014");
+    }
+
+    #[test]
+    fn deeply_nested_input_is_handled() {
+        let mut v = json!(1);
+        for _ in 0..MAX_INPUT_DEPTH {
+            v = json!({ "a": v });
+        }
+        assert_eq!(ok("$count(**)", v), json!(MAX_INPUT_DEPTH + 1));
+    }
+
+    #[test]
+    fn value_nesting_is_bounded() {
+        let src = "$reduce([1..100000], function($a, $v) { {'a': $a} }, 1)";
+        assert_eq!(code(src, json!(null)), "U1001");
+        let src = "$reduce([1..100000], function($a, $v) { $zip($a) }, [1])";
+        assert_eq!(code(src, json!(null)), "U1001");
+        let mut v = json!(1);
+        for _ in 0..(MAX_INPUT_DEPTH + 1) {
+            v = json!([v]);
+        }
+        assert_eq!(code("$", v), "U1001");
+    }
+
+    #[test]
+    fn sort_is_stable_and_order_by_works() {
+        let data =
+            json!([{"k": 1, "v": "a"}, {"k": 0, "v": "b"}, {"k": 1, "v": "c"}, {"k": 0, "v": "d"}]);
+        assert_eq!(ok("$^(k).v", data.clone()), json!(["b", "d", "a", "c"]));
+        assert_eq!(
+            ok("$sort($, function($l, $r) { $l.k > $r.k }).v", data.clone()),
+            json!(["b", "d", "a", "c"])
+        );
+        assert_eq!(ok("$^(>k).v", data), json!(["a", "c", "b", "d"]));
+    }
+
+    #[test]
+    fn group_by_keeps_first_seen_order() {
+        let data = json!([{"t": "z", "n": 1}, {"t": "a", "n": 2}, {"t": "z", "n": 3}]);
+        let out = ok("${t: $sum(n)}", data);
+        assert_eq!(serde_json::to_string(&out).unwrap(), r#"{"z":4,"a":2}"#);
+    }
+
+    #[test]
+    fn bindings_and_context_variables() {
+        let opts = EvalOptions {
+            bindings: [("limit".to_string(), json!(3))].into_iter().collect(),
+            ..EvalOptions::default()
+        };
+        let e = Expression::parse("$limit * 2").unwrap();
+        assert_eq!(e.evaluate(None, &opts).unwrap(), Some(json!(6)));
+        let data = json!({"xs": [10, 20, 30]});
+        assert_eq!(ok("xs#$i[$i > 0]", data.clone()), json!([20, 30]));
+        assert_eq!(ok("xs@$x.{'v': $x}", data).get(0), Some(&json!({"v": 10})));
+    }
+
+    #[test]
+    fn evaluate_value_keeps_functions_and_casts() {
+        let e = Expression::parse("function($x) { $x }").unwrap();
+        let v = e.evaluate_value(None, &EvalOptions::default()).unwrap();
+        assert!(v.is_function());
+        assert!(!v.is_truthy());
+        let e = Expression::parse("[0, '', 'x']").unwrap();
+        assert!(
+            e.evaluate_value(None, &EvalOptions::default())
+                .unwrap()
+                .is_truthy()
+        );
+    }
+
+    #[test]
+    fn expressions_can_move_to_evaluation_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Expression>();
+        send_sync::<Error>();
+        send_sync::<EvalOptions>();
+    }
+
+    #[test]
+    fn errors_point_into_the_source() {
+        let e = run("$substring(\"a\", \"b\")", json!(null)).expect_err("fails");
+        assert_eq!((e.code.as_str(), e.position), ("T0410", Some(10)));
+        let e = run("a.b.$uppercase(c)", json!({"a": {"b": {"c": 1}}})).expect_err("fails");
+        assert_eq!(e.code, "T0410");
+        assert_eq!(e.position, Some(14));
+        let e = run("$unknown(1)", json!(null)).expect_err("fails");
+        assert_eq!((e.code.as_str(), e.position), ("T1006", Some(8)));
+    }
+
+    #[test]
+    fn builtin_table_is_consistent() {
+        assert_eq!(builtin_signature("abs"), Some("<n-:n>"));
+        assert_eq!(builtin_signature("nope"), None);
+        for name in builtin_names() {
+            let sig = builtin_signature(name).expect("signature");
+            signature::Signature::parse(sig, 0).expect("signature parses");
+        }
+        assert!(builtin_names().any(|n| n == "formatNumber"));
+    }
+
+    #[test]
+    fn transforms_copy_and_modify() {
+        let data = json!({"o": [{"p": 1, "q": 2}, {"p": 3}]});
+        assert_eq!(
+            ok("$ ~> |o|{'r': p * 10}, 'q'|", data.clone()),
+            json!({"o": [{"p": 1, "r": 10}, {"p": 3, "r": 30}]})
+        );
+        assert_eq!(ok("o[0].q", data), json!(2));
+    }
+}

@@ -1,0 +1,284 @@
+//! Retries and timeouts per role, from `config.yaml` (deployment settings,
+//! never workflow data).
+//!
+//! ```yaml
+//! retries:
+//!   default: { max: 2, backoff: 10s, factor: 2 }
+//!   solve-issue:
+//!     default: { max: 3 }          # the workflow's other roles
+//!     developer: { max: 5 }        # only `max` changes; backoff and factor inherited
+//! timeouts:
+//!   default: 30m
+//!   triage: { classify: 2m }
+//! ```
+//!
+//! The most specific setting wins, field by field for retries: the role's
+//! entry, else the workflow's (`<workflow>: {…policy…}` or
+//! `<workflow>: {default: …}`), else `default`, else no retry
+//! ([`RetryPolicy::NONE`]) and no timeout.
+
+use std::time::Duration;
+
+use miette::Diagnostic;
+use thiserror::Error;
+use uwf_protocol::{RetriesEntry, RetryPolicyConfig, TimeoutsEntry, WorkflowConfig};
+
+/// The longest wait between two attempts, whatever the policy computes.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
+
+/// A setting of `retries` or `timeouts` that cannot be used.
+#[derive(Debug, Error, Diagnostic)]
+#[error("config.yaml `{key}`: {message}")]
+#[diagnostic(
+    code(uwf::config::policy),
+    help(
+        "durations look like 500ms, 10s, 2m or 1h; retries are `{{max: N, backoff: DURATION, factor: NUMBER}}` (see docs/config.md)"
+    )
+)]
+pub struct PolicyError {
+    /// Where, e.g. `retries.solve-issue.developer.backoff`.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// How a failed attempt of a role is retried.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (0: none).
+    pub max: u32,
+    /// The wait before the first retry.
+    pub backoff: Duration,
+    /// Each further retry waits this many times longer.
+    pub factor: f64,
+}
+
+impl RetryPolicy {
+    /// No retries: what applies when `config.yaml` says nothing.
+    pub const NONE: RetryPolicy = RetryPolicy {
+        max: 0,
+        backoff: Duration::from_secs(10),
+        factor: 2.0,
+    };
+
+    /// The wait before retry `n` (1-based): `backoff × factor^(n-1)`, at
+    /// most [`MAX_BACKOFF`].
+    pub fn delay(&self, n: u32) -> Duration {
+        let exp = i32::try_from(n.saturating_sub(1)).unwrap_or(i32::MAX);
+        let secs = self.backoff.as_secs_f64() * self.factor.powi(exp);
+        if !secs.is_finite() || secs >= MAX_BACKOFF.as_secs_f64() {
+            MAX_BACKOFF
+        } else {
+            Duration::from_secs_f64(secs.max(0.0))
+        }
+    }
+
+    fn apply(&mut self, key: &str, c: &RetryPolicyConfig) -> Result<(), PolicyError> {
+        if let Some(max) = c.max {
+            self.max = max;
+        }
+        if let Some(b) = &c.backoff {
+            self.backoff = parse_duration(&format!("{key}.backoff"), b)?;
+        }
+        if let Some(f) = &c.factor {
+            let f = f.as_f64().unwrap_or(f64::NAN);
+            if !(1.0..=100.0).contains(&f) {
+                return Err(PolicyError {
+                    key: format!("{key}.factor"),
+                    message: format!("the factor must be between 1 and 100, not {f}"),
+                });
+            }
+            self.factor = f;
+        }
+        Ok(())
+    }
+}
+
+/// Parses a duration such as `10s`; `key` names the setting in the error.
+pub fn parse_duration(key: &str, text: &str) -> Result<Duration, PolicyError> {
+    humantime::parse_duration(text.trim()).map_err(|e| PolicyError {
+        key: key.to_owned(),
+        message: format!("{text:?} is not a duration: {e}"),
+    })
+}
+
+/// The retry policy of `role` in `workflow`.
+pub fn retry_policy(
+    config: Option<&WorkflowConfig>,
+    workflow: &str,
+    role: &str,
+) -> Result<RetryPolicy, PolicyError> {
+    let mut policy = RetryPolicy::NONE;
+    let Some(config) = config else {
+        return Ok(policy);
+    };
+    match config.retries.get("default") {
+        Some(RetriesEntry::Policy(p)) => policy.apply("retries.default", p)?,
+        Some(RetriesEntry::Roles(_)) => {
+            return Err(PolicyError {
+                key: "retries.default".into(),
+                message: "expected a policy {max, backoff, factor}".into(),
+            });
+        }
+        None => {}
+    }
+    if workflow == "default" {
+        return Ok(policy);
+    }
+    match config.retries.get(workflow) {
+        Some(RetriesEntry::Policy(p)) => policy.apply(&format!("retries.{workflow}"), p)?,
+        Some(RetriesEntry::Roles(roles)) => {
+            if let Some(p) = roles.get("default") {
+                policy.apply(&format!("retries.{workflow}.default"), p)?;
+            }
+            if let Some(p) = roles.get(role).filter(|_| role != "default") {
+                policy.apply(&format!("retries.{workflow}.{role}"), p)?;
+            }
+        }
+        None => {}
+    }
+    Ok(policy)
+}
+
+/// The timeout of `role` in `workflow`, if any is configured.
+pub fn timeout(
+    config: Option<&WorkflowConfig>,
+    workflow: &str,
+    role: &str,
+) -> Result<Option<Duration>, PolicyError> {
+    let Some(config) = config else {
+        return Ok(None);
+    };
+    let mut found = match config.timeouts.get("default") {
+        Some(TimeoutsEntry::Duration(d)) => Some(parse_duration("timeouts.default", d)?),
+        Some(TimeoutsEntry::Roles(_)) => {
+            return Err(PolicyError {
+                key: "timeouts.default".into(),
+                message: "expected a duration such as 30m".into(),
+            });
+        }
+        None => None,
+    };
+    if workflow == "default" {
+        return Ok(found);
+    }
+    match config.timeouts.get(workflow) {
+        Some(TimeoutsEntry::Duration(d)) => {
+            found = Some(parse_duration(&format!("timeouts.{workflow}"), d)?);
+        }
+        Some(TimeoutsEntry::Roles(roles)) => {
+            if let Some(d) = roles.get("default") {
+                found = Some(parse_duration(&format!("timeouts.{workflow}.default"), d)?);
+            }
+            if let Some(d) = roles.get(role).filter(|_| role != "default") {
+                found = Some(parse_duration(&format!("timeouts.{workflow}.{role}"), d)?);
+            }
+        }
+        None => {}
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(yaml: &str) -> WorkflowConfig {
+        serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_most_specific_setting_wins_field_by_field() {
+        let c = config(
+            "retries:\n  default: { max: 2, backoff: 10s, factor: 2 }\n  solve-issue:\n    default: { backoff: 1s }\n    developer: { max: 5 }\n  flat: { max: 1 }\n",
+        );
+        let p = |w: &str, r: &str| retry_policy(Some(&c), w, r).unwrap_or_else(|e| panic!("{e}"));
+        let dev = p("solve-issue", "developer");
+        assert_eq!((dev.max, dev.backoff), (5, Duration::from_secs(1)));
+        let rev = p("solve-issue", "reviewer");
+        assert_eq!((rev.max, rev.backoff), (2, Duration::from_secs(1)));
+        assert_eq!(p("flat", "x").max, 1);
+        let other = p("other", "x");
+        assert_eq!(
+            (other.max, other.backoff, other.factor),
+            (2, Duration::from_secs(10), 2.0)
+        );
+        assert_eq!(retry_policy(None, "w", "r").ok(), Some(RetryPolicy::NONE));
+    }
+
+    #[test]
+    fn delays_grow_by_the_factor_and_are_capped() {
+        let p = RetryPolicy {
+            max: 5,
+            backoff: Duration::from_secs(10),
+            factor: 2.0,
+        };
+        assert_eq!(p.delay(1), Duration::from_secs(10));
+        assert_eq!(p.delay(2), Duration::from_secs(20));
+        assert_eq!(p.delay(3), Duration::from_secs(40));
+        assert_eq!(p.delay(200), MAX_BACKOFF);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn delays_never_shrink_and_stay_capped(
+            backoff_ms in 0u64..10_000_000,
+            factor in 1.0f64..100.0,
+            n in 1u32..400,
+        ) {
+            let p = RetryPolicy { max: n, backoff: Duration::from_millis(backoff_ms), factor };
+            let (a, b) = (p.delay(n), p.delay(n + 1));
+            proptest::prop_assert!(a <= b, "{a:?} > {b:?}");
+            proptest::prop_assert!(b <= MAX_BACKOFF);
+            // The first retry waits the backoff (up to float rounding).
+            let first = p.delay(1).abs_diff(p.backoff.min(MAX_BACKOFF));
+            proptest::prop_assert!(first <= Duration::from_micros(1), "{first:?}");
+        }
+
+        #[test]
+        fn any_duration_text_parses_or_names_its_key(text in "\\PC{0,12}") {
+            match parse_duration("retries.default.backoff", &text) {
+                Ok(_) => {}
+                Err(e) => proptest::prop_assert!(e.to_string().contains("retries.default.backoff")),
+            }
+        }
+    }
+
+    #[test]
+    fn timeouts_per_workflow_and_role() {
+        let c = config(
+            "timeouts:\n  default: 30m\n  triage: { classify: 2m }\n  flat: 5m\n  mixed: { default: 1m, slow: 1h }\n",
+        );
+        let t = |w: &str, r: &str| timeout(Some(&c), w, r).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(t("triage", "classify"), Some(Duration::from_secs(120)));
+        assert_eq!(t("triage", "other"), Some(Duration::from_secs(1800)));
+        assert_eq!(t("flat", "x"), Some(Duration::from_secs(300)));
+        assert_eq!(t("mixed", "x"), Some(Duration::from_secs(60)));
+        assert_eq!(t("mixed", "slow"), Some(Duration::from_secs(3600)));
+        assert_eq!(timeout(None, "w", "r").ok(), Some(None));
+    }
+
+    #[test]
+    fn bad_settings_name_their_key() {
+        let c = config("retries:\n  w:\n    r: { backoff: soon }\n");
+        let e = retry_policy(Some(&c), "w", "r")
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            e.as_deref()
+                .unwrap_or_default()
+                .contains("retries.w.r.backoff"),
+            "{e:?}"
+        );
+        let c = config("retries:\n  default: { factor: 0.5 }\n");
+        assert!(retry_policy(Some(&c), "w", "r").is_err());
+        let c = config("timeouts:\n  default: { r: 1m }\n");
+        assert!(timeout(Some(&c), "w", "r").is_err());
+        let c = config("timeouts:\n  w: { r: forever }\n");
+        let e = timeout(Some(&c), "w", "r").err().map(|e| e.to_string());
+        assert!(
+            e.as_deref().unwrap_or_default().contains("timeouts.w.r"),
+            "{e:?}"
+        );
+    }
+}
