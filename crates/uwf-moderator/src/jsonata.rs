@@ -86,6 +86,9 @@ pub(crate) fn options() -> EvalOptions {
             max_depth: MAX_EVAL_DEPTH,
             time_limit: Some(Duration::from_millis(TIME_LIMIT_MS as u64)),
             max_result_items: MAX_RESULT_ITEMS,
+            // A quarter of the evaluation thread's stack: recursion ends with
+            // U1001 (or at MAX_EVAL_DEPTH) long before the stack runs out.
+            max_stack: STACK_BYTES / 4,
         },
         ..EvalOptions::default()
     }
