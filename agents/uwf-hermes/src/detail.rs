@@ -2,7 +2,8 @@
 //! the session, a `hermes-detail` node pointing at them, or a
 //! `hermes-raw-output` node when no transcript could be had.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
+use uwf_agent_kit::cli_agent::{self, TranscriptSchemas};
 use uwf_cas::{Cas, CasError, Hash, Store};
 
 use crate::transcript::{Session, turns};
@@ -64,14 +65,10 @@ pub fn detail_schema() -> Value {
 
 /// Schema of a `hermes-raw-output` node: `{text}`, hermes' stdout.
 pub fn raw_schema() -> Value {
-    json!({
-        "title": RAW_TITLE,
-        "description": "The answer hermes printed, stored when its session transcript could not be read.",
-        "type": "object",
-        "required": ["text"],
-        "additionalProperties": false,
-        "properties": { "text": { "type": "string" } }
-    })
+    cli_agent::raw_schema(
+        RAW_TITLE,
+        "The answer hermes printed, stored when its session transcript could not be read.",
+    )
 }
 
 /// Stores every message of `session` as a `hermes-turn` node, then the
@@ -81,26 +78,27 @@ pub fn store_session<S: Store>(
     session: &Session,
     duration_ms: u64,
 ) -> Result<Hash, CasError> {
-    let turn_type = cas.put_schema(turn_schema())?.hash;
-    let detail_type = cas.put_schema(detail_schema())?.hash;
-    let turns = turns(&session.messages)
+    let schemas = TranscriptSchemas {
+        detail: detail_schema(),
+        turn: turn_schema(),
+    };
+    let turns: Vec<Value> = turns(&session.messages)
         .iter()
-        .map(|t| Ok(cas.put(turn_type, t.payload())?.hash.to_string()))
-        .collect::<Result<Vec<_>, CasError>>()?;
-    let detail = json!({
-        "sessionId": session.id,
-        "model": session.model,
-        "duration": duration_ms,
-        "turnCount": turns.len(),
-        "turns": turns,
-    });
-    Ok(cas.put(detail_type, detail)?.hash)
+        .map(|t| t.payload())
+        .collect();
+    let mut detail = Map::new();
+    detail.insert("sessionId".into(), session.id.clone().into());
+    detail.insert(
+        "model".into(),
+        session.model.clone().map_or(Value::Null, Value::String),
+    );
+    detail.insert("duration".into(), duration_ms.into());
+    cli_agent::store_transcript(cas, &schemas, detail, &turns)
 }
 
 /// Stores `text` as a `hermes-raw-output` node.
 pub fn store_raw<S: Store>(cas: &Cas<S>, text: &str) -> Result<Hash, CasError> {
-    let raw_type = cas.put_schema(raw_schema())?.hash;
-    Ok(cas.put(raw_type, json!({ "text": text }))?.hash)
+    cli_agent::store_raw(cas, &raw_schema(), text)
 }
 
 #[cfg(test)]

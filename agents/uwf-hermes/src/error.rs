@@ -9,53 +9,12 @@ pub const HERMES_VERSION: &str = "0.19.0";
 /// A failure of uwf-hermes or of the hermes run it wraps.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum HermesError {
-    /// The hermes executable does not exist.
-    #[error("hermes is not installed: cannot run {program:?} ({source_of})")]
-    #[diagnostic(
-        code(uwf_hermes::not_installed),
-        help(
-            "install the Hermes Agent CLI, e.g. `python3 -m venv ~/.hermes-venv && ~/.hermes-venv/bin/pip install hermes-agent=={version}`, then put its `bin` on PATH or set HERMES_BIN=/path/to/hermes. Nothing was written to the thread."
-        )
-    )]
-    NotInstalled {
-        /// The program uwf-hermes tried to run.
-        program: String,
-        /// Where the name came from (`HERMES_BIN` or `PATH`).
-        source_of: &'static str,
-        /// The tested hermes version.
-        version: &'static str,
-    },
-
-    /// hermes exists but could not be started.
-    #[error("cannot run hermes ({program:?})")]
-    #[diagnostic(
-        code(uwf_hermes::spawn),
-        help("check that HERMES_BIN (or `hermes` on PATH) is an executable file")
-    )]
-    Spawn {
-        /// The program.
-        program: String,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-
-    /// The prompt does not fit in one command-line argument.
-    #[error(
-        "the prompt is {bytes} bytes, more than the {limit} bytes one command-line argument may hold"
-    )]
-    #[diagnostic(
-        code(uwf_hermes::prompt_too_long),
-        help(
-            "hermes takes the prompt only as `-q <prompt>`, and Linux limits one argument to 128 KiB; shorten the task or lower the history quota (UWF_HISTORY_QUOTA, in characters). Nothing was written to the thread."
-        )
-    )]
-    PromptTooLong {
-        /// Size of the prompt.
-        bytes: usize,
-        /// The limit.
-        limit: usize,
-    },
+    /// hermes is missing, could not start, did not finish in time, was
+    /// interrupted, the prompt is too long, or `UWF_HERMES_ARGS` does not
+    /// split (the kit's [`CliError`](uwf_agent_kit::cli_agent::CliError)).
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Cli(#[from] uwf_agent_kit::cli_agent::CliError),
 
     /// hermes exited with a non-zero status (or was killed).
     #[error("hermes failed ({status}){}:\n{output}", session_note(.session))]
@@ -133,14 +92,6 @@ pub enum HermesError {
         /// How the transcript ends.
         why: Unfinished,
     },
-
-    /// `UWF_HERMES_ARGS` is not a valid command line.
-    #[error("cannot split UWF_HERMES_ARGS")]
-    #[diagnostic(
-        code(uwf_hermes::bad_args),
-        help("UWF_HERMES_ARGS is split like a shell command line (quotes and backslashes only)")
-    )]
-    BadArgs(#[source] uwf_util::state::SplitError),
 
     /// The storage root could not be determined or read.
     #[error(transparent)]

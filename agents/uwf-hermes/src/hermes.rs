@@ -1,10 +1,9 @@
 //! Running the hermes CLI: `hermes chat` for the role's work and `hermes
 //! sessions export` for its transcript.
 
-use std::ffi::OsString;
-use std::io::ErrorKind;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use uwf_agent_kit::cli_agent::{self, Cli, Output, RunOptions};
 
 use crate::error::{HERMES_VERSION, HermesError};
 use crate::transcript::{self, ExportError, Sentinel, Session};
@@ -13,18 +12,14 @@ use crate::transcript::{self, ExportError, Sentinel, Session};
 /// `PATH`).
 pub const ENV_BIN: &str = "HERMES_BIN";
 
-/// Linux's limit for one command-line argument (`MAX_ARG_STRLEN`, 32 pages),
-/// including the terminating NUL.
-pub const MAX_ARG_BYTES: usize = 32 * 4096;
-
 /// How much of hermes' output an error message quotes.
-const QUOTE_CHARS: usize = 4000;
+const QUOTE_CHARS: usize = cli_agent::QUOTE_CHARS;
 
 /// The hermes executable.
 #[derive(Debug, Clone)]
 pub struct Hermes {
-    program: OsString,
-    from_env: bool,
+    cli: Cli,
+    timeout: Option<Duration>,
 }
 
 /// A successful `hermes chat` run (exit 0, no warning sentinel, non-empty
@@ -42,9 +37,9 @@ pub struct Chat {
 /// Why the transcript of a session could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportFailure {
-    /// `hermes sessions export` did not start.
+    /// `hermes sessions export` did not start or did not finish.
     #[error("cannot run `hermes sessions export`: {0}")]
-    Spawn(#[source] std::io::Error),
+    Run(#[source] cli_agent::CliError),
     /// It exited non-zero.
     #[error("`hermes sessions export` failed ({status}): {output}")]
     Failed {
@@ -59,54 +54,22 @@ pub enum ExportFailure {
 }
 
 impl Hermes {
-    /// `$HERMES_BIN` if set and non-empty, else `hermes` (looked up on `PATH`).
-    pub fn from_env() -> Self {
-        match std::env::var_os(ENV_BIN).filter(|v| !v.is_empty()) {
-            Some(program) => Self {
-                program,
-                from_env: true,
-            },
-            None => Self {
-                program: "hermes".into(),
-                from_env: false,
-            },
-        }
+    /// `$HERMES_BIN` if set and non-empty, else `hermes` (looked up on
+    /// `PATH`); `timeout` stops a `hermes chat` that runs longer.
+    pub fn from_env(timeout: Option<Duration>) -> Self {
+        let cli = Cli::from_env("hermes", ENV_BIN, "hermes").install_hint(format!(
+            "install the Hermes Agent CLI, e.g. `python3 -m venv ~/.hermes-venv && ~/.hermes-venv/bin/pip install hermes-agent=={HERMES_VERSION}`, then put its `bin` on PATH or set HERMES_BIN=/path/to/hermes"
+        ));
+        Self { cli, timeout }
     }
 
-    /// The program, for messages.
-    pub fn program(&self) -> String {
-        self.program.to_string_lossy().into_owned()
-    }
-
-    /// A command for hermes with the environment every invocation gets:
-    /// stdin closed, and no runtime `pip install` into hermes' venv.
+    /// A command for hermes with the environment every invocation gets: no
+    /// runtime `pip install` into hermes' venv (the kit closes stdin).
     /// `HERMES_HOME` and the working directory are inherited.
-    fn command(&self) -> Command {
-        let mut cmd = Command::new(&self.program);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .env("HERMES_DISABLE_LAZY_INSTALLS", "1")
-            .env("NO_COLOR", "1");
+    fn command(&self) -> std::process::Command {
+        let mut cmd = self.cli.command();
+        cmd.env("HERMES_DISABLE_LAZY_INSTALLS", "1");
         cmd
-    }
-
-    fn spawn_error(&self, e: std::io::Error) -> HermesError {
-        match e.kind() {
-            ErrorKind::NotFound => HermesError::NotInstalled {
-                program: self.program(),
-                source_of: if self.from_env {
-                    "from HERMES_BIN"
-                } else {
-                    "not found on PATH; HERMES_BIN is not set"
-                },
-                version: HERMES_VERSION,
-            },
-            _ => HermesError::Spawn {
-                program: self.program(),
-                source: e,
-            },
-        }
     }
 
     /// Runs `hermes chat -q <prompt> --yolo [--max-turns N] --quiet <extra…>`
@@ -118,19 +81,7 @@ impl Hermes {
         max_turns: Option<u32>,
         extra: &[String],
     ) -> Result<Chat, HermesError> {
-        if prompt.len() >= MAX_ARG_BYTES {
-            return Err(HermesError::PromptTooLong {
-                bytes: prompt.len(),
-                limit: MAX_ARG_BYTES - 1,
-            });
-        }
-        // An argument cannot hold a NUL byte (a task may, from JSON `\u0000`).
-        let prompt = if prompt.contains('\0') {
-            tracing::warn!("removing NUL characters from the prompt");
-            std::borrow::Cow::Owned(prompt.replace('\0', ""))
-        } else {
-            std::borrow::Cow::Borrowed(prompt)
-        };
+        let prompt = cli_agent::prompt_arg(self.cli.tool(), prompt)?;
         let mut cmd = self.command();
         cmd.args(["chat", "-q", prompt.as_ref(), "--yolo"]);
         if let Some(n) = max_turns {
@@ -138,68 +89,53 @@ impl Hermes {
         }
         cmd.arg("--quiet").args(extra);
         tracing::debug!(
-            program = %self.program(),
+            program = %self.cli.program(),
             prompt_bytes = prompt.len(),
             ?max_turns,
             ?extra,
             "running hermes chat"
         );
-        let started = Instant::now();
-        let out = cmd.output().map_err(|e| {
-            if e.raw_os_error() == Some(7) {
-                // E2BIG: the arguments and environment together are too big.
-                HermesError::PromptTooLong {
-                    bytes: prompt.len(),
-                    limit: MAX_ARG_BYTES - 1,
-                }
-            } else {
-                self.spawn_error(e)
-            }
-        })?;
-        let duration = started.elapsed();
-        check_chat(out, duration)
+        let out = self.cli.run(cmd, RunOptions::new().timeout(self.timeout))?;
+        check_chat(out)
     }
 
     /// Reads the transcript of session `id` with `hermes sessions export
     /// --session-id <id> -`.
     pub fn export(&self, id: &str) -> Result<Session, ExportFailure> {
+        let mut cmd = self.command();
+        cmd.args(["sessions", "export", "--session-id", id, "-"]);
         let out = self
-            .command()
-            .args(["sessions", "export", "--session-id", id, "-"])
-            .output()
-            .map_err(ExportFailure::Spawn)?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
+            .cli
+            .run(cmd, RunOptions::new().timeout(Some(EXPORT_TIMEOUT)))
+            .map_err(ExportFailure::Run)?;
         if !out.status.success() {
             return Err(ExportFailure::Failed {
                 status: out.status.to_string(),
-                output: transcript::shorten(
-                    &format!("{}{}", stdout, String::from_utf8_lossy(&out.stderr)),
-                    500,
-                ),
+                output: cli_agent::shorten(&format!("{}{}", out.stdout, out.stderr), 500),
             });
         }
-        Ok(transcript::parse_export(&stdout, id)?)
+        Ok(transcript::parse_export(&out.stdout, id)?)
     }
 }
 
+/// Longest a `hermes sessions export` may take.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Classifies a finished `hermes chat`.
-fn check_chat(out: Output, duration: Duration) -> Result<Chat, HermesError> {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+fn check_chat(out: Output) -> Result<Chat, HermesError> {
+    let duration = out.duration;
+    let Output { stdout, stderr, .. } = out.clone();
     let session = transcript::session_id(&stderr).map(str::to_owned);
     tracing::debug!(
         status = %out.status,
         session = session.as_deref().unwrap_or("-"),
         stdout_bytes = stdout.len(),
-        ms = duration.as_millis() as u64,
+        ms = out.duration_ms(),
         "hermes chat finished"
     );
     if !out.status.success() {
-        let status = match out.status.code() {
-            Some(code) => format!("exit status {code}"),
-            None => "killed by a signal".to_owned(),
-        };
-        let mut output = transcript::tail(stdout.trim(), QUOTE_CHARS);
+        let status = out.status_text();
+        let mut output = cli_agent::tail(stdout.trim(), QUOTE_CHARS);
         // stderr normally only holds the session id; show anything else.
         let extra: Vec<&str> = stderr
             .lines()
@@ -207,7 +143,7 @@ fn check_chat(out: Output, duration: Duration) -> Result<Chat, HermesError> {
             .collect();
         if !extra.is_empty() {
             output.push_str("\nstderr:\n");
-            output.push_str(&transcript::tail(&extra.join("\n"), QUOTE_CHARS));
+            output.push_str(&cli_agent::tail(&extra.join("\n"), QUOTE_CHARS));
         }
         if output.trim().is_empty() {
             output = "(hermes printed nothing)".to_owned();
@@ -222,13 +158,13 @@ fn check_chat(out: Output, duration: Duration) -> Result<Chat, HermesError> {
         Some(Sentinel::MaxTurns { limit }) => {
             return Err(HermesError::MaxTurns {
                 limit,
-                output: transcript::tail(stdout.trim(), QUOTE_CHARS),
+                output: cli_agent::tail(stdout.trim(), QUOTE_CHARS),
                 session,
             });
         }
         Some(Sentinel::NoReply) => {
             return Err(HermesError::NoReply {
-                output: transcript::tail(stdout.trim(), QUOTE_CHARS),
+                output: cli_agent::tail(stdout.trim(), QUOTE_CHARS),
                 session,
             });
         }
@@ -249,17 +185,25 @@ mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
     use std::process::ExitStatus;
+    use uwf_agent_kit::cli_agent::{CliError, MAX_ARG_BYTES};
 
     fn out(code: i32, stdout: &str, stderr: &str) -> Output {
         Output {
             status: ExitStatus::from_raw(code << 8),
-            stdout: stdout.as_bytes().to_vec(),
-            stderr: stderr.as_bytes().to_vec(),
+            stdout: stdout.to_owned(),
+            stderr: stderr.to_owned(),
+            duration: Duration::from_millis(5),
         }
     }
 
     fn check(code: i32, stdout: &str, stderr: &str) -> Result<Chat, HermesError> {
-        check_chat(out(code, stdout, stderr), Duration::from_millis(5))
+        check_chat(out(code, stdout, stderr))
+    }
+
+    fn hermes(program: &str) -> Hermes {
+        let mut h = Hermes::from_env(None);
+        h.cli = h.cli.with_program(program);
+        h
     }
 
     const SID: &str = "\nsession_id: 20261122_063815_604466\n";
@@ -290,10 +234,11 @@ mod tests {
 
         let killed = Output {
             status: ExitStatus::from_raw(15),
-            stdout: vec![],
-            stderr: vec![],
+            stdout: String::new(),
+            stderr: String::new(),
+            duration: Duration::ZERO,
         };
-        let e = check_chat(killed, Duration::ZERO)
+        let e = check_chat(killed)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
@@ -331,14 +276,11 @@ mod tests {
 
     #[test]
     fn missing_program() {
-        let h = Hermes {
-            program: "/nonexistent/hermes".into(),
-            from_env: true,
-        };
+        let h = hermes("/nonexistent/hermes");
         let e = h.chat("hi", Some(2), &[]).err();
         let text = e.as_ref().map(ToString::to_string).unwrap_or_default();
         assert!(
-            matches!(e, Some(HermesError::NotInstalled { .. })),
+            matches!(e, Some(HermesError::Cli(CliError::NotInstalled { .. }))),
             "{text}"
         );
         assert!(text.contains("HERMES_BIN"), "{text}");
@@ -347,21 +289,18 @@ mod tests {
     #[test]
     fn nul_bytes_are_dropped_from_the_prompt() {
         // `true` ignores its arguments and exits 0 with no output.
-        let h = Hermes {
-            program: "true".into(),
-            from_env: false,
-        };
+        let h = hermes("true");
         let e = h.chat("a\0b", None, &[]).err();
         assert!(matches!(e, Some(HermesError::NoAnswer { .. })), "{e:?}");
     }
 
     #[test]
     fn prompt_too_long() {
-        let h = Hermes::from_env();
+        let h = Hermes::from_env(None);
         let big = "x".repeat(MAX_ARG_BYTES);
         assert!(matches!(
             h.chat(&big, None, &[]),
-            Err(HermesError::PromptTooLong { .. })
+            Err(HermesError::Cli(CliError::PromptTooLong { .. }))
         ));
     }
 }

@@ -30,8 +30,9 @@ mod transcript;
 use std::process::ExitCode;
 
 use clap::Parser;
-use uwf_agent_kit::{AgentContext, AgentRun, Invocation};
-use uwf_util::state::StateDir;
+use uwf_agent_kit::AgentContext;
+use uwf_agent_kit::AgentRun;
+use uwf_agent_kit::cli_agent;
 
 use crate::error::HermesError;
 use crate::hermes::{Chat, Hermes};
@@ -58,6 +59,7 @@ from the answer and prints the new StepNode's hash. On failure nothing is writte
   HERMES_BIN                     the hermes executable (default: `hermes` on PATH)
   HERMES_HOME                    hermes' state and config directory (default ~/.hermes)
   UWF_HERMES_MAX_TURNS           default for --max-turns
+  UWF_HERMES_TIMEOUT             default for --timeout
   UWF_HERMES_ARGS                extra hermes arguments, split like a shell command line
   UNCAGED_WORKFLOW_STORAGE_ROOT  the storage root (set by uwf; default ~/.uncaged/workflow)
   RUST_LOG                       log filter for stderr (default: warn)"
@@ -69,6 +71,13 @@ struct Args {
     #[arg(long, value_name = "N", env = "UWF_HERMES_MAX_TURNS",
           value_parser = clap::value_parser!(u32).range(1..))]
     max_turns: Option<u32>,
+
+    /// Stop hermes (and everything it started) when a step runs longer
+    /// than this (e.g. `20m`). Default: no limit of its own (`uwf thread
+    /// step --timeout` still applies).
+    #[arg(long, value_name = "DURATION", env = "UWF_HERMES_TIMEOUT",
+          value_parser = humantime::parse_duration)]
+    timeout: Option<std::time::Duration>,
 
     /// An extra argument for `hermes chat`, after `--quiet` (repeat for
     /// several, e.g. `--hermes-arg -t --hermes-arg terminal,file`).
@@ -85,35 +94,11 @@ struct Args {
 fn main() -> ExitCode {
     uwf_agent_kit::install_report_handler();
     let args = Args::parse();
-    uwf_agent_kit::conclude(run(&args))
-}
-
-/// Everything after argv: root, `.env`, tracing, the step.
-fn run(args: &Args) -> Result<uwf_cas::Hash, miette::Report> {
-    let root = uwf_util::root::resolve_root(None).map_err(uwf_agent_kit::KitError::from)?;
-    // Before tracing, so a RUST_LOG in `.env` applies.
-    StateDir::new(&root.path)
-        .load_env()
-        .map_err(uwf_agent_kit::KitError::from)?;
-    uwf_util::trace::init_tracing(0, false);
-    let extra = hermes_args(args)?;
-    let hermes = Hermes::from_env();
-    let inv = Invocation::new(NAME, root.path, &args.thread, &args.role, Vec::new());
-    let ctx = inv.load()?;
-    let run = step(&ctx, &hermes, args.max_turns, &extra)?;
-    Ok(uwf_agent_kit::finish(&ctx, NAME, run)?)
-}
-
-/// `UWF_HERMES_ARGS`, then the `--hermes-arg`s.
-fn hermes_args(args: &Args) -> Result<Vec<String>, HermesError> {
-    let mut extra = match std::env::var(ENV_ARGS) {
-        Ok(line) if !line.trim().is_empty() => {
-            uwf_util::state::split_command_line(&line).map_err(HermesError::BadArgs)?
-        }
-        _ => Vec::new(),
-    };
-    extra.extend(args.hermes_args.iter().cloned());
-    Ok(extra)
+    uwf_agent_kit::conclude(cli_agent::step(NAME, &args.thread, &args.role, |ctx| {
+        let extra = cli_agent::extra_args(ENV_ARGS, &args.hermes_args)?;
+        let hermes = Hermes::from_env(args.timeout);
+        step(ctx, &hermes, args.max_turns, &extra)
+    }))
 }
 
 /// Runs hermes for the context's role and stores the detail nodes; returns

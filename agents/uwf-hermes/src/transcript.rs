@@ -268,24 +268,7 @@ pub fn final_answer(messages: &[Value]) -> Result<String, Unfinished> {
     }
 }
 
-/// At most `max` characters of `s`, with `…` when cut.
-pub fn shorten(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &s[..cut]),
-        None => s.to_owned(),
-    }
-}
-
-/// The last `max` characters of `s`, with `…` in front when cut (errors
-/// are at the end of hermes' output).
-pub fn tail(s: &str, max: usize) -> String {
-    let count = s.chars().count();
-    if count <= max {
-        return s.to_owned();
-    }
-    let start = s.char_indices().nth(count - max).map_or(0, |(i, _)| i);
-    format!("…{}", &s[start..])
-}
+pub use uwf_agent_kit::cli_agent::shorten;
 
 #[cfg(test)]
 mod tests {
@@ -465,13 +448,5 @@ mod tests {
         assert_eq!(t[2].tool_name.as_deref(), Some("terminal"));
         assert!(final_answer(&[]).is_err());
         assert!(final_answer(&msgs[2..]).is_err());
-    }
-
-    #[test]
-    fn shorten_and_tail() {
-        assert_eq!(shorten("abc", 5), "abc");
-        assert_eq!(shorten("äbcdef", 3), "äbc…");
-        assert_eq!(tail("abc", 5), "abc");
-        assert_eq!(tail("abcdeä", 3), "…deä");
     }
 }

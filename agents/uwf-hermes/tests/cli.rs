@@ -25,6 +25,7 @@ printf '%s' "${HERMES_DISABLE_LAZY_INSTALLS-unset}" > "$d/lazy.$1"
 pwd > "$d/cwd.$1"
 case "$1" in
   chat)
+    if [ -f "$d/chat.sleep" ]; then sleep "$(cat "$d/chat.sleep")"; fi
     cat "$d/chat.stdout" 2>/dev/null
     cat "$d/chat.stderr" >&2 2>/dev/null
     exit "$(cat "$d/chat.exit" 2>/dev/null || echo 0)" ;;
@@ -345,6 +346,26 @@ fn hermes_errors_are_reported_with_its_stdout() -> TestResult {
                 .and(predicate::str::contains("HTTP 500: boom"))
                 .and(predicate::str::contains(SESSION)),
         );
+    c.assert_unchanged()?;
+    assert!(c.argv("sessions").is_empty());
+    Ok(())
+}
+
+#[test]
+fn a_hermes_that_runs_too_long_is_stopped() -> TestResult {
+    let c = Case::new()?;
+    c.answers(PLAN, json!([]))?;
+    c.set("chat.sleep", "60")?;
+    c.cmd()
+        .args(["--timeout", "1s"])
+        .arg(&c.thread)
+        .arg("planner")
+        .assert()
+        .code(1)
+        .stdout("")
+        .stderr(predicate::str::contains(
+            "hermes did not finish within 1s; it was stopped",
+        ));
     c.assert_unchanged()?;
     assert!(c.argv("sessions").is_empty());
     Ok(())

@@ -14,13 +14,12 @@
 //!   cargo test -p uwf-hermes --test real_hermes -- --include-ignored
 //! ```
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use serde_json::{Value, json};
-use uwf_agent_kit::testing::MockLlm;
+use uwf_agent_kit::testing::{MockLlm, real_cli};
 use uwf_cas::{Cas, Hash};
 
 type TestResult = Result<(), uwf_agent_kit::BoxError>;
@@ -44,78 +43,21 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Whether this is a CI run (`CI=true`), where skipping is not allowed.
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
-}
-
-/// hermes from `HERMES_BIN` (a path, or a name looked up on `PATH`), else
-/// `hermes` on `PATH`.
-fn find_hermes() -> Option<PathBuf> {
-    let name = std::env::var_os("HERMES_BIN")
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "hermes".into());
-    let name = PathBuf::from(name);
-    if name.components().count() > 1 {
-        return name.is_file().then_some(name);
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(&name))
-        .find(|p| p.is_file())
-}
-
-/// Skips loudly, or fails under `CI=true`.
-fn missing_hermes() {
-    let why = match std::env::var_os("HERMES_BIN").filter(|v| !v.is_empty()) {
-        Some(v) => format!("HERMES_BIN={} is not a file", v.to_string_lossy()),
-        None => "HERMES_BIN is not set and there is no `hermes` on PATH".to_owned(),
-    };
-    assert!(
-        !in_ci(),
-        "the real-hermes test must run in CI, but hermes is missing: {why}"
-    );
-    let bar = "!".repeat(78);
-    // Straight to the process's stderr: the test harness captures eprintln!.
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "\n{bar}\n!!! SKIPPED: the real-hermes test of uwf-hermes did not run.\n\
-         !!! {why}.\n\
-         !!! Install hermes-agent {HERMES_VERSION} and run it:\n\
-         !!!   python3 -m venv target/hermes-venv && target/hermes-venv/bin/pip install hermes-agent=={HERMES_VERSION}\n\
-         !!!   HERMES_BIN=$PWD/target/hermes-venv/bin/hermes cargo test -p uwf-hermes --test real_hermes -- --include-ignored\n\
-         !!! (.ci/run does this in its `hermes` step.)\n{bar}\n"
-    );
-}
+const HOW_TO_RUN: &str = "python3 -m venv target/hermes-venv && target/hermes-venv/bin/pip install hermes-agent==0.19.0
+HERMES_BIN=$PWD/target/hermes-venv/bin/hermes cargo test -p uwf-hermes --test real_hermes -- --include-ignored
+(.ci/run does this in its `hermes` step.)";
 
 /// `uwf-hermes` as cargo built it for this test.
 fn uwf_hermes() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_uwf-hermes"))
 }
 
-/// The `uwf` binary next to `uwf-hermes`; built with cargo if missing
-/// (an agent crate cannot depend on uwf-cli, so cargo does not build it
-/// for this test).
+/// The `uwf` binary next to `uwf-hermes` (built if missing).
 fn uwf() -> &'static Path {
     static UWF: OnceLock<PathBuf> = OnceLock::new();
     UWF.get_or_init(|| {
-        let agent = uwf_hermes();
-        let dir = agent.parent().unwrap_or(Path::new("."));
-        let uwf = dir.join(format!("uwf{}", std::env::consts::EXE_SUFFIX));
-        if !uwf.is_file() {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "--locked", "-p", "uwf-cli", "-p", "uwf-hermes"])
-                .current_dir(workspace());
-            if dir.file_name().is_some_and(|n| n == "release") {
-                cmd.arg("--release");
-            }
-            let status = cmd
-                .status()
-                .unwrap_or_else(|e| panic!("cannot run cargo to build uwf: {e}"));
-            assert!(status.success(), "cargo build -p uwf-cli failed: {status}");
-            assert!(uwf.is_file(), "cargo built no {}", uwf.display());
-        }
-        uwf
+        real_cli::uwf_beside(&uwf_hermes(), &workspace(), "uwf-hermes")
+            .unwrap_or_else(|e| panic!("cannot build uwf: {e}"))
     })
 }
 
@@ -228,74 +170,22 @@ impl World {
 }
 
 fn text(out: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}\n--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    real_cli::output_text(out)
 }
 
-fn title(cas: &Cas, hash: Hash) -> Result<String, uwf_agent_kit::BoxError> {
-    let node = cas.get(hash)?;
-    Ok(cas.schema(node.type_hash)?["title"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned())
-}
-
-fn hash_at(v: &Value, key: &str) -> Result<Hash, uwf_agent_kit::BoxError> {
-    Ok(v[key]
-        .as_str()
-        .ok_or_else(|| format!("no {key} in {v}"))?
-        .parse()?)
-}
-
-/// One step of the finished thread, with its detail's turns.
-struct Step {
-    role: String,
-    output: Value,
-    detail: Value,
-    turns: Vec<(Hash, Value)>,
-}
-
-/// The steps from the first to `head`; each must be by `agent` (the label
-/// uwf gives the agent: the `--agent` value).
-fn load_steps(cas: &Cas, head: Hash, agent: &str) -> Result<Vec<Step>, uwf_agent_kit::BoxError> {
-    let mut steps = Vec::new();
-    let mut cur = Some(head);
-    while let Some(h) = cur {
-        let node = cas.get(h)?.payload;
-        assert_eq!(node["agent"], agent, "{node}");
-        let detail_hash = hash_at(&node, "detail")?;
-        assert_eq!(title(cas, detail_hash)?, "hermes-detail", "detail of {h}");
-        let detail = cas.get(detail_hash)?.payload;
-        let mut turns = Vec::new();
-        for t in detail["turns"].as_array().into_iter().flatten() {
-            let t: Hash = t.as_str().ok_or("turn is not a string")?.parse()?;
-            assert_eq!(title(cas, t)?, "hermes-turn", "turn {t}");
-            turns.push((t, cas.get(t)?.payload));
-        }
-        steps.push(Step {
-            role: node["role"].as_str().unwrap_or_default().to_owned(),
-            output: cas.get(hash_at(&node, "output")?)?.payload,
-            detail,
-            turns,
-        });
-        cur = match node["prev"].as_str() {
-            Some(p) => Some(p.parse()?),
-            None => None,
-        };
-    }
-    steps.reverse();
-    Ok(steps)
+fn load_steps(
+    cas: &Cas,
+    head: Hash,
+    agent: &str,
+) -> Result<Vec<real_cli::Step>, uwf_agent_kit::BoxError> {
+    real_cli::load_steps(cas, head, agent, "hermes-detail", "hermes-turn")
 }
 
 #[test]
 #[ignore = "needs the real hermes (hermes-agent 0.19.0); .ci/run's hermes step runs it with --include-ignored"]
 fn solve_issue_with_every_role_on_real_hermes() -> TestResult {
-    let Some(hermes) = find_hermes() else {
-        missing_hermes();
+    let Some(hermes) = real_cli::find_program("HERMES_BIN", "hermes") else {
+        real_cli::missing("real_hermes", "HERMES_BIN", "hermes", HOW_TO_RUN);
         return Ok(());
     };
     let world = World::new()?;
@@ -380,7 +270,7 @@ fn solve_issue_with_every_role_on_real_hermes() -> TestResult {
 
     // The thread, step by step.
     let cas = Cas::open(&world.root)?;
-    let head = hash_at(&result, "head")?;
+    let head = real_cli::hash_at(&result, "head")?;
     let steps = load_steps(&cas, head, &agent)?;
     let roles: Vec<&str> = steps.iter().map(|s| s.role.as_str()).collect();
     assert_eq!(

@@ -56,6 +56,11 @@
 //! client configured from `config.yaml`, with retries and timeouts),
 //! [`extract`] (both extraction layers, callable directly).
 //!
+//! Wrapping an agent CLI (Claude Code, Codex, Hermes, Gemini CLI, …):
+//! [`cli_agent`] runs it non-interactively in its own process group with a
+//! timeout, streams its output for live progress and stores its transcript
+//! as detail nodes.
+//!
 //! Entry points, from the highest level down: [`run`] (a whole `main`),
 //! [`Runner`] (the same with a version, extra arguments, or full control of
 //! stdout via [`Runner::run_with`]), [`execute`] (no process, for tests),
@@ -70,6 +75,7 @@
 
 mod agent_run;
 mod cli;
+pub mod cli_agent;
 mod context;
 mod error;
 #[cfg(test)]

@@ -453,14 +453,19 @@ never printed.
 
 Presets (--provider): openai, openrouter, anthropic, deepseek, groq, together,
 mistral, ollama, lmstudio; any other name is a custom provider and needs
---base-url. Prefer --api-key - (stdin) to a key on the command line, which
-other users can see in the process list and which lands in shell history.
+--base-url. Agents (--agent): hermes, llm, claude (Claude Code), codex (Codex
+CLI), mock, an alias under `agents:`, or a command line.
+
+Prefer --api-key - (stdin) to a key on the command line, which other users
+can see in the process list and which lands in shell history.
 
 Examples:
   uwf setup
   printf %s \"$KEY\" | uwf setup --provider openai --api-key - --model gpt-4o-mini
   uwf setup --provider openrouter --model anthropic/claude-sonnet-4 --model-alias sonnet
   uwf setup --provider ollama --model llama3.2 --agent llm
+  printf %s \"$KEY\" | uwf setup --provider anthropic --api-key - --agent claude   (Claude Code)
+  printf %s \"$KEY\" | uwf setup --provider openai --api-key - --agent codex       (Codex CLI)
   uwf setup --provider mycorp --base-url https://llm.example.com/v1 --api-key-env MYCORP_KEY";
 
 /// `uwf setup` options. Giving any of them makes setup non-interactive.

@@ -1,6 +1,7 @@
 //! `uwf`: the command-line front end. Thin by design: parsing, dispatch and
 //! reporting; everything else lives in the library crates.
 
+mod activity;
 mod agent;
 mod cli;
 mod cmd;

@@ -973,3 +973,62 @@ fn comments_in_config_are_saved_in_a_backup() {
     assert!(v.get("backup").is_none(), "{v}");
     assert_eq!(std::fs::read_to_string(&backup).unwrap(), original);
 }
+
+#[test]
+fn presets_for_claude_code_and_codex() {
+    let env = Env::new();
+    // Claude Code: the anthropic preset's key variable is what uwf-claude
+    // (and Claude Code) read from .env.
+    let out = run(
+        &env,
+        &[
+            "setup",
+            "--provider",
+            "anthropic",
+            "--api-key",
+            KEY_A,
+            "--agent",
+            "claude",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_no_key(&out, KEY_A);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["defaultAgent"], "claude");
+    let c = config(&env);
+    assert_eq!(c["agents"]["claude"]["command"], "uwf-claude");
+    assert_eq!(c["defaultAgent"], "claude");
+    assert_eq!(
+        c["providers"]["anthropic"]["apiKeyEnv"],
+        "ANTHROPIC_API_KEY"
+    );
+    assert_eq!(dotenv(&env), format!("ANTHROPIC_API_KEY={KEY_A}\n"));
+    let shown = ok(&env, &["config", "show"]);
+    assert_eq!(shown["defaultAgent"]["command"], "uwf-claude");
+
+    // Codex: the openai preset, added next to it.
+    let out = run(
+        &env,
+        &[
+            "setup",
+            "--provider",
+            "openai",
+            "--api-key",
+            KEY_B,
+            "--agent",
+            "codex",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_no_key(&out, KEY_B);
+    let c = config(&env);
+    assert_eq!(c["agents"]["codex"]["command"], "uwf-codex");
+    assert_eq!(c["agents"]["claude"]["command"], "uwf-claude");
+    assert_eq!(c["defaultAgent"], "codex");
+    let dot = dotenv(&env);
+    assert!(dot.contains(&format!("OPENAI_API_KEY={KEY_B}\n")), "{dot}");
+    assert!(
+        dot.contains(&format!("ANTHROPIC_API_KEY={KEY_A}\n")),
+        "{dot}"
+    );
+}

@@ -29,8 +29,10 @@ Turns (the format of mock_openai.py):
   {delay: 1.5, …}                        sleep first (seconds)
   {finish_reason: length, …}             override the finish reason
 
-A request with \"stream\": true gets server-sent events. Any other request
-gets a 404. Prints `uwf-mock-llm listening on http://127.0.0.1:<port>/v1`,
+A request with \"stream\": true gets server-sent events. POST …/messages
+(Anthropic Messages API, Claude Code) and POST …/responses (OpenAI Responses
+API, Codex) consume the same turns, answered in their own formats. Any other
+request gets a 404. Prints `uwf-mock-llm listening on http://127.0.0.1:<port>/v1`,
 then serves until killed.";
 
 fn main() -> ExitCode {

@@ -298,6 +298,24 @@ impl MockRequest {
         self.method == "POST" && self.path.ends_with("/chat/completions")
     }
 
+    /// Whether this is an Anthropic Messages request (`POST …/messages`,
+    /// what Claude Code sends).
+    pub fn is_messages(&self) -> bool {
+        self.method == "POST" && self.path.ends_with("/messages")
+    }
+
+    /// Whether this is an OpenAI Responses request (`POST …/responses`,
+    /// what Codex sends).
+    pub fn is_responses(&self) -> bool {
+        self.method == "POST" && self.path.ends_with("/responses")
+    }
+
+    /// Whether this request asks the model for a turn, in any of the three
+    /// APIs the mock speaks (and so consumes a scripted reply).
+    pub fn is_model_call(&self) -> bool {
+        self.is_chat() || self.is_messages() || self.is_responses()
+    }
+
     /// Whether the request asked for a stream.
     pub fn is_stream(&self) -> bool {
         self.body.get("stream") == Some(&Value::Bool(true))
@@ -345,7 +363,11 @@ impl Shared {
 /// reply as server-sent events (`chat.completion.chunk`s: role, content /
 /// reasoning / tool-call deltas in pieces, the finish chunk, a usage chunk
 /// when `stream_options.include_usage` is set, `data: [DONE]`), as the
-/// OpenAI SDKs (and hermes) expect. Every response closes its connection.
+/// OpenAI SDKs (and hermes) expect. The same queue also serves `POST
+/// …/messages` (the Anthropic Messages API: Claude Code) and `POST
+/// …/responses` (the OpenAI Responses API: Codex), each reply translated
+/// into that API's events; [`model_requests`](Self::model_requests) lists
+/// the calls of all three. Every response closes its connection.
 ///
 /// ```
 /// use uwf_agent_kit::testing::MockLlm;
@@ -512,6 +534,15 @@ impl MockLlm {
             .collect()
     }
 
+    /// The model calls received so far, in any API (chat completions,
+    /// Anthropic Messages, OpenAI Responses).
+    pub fn model_requests(&self) -> Vec<MockRequest> {
+        self.requests()
+            .into_iter()
+            .filter(MockRequest::is_model_call)
+            .collect()
+    }
+
     /// How many requests had path `path` (query string ignored).
     pub fn count(&self, path: &str) -> usize {
         self.shared
@@ -594,7 +625,7 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
 
     let reply = {
         let mut state = shared.lock();
-        let reply = if request.is_chat() {
+        let reply = if request.is_model_call() {
             match state.queue.pop_front() {
                 Some(r) => r,
                 None => state.default.clone(),
@@ -719,7 +750,14 @@ fn respond(out: &mut impl Write, request: &MockRequest, reply: MockReply) -> io:
                         .unwrap_or_default();
                     body["usage"] = usage_for(request, &content);
                 }
-                if request.is_stream() && (200..300).contains(&reply.status) {
+                let ok = (200..300).contains(&reply.status);
+                if ok && request.is_messages() {
+                    return super::mock_wire::anthropic(out, request, &body, &reply.headers);
+                }
+                if ok && request.is_responses() {
+                    return super::mock_wire::responses(out, request, &body, &reply.headers);
+                }
+                if request.is_stream() && ok {
                     return stream(out, request, &body, &reply.headers);
                 }
             }
@@ -741,7 +779,7 @@ fn respond(out: &mut impl Write, request: &MockRequest, reply: MockReply) -> io:
 }
 
 /// Up to three pieces of `text`, so clients must re-assemble deltas.
-fn pieces(text: &str) -> Vec<String> {
+pub(super) fn pieces(text: &str) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     if chars.len() < 6 {
         return vec![text.to_owned()];

@@ -139,7 +139,7 @@ pub fn preset(name: &str) -> Option<&'static Preset> {
 }
 
 /// Agents `uwf setup` knows by alias. `hermes` and `llm` are always
-/// defined; `mock` only when asked for.
+/// defined; `mock`, `claude` and `codex` only when asked for.
 const BUILTIN_AGENTS: &[(&str, &str, &str)] = &[
     (
         "hermes",
@@ -148,7 +148,22 @@ const BUILTIN_AGENTS: &[(&str, &str, &str)] = &[
     ),
     ("llm", "uwf-llm", "one LLM call per step (cheap roles)"),
     ("mock", "uwf-mock", "scripted answers, for tests"),
+    (
+        "claude",
+        "uwf-claude",
+        "Claude Code (needs `claude`; key: ANTHROPIC_API_KEY, e.g. --provider anthropic)",
+    ),
+    (
+        "codex",
+        "uwf-codex",
+        "OpenAI Codex CLI (needs `codex`; key: OPENAI_API_KEY, e.g. --provider openai)",
+    ),
 ];
+
+/// The built-in agents offered in the interactive menu: all but `mock`.
+fn menu_agents() -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str)> {
+    BUILTIN_AGENTS.iter().filter(|(alias, ..)| *alias != "mock")
+}
 
 /// The first line of every `config.yaml` setup writes.
 const CONFIG_HEADER: &str = "# uwf configuration (written by `uwf setup`; edit freely). No secrets here:\n# API keys live in .env next to this file. Check it with `uwf config show`.\n";
@@ -285,7 +300,9 @@ pub enum SetupError {
     #[error("invalid --agent {agent:?}: {source}")]
     #[diagnostic(
         code(uwf::setup::agent),
-        help("give an agent alias (hermes, llm, mock, or one under `agents:`) or a command line")
+        help(
+            "give an agent alias (hermes, llm, claude, codex, mock, or one under `agents:`) or a command line"
+        )
     )]
     BadAgent {
         /// The value.
@@ -1353,7 +1370,7 @@ fn ask(state: &StateDir, files: &ConfigFiles) -> Result<Request, CliError> {
     // Default agent.
     let mut agent_names: Vec<String> = Vec::new();
     let mut agent_items: Vec<String> = Vec::new();
-    for (alias, command, about) in &BUILTIN_AGENTS[..2] {
+    for (alias, command, about) in menu_agents() {
         agent_names.push((*alias).to_owned());
         agent_items.push(format!("{alias:<11}{command}: {about}"));
     }

@@ -335,17 +335,20 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             let id = engine::thread_id(&thread)?;
             let view = thread::load(&ctx.cas, engine::any_head(ctx, &id)?)?;
             let before = before.map(|b| parse_hash(&b)).transpose()?;
+            // What each step's agent did (tool calls of its transcript).
+            let activity = crate::activity::summaries(&ctx.cas, &view);
             let children: HashMap<Hash, String> = if nested::has_children(&view) {
                 let index = ThreadIndex::load(ctx)?;
-                nested::child_links(ctx, &view, &index)
+                let links = nested::child_links(ctx, &view, &index)
                     .iter()
                     .filter_map(|c| {
                         let step = c.link.step.parse::<Hash>().ok()?;
                         Some((step, nested::child_summary(c)))
                     })
-                    .collect()
+                    .collect();
+                crate::activity::merge(links, activity)
             } else {
-                HashMap::new()
+                activity
             };
             let mut text = read(&id, &view, quota, before, &children)?;
             if before.is_none() {
