@@ -323,14 +323,29 @@ impl Evaluator {
                     input = items[0].clone();
                 }
                 let mut out = Vec::new();
-                if let Value::Object(o, _) = &input {
-                    for v in o.values() {
+                // Appending a (flattened) array value makes the result a
+                // plain array, as in the reference: `*` over `{"a": [1]}`
+                // is `[1]`, over `{"a": []}` it is `[]`.
+                let mut plain = false;
+                let values: Vec<Value> = match &input {
+                    Value::Object(o, _) => o.values().cloned().collect(),
+                    // An array's members are its values (JavaScript sees
+                    // arrays as objects with index keys).
+                    Value::Array(items, _, _) => items.as_ref().clone(),
+                    _ => Vec::new(),
+                };
+                {
+                    for v in &values {
                         if v.is_array() {
                             flatten_into(v, &mut out);
+                            plain = true;
                         } else {
                             out.push(v.clone());
                         }
                     }
+                }
+                if plain {
+                    return Ok(Value::array(out));
                 }
                 Ok(Value::seq(out))
             }
@@ -1067,7 +1082,20 @@ impl Evaluator {
             return Ok(tuple_stream(kept));
         }
         let items = match input {
-            Value::Undefined => return Ok(Value::seq(Vec::new())),
+            Value::Undefined => {
+                // Like the reference implementation, a computed predicate is
+                // still evaluated (once, with no context) on a missing
+                // value, so its errors surface; when it "keeps" the missing
+                // value, later predicates are evaluated too.
+                if Self::predicate_index(p).is_some() {
+                    return Ok(Value::seq(Vec::new()));
+                }
+                let r = self.eval(p, &Value::Undefined, env)?;
+                if self.keep_by_predicate(&r, 0, 1) {
+                    return Ok(Value::Undefined);
+                }
+                return Ok(Value::seq(Vec::new()));
+            }
             Value::Array(items, _, _) => items,
             v => Rc::new(vec![v]),
         };
@@ -1129,39 +1157,39 @@ impl Evaluator {
         env: &Rc<Env>,
         tuple: bool,
     ) -> R<Vec<Tuple>> {
-        // compute keys first
-        let mut keyed: Vec<(Vec<Value>, Tuple)> = Vec::with_capacity(input.len());
-        for t in input {
+        // Keys are evaluated lazily, when a comparison first needs them, and
+        // their types are checked per comparison: like the reference
+        // implementation, a single item is never checked and a term is only
+        // evaluated when the earlier terms tie.
+        let n = input.len();
+        let mut keys: Vec<Vec<Option<Value>>> = vec![vec![None; terms.len()]; n];
+        let mut key = |ev: &mut Evaluator, i: usize, ti: usize| -> R<Value> {
+            if let Some(v) = &keys[i][ti] {
+                return Ok(v.clone());
+            }
+            let t = &input[i];
             let e = if tuple {
-                self.tuple_env(env, &t)
+                ev.tuple_env(env, t)
             } else {
                 env.clone()
             };
-            let mut keys = Vec::with_capacity(terms.len());
-            for term in terms {
-                keys.push(self.eval(&term.expr, &t.ctx, &e)?);
-            }
-            keyed.push((keys, t));
-        }
-        // validate types
-        for ti in 0..terms.len() {
-            let mut kind: Option<bool> = None; // true = number
-            for (keys, _) in &keyed {
-                match &keys[ti] {
-                    Value::Undefined => {}
-                    Value::Number(_) | Value::String(_) => {
-                        let is_num = matches!(keys[ti], Value::Number(_));
-                        if let Some(k) = kind
-                            && k != is_num
-                        {
-                            return Err(Error::new(
-                                "T2007",
-                                "Type mismatch within order-by clause. All values must be of the same type",
-                            ));
-                        }
-                        kind = Some(is_num);
-                    }
-                    v => {
+            let v = ev.eval(&terms[ti].expr, &t.ctx, &e)?;
+            keys[i][ti] = Some(v.clone());
+            Ok(v)
+        };
+        // returns true if item a should come after item b
+        let mut after = |a: &usize, b: &usize| -> R<bool> {
+            for (ti, term) in terms.iter().enumerate() {
+                let x = key(self, *a, ti)?;
+                let y = key(self, *b, ti)?;
+                match (&x, &y) {
+                    (Value::Undefined, Value::Undefined) => continue,
+                    (Value::Undefined, _) => return Ok(true),
+                    (_, Value::Undefined) => return Ok(false),
+                    _ => {}
+                }
+                for v in [&x, &y] {
+                    if !matches!(v, Value::Number(_) | Value::String(_)) {
                         return Err(Error::new(
                             "T2008",
                             "The expressions within an order-by clause must evaluate to numeric or string values",
@@ -1169,32 +1197,32 @@ impl Evaluator {
                         .with_value(num_text(v)));
                     }
                 }
-            }
-        }
-        let cmp = |a: &(Vec<Value>, Tuple), b: &(Vec<Value>, Tuple)| -> bool {
-            // returns true if a should come after b
-            for (ti, term) in terms.iter().enumerate() {
-                let (x, y) = (&a.0[ti], &b.0[ti]);
-                let o = match (x, y) {
-                    (Value::Undefined, Value::Undefined) => continue,
-                    (Value::Undefined, _) => return true,
-                    (_, Value::Undefined) => return false,
+                let o = match (&x, &y) {
                     (Value::Number(p), Value::Number(q)) => {
                         p.partial_cmp(q).unwrap_or(std::cmp::Ordering::Equal)
                     }
                     (Value::String(p), Value::String(q)) => functions::cmp_utf16(p, q),
-                    _ => std::cmp::Ordering::Equal,
+                    _ => {
+                        return Err(Error::new(
+                            "T2007",
+                            "Type mismatch within order-by clause. All values must be of the same type",
+                        ));
+                    }
                 };
                 if o == std::cmp::Ordering::Equal {
                     continue;
                 }
                 let gt = o == std::cmp::Ordering::Greater;
-                return if term.descending { !gt } else { gt };
+                return Ok(if term.descending { !gt } else { gt });
             }
-            false
+            Ok(false)
         };
-        let sorted = merge_sort(keyed, &mut |a, b| Ok(cmp(a, b)))?;
-        Ok(sorted.into_iter().map(|(_, t)| t).collect())
+        let order = merge_sort((0..n).collect(), &mut after)?;
+        let mut slots: Vec<Option<Tuple>> = input.into_iter().map(Some).collect();
+        Ok(order
+            .into_iter()
+            .filter_map(|i| slots.get_mut(i).and_then(Option::take))
+            .collect())
     }
 
     /// Group-by / object constructor over a tuple stream.

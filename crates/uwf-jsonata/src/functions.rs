@@ -968,9 +968,11 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             num(n.sqrt())
         }
         "power" => {
-            let (Some(b), Some(e)) = (a0.as_f64(), a1.as_f64()) else {
+            let Some(b) = a0.as_f64() else {
                 return Ok(Value::Undefined);
             };
+            // A missing exponent makes the power NaN, as in JavaScript.
+            let e = a1.as_f64().unwrap_or(f64::NAN);
             let r = b.powf(e);
             if !r.is_finite() {
                 return Err(Error::new(
@@ -1167,7 +1169,12 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
                         v => out.push(v),
                     }
                 }
-                Ok(seq(out))
+                // The reference appends each item's spread to an empty
+                // sequence, which makes any non-empty input a plain array.
+                if items.is_empty() {
+                    return Ok(seq(out));
+                }
+                Ok(Value::array(out))
             }
             Value::Object(o, _) => Ok(seq(o
                 .iter()

@@ -210,13 +210,7 @@ fn json_depth(v: &serde_json::Value) -> usize {
 fn strip_sequence(v: Value) -> Value {
     match v {
         Value::Array(items, f, _) if f & flags::SEQUENCE != 0 => {
-            if items.len() == 1 && f & flags::KEEP_SINGLETON == 0 {
-                items[0].clone()
-            } else if items.is_empty() {
-                Value::Undefined
-            } else {
-                Value::arr(items, f & !flags::SEQUENCE)
-            }
+            Value::arr(items, f & !flags::SEQUENCE)
         }
         v => v,
     }
@@ -459,5 +453,61 @@ mod tests {
             json!({"o": [{"p": 1, "r": 10}, {"p": 3, "r": 30}]})
         );
         assert_eq!(ok("o[0].q", data), json!(2));
+    }
+
+    /// Behaviours found by the differential test against jsonata-js 2.2.2.
+    #[test]
+    fn matches_the_reference_on_differential_findings() {
+        let none = |src: &str, input: serde_json::Value| {
+            assert_eq!(run(src, input).expect("evaluates"), None, "{src}")
+        };
+        // `-<number>` folds into the literal and keeps its predicates.
+        assert_eq!(ok("-1[$ < 0]", json!(null)), json!(-1));
+        none("-1.5[false]", json!(null));
+        assert_eq!(ok("-1.5[-1.5] ~> $append(-5)", json!(null)), json!(-5));
+        // A tail call's sequence result is a value for $map: not unwrapped.
+        assert_eq!(
+            ok(
+                "$map([1], function($v){ $map([1], function($w){ $w }) })",
+                json!(null)
+            ),
+            json!([1])
+        );
+        assert_eq!(
+            ok(
+                "$map([1], function($v){ $filter([1], function($w){ false }) })",
+                json!(null)
+            ),
+            json!([])
+        );
+        // Order-by keys are evaluated and type-checked only when compared.
+        assert_eq!(ok("[{'a': true}]^(a)", json!(null)), json!({"a": true}));
+        assert_eq!(
+            ok("[{'a': null}, {}]^(a)", json!(null)),
+            json!([{"a": null}, {}])
+        );
+        assert_eq!(
+            code("[{'a': 'x'}, {'a': 1}, {'a': true}]^(a)", json!(null)),
+            "T2008"
+        );
+        assert_eq!(
+            ok("[{'a': 1}, {'a': 2}]^(a, $error('x'))", json!(null)),
+            json!([{"a": 1}, {"a": 2}])
+        );
+        // A computed predicate is evaluated even on a missing value.
+        assert_eq!(code("nothing[$error('x')]", json!({})), "D3137");
+        assert_eq!(code("nothing[true][$error('x')]", json!({})), "D3137");
+        none("nothing[0][$error('x')]", json!({}));
+        // A missing exponent is NaN.
+        assert_eq!(code("$power(2, nothing)", json!({})), "D3061");
+        none("$power(nothing, 2)", json!({}));
+        // $spread of a non-empty array is an array.
+        assert_eq!(ok("$spread(['hello'])", json!(null)), json!(["hello"]));
+        none("$spread([])", json!(null));
+        // `*` flattening an array value gives a plain array.
+        assert_eq!(ok("*", json!({"a": [1]})), json!([1]));
+        assert_eq!(ok("*", json!({"a": []})), json!([]));
+        assert_eq!(ok("*", json!({"b": 2})), json!(2));
+        assert_eq!(ok("a.*", json!({"a": [[1]]})), json!(1));
     }
 }

@@ -524,8 +524,14 @@ impl Parser<'_> {
             Tok::Op(op) => match op {
                 "-" => {
                     let e = self.expression(70)?;
+                    // `-<number>` is folded into the literal, keeping what
+                    // is applied to it: `-1[$ < 0]` is `(-1)[$ < 0]`, as in
+                    // the reference implementation.
                     if let Kind::Number(n) = e.kind {
-                        Node::new(Kind::Number(-n), span)
+                        let mut e = e;
+                        e.kind = Kind::Number(-n);
+                        e.span = span;
+                        e
                     } else {
                         Node::new(Kind::Negate(Box::new(e)), span)
                     }
