@@ -641,8 +641,11 @@ impl Evaluator {
         }
     }
 
-    /// Calls `f` with as many of `args` as it takes.
-    pub fn call_hof(&mut self, f: &Value, mut args: Vec<Value>, input: &Value) -> R<Value> {
+    /// Calls `f` with as many of `args` as it takes. Like the reference
+    /// implementation, a higher-order function calls with a `null` context,
+    /// which is what a tail call in a lambda body sees (`$map([1],
+    /// function($v){ $string() })` is `"null"`).
+    pub fn call_hof(&mut self, f: &Value, mut args: Vec<Value>) -> R<Value> {
         let n = Self::arity(f);
         if let Value::Function(func) = f
             && matches!(func.as_ref(), Func::Builtin(_))
@@ -652,7 +655,7 @@ impl Evaluator {
         } else {
             args.truncate(n);
         }
-        self.apply(f, args, input, 0)
+        self.apply(f, args, &Value::Null, 0)
     }
 
     fn binary(
@@ -1109,9 +1112,9 @@ impl Evaluator {
                 && let Some(item) = items.get(i as usize)
             {
                 match item {
-                    Value::Array(inner, _, _) => {
-                        return Ok(Value::arr(inner.clone(), flags::SEQUENCE));
-                    }
+                    // An array item is the result itself (a plain array, so
+                    // `[[]][0]` is `[]`, not undefined).
+                    Value::Array(..) => return Ok(item.clone()),
                     v => out.push(v.clone()),
                 }
             }

@@ -624,15 +624,10 @@ fn seq(items: Vec<Value>) -> Value {
     Value::seq(items)
 }
 
-fn key_cmp_values(
-    ev: &mut Evaluator,
-    f: Option<&Value>,
-    items: Vec<Value>,
-    input: &Value,
-) -> R<Vec<Value>> {
+fn key_cmp_values(ev: &mut Evaluator, f: Option<&Value>, items: Vec<Value>) -> R<Vec<Value>> {
     match f {
         Some(f) => merge_sort(items, &mut |a, b| {
-            let r = ev.apply(f, vec![a.clone(), b.clone()], input, 0)?;
+            let r = ev.apply(f, vec![a.clone(), b.clone()], &Value::Null, 0)?;
             Ok(r.is_truthy())
         }),
         None => {
@@ -1030,11 +1025,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             let mut out = Vec::new();
             for (i, it) in items.iter().enumerate() {
                 ev.check_time()?;
-                let r = ev.call_hof(
-                    &a1,
-                    vec![it.clone(), Value::Number(i as f64), a0.clone()],
-                    input,
-                )?;
+                let r = ev.call_hof(&a1, vec![it.clone(), Value::Number(i as f64), a0.clone()])?;
                 if name == "map" {
                     if !r.is_undefined() {
                         out.push(r);
@@ -1054,12 +1045,8 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
                 let keep = if a1.is_undefined() {
                     true
                 } else {
-                    ev.call_hof(
-                        &a1,
-                        vec![it.clone(), Value::Number(i as f64), a0.clone()],
-                        input,
-                    )?
-                    .is_truthy()
+                    ev.call_hof(&a1, vec![it.clone(), Value::Number(i as f64), a0.clone()])?
+                        .is_truthy()
                 };
                 if keep {
                     if found.is_some() {
@@ -1097,7 +1084,6 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
                 acc = ev.call_hof(
                     &a1,
                     vec![acc, it.clone(), Value::Number(i as f64), a0.clone()],
-                    input,
                 )?;
             }
             Ok(acc)
@@ -1113,12 +1099,15 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
         }
         "sift" | "each" => {
             let Value::Object(o, _) = &a0 else {
+                if name == "each" {
+                    return Ok(seq(Vec::new()));
+                }
                 return Ok(Value::Undefined);
             };
             let mut out: Object = IndexMap::new();
             let mut list = Vec::new();
             for (k, v) in o.iter() {
-                let r = ev.call_hof(&a1, vec![v.clone(), Value::str(k), a0.clone()], input)?;
+                let r = ev.call_hof(&a1, vec![v.clone(), Value::str(k), a0.clone()])?;
                 if name == "sift" {
                     if r.is_truthy() {
                         out.insert(k.clone(), v.clone());
@@ -1150,7 +1139,8 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
                         }
                     }
                 }
-                _ => return Ok(Value::Undefined),
+                // an empty sequence: a value for a higher-order caller
+                _ => return Ok(seq(Vec::new())),
             }
             Ok(seq(keys.into_keys().map(|k| Value::str(&k)).collect()))
         }
@@ -1227,12 +1217,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
                 return Ok(a0.clone());
             }
             let f = if a1.is_undefined() { None } else { Some(&a1) };
-            Ok(Value::array(key_cmp_values(
-                ev,
-                f,
-                items.as_ref().clone(),
-                input,
-            )?))
+            Ok(Value::array(key_cmp_values(ev, f, items.as_ref().clone())?))
         }
         "distinct" => {
             let Value::Array(items, _, _) = &a0 else {
@@ -1387,7 +1372,7 @@ fn replace(
                 o.insert("match".into(), Value::str(m));
                 o.insert("index".into(), Value::Number(utf16_index(s, st) as f64));
                 o.insert("groups".into(), Value::array(groups.clone()));
-                let r = ev.call_hof(a2, vec![Value::object(o)], input)?;
+                let r = ev.call_hof(a2, vec![Value::object(o)])?;
                 match r {
                     Value::String(x) => out.push_str(&x),
                     _ => {

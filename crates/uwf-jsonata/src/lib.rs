@@ -509,5 +509,28 @@ mod tests {
         assert_eq!(ok("*", json!({"a": []})), json!([]));
         assert_eq!(ok("*", json!({"b": 2})), json!(2));
         assert_eq!(ok("a.*", json!({"a": [[1]]})), json!(1));
+        // An indexed array item is the (plain) array itself.
+        let data = json!({"b": [[], {"c": null}], "x": [[1, 2], [3]]});
+        assert_eq!(ok("b[0] ~> $append(9)", data.clone()), json!([9]));
+        assert_eq!(ok("x[1]", data.clone()), json!([3]));
+        assert_eq!(ok("x[0][1]", data.clone()), json!(2));
+        assert_eq!(code("-b[0]", data), "D1002");
+        // Higher-order functions call with a null context; $keys and $each
+        // of a non-object are empty sequences.
+        assert_eq!(
+            ok("$map([1], function($v){ $string() })", json!("s")),
+            json!("null")
+        );
+        assert_eq!(
+            ok("$map([1], function($v){ $keys(1) })", json!(null)),
+            json!([])
+        );
+        assert_eq!(
+            ok(
+                "$map([1], function($v){ $each(nothing, $string) })",
+                json!({})
+            ),
+            json!([])
+        );
     }
 }
