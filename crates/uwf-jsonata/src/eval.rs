@@ -945,6 +945,7 @@ impl Evaluator {
             return Ok(result);
         }
         let mut results: Vec<Value> = Vec::new();
+        let filtered = step.stages.iter().any(|s| matches!(s, Stage::Filter(_)));
         for item in &input {
             let mut r = self.eval(step, item, env)?;
             for s in &step.stages {
@@ -952,7 +953,10 @@ impl Evaluator {
                     r = self.filter(p, r, env)?;
                 }
             }
-            if !r.is_undefined() {
+            // A missing value that the predicates kept stays in the
+            // sequence as a member, as in the reference (`a.c[true]` over
+            // two items of `a` is a sequence of two missing values).
+            if !r.is_undefined() || filtered {
                 results.push(r);
             }
         }
@@ -1043,12 +1047,17 @@ impl Evaluator {
 
     fn predicate_index(p: &Node) -> Option<f64> {
         match &p.kind {
-            Kind::Number(n) if p.predicates.is_empty() => Some(*n),
+            // The reference treats any number-literal node as an index,
+            // ignoring what is applied to it: `1[0.5[false]]` is `1[0]`.
+            Kind::Number(n) => Some(*n),
             _ => None,
         }
     }
 
-    fn keep_by_predicate(&mut self, r: &Value, index: usize, len: usize) -> bool {
+    /// How many times the item at `index` (of `len`) is kept by predicate
+    /// result `r`: an array of numbers selects an item once per matching
+    /// index (`[5, 6][[0, 0, 1]]` is `[5, 5, 6]`), as in the reference.
+    fn keep_by_predicate(&mut self, r: &Value, index: usize, len: usize) -> usize {
         let matches_index = |n: f64| {
             let mut i = n.floor();
             if i < 0.0 {
@@ -1057,15 +1066,16 @@ impl Evaluator {
             i == index as f64
         };
         match r {
-            Value::Number(n) => matches_index(*n),
+            Value::Number(n) => usize::from(matches_index(*n)),
             Value::Array(items, _, _)
                 if !items.is_empty() && items.iter().all(|x| matches!(x, Value::Number(_))) =>
             {
                 items
                     .iter()
-                    .any(|x| matches_index(x.as_f64().unwrap_or(f64::NAN)))
+                    .filter(|x| matches_index(x.as_f64().unwrap_or(f64::NAN)))
+                    .count()
             }
-            v => v.is_truthy(),
+            v => usize::from(v.is_truthy()),
         }
     }
 
@@ -1094,7 +1104,7 @@ impl Evaluator {
                     return Ok(Value::seq(Vec::new()));
                 }
                 let r = self.eval(p, &Value::Undefined, env)?;
-                if self.keep_by_predicate(&r, 0, 1) {
+                if self.keep_by_predicate(&r, 0, 1) > 0 {
                     return Ok(Value::Undefined);
                 }
                 return Ok(Value::seq(Vec::new()));
@@ -1123,7 +1133,7 @@ impl Evaluator {
         let len = items.len();
         for (i, item) in items.iter().enumerate() {
             let r = self.eval(p, item, env)?;
-            if self.keep_by_predicate(&r, i, len) {
+            for _ in 0..self.keep_by_predicate(&r, i, len) {
                 out.push(item.clone());
             }
         }
@@ -1146,8 +1156,8 @@ impl Evaluator {
         for (i, t) in input.into_iter().enumerate() {
             let e = self.tuple_env(env, &t);
             let r = self.eval(p, &t.ctx, &e)?;
-            if self.keep_by_predicate(&r, i, len) {
-                out.push(t);
+            for _ in 0..self.keep_by_predicate(&r, i, len) {
+                out.push(t.clone());
             }
         }
         Ok(out)

@@ -28,6 +28,25 @@
 //! - Functions in a JSON result ([`Value::to_json`]) become `""`, as `$string`
 //!   renders them.
 //! - Error positions are byte offsets of the offending token's start.
+//! - `tests/differential.rs` compares evaluation with the reference
+//!   implementation (jsonata-js 2.2.2) on generated expressions and data.
+//!   Five divergences are deliberate: a `/` right after the `)` of an
+//!   order-by (`x^(k) / 2`) divides here, while jsonata-js lexes it as the
+//!   start of a regular expression and reports a syntax error (S0302); when
+//!   several items of one array constructor fail, the first item's error is
+//!   reported, while jsonata-js evaluates the items concurrently and reports
+//!   whichever failure settles first; and a group-by applied to a function
+//!   call in a lambda body's tail position (`function($v){ $f($v){k: v} }`)
+//!   is applied here, while jsonata-js drops it; and in `[..., *, ...].b`
+//!   (an array constructor holding `*` that starts a path) the step applies
+//!   to the array's items, while jsonata-js applies it to the input and a
+//!   stray `true`; `$power` is the platform's correctly rounded `pow`,
+//!   which can be one unit in the last place away from V8's `Math.pow`
+//!   (`$power(0.5, 2.5)`). Where jsonata-js crashes with an
+//!   internal JavaScript error (e.g. `$split(s, nothing)`), there is no
+//!   reference answer; this crate returns a JSONata result (here `[]`).
+//!   `$round` with a non-integer precision truncates the precision, where
+//!   jsonata-js computes `NaN` (not a JSON value).
 //!
 //! # Recursion and the native stack
 //!
@@ -509,6 +528,28 @@ mod tests {
         assert_eq!(ok("*", json!({"a": []})), json!([]));
         assert_eq!(ok("*", json!({"b": 2})), json!(2));
         assert_eq!(ok("a.*", json!({"a": [[1]]})), json!(1));
+        // Any number literal is an index predicate, whatever is applied to it.
+        assert_eq!(ok("1[0.5[false]]", json!(null)), json!(1));
+        // An array of indexes selects an item once per matching index.
+        assert_eq!(ok("[5, 6][[0, 0, 1]]", json!(null)), json!([5, 5, 6]));
+        // Missing values kept by a predicate stay sequence members.
+        assert_eq!(code("-a.c[true]", json!({"a": [null, null]})), "D1002");
+        assert_eq!(
+            ok("$count(a.c[true])", json!({"a": [null, null]})),
+            json!(2)
+        );
+        assert_eq!(code("$sum(a.c[true])", json!({"a": [null, null]})), "T0412");
+        // Syntax errors found after the parse are reported in tree order.
+        for (src, c) in [
+            ("0.a +", "S0213"),
+            ("x{a:0}{a: 0.a}", "S0210"),
+            ("[0.a, 0{a: 0}{a: 0}]", "S0213"),
+            ("0{a: 0.a}[0]", "S0213"),
+            ("0{a:0}[0]", "S0209"),
+            ("(1 +", "S0203"),
+        ] {
+            assert_eq!(code(src, json!(null)), c, "{src}");
+        }
         // An indexed array item is the (plain) array itself.
         let data = json!({"b": [[], {"c": null}], "x": [[1, 2], [3]]});
         assert_eq!(ok("b[0] ~> $append(9)", data.clone()), json!([9]));

@@ -519,7 +519,14 @@ impl Parser<'_> {
             Tok::Var(v) => Node::new(Kind::Variable(v), span),
             Tok::Name(n) => path_of(Node::new(Kind::Name(n), span)),
             Tok::End => {
-                return Err(Error::new("S0207", "Unexpected end of expression").at(span.start));
+                // Like the reference, a premature end is reported after the
+                // parse, in tree order with the other deferred errors (so
+                // `0.a +` is S0213), unless the parser fails first.
+                if self.deferred.is_none() {
+                    self.deferred =
+                        Some(Error::new("S0207", "Unexpected end of expression").at(span.start));
+                }
+                Node::new(Kind::Null, span)
             }
             Tok::Op(op) => match op {
                 "-" => {
@@ -677,9 +684,12 @@ impl Parser<'_> {
             "." => {
                 let rhs = self.expression(75)?;
                 match make_path(left, rhs, &mut self.slots) {
-                    Err(e) if self.deferred.is_none() => {
-                        // reported only if the rest of the expression parses
-                        self.deferred = Some(e);
+                    Err(e) => {
+                        // reported only if the rest of the expression
+                        // parses, and after an earlier one
+                        if self.deferred.is_none() {
+                            self.deferred = Some(e);
+                        }
                         Ok(Node::new(Kind::Null, span))
                     }
                     r => r,
@@ -705,17 +715,33 @@ impl Parser<'_> {
                 }
                 let pred = self.expression(0)?;
                 self.expect("]")?;
-                make_predicate(left, pred, span, &mut self.slots)
+                match make_predicate(left, pred, span, &mut self.slots) {
+                    Err(e) => {
+                        // reported after the parse, in tree order (the
+                        // left side's errors first), as path errors are
+                        if self.deferred.is_none() {
+                            self.deferred = Some(e);
+                        }
+                        Ok(Node::new(Kind::Null, span))
+                    }
+                    r => r,
+                }
             }
             "{" => {
-                let pairs = self.object_pairs()?;
                 let mut left = left;
-                if left.group.is_some() {
-                    return Err(Error::new(
-                        "S0210",
-                        "Each step can only have one grouping expression",
-                    )
-                    .at(span.start));
+                let second = left.group.is_some();
+                if second && self.deferred.is_none() {
+                    // Like path errors, reported only if the rest of the
+                    // expression parses, after an earlier one and before
+                    // those inside this group's pairs.
+                    self.deferred = Some(
+                        Error::new("S0210", "Each step can only have one grouping expression")
+                            .at(span.start),
+                    );
+                }
+                let pairs = self.object_pairs()?;
+                if second {
+                    return Ok(left);
                 }
                 left.group = Some(Box::new(GroupBy { pairs, span }));
                 Ok(left)

@@ -230,7 +230,8 @@ impl Signature {
                 && !sub.is_empty()
             {
                 for it in items.iter() {
-                    if !type_ok(sub, it) {
+                    // a missing member (a sequence can hold one) matches no type
+                    if (it.is_undefined() && !sub.contains('x')) || !type_ok(sub, it) {
                         let mut e = Error::new(
                             "T0412",
                             format!(
