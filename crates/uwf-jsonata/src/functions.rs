@@ -725,16 +725,29 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             };
             let cs = chars(s);
             let len = cs.len() as f64;
+            // JavaScript `Array.prototype.slice` bounds: truncated toward
+            // zero, negative ones counted from the end, clamped.
+            let bound = |x: f64| {
+                let x = x.trunc();
+                (if x < 0.0 {
+                    (len + x).max(0.0)
+                } else {
+                    x.min(len)
+                }) as usize
+            };
             let mut start = a1.as_f64().unwrap_or(0.0);
-            if start < 0.0 {
-                start = (len + start).max(0.0);
+            if len + start < 0.0 {
+                start = 0.0;
             }
-            let start = start.min(len) as usize;
             let end = match a2.as_f64() {
-                Some(l) if l <= 0.0 => start,
-                Some(l) => ((start as f64) + l).min(len) as usize,
+                Some(l) if l <= 0.0 => return Ok(Value::str("")),
+                // a negative start keeps counting from the end, as in the
+                // reference: `$substring("hello", -2.5, 2)` is "l"
+                Some(l) if start < 0.0 => bound(len + start + l),
+                Some(l) => bound(start + l),
                 None => cs.len(),
             };
+            let start = bound(start);
             Ok(Value::str(
                 &cs[start..end.max(start)].iter().collect::<String>(),
             ))
@@ -966,9 +979,10 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             let Some(b) = a0.as_f64() else {
                 return Ok(Value::Undefined);
             };
-            // A missing exponent makes the power NaN, as in JavaScript.
+            // A missing exponent makes the power NaN, as in JavaScript
+            // (where even `1 ** NaN` is NaN, unlike C's `pow`).
             let e = a1.as_f64().unwrap_or(f64::NAN);
-            let r = b.powf(e);
+            let r = if e.is_nan() { f64::NAN } else { b.powf(e) };
             if !r.is_finite() {
                 return Err(Error::new(
                     "D3061",

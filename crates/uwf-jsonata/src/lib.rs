@@ -519,6 +519,13 @@ mod tests {
         none("nothing[0][$error('x')]", json!({}));
         // A missing exponent is NaN.
         assert_eq!(code("$power(2, nothing)", json!({})), "D3061");
+        assert_eq!(code("$power(1, nothing)", json!({})), "D3061");
+        assert_eq!(ok("$substring('hello', -2.5, 2)", json!(null)), json!("l"));
+        assert_eq!(
+            ok("$substring('hello', 1.5, 2.5)", json!(null)),
+            json!("ell")
+        );
+        assert_eq!(ok("$substring('hello', -1.5)", json!(null)), json!("o"));
         none("$power(nothing, 2)", json!({}));
         // $spread of a non-empty array is an array.
         assert_eq!(ok("$spread(['hello'])", json!(null)), json!(["hello"]));

@@ -713,6 +713,10 @@ impl Parser<'_> {
                     }
                     return Ok(left);
                 }
+                if grouped_step(&left) && self.deferred.is_none() {
+                    // S0209 comes before errors inside the predicate
+                    self.deferred = Some(predicate_after_group(span));
+                }
                 let pred = self.expression(0)?;
                 self.expect("]")?;
                 match make_predicate(left, pred, span, &mut self.slots) {
@@ -1214,13 +1218,7 @@ fn make_predicate(
         }
         step.seeking.extend(seeking_of(&pred));
     }
-    let group_err = || {
-        Error::new(
-            "S0209",
-            "A predicate cannot follow a grouping expression in a step",
-        )
-        .at(span.start)
-    };
+    let group_err = || predicate_after_group(span);
     if let Kind::Path { steps, .. } = &mut lhs.kind
         && let Some(last) = steps.last_mut()
     {
@@ -1235,6 +1233,22 @@ fn make_predicate(
     }
     lhs.predicates.push(pred);
     Ok(lhs)
+}
+
+/// Whether a predicate applied to `lhs` would follow a grouping expression.
+fn grouped_step(lhs: &Node) -> bool {
+    match &lhs.kind {
+        Kind::Path { steps, .. } => steps.last().is_some_and(|l| l.group.is_some()),
+        _ => lhs.group.is_some(),
+    }
+}
+
+fn predicate_after_group(span: Span) -> Error {
+    Error::new(
+        "S0209",
+        "A predicate cannot follow a grouping expression in a step",
+    )
+    .at(span.start)
 }
 
 fn make_focus(mut lhs: Node, var: String, span: Span) -> Result<Node, Error> {
