@@ -783,9 +783,23 @@ impl Evaluator {
                 if l.is_undefined() {
                     return Ok(Value::Bool(false));
                 }
+                // Membership compares objects, arrays and functions by
+                // identity (JavaScript's `===`), scalars by value: `{} in
+                // [{}]` is false, `a in [a]` true.
+                let is = |x: &Value| match (x, &l) {
+                    (Value::Object(p, _), Value::Object(q, _)) => Rc::ptr_eq(p, q),
+                    (Value::Array(p, _, _), Value::Array(q, _, _)) => Rc::ptr_eq(p, q),
+                    (Value::Function(p), Value::Function(q)) => {
+                        Rc::ptr_eq(p, q)
+                            || matches!((p.as_ref(), q.as_ref()),
+                                (Func::Builtin(a), Func::Builtin(b)) if a == b)
+                    }
+                    (Value::Object(..) | Value::Array(..) | Value::Function(_), _) => false,
+                    _ => x.deep_eq(&l),
+                };
                 let found = match &r {
-                    Value::Array(items, _, _) => items.iter().any(|x| x.deep_eq(&l)),
-                    v => v.deep_eq(&l),
+                    Value::Array(items, _, _) => items.iter().any(is),
+                    v => is(v),
                 };
                 Ok(Value::Bool(found))
             }

@@ -537,6 +537,10 @@ mod tests {
         assert_eq!(ok("a.*", json!({"a": [[1]]})), json!(1));
         // Any number literal is an index predicate, whatever is applied to it.
         assert_eq!(ok("1[0.5[false]]", json!(null)), json!(1));
+        // Membership compares objects by identity.
+        assert_eq!(ok("{} in [{}]", json!(null)), json!(false));
+        assert_eq!(ok("a in [a]", json!({"a": {"x": 1}})), json!(true));
+        assert_eq!(ok("$string in [$string]", json!(null)), json!(true));
         // An array of indexes selects an item once per matching index.
         assert_eq!(ok("[5, 6][[0, 0, 1]]", json!(null)), json!([5, 5, 6]));
         // Missing values kept by a predicate stay sequence members.
