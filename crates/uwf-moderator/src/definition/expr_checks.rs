@@ -69,53 +69,14 @@ pub(crate) enum ProblemKind {
 /// (`None`: no upper bound). A `-` parameter may be left out (the context
 /// is used), as may a `?` one.
 pub(crate) fn arity(signature: &str) -> Option<(usize, Option<usize>)> {
-    let body = signature.strip_prefix('<')?;
-    let (mut min, mut max, mut unbounded) = (0usize, 0usize, false);
-    let mut chars = body.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            // The parameters end at the return type or the closing bracket.
-            ':' | '>' => break,
-            '(' => {
-                for c in chars.by_ref() {
-                    if c == ')' {
-                        break;
-                    }
-                }
-            }
-            'b' | 'n' | 's' | 'l' | 'a' | 'o' | 'f' | 'j' | 'x' => {}
-            _ => return None,
-        }
-        // A subtype such as `a<n>` or `f<n:n>`.
-        if chars.peek() == Some(&'<') {
-            let mut depth = 0;
-            for c in chars.by_ref() {
-                match c {
-                    '<' => depth += 1,
-                    '>' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-        max += 1;
-        match chars.peek() {
-            Some('?') | Some('-') => {
-                chars.next();
-            }
-            Some('+') => {
-                chars.next();
-                unbounded = true;
-                min += 1;
-            }
-            _ => min += 1,
-        }
-    }
-    Some((min, (!unbounded).then_some(max)))
+    let sig = uwf_jsonata::signature::Signature::parse(signature, 0).ok()?;
+    let min = sig
+        .params
+        .iter()
+        .filter(|p| !p.optional && !p.context)
+        .count();
+    let unbounded = sig.params.iter().any(|p| p.variadic);
+    Some((min, (!unbounded).then_some(sig.params.len())))
 }
 
 /// Names the expression binds itself: `$x := …`, lambda parameters, and
