@@ -628,7 +628,15 @@ fn key_cmp_values(ev: &mut Evaluator, f: Option<&Value>, items: Vec<Value>) -> R
     match f {
         Some(f) => merge_sort(items, &mut |a, b| {
             let r = ev.apply(f, vec![a.clone(), b.clone()], &Value::Null, 0)?;
-            Ok(r.is_truthy())
+            // The reference reads the comparator's answer with JavaScript
+            // truthiness: any object, array or function swaps.
+            Ok(match r {
+                Value::Undefined | Value::Null => false,
+                Value::Bool(b) => b,
+                Value::Number(n) => n != 0.0 && !n.is_nan(),
+                Value::String(s) => !s.is_empty(),
+                Value::Array(..) | Value::Object(..) | Value::Function(_) => true,
+            })
         }),
         None => {
             let all_num = items.iter().all(|x| matches!(x, Value::Number(_)));

@@ -30,7 +30,7 @@
 //! - Error positions are byte offsets of the offending token's start.
 //! - `tests/differential.rs` compares evaluation with the reference
 //!   implementation (jsonata-js 2.2.2) on generated expressions and data.
-//!   Five divergences are deliberate: a `/` right after the `)` of an
+//!   Six divergences are deliberate: a `/` right after the `)` of an
 //!   order-by (`x^(k) / 2`) divides here, while jsonata-js lexes it as the
 //!   start of a regular expression and reports a syntax error (S0302); when
 //!   several items of one array constructor fail, the first item's error is
@@ -42,7 +42,8 @@
 //!   to the array's items, while jsonata-js applies it to the input and a
 //!   stray `true`; `$power` is the platform's correctly rounded `pow`,
 //!   which can be one unit in the last place away from V8's `Math.pow`
-//!   (`$power(0.5, 2.5)`). Where jsonata-js crashes with an
+//!   (`$power(0.5, 2.5)`); and `$replace(s, 'l', nothing)` inserts nothing
+//!   where jsonata-js inserts the text "undefined". Where jsonata-js crashes with an
 //!   internal JavaScript error (e.g. `$split(s, nothing)`), there is no
 //!   reference answer; this crate returns a JSONata result (here `[]`).
 //!   `$round` with a non-integer precision truncates the precision, where
@@ -537,6 +538,11 @@ mod tests {
         assert_eq!(ok("a.*", json!({"a": [[1]]})), json!(1));
         // Any number literal is an index predicate, whatever is applied to it.
         assert_eq!(ok("1[0.5[false]]", json!(null)), json!(1));
+        // A $sort comparator's answer is read with JavaScript truthiness.
+        assert_eq!(
+            ok("$sort([1, 2, 3], function($l, $r){ [] })", json!(null)),
+            json!([3, 2, 1])
+        );
         // Membership compares objects by identity.
         assert_eq!(ok("{} in [{}]", json!(null)), json!(false));
         assert_eq!(ok("a in [a]", json!({"a": {"x": 1}})), json!(true));
