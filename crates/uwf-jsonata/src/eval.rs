@@ -1118,10 +1118,12 @@ impl Evaluator {
                     return Ok(Value::seq(Vec::new()));
                 }
                 let r = self.eval(p, &Value::Undefined, env)?;
-                if self.keep_by_predicate(&r, 0, 1) > 0 {
-                    return Ok(Value::Undefined);
-                }
-                return Ok(Value::seq(Vec::new()));
+                return Ok(match self.keep_by_predicate(&r, 0, 1) {
+                    0 => Value::seq(Vec::new()),
+                    1 => Value::Undefined,
+                    // kept once per matching index: a sequence of missing values
+                    n => Value::seq(vec![Value::Undefined; n]),
+                });
             }
             Value::Array(items, _, _) => items,
             v => Rc::new(vec![v]),

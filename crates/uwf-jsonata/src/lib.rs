@@ -543,6 +543,10 @@ mod tests {
             ok("$sort([1, 2, 3], function($l, $r){ [] })", json!(null)),
             json!([3, 2, 1])
         );
+        // The right side of `??` and `?:` extends as far as it can.
+        assert_eq!(ok("1 ?? 2 or true", json!(null)), json!(1));
+        assert_eq!(ok("0 ?? 0 ~> $append(0)", json!(null)), json!(0));
+        assert_eq!(ok("1 + nothing ?? 4", json!({})), json!(4));
         // Membership compares objects by identity.
         assert_eq!(ok("{} in [{}]", json!(null)), json!(false));
         assert_eq!(ok("a in [a]", json!({"a": {"x": 1}})), json!(true));

@@ -866,8 +866,10 @@ impl Parser<'_> {
             "or" => binop(BinOp::Or, self, left, 25),
             "in" => binop(BinOp::In, self, left, 40),
             ".." => binop(BinOp::Range, self, left, 20),
-            "?:" => binop(BinOp::Elvis, self, left, 40),
-            "??" => binop(BinOp::Coalesce, self, left, 40),
+            // the right side extends as far as it can, as in the reference:
+            // `1 ?? 2 or true` is `1 ?? (2 or true)`
+            "?:" => binop(BinOp::Elvis, self, left, 0),
+            "??" => binop(BinOp::Coalesce, self, left, 0),
             other => Err(Error::new("S0201", format!("Syntax error: \"{other}\""))
                 .at(span.start)
                 .with_token(other)),
