@@ -180,21 +180,13 @@ impl Expression {
         input: Option<&serde_json::Value>,
         options: &EvalOptions,
     ) -> Result<Value, Error> {
-        if let Some(j) = input
-            && json_depth(j) > MAX_INPUT_DEPTH
-        {
-            return Err(Error::new(
-                "U1001",
-                format!("Input JSON is nested more than {MAX_INPUT_DEPTH} levels deep"),
-            ));
-        }
-        let mut input = input.map(Value::from_json).unwrap_or_default();
-        if let Value::Array(items, _, _) = &input {
-            input = Value::arr(
-                Rc::new(vec![Value::arr(items.clone(), 0)]),
-                flags::SEQUENCE | flags::OUTER_WRAPPER,
-            );
-        }
+        self.evaluate_input(&Input::new(input)?, options)
+    }
+
+    /// Evaluates against an [`Input`] converted beforehand, so that several
+    /// expressions over one document convert it once.
+    pub fn evaluate_input(&self, input: &Input, options: &EvalOptions) -> Result<Value, Error> {
+        let input = input.0.clone();
         let env = Rc::new(eval::Env::default());
         env.bind("$", input.clone());
         for (k, v) in &options.bindings {
@@ -204,6 +196,35 @@ impl Expression {
         ev.set_root_env(env.clone());
         let result = ev.eval(&self.ast, &input, &env)?;
         Ok(strip_sequence(result))
+    }
+}
+
+/// An input document converted to a [`Value`] once; evaluations share it
+/// (values are immutable, so no evaluation can change it for the next).
+#[derive(Debug, Clone, Default)]
+pub struct Input(Value);
+
+impl Input {
+    /// Converts `json` (`None` is JSONata's `undefined`), refusing documents
+    /// nested deeper than [`MAX_INPUT_DEPTH`] (`U1001`).
+    pub fn new(json: Option<&serde_json::Value>) -> Result<Input, Error> {
+        if let Some(j) = json
+            && json_depth(j) > MAX_INPUT_DEPTH
+        {
+            return Err(Error::new(
+                "U1001",
+                format!("Input JSON is nested more than {MAX_INPUT_DEPTH} levels deep"),
+            ));
+        }
+        let mut input = json.map(Value::from_json).unwrap_or_default();
+        // A top-level array is the context of a path as a whole.
+        if let Value::Array(items, _, _) = &input {
+            input = Value::arr(
+                Rc::new(vec![Value::arr(items.clone(), 0)]),
+                flags::SEQUENCE | flags::OUTER_WRAPPER,
+            );
+        }
+        Ok(Input(input))
     }
 }
 

@@ -179,9 +179,10 @@ pub(crate) fn canonical_order(v: &mut serde_json::Value) {
     }
 }
 
-/// An input prepared for evaluation: depth-checked, in canonical key order.
+/// An input prepared for evaluation: depth-checked, in canonical key order,
+/// and converted once for all the expressions evaluated against it.
 #[derive(Debug, Clone)]
-pub(crate) struct Input(serde_json::Value);
+pub(crate) struct Input(uwf_jsonata::Input);
 
 impl Input {
     /// Prepares `value`, refusing inputs nested deeper than [`MAX_INPUT_DEPTH`].
@@ -198,12 +199,9 @@ impl Input {
             )));
         }
         canonical_order(&mut value);
-        Ok(Input(value))
-    }
-
-    /// The prepared value.
-    pub(crate) fn json(&self) -> &serde_json::Value {
-        &self.0
+        uwf_jsonata::Input::new(Some(&value))
+            .map(Input)
+            .map_err(|e| Failure::Runtime(describe(&e)))
     }
 }
 
@@ -212,16 +210,17 @@ impl Input {
 /// are false; an array is true if any member is).
 pub(crate) fn truthy_compiled(expr: &Expression, input: &Input) -> Result<bool, Failure> {
     guarded(|| {
-        expr.evaluate_value(Some(&input.0), &options())
+        expr.evaluate_input(&input.0, &options())
             .map(|v| v.is_truthy())
             .map_err(|e| Failure::Runtime(describe(&e)))
     })
 }
 
-/// Parses and evaluates `expr`, cast to a boolean ([`truthy_compiled`]).
+/// Parses and evaluates `expr` against `input`, cast to a boolean
+/// ([`truthy_compiled`]).
 #[cfg(test)]
-pub(crate) fn truthy(expr: &str, input: &Input) -> Result<bool, Failure> {
-    truthy_compiled(&compile(expr)?, input)
+pub(crate) fn truthy(expr: &str, input: &serde_json::Value) -> Result<bool, Failure> {
+    truthy_compiled(&compile(expr)?, &Input::new(input)?)
 }
 
 /// Evaluates a compiled expression; `None` is JSONata's `undefined`.
@@ -230,15 +229,20 @@ pub(crate) fn value_compiled(
     input: Option<&Input>,
 ) -> Result<Option<serde_json::Value>, Failure> {
     guarded(|| {
-        expr.evaluate(input.map(Input::json), &options())
+        let undefined = uwf_jsonata::Input::default();
+        expr.evaluate_input(input.map_or(&undefined, |i| &i.0), &options())
+            .map(|v| v.to_json())
             .map_err(|e| Failure::Runtime(describe(&e)))
     })
 }
 
-/// Parses and evaluates `expr`; `None` is JSONata's `undefined`.
+/// Parses and evaluates `expr` against `input`; `None` is JSONata's `undefined`.
 #[cfg(test)]
-pub(crate) fn value(expr: &str, input: &Input) -> Result<Option<serde_json::Value>, Failure> {
-    value_compiled(&compile(expr)?, Some(input))
+pub(crate) fn value(
+    expr: &str,
+    input: &serde_json::Value,
+) -> Result<Option<serde_json::Value>, Failure> {
+    value_compiled(&compile(expr)?, Some(&Input::new(input)?))
 }
 
 #[cfg(test)]
@@ -247,8 +251,9 @@ mod tests {
 
     use super::*;
 
-    fn input(v: serde_json::Value) -> Input {
-        Input::new(&v).unwrap_or_else(|e| panic!("{e:?}"))
+    /// A context for the test functions, which prepare it on their thread.
+    fn input(v: serde_json::Value) -> serde_json::Value {
+        v
     }
 
     #[test]
