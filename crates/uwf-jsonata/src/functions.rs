@@ -1153,11 +1153,16 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
                     keys.insert(k.clone(), ());
                 }),
                 Value::Array(items, _, _) => {
-                    for it in items.iter() {
-                        if let Value::Object(o, _) = it {
-                            o.keys().for_each(|k| {
+                    // the keys of the objects in the array, nested arrays
+                    // included (as in the reference), in document order
+                    let mut stack: Vec<&Value> = items.iter().rev().collect();
+                    while let Some(it) = stack.pop() {
+                        match it {
+                            Value::Object(o, _) => o.keys().for_each(|k| {
                                 keys.insert(k.clone(), ());
-                            });
+                            }),
+                            Value::Array(inner, _, _) => stack.extend(inner.iter().rev()),
+                            _ => {}
                         }
                     }
                 }

@@ -568,6 +568,11 @@ mod tests {
         assert_eq!(ok("1 ?? 2 or true", json!(null)), json!(1));
         assert_eq!(ok("0 ?? 0 ~> $append(0)", json!(null)), json!(0));
         assert_eq!(ok("1 + nothing ?? 4", json!({})), json!(4));
+        // $keys looks into nested arrays.
+        assert_eq!(
+            ok("$keys([[{'a': 1}, [{'b': 2}]], {'c': 3}])", json!(null)),
+            json!(["a", "b", "c"])
+        );
         // Membership compares objects by identity.
         assert_eq!(ok("{} in [{}]", json!(null)), json!(false));
         assert_eq!(ok("a in [a]", json!({"a": {"x": 1}})), json!(true));
