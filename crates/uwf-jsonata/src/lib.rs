@@ -35,19 +35,22 @@
 //!   start of a regular expression and reports a syntax error (S0302); when
 //!   several items of one array constructor fail, the first item's error is
 //!   reported, while jsonata-js evaluates the items concurrently and reports
-//!   whichever failure settles first; and a group-by applied to a function
+//!   whichever failure settles first; a group-by applied to a function
 //!   call in a lambda body's tail position (`function($v){ $f($v){k: v} }`)
-//!   is applied here, while jsonata-js drops it; and in `[..., *, ...].b`
+//!   is applied here, while jsonata-js drops it; in `[..., *, ...].b`
 //!   (an array constructor holding `*` that starts a path) the step applies
 //!   to the array's items, while jsonata-js applies it to the input and a
 //!   stray `true`; `$power` is the platform's correctly rounded `pow`,
 //!   which can be one unit in the last place away from V8's `Math.pow`
 //!   (`$power(0.5, 2.5)`); and `$replace(s, 'l', nothing)` inserts nothing
-//!   where jsonata-js inserts the text "undefined". Where jsonata-js crashes with an
-//!   internal JavaScript error (e.g. `$split(s, nothing)`), there is no
-//!   reference answer; this crate returns a JSONata result (here `[]`).
-//!   `$round` with a non-integer precision truncates the precision, where
-//!   jsonata-js computes `NaN` (not a JSON value).
+//!   where jsonata-js inserts the text "undefined". Where jsonata-js crashes
+//!   with an internal JavaScript error (e.g. `$split(s, nothing)`) or never
+//!   answers, there is no reference answer; this crate returns a JSONata
+//!   result (here `[]`). `$round` with a non-integer precision truncates the
+//!   precision and a zero divisor gives a non-finite number (rendered as
+//!   `null`, D1001 in later arithmetic), where jsonata-js computes `NaN` or
+//!   `Infinity`, which are not JSON values; the differential test does not
+//!   generate those.
 //!
 //! # Recursion and the native stack
 //!
