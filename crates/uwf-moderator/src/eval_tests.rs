@@ -460,3 +460,20 @@ fn decision_serializes_camel_case() {
         json!({"from": "$START", "next": "planner", "index": 0, "condition": null})
     );
 }
+
+/// A workflow stored before the static check existed still cannot route on
+/// the clock or on chance: the moderator refuses such a condition itself.
+#[test]
+fn impure_functions_are_refused_at_run_time() {
+    for expr in ["$now() > '2000'", "$random() < 2", "$eval('true')"] {
+        let w = workflow(
+            json!({"c": expr}),
+            json!({"$START": [{"role": "planner", "condition": "c"}, {"role": "planner", "condition": null}]}),
+        );
+        assert!(
+            matches!(&decide(&w, &[]), Err(ModeratorError::Syntax(x)) if x.message.contains("not allowed in a workflow")),
+            "{expr}: {:?}",
+            decide(&w, &[])
+        );
+    }
+}
