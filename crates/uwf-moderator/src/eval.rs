@@ -446,9 +446,9 @@ fn explain_here(workflow: &WorkflowPayload, ctx: &ModeratorContext) -> Explanati
                     let expr = cond.expression();
                     report.expression = Some(expr.to_string());
                     let outcome = input.as_ref().map_err(Clone::clone).and_then(|inp| {
-                        let compiled = jsonata::compile_pure(expr)?;
-                        let holds = jsonata::truthy_compiled(&compiled, inp)?;
-                        Ok((jsonata::value_compiled(&compiled, Some(inp))?, holds))
+                        // Evaluated once: the value shown and its boolean cast.
+                        let v = jsonata::evaluated(&jsonata::compile_pure(expr)?, inp)?;
+                        Ok((v.to_json(), v.is_truthy()))
                     });
                     match outcome {
                         Ok((value, holds)) => {

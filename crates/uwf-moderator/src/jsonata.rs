@@ -8,9 +8,9 @@
 //!   an expression builds keep the order it builds them in.
 //! * **Bounds.** Expressions are at most [`MAX_EXPRESSION_BYTES`], inputs
 //!   at most [`MAX_INPUT_DEPTH`] levels deep; an evaluation may recurse
-//!   [`MAX_EVAL_DEPTH`] deep, run [`TIME_LIMIT_MS`] and build
-//!   [`MAX_RESULT_ITEMS`] values. Every bound is an error naming the
-//!   expression, never a hang, a panic or a stack overflow.
+//!   [`MAX_EVAL_DEPTH`] deep and run [`TIME_LIMIT_MS`], and a range (or
+//!   `$pad`) may hold [`MAX_RESULT_ITEMS`] items. Every bound is an error
+//!   naming the expression, never a hang, a panic or a stack overflow.
 //! * **Stack.** Evaluation is recursive, so it runs on a thread with a large
 //!   stack ([`on_big_stack`]).
 
@@ -31,7 +31,8 @@ pub const MAX_EVAL_DEPTH: usize = 512;
 /// Time limit of one evaluation, in milliseconds.
 pub const TIME_LIMIT_MS: usize = 2000;
 
-/// Most values one evaluation may build (guards `[1..100000000]`).
+/// Most items a range (`[1..100000000]`) or `$pad` may create; other growth
+/// is bounded by the time limit.
 pub const MAX_RESULT_ITEMS: usize = 1_000_000;
 
 /// Stack of the evaluation thread. Reserved, not committed, until used.
@@ -209,9 +210,14 @@ impl Input {
 /// `$boolean` (undefined, null, false, 0, "", empty array and empty object
 /// are false; an array is true if any member is).
 pub(crate) fn truthy_compiled(expr: &Expression, input: &Input) -> Result<bool, Failure> {
+    evaluated(expr, input).map(|v| v.is_truthy())
+}
+
+/// Evaluates a compiled expression to the evaluator's own value, from which
+/// both the boolean cast and the JSON result can be read.
+pub(crate) fn evaluated(expr: &Expression, input: &Input) -> Result<uwf_jsonata::Value, Failure> {
     guarded(|| {
         expr.evaluate_input(&input.0, &options())
-            .map(|v| v.is_truthy())
             .map_err(|e| Failure::Runtime(describe(&e)))
     })
 }

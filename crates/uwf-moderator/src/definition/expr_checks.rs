@@ -141,7 +141,7 @@ pub(crate) fn check(root: &Node, roles: Option<&BTreeSet<&str>>) -> Vec<Problem>
             if let Some((_, why)) = IMPURE_FUNCTIONS.iter().find(|(f, _)| f == name) {
                 problems.push(Problem {
                     kind: ProblemKind::Impure,
-                    message: format!("`${name}` is not allowed in a workflow: {why}"),
+                    message: impure_message(name, why),
                     offset: Some(n.span.start),
                 });
             }
@@ -225,11 +225,31 @@ pub(crate) fn check(root: &Node, roles: Option<&BTreeSet<&str>>) -> Vec<Problem>
 
 /// The first use of an [impure](IMPURE_FUNCTIONS) builtin, if any: such
 /// an expression is refused at run time too, for workflows stored before
-/// the check existed.
+/// the check existed. Runs before every evaluation, so it looks at
+/// variables only (none of [`check`]'s other work).
 pub(crate) fn impure(root: &Node) -> Option<Problem> {
-    check(root, None)
-        .into_iter()
-        .find(|p| p.kind == ProblemKind::Impure)
+    // A name the expression binds itself is not the builtin.
+    let bound = bound_names(root);
+    let mut found: Option<(&'static str, &'static str, usize)> = None;
+    root.walk(&mut |n| {
+        if found.is_none()
+            && let Kind::Variable(name) = &n.kind
+            && !bound.contains(name)
+            && let Some((f, why)) = IMPURE_FUNCTIONS.iter().find(|(f, _)| f == name)
+        {
+            found = Some((f, why, n.span.start));
+        }
+    });
+    let (name, why, at) = found?;
+    Some(Problem {
+        kind: ProblemKind::Impure,
+        message: impure_message(name, why),
+        offset: Some(at),
+    })
+}
+
+fn impure_message(name: &str, why: &str) -> String {
+    format!("`${name}` is not allowed in a workflow: {why}")
 }
 
 /// The builtin closest to a misspelt name, if one is close.
@@ -330,6 +350,14 @@ mod tests {
             vec![(Impure, Some(10))]
         );
         assert_eq!(problems("($now := 1; $now)", &[]), vec![]);
+        // The run-time check agrees, also when a bound name comes first.
+        let at = |e: &str| {
+            let parsed = uwf_jsonata::Expression::parse(e).unwrap_or_else(|e| panic!("{e}"));
+            impure(parsed.ast()).and_then(|p| p.offset)
+        };
+        assert_eq!(at("($now := 1; $now)"), None);
+        assert_eq!(at("($now := 1; $now + $random())"), Some(19));
+        assert_eq!(at("$map([1], $random)"), Some(10));
     }
 
     #[test]
