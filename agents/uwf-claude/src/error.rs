@@ -45,7 +45,7 @@ pub enum ClaudeError {
     },
 
     /// Claude Code reported an error (`is_error`), or exited non-zero.
-    #[error("Claude Code failed ({status}){}: {message}", session_note(.session))]
+    #[error("Claude Code failed ({status}){}: {message}", uwf_agent_kit::cli_agent::session_note(.session))]
     #[diagnostic(
         code(uwf_claude::failed),
         help(
@@ -62,7 +62,7 @@ pub enum ClaudeError {
     },
 
     /// Claude Code exited 0 without a result event or with an empty answer.
-    #[error("Claude Code gave no answer{}:\n{output}", session_note(.session))]
+    #[error("Claude Code gave no answer{}:\n{output}", uwf_agent_kit::cli_agent::session_note(.session))]
     #[diagnostic(
         code(uwf_claude::no_answer),
         help(
@@ -80,11 +80,4 @@ pub enum ClaudeError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Cas(#[from] uwf_cas::CasError),
-}
-
-fn session_note(session: &Option<String>) -> String {
-    session
-        .as_deref()
-        .map(|s| format!(" (session {s})"))
-        .unwrap_or_default()
 }

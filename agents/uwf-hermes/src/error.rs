@@ -17,7 +17,7 @@ pub enum HermesError {
     Cli(#[from] uwf_agent_kit::cli_agent::CliError),
 
     /// hermes exited with a non-zero status (or was killed).
-    #[error("hermes failed ({status}){}:\n{output}", session_note(.session))]
+    #[error("hermes failed ({status}){}:\n{output}", uwf_agent_kit::cli_agent::session_note(.session))]
     #[diagnostic(
         code(uwf_hermes::failed),
         help(
@@ -34,7 +34,7 @@ pub enum HermesError {
     },
 
     /// hermes used up its tool-calling budget without a final answer.
-    #[error("hermes reached its maximum number of turns{} without a final answer{}:\n{output}", limit.map(|n| format!(" ({n})")).unwrap_or_default(), session_note(.session))]
+    #[error("hermes reached its maximum number of turns{} without a final answer{}:\n{output}", limit.map(|n| format!(" ({n})")).unwrap_or_default(), uwf_agent_kit::cli_agent::session_note(.session))]
     #[diagnostic(
         code(uwf_hermes::max_turns),
         help(
@@ -51,7 +51,7 @@ pub enum HermesError {
     },
 
     /// The model kept returning empty content.
-    #[error("hermes got no reply from the model{}:\n{output}", session_note(.session))]
+    #[error("hermes got no reply from the model{}:\n{output}", uwf_agent_kit::cli_agent::session_note(.session))]
     #[diagnostic(
         code(uwf_hermes::no_reply),
         help(
@@ -66,7 +66,7 @@ pub enum HermesError {
     },
 
     /// hermes exited 0 but printed no answer.
-    #[error("hermes exited successfully but gave no answer{}", session_note(.session))]
+    #[error("hermes exited successfully but gave no answer{}", uwf_agent_kit::cli_agent::session_note(.session))]
     #[diagnostic(
         code(uwf_hermes::no_answer),
         help(
@@ -102,11 +102,4 @@ pub enum HermesError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Cas(#[from] uwf_cas::CasError),
-}
-
-fn session_note(session: &Option<String>) -> String {
-    session
-        .as_deref()
-        .map(|s| format!(" (session {s})"))
-        .unwrap_or_default()
 }

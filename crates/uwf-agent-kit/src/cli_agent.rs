@@ -729,6 +729,15 @@ pub fn shorten(s: &str, max: usize) -> String {
     }
 }
 
+/// ` (session <id>)`, or nothing: the suffix an error message gives a CLI's
+/// session, so that a failed run can be found in the CLI's own logs.
+pub fn session_note(session: &Option<String>) -> String {
+    session
+        .as_deref()
+        .map(|s| format!(" (session {s})"))
+        .unwrap_or_default()
+}
+
 /// The last `max` characters of `s`, with `…` in front when cut (errors
 /// are at the end of a CLI's output).
 pub fn tail(s: &str, max: usize) -> String {
@@ -780,6 +789,12 @@ mod tests {
         let mut cmd = cli.command();
         cmd.args(["-c", script]);
         (cli, cmd)
+    }
+
+    #[test]
+    fn session_note_names_the_session_or_nothing() {
+        assert_eq!(session_note(&Some("abc".into())), " (session abc)");
+        assert_eq!(session_note(&None), "");
     }
 
     #[test]
