@@ -26,7 +26,8 @@ impl StateError {
             StateError::NotActive { .. } => ErrorKind::NotFound,
             StateError::Lock(LockError::Timeout { .. }) => ErrorKind::Unavailable,
             StateError::Parse { .. } | StateError::Env { .. } => ErrorKind::Corrupt,
-            StateError::NoAgent { .. }
+            StateError::BadThreadId { .. }
+            | StateError::NoAgent { .. }
             | StateError::UnknownAgentAlias { .. }
             | StateError::AgentCommand { .. } => ErrorKind::Invalid,
             StateError::Io { .. } | StateError::Lock(_) | StateError::Atomic(_) => ErrorKind::Io,
