@@ -2,17 +2,15 @@
 //! reporting; everything else lives in the library crates.
 
 mod activity;
-mod agent;
+mod child_view;
 mod cli;
 mod cmd;
 mod engine;
 mod error;
 mod human;
 mod input;
-mod nested;
 mod output;
 mod progress;
-mod retry;
 
 use std::process::ExitCode;
 
@@ -28,7 +26,7 @@ fn main() -> ExitCode {
     quiet_expected_panics();
     // Ctrl-C / SIGTERM become a flag: a running agent's process group is
     // stopped instead of orphaned, and `setup` restores the terminal.
-    agent::forward_interrupts();
+    engine::forward_interrupts();
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -128,9 +126,6 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         }
         Command::Thread(sub) => {
             let ctx = open(&cli.global)?;
-            // Agents inherit the keys in <root>/.env. Loaded here, before any
-            // thread exists, because it changes the process environment.
-            ctx.state.load_env()?;
             cmd::thread::run(&ctx, sub, format)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -140,5 +135,5 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
 fn open(global: &cli::Global) -> Result<engine::Ctx, CliError> {
     let root = uwf_util::root::resolve_root(global.root.as_deref())?;
     tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
-    engine::Ctx::open(&root.path)
+    engine::open(&root.path)
 }

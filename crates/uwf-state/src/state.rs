@@ -105,9 +105,6 @@ pub enum StateError {
         "thread {thread} changed concurrently: expected head {expected}, {}",
         Actual(actual)
     )]
-    #[diagnostic(help(
-        "another uwf process advanced or archived this thread; re-read it (`uwf thread show`) and retry"
-    ))]
     Conflict {
         /// The thread id.
         thread: String,
@@ -124,18 +121,12 @@ pub enum StateError {
     },
     /// The thread is not active.
     #[error("thread {thread} is not active")]
-    #[diagnostic(help(
-        "`uwf thread list --all` shows active and archived threads; archived threads cannot be changed"
-    ))]
     NotActive {
         /// The thread id.
         thread: String,
     },
     /// Nothing says which agent runs a role.
     #[error("no agent configured for role {role:?} of workflow {workflow:?}")]
-    #[diagnostic(help(
-        "run `uwf setup`, set defaultAgent in config.yaml, or pass --agent \"<command>\""
-    ))]
     NoAgent {
         /// The workflow name.
         workflow: String,

@@ -38,9 +38,12 @@ pub fn run(cas: &Cas, state: &StateDir, cmd: CasCommand) -> Result<Outcome, CliE
             let report = state.while_locked(|| -> Result<_, CliError> {
                 let mut roots = Vec::new();
                 let parse = |s: &str, file: std::path::PathBuf| {
-                    s.parse::<Hash>().map_err(|e| CliError::CorruptState {
-                        path: file,
-                        reason: e.to_string(),
+                    s.parse::<Hash>().map_err(|e| -> CliError {
+                        uwf_engine::EngineError::CorruptState {
+                            what: file,
+                            reason: e.to_string(),
+                        }
+                        .into()
                     })
                 };
                 for head in state.threads()?.values() {
