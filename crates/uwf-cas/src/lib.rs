@@ -41,13 +41,18 @@ pub mod node;
 pub mod refs;
 pub mod schema;
 mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use cas::{
     Cas, GcOptions, GcReport, ProtocolTypes, SchemaEntry, Stored, VerifyIssue, VerifyReport,
     WalkEntry,
 };
-pub use error::{CasError, Result, Violation};
+pub use error::{CasError, Result, StoreErrorKind, Violation};
 pub use hash::{Hash, ParseHashError};
 pub use node::Node;
 pub use refs::Ref;
-pub use store::{FsStore, MemStore, ReindexReport, Store};
+pub use store::{
+    CACHE_KEY_MAX, FsStore, HashIter, MemStore, ReindexReport, Store, Stray, StrayIter,
+    check_cache_key, paged_hashes,
+};
