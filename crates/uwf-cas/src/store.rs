@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::ErrorKind;
 use std::ops::Bound;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use uwf_util::atomic;
@@ -501,7 +501,7 @@ fn scan_prefix(prefix_dir: &Path) -> Vec<Result<Scanned>> {
             reason: reason.to_string(),
         }))
     };
-    if !prefix_dir.is_dir() || prefix.len() != 2 {
+    if !is_prefix_dir(prefix_dir) {
         return vec![stray(
             prefix_dir,
             "not a directory named by the first 2 characters of a hash",
@@ -515,21 +515,28 @@ fn scan_prefix(prefix_dir: &Path) -> Vec<Result<Scanned>> {
         .into_iter()
         // A hidden file is a writer's temporary file: in flight, or left by a crash.
         .filter(|file| !is_hidden(file))
-        .map(|file| {
-            let parsed = file_name(&file)
-                .strip_suffix(".json")
-                .map(|stem| format!("{prefix}{stem}"))
-                .filter(|full| Hash::is_cas_ref(full))
-                .and_then(|full| full.parse::<Hash>().ok());
-            match parsed {
-                Some(h) => Ok(Scanned::Node(h)),
-                None => stray(
-                    &file,
-                    "not named <last 11 characters of a canonical hash>.json",
-                ),
-            }
+        .map(|file| match node_file_hash(&prefix, &file) {
+            Some(h) => Ok(Scanned::Node(h)),
+            None => stray(
+                &file,
+                "not named <last 11 characters of a canonical hash>.json",
+            ),
         })
         .collect()
+}
+
+/// Whether an entry of `objects/` is a prefix directory (2-character name).
+fn is_prefix_dir(p: &Path) -> bool {
+    p.is_dir() && file_name(p).len() == 2
+}
+
+/// The hash a file in prefix directory `prefix` is named after, if any.
+fn node_file_hash(prefix: &str, file: &Path) -> Option<Hash> {
+    file_name(file)
+        .strip_suffix(".json")
+        .map(|stem| format!("{prefix}{stem}"))
+        .filter(|full| Hash::is_cas_ref(full))
+        .and_then(|full| full.parse::<Hash>().ok())
 }
 
 fn file_name(p: &Path) -> String {
@@ -631,7 +638,13 @@ impl Store for FsStore {
         let rd = match fs::read_dir(&dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == ErrorKind::NotFound => return Box::new(std::iter::empty()),
-            Err(e) => return Box::new(std::iter::once(Err(CasError::io("read directory", &dir, e)))),
+            Err(e) => {
+                return Box::new(std::iter::once(Err(CasError::io(
+                    "read directory",
+                    &dir,
+                    e,
+                ))));
+            }
         };
         // Straight from the directory, unsorted: one type can have millions
         // of nodes. Entries not named like a hash are not markers.
@@ -706,19 +719,40 @@ impl Store for FsStore {
     }
 
     fn remove_stray(&self, id: &str) -> Result<bool> {
-        // Only what a scan reports right now: an id is never trusted as a path.
-        for stray in self.strays() {
-            let stray = stray?;
-            if stray.id == id {
-                let path = PathBuf::from(&stray.id);
-                if path.is_dir() {
-                    fs::remove_dir_all(&path).map_err(|e| CasError::io("remove", &path, e))?;
-                    return Ok(true);
-                }
-                return remove_if_present(&path);
-            }
+        // Only what a scan would report right now: the id must name an
+        // entry of `objects/` (or of one of its prefix directories) that is
+        // not a node, a prefix directory or a writer's temporary file.
+        let path = PathBuf::from(id);
+        let objects = self.dir.join("objects");
+        let Some(parent) = path.parent() else {
+            return Ok(false);
+        };
+        // `x/..` has a parent but no file name: never let it through.
+        let plain = path.file_name().is_some()
+            && path
+                .components()
+                .all(|c| !matches!(c, Component::ParentDir | Component::CurDir));
+        if !plain || is_hidden(&path) || fs::symlink_metadata(&path).is_err() {
+            return Ok(false);
         }
-        Ok(false)
+        let stray = if parent == objects {
+            !is_prefix_dir(&path)
+        } else {
+            parent.parent() == Some(objects.as_path())
+                && is_prefix_dir(parent)
+                && node_file_hash(&file_name(parent), &path).is_none()
+        };
+        if !stray {
+            return Ok(false);
+        }
+        let meta = fs::symlink_metadata(&path).map_err(|e| CasError::io("read", &path, e))?;
+        if meta.is_dir() {
+            // A directory where a prefix directory cannot be: all of it is stray.
+            fs::remove_dir_all(&path).map_err(|e| CasError::io("remove", &path, e))?;
+            Ok(true)
+        } else {
+            remove_if_present(&path)
+        }
     }
 
     fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>> {

@@ -188,7 +188,10 @@ pub fn removing_while_listing_is_safe(store: &dyn Store) {
     let mut seen = BTreeSet::new();
     for h in store.hashes() {
         let h = ok(h, "hashes");
-        assert!(ok(store.remove(h), "remove"), "{h} listed but not removable");
+        assert!(
+            ok(store.remove(h), "remove"),
+            "{h} listed but not removable"
+        );
         seen.insert(h);
     }
     assert_eq!(seen, want);
@@ -258,7 +261,9 @@ pub fn cache_round_trips(store: &dyn Store) {
 /// Keys outside the safe charset are refused as invalid by every cache call.
 pub fn cache_rejects_bad_keys(store: &dyn Store) {
     let long = "k".repeat(crate::CACHE_KEY_MAX + 1);
-    for key in ["", ".hidden", "..", "a/b", "../x", "a b", "é", "a\\b", &long] {
+    for key in [
+        "", ".hidden", "..", "a/b", "../x", "a b", "é", "a\\b", &long,
+    ] {
         let kinds = [
             store.cache_get(key).err().map(|e| e.kind()),
             store.cache_put(key, b"x").err().map(|e| e.kind()),
@@ -300,7 +305,10 @@ pub fn cas_works_over_the_store(store: &dyn Store) {
     .hash;
     let a = ok(cas.put(t, json!({ "prev": null })), "put").hash;
     let b = ok(cas.put(t, json!({ "prev": a.to_string() })), "put").hash;
-    assert!(matches!(cas.put(t, json!({ "prev": 1 })), Err(CasError::Invalid { .. })));
+    assert!(matches!(
+        cas.put(t, json!({ "prev": 1 })),
+        Err(CasError::Invalid { .. })
+    ));
     assert_eq!(ok(cas.get(b), "get").payload["prev"], a.to_string());
     assert_eq!(ok(cas.list_by_type(t), "list_by_type"), {
         let mut v = vec![a, b];
@@ -309,7 +317,10 @@ pub fn cas_works_over_the_store(store: &dyn Store) {
     });
     let report = ok(cas.verify(), "verify");
     assert!(report.is_ok(), "{report:?}");
-    assert_eq!(report.nodes, 7, "meta + 3 protocol schemas + 1 schema + 2 nodes");
+    assert_eq!(
+        report.nodes, 7,
+        "meta + 3 protocol schemas + 1 schema + 2 nodes"
+    );
     let orphan = ok(cas.put(t, json!({ "x": 1 })), "put").hash;
     let gc = ok(cas.gc([b], crate::GcOptions::default()), "gc");
     assert_eq!(gc.swept, vec![orphan]);

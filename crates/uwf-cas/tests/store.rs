@@ -313,10 +313,38 @@ fn verify_reports_strays_but_skips_temp_files() {
     assert_eq!(report.nodes, 6, "meta + 3 protocol schemas + note + node");
     assert_eq!(cas.store().hashes().count(), 6);
     // The backend removes what it reported, given the id, and nothing else.
-    assert!(!cas.store().remove_stray(&prefix.join(".uwf-abc123.tmp").display().to_string()).unwrap());
-    assert!(!cas.store().remove_stray(&object_path(&dir, s.hash).display().to_string()).unwrap());
+    assert!(
+        !cas.store()
+            .remove_stray(&prefix.join(".uwf-abc123.tmp").display().to_string())
+            .unwrap()
+    );
+    assert!(
+        !cas.store()
+            .remove_stray(&object_path(&dir, s.hash).display().to_string())
+            .unwrap()
+    );
+    // Ids are not trusted as paths: nothing outside `objects/` goes.
+    let outside = dir.path().join("outside.txt");
+    fs::write(&outside, b"keep").unwrap();
+    for id in [
+        outside.display().to_string(),
+        objects.join("../outside.txt").display().to_string(),
+        prefix.join("../../outside.txt").display().to_string(),
+        objects.join("..").display().to_string(),
+        prefix.join("..").display().to_string(),
+        objects.join("./ABC/..").display().to_string(),
+        objects.display().to_string(),
+        format!("{}/", prefix.display()),
+        "outside.txt".to_string(),
+    ] {
+        assert!(!cas.store().remove_stray(&id).unwrap(), "{id}");
+    }
+    assert!(outside.exists() && objects.exists() && prefix.exists());
     for p in &strays {
-        assert!(cas.store().remove_stray(&p.display().to_string()).unwrap(), "{p:?}");
+        assert!(
+            cas.store().remove_stray(&p.display().to_string()).unwrap(),
+            "{p:?}"
+        );
         assert!(!p.exists(), "{p:?}");
     }
     assert!(cas.verify().unwrap().is_ok());
@@ -328,7 +356,10 @@ fn cache_entries_live_under_cas_cache_and_heal_when_deleted() {
     let dir = tempfile::tempdir().unwrap();
     let cas = open(&dir);
     let cache = dir.path().join("cas/cache");
-    assert!(!cache.exists(), "the cache directory is created on first use");
+    assert!(
+        !cache.exists(),
+        "the cache directory is created on first use"
+    );
     cas.store().cache_put("ctx-A", b"derived").unwrap();
     assert_eq!(fs::read(cache.join("ctx-A")).unwrap(), b"derived");
     // Replaced atomically: no temporary file is left next to it.
