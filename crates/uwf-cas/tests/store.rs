@@ -986,3 +986,64 @@ fn gc_marks_from_roots_and_sweeps_the_rest() {
         "index entries of swept nodes are gone"
     );
 }
+
+/// Copies a directory tree.
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Every file under `dir` with its bytes, keyed by the path below `dir`.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    files(dir)
+        .into_iter()
+        .map(|p| {
+            let bytes = fs::read(&p).unwrap();
+            (p.strip_prefix(dir).unwrap().to_path_buf(), bytes)
+        })
+        .collect()
+}
+
+/// `tests/fixtures/store-0.1` is a storage root written by uwf 0.1 (before
+/// the `Store` trait lost its paths): a `note` schema and two notes, made
+/// with `uwf cas schema put` and `uwf cas put`.
+#[test]
+fn a_store_written_by_the_previous_release_still_works() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-0.1"),
+        dir.path(),
+    );
+    let before = snapshot(dir.path());
+    let cas = open(&dir);
+    let t: Hash = "1X6AZ6Y9DJ5F3".parse().unwrap();
+    let a: Hash = "6CBRGB2V6SAQ6".parse().unwrap();
+    let b: Hash = "3XG03BECR3JHZ".parse().unwrap();
+
+    let report = cas.verify().unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(report.nodes, 7);
+    assert_eq!(cas.get(b).unwrap().payload["prev"], a.to_string());
+    assert_eq!(cas.list_by_type(t).unwrap(), vec![b, a]);
+    assert_eq!(cas.walk(b).unwrap().len(), 2);
+    assert_eq!(cas.schemas().unwrap().len(), 5);
+    let again = cas.put(t, json!({"text": "first", "prev": null})).unwrap();
+    assert_eq!((again.hash, again.created), (a, false));
+    // Opening, reading and re-putting wrote nothing.
+    assert_eq!(snapshot(dir.path()), before);
+    // Every node file is exactly what this version would write for that node.
+    for h in cas.store().hashes() {
+        let h = h.unwrap();
+        let mut want = serde_json::to_vec(&cas.get(h).unwrap()).unwrap();
+        want.push(b'\n');
+        assert_eq!(fs::read(object_path(&dir, h)).unwrap(), want, "{h}");
+    }
+}
