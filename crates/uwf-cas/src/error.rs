@@ -260,3 +260,70 @@ impl CasError {
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = CasError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    fn io_err(kind: io::ErrorKind) -> CasError {
+        CasError::io("read", "/x", io::Error::from(kind))
+    }
+
+    #[test]
+    fn os_errors_are_classified() {
+        use StoreErrorKind as K;
+        for (os, want) in [
+            (io::ErrorKind::NotFound, K::NotFound),
+            (io::ErrorKind::InvalidData, K::Corrupt),
+            (io::ErrorKind::UnexpectedEof, K::Corrupt),
+            (io::ErrorKind::TimedOut, K::Unavailable),
+            (io::ErrorKind::Interrupted, K::Unavailable),
+            (io::ErrorKind::WouldBlock, K::Unavailable),
+            (io::ErrorKind::PermissionDenied, K::Io),
+            (io::ErrorKind::StorageFull, K::Io),
+        ] {
+            assert_eq!(io_err(os).kind(), want, "{os:?}");
+        }
+        let write = CasError::Write(uwf_util::atomic::AtomicError::Write {
+            path: "/x".into(),
+            source: io::Error::from(io::ErrorKind::TimedOut),
+        });
+        assert_eq!(write.kind(), K::Unavailable);
+        assert!(write.is_retryable());
+    }
+
+    #[test]
+    fn backend_errors_keep_their_kind_and_only_conflict_and_unavailable_retry() {
+        use StoreErrorKind as K;
+        for kind in [
+            K::NotFound,
+            K::Invalid,
+            K::Conflict,
+            K::Unavailable,
+            K::Corrupt,
+            K::Io,
+        ] {
+            let e = CasError::Backend {
+                backend: "test",
+                kind,
+                message: "m".into(),
+                source: None,
+            };
+            assert_eq!(e.kind(), kind);
+            assert_eq!(
+                e.is_retryable(),
+                matches!(kind, K::Conflict | K::Unavailable),
+                "{kind:?}"
+            );
+        }
+        assert_eq!(
+            CasError::NotFound(Hash::from_u64(1)).kind(),
+            StoreErrorKind::NotFound
+        );
+        assert_eq!(
+            CasError::UnknownType(Hash::from_u64(1)).kind(),
+            StoreErrorKind::Invalid
+        );
+    }
+}

@@ -776,3 +776,46 @@ impl Store for FsStore {
         remove_if_present(&self.cache_path(key)?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// An accepted key is one plain path component on every platform.
+        #[test]
+        fn accepted_cache_keys_are_single_safe_file_names(key in "\\PC{0,40}") {
+            if check_cache_key(&key).is_ok() {
+                let comps: Vec<_> = Path::new(&key).components().collect();
+                prop_assert_eq!(comps.len(), 1);
+                prop_assert!(matches!(comps[0], Component::Normal(_)));
+                prop_assert!(!key.starts_with('.'));
+                prop_assert!(!key.contains(['/', '\\', ':']));
+            }
+        }
+
+        /// Every key of the documented charset is accepted.
+        #[test]
+        fn documented_cache_keys_are_accepted(key in "[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}") {
+            prop_assert!(check_cache_key(&key).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_page_error_is_reported_once_and_ends_the_listing() {
+        let mut calls = 0;
+        let items: Vec<_> = paged_hashes(move |after| {
+            calls += 1;
+            match (calls, after) {
+                (1, None) => Ok(vec![Hash::from_u64(1), Hash::from_u64(2)]),
+                (2, Some(h)) if h == Hash::from_u64(2) => Err(CasError::NotFound(h)),
+                _ => panic!("asked again after an error: call {calls}, after {after:?}"),
+            }
+        })
+        .collect();
+        assert_eq!(items.len(), 3);
+        assert!(items[..2].iter().all(Result::is_ok));
+        assert!(items[2].is_err());
+    }
+}
