@@ -8,7 +8,9 @@
 //!
 //! Layers, bottom up:
 //! * [`cbor`] and [`node`]: the hash function (specified in `docs/cas.md`);
-//! * [`Store`]: backends that keep bytes ([`FsStore`], [`MemStore`]);
+//! * [`Store`]: backends that keep bytes ([`FsStore`], [`MemStore`], or any
+//!   other behind the trait: [`Cas::with_store`]), with streaming listings,
+//!   a derived-data cache and errors classified by [`CasError::kind`];
 //! * [`Cas`]: the typed store — bootstrap of the self-describing meta-schema,
 //!   schema registration, validation, [`refs`](Cas::refs), [`walk`](Cas::walk)
 //!   and [`verify`](Cas::verify).
