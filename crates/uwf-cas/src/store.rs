@@ -289,6 +289,11 @@ impl Store for MemStore {
         Ok(self.lock().nodes.get(&hash).cloned())
     }
 
+    fn get_many(&self, hashes: &[Hash]) -> Result<Vec<Option<Node>>> {
+        let g = self.lock();
+        Ok(hashes.iter().map(|h| g.nodes.get(h).cloned()).collect())
+    }
+
     fn has(&self, hash: Hash) -> Result<bool> {
         Ok(self.lock().nodes.contains_key(&hash))
     }
