@@ -105,7 +105,13 @@ pub fn finish(ctx: &AgentContext, agent: &str, run: AgentRun) -> Result<Hash, Ki
     let output = store_output(ctx, payload)?;
     let detail = put_detail(ctx, &run)?;
     if let Some(child) = run.child_thread {
-        check_child_thread(ctx.store(), child)?;
+        // The engine's own check, so a step it would refuse is never written.
+        uwf_engine::check::check_child(ctx.store(), ctx.view(), child).map_err(|problem| {
+            KitError::BadChildThread {
+                hash: child,
+                reason: problem.to_string(),
+            }
+        })?;
     }
     // uwf tells its agents how it named them (the alias or command line the
     // user chose); a hand-run agent falls back to its own name.
@@ -135,19 +141,6 @@ pub fn finish(ctx: &AgentContext, agent: &str, run: AgentRun) -> Result<Hash, Ki
         "step written"
     );
     Ok(step)
-}
-
-/// The child thread of a step must be a StepNode in the store.
-fn check_child_thread<S: Store>(cas: &Cas<S>, child: Hash) -> Result<(), KitError> {
-    let bad = |reason: &str| KitError::BadChildThread {
-        hash: child,
-        reason: reason.to_owned(),
-    };
-    match cas.try_get(child)? {
-        None => Err(bad("is not in the store")),
-        Some(node) if node.type_hash != cas.types().step_node => Err(bad("is not a StepNode")),
-        Some(_) => Ok(()),
-    }
 }
 
 /// Writes a StepNode `{start, prev, role, output, detail, agent}` for the

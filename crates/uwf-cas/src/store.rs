@@ -773,7 +773,19 @@ impl Store for FsStore {
         let path = self.cache_path(key)?;
         let dir = self.dir.join("cache");
         fs::create_dir_all(&dir).map_err(|e| CasError::io("create directory", &dir, e))?;
-        atomic::write_atomic(&path, bytes)?;
+        // Renamed into place so readers never see half an entry, but not
+        // fsynced: the cache is derived data, checked on every read, and an
+        // entry lost or torn by a crash is simply rebuilt. Syncing would add
+        // a disk flush to every step for nothing.
+        let mut tmp = tempfile::Builder::new()
+            .prefix(atomic::TEMP_PREFIX)
+            .suffix(atomic::TEMP_SUFFIX)
+            .tempfile_in(&dir)
+            .map_err(|e| CasError::io("create a temporary file in", &dir, e))?;
+        std::io::Write::write_all(&mut tmp, bytes)
+            .map_err(|e| CasError::io("write", tmp.path(), e))?;
+        tmp.persist(&path)
+            .map_err(|e| CasError::io("rename into", &path, e.error))?;
         Ok(())
     }
 

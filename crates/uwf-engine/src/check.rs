@@ -220,28 +220,31 @@ impl fmt::Display for Rejection {
                 step,
                 child,
                 reason,
-            } => {
-                write!(f, "StepNode {step} has childThread {child}, ")?;
-                match reason {
-                    ChildProblem::Unusable(e) => write!(f, "which is not a usable thread: {e}"),
-                    ChildProblem::NotTerminal => {
-                        f.write_str("which is a StartNode, not a child thread's terminal StepNode")
-                    }
-                    ChildProblem::WrongParent { found, expected } => write!(
-                        f,
-                        "whose thread was started from {} (its parentState), not from this thread's head {expected}",
-                        found
-                            .as_deref()
-                            .unwrap_or("nothing (it is a top-level thread)")
-                    ),
-                    ChildProblem::NotEnded { next } => write!(
-                        f,
-                        "but that child thread has not ended (its next role would be {next:?})"
-                    ),
-                    ChildProblem::Undecidable(e) => {
-                        write!(f, "whose workflow cannot decide whether it has ended: {e}")
-                    }
-                }
+            } => write!(f, "StepNode {step} has childThread {child}, {reason}"),
+        }
+    }
+}
+
+impl fmt::Display for ChildProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChildProblem::Unusable(e) => write!(f, "which is not a usable thread: {e}"),
+            ChildProblem::NotTerminal => {
+                f.write_str("which is a StartNode, not a child thread's terminal StepNode")
+            }
+            ChildProblem::WrongParent { found, expected } => write!(
+                f,
+                "whose thread was started from {} (its parentState), not from this thread's head {expected}",
+                found
+                    .as_deref()
+                    .unwrap_or("nothing (it is a top-level thread)")
+            ),
+            ChildProblem::NotEnded { next } => write!(
+                f,
+                "but that child thread has not ended (its next role would be {next:?})"
+            ),
+            ChildProblem::Undecidable(e) => {
+                write!(f, "whose workflow cannot decide whether it has ended: {e}")
             }
         }
     }
@@ -391,26 +394,37 @@ pub fn check_child_thread<S: Store>(
                 field: "childThread",
                 reason: e.to_string(),
             })?;
-    let problem = |reason| Rejection::Child {
-        step: new,
-        child,
-        reason,
-    };
-    let cv =
-        thread::load(cas, child).map_err(|e| problem(ChildProblem::Unusable(e.to_string())))?;
+    check_child(cas, view, child).map_err(|reason| {
+        Rejection::Child {
+            step: new,
+            child,
+            reason,
+        }
+        .into()
+    })
+}
+
+/// Whether `child` is the terminal StepNode of an ended child thread that
+/// was started from `view`'s head: what a StepNode's `childThread` must be.
+/// Agents that run child threads check it before they write their step.
+pub fn check_child<S: Store>(
+    cas: &Cas<S>,
+    view: &ThreadView,
+    child: Hash,
+) -> Result<(), ChildProblem> {
+    let cv = thread::load(cas, child).map_err(|e| ChildProblem::Unusable(e.to_string()))?;
     if cv.steps.last().map(|s| s.hash) != Some(child) {
-        return Err(problem(ChildProblem::NotTerminal).into());
+        return Err(ChildProblem::NotTerminal);
     }
     if cv.start.parent_state.as_deref() != Some(view.head.to_string().as_str()) {
-        return Err(problem(ChildProblem::WrongParent {
+        return Err(ChildProblem::WrongParent {
             found: cv.start.parent_state.clone(),
             expected: view.head,
-        })
-        .into());
+        });
     }
     match cv.decide() {
         Ok(d) if d.is_end() => Ok(()),
-        Ok(d) => Err(problem(ChildProblem::NotEnded { next: d.next }).into()),
-        Err(e) => Err(problem(ChildProblem::Undecidable(e.to_string())).into()),
+        Ok(d) => Err(ChildProblem::NotEnded { next: d.next }),
+        Err(e) => Err(ChildProblem::Undecidable(e.to_string())),
     }
 }

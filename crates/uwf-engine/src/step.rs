@@ -2,6 +2,7 @@
 //! concurrency limit) → agent → checks → compare-and-swap of the head.
 //! Also the thread lookups the commands share.
 
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,7 +77,7 @@ pub fn any_head(ctx: &Engine, id: &str) -> Result<Hash, EngineError> {
 }
 
 /// Options of a step.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct StepOptions<'a> {
     /// An agent command line that overrides the configuration for every
     /// role (`--agent`).
@@ -85,6 +86,40 @@ pub struct StepOptions<'a> {
     pub timeout: Option<Duration>,
     /// Cancels the step: its agent is stopped and nothing is applied.
     pub cancel: CancelToken,
+    /// Runs every role in this process instead of an agent command (for
+    /// tests, and programs that embed the engine): called with the step to
+    /// do, it stores the StepNode and returns its hash, or says why it
+    /// failed. What it returns is checked like an agent's answer.
+    pub in_process: Option<&'a InProcessAgent<'a>>,
+}
+
+/// An agent that runs in the engine's process (see
+/// [`StepOptions::in_process`]).
+pub type InProcessAgent<'a> = dyn Fn(&AgentCall<'_>) -> Result<Hash, String> + 'a;
+
+/// What an in-process agent is asked to do.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentCall<'a> {
+    /// The thread.
+    pub thread: &'a str,
+    /// The role the moderator chose.
+    pub role: &'a str,
+    /// The head the step starts from (the new StepNode's `prev` is its last
+    /// step).
+    pub head: Hash,
+    /// The thread as loaded at that head.
+    pub view: &'a ThreadView,
+}
+
+impl fmt::Debug for StepOptions<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StepOptions")
+            .field("agent", &self.agent)
+            .field("timeout", &self.timeout)
+            .field("cancel", &self.cancel)
+            .field("in_process", &self.in_process.is_some())
+            .finish()
+    }
 }
 
 /// What a step did.
@@ -147,9 +182,19 @@ pub fn step(
     let role = decision.next.clone();
     // Read once: it gives the agent, the workflow's limits and the policies.
     let config = ctx.state.config()?;
-    let agent =
-        ctx.state
-            .resolve_agent_with(config.as_ref(), opts.agent, &view.workflow.name, &role)?;
+    let agent = match opts.in_process {
+        Some(_) => ResolvedAgent {
+            command: String::new(),
+            args: Vec::new(),
+            label: IN_PROCESS.to_string(),
+            source: uwf_state::state::AgentSource::Explicit,
+            human: false,
+        },
+        None => {
+            ctx.state
+                .resolve_agent_with(config.as_ref(), opts.agent, &view.workflow.name, &role)?
+        }
+    };
     if agent.human {
         let ask = crate::human::Ask {
             role: &role,
@@ -176,6 +221,7 @@ pub fn step(
         limits: config.as_ref().and_then(|c| c.limits(name)),
         progress,
         cancel: &opts.cancel,
+        in_process: opts.in_process,
     };
     let (new, loaded) = match crate::retry::run(&attempt, &policy)? {
         Tried::Landed(new, loaded) => (new, loaded),
@@ -211,6 +257,8 @@ pub struct Attempt<'a> {
     pub progress: &'a Arc<dyn Progress>,
     /// Cancels the attempt.
     pub cancel: &'a CancelToken,
+    /// Runs the role in this process instead of the agent command.
+    pub in_process: Option<&'a InProcessAgent<'a>>,
 }
 
 /// How an attempt ended, when nothing stops the whole step.
@@ -283,6 +331,9 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     // starts: the thread may have been killed or moved on meanwhile.
     if let Some(e) = moved(ctx, id, &head.to_string(), false)? {
         return Err(e);
+    }
+    if let Some(run) = a.in_process {
+        return attempt_in_process(a, run, slot);
     }
 
     let mut args = agent.args.clone();
@@ -396,6 +447,59 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         Ok(loaded) => Ok(Tried::Landed(new, loaded)),
         Err(CheckError::Rejected(r)) => fail("check", r.to_string(), Some(0)),
         // The store failing is not the agent's fault: stop, never retry.
+        Err(CheckError::Store(e)) => Err(e),
+    }
+}
+
+/// The label of an in-process agent (what [`Failed`] and progress name).
+pub const IN_PROCESS: &str = "in-process";
+
+/// [`attempt`] with an in-process agent: call it, then the same kill-flag
+/// check and acceptance check as for a process.
+fn attempt_in_process(
+    a: &Attempt<'_>,
+    run: &InProcessAgent<'_>,
+    slot: Option<Box<dyn SlotHold>>,
+) -> Result<Tried, EngineError> {
+    let (ctx, id, role) = (a.ctx, a.id, a.role);
+    a.progress.started(role, &a.agent.label);
+    let started_at = uwf_state::state::now_ms();
+    let started = Instant::now();
+    let answer = run(&AgentCall {
+        thread: id,
+        role,
+        head: a.head,
+        view: a.view,
+    });
+    drop(slot);
+    let elapsed = started.elapsed();
+    a.progress.finished(role, elapsed);
+    if let Some(e) = moved(ctx, id, &a.head.to_string(), true)? {
+        return Err(e);
+    }
+    let new = match answer {
+        Ok(h) => h,
+        Err(reason) => {
+            return Ok(Tried::Failed(Failed {
+                kind: "exit",
+                reason: format!("failed: {reason}"),
+                exit_code: None,
+                stderr_tail: Vec::new(),
+                elapsed,
+                started_at,
+            }));
+        }
+    };
+    match crate::check::check_step(&ctx.cas, a.view, role, new) {
+        Ok(loaded) => Ok(Tried::Landed(new, loaded)),
+        Err(CheckError::Rejected(r)) => Ok(Tried::Failed(Failed {
+            kind: "check",
+            reason: r.to_string(),
+            exit_code: None,
+            stderr_tail: Vec::new(),
+            elapsed,
+            started_at,
+        })),
         Err(CheckError::Store(e)) => Err(e),
     }
 }

@@ -73,6 +73,7 @@ mod eval;
 mod jsonata;
 mod template;
 pub mod thread;
+mod view_cache;
 
 pub use eval::{
     Decision, Explanation, ExpressionError, ModeratorError, Subject, TransitionReport, evaluate,

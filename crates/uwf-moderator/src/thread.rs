@@ -201,11 +201,28 @@ pub enum ThreadError {
 
 /// Reads a thread from its head: a StepNode, or the StartNode of a thread
 /// without steps.
+///
+/// The chain is walked back from the head only until a step whose loaded
+/// chain is in the derived cache ([`crate::view_cache`]); the cached part
+/// is checked before it is used, and the chain now loaded is cached for the
+/// next reader (best effort: a cache that cannot be written changes
+/// nothing). [`load_uncached`] reads every node.
 pub fn load<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, ThreadError> {
+    load_with(cas, head, true)
+}
+
+/// [`load`] without the derived cache: every node of the chain is read and
+/// checked.
+pub fn load_uncached<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, ThreadError> {
+    load_with(cas, head, false)
+}
+
+fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadView, ThreadError> {
     let types = cas.types();
     let head_node = fetch(cas, head, || "thread head".into())?;
 
     let mut steps = Vec::new();
+    let mut walked = 0usize;
     let (start_hash, start_node) = if head_node.type_hash == types.start_node {
         (head, head_node)
     } else if head_node.type_hash == types.step_node {
@@ -213,7 +230,13 @@ pub fn load<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, ThreadErro
         let start_hash = reference(head, "StepNode", "start", &first.start)?;
         let mut seen = HashSet::new();
         let mut current = Some((head, head_node));
+        let mut base: Vec<LoadedStep> = Vec::new();
         while let Some((hash, node)) = current.take() {
+            if cached && let Some(prefix) = crate::view_cache::read(cas, hash, start_hash) {
+                base = prefix;
+                break;
+            }
+            walked += 1;
             if !seen.insert(hash) {
                 return Err(ThreadError::Cycle { hash });
             }
@@ -249,6 +272,16 @@ pub fn load<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, ThreadErro
             });
         }
         steps.reverse();
+        if !base.is_empty() {
+            if base.len() + steps.len() > MAX_STEPS {
+                return Err(ThreadError::TooLong {
+                    head,
+                    limit: MAX_STEPS,
+                });
+            }
+            base.append(&mut steps);
+            steps = base;
+        }
         (start_hash, fetch(cas, start_hash, || "StartNode".into())?)
     } else {
         return Err(wrong_type(cas, head, "StartNode or StepNode", &head_node));
@@ -268,7 +301,7 @@ pub fn load<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, ThreadErro
             message: e.to_string(),
         })?;
 
-    Ok(ThreadView {
+    let view = ThreadView {
         head,
         start_hash,
         start,
@@ -276,7 +309,11 @@ pub fn load<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, ThreadErro
         workflow_hash,
         workflow,
         steps,
-    })
+    };
+    if cached && walked > 0 {
+        crate::view_cache::write(cas, &view);
+    }
+    Ok(view)
 }
 
 /// Most frames [`call_stack`] follows; a longer `parentState` chain is

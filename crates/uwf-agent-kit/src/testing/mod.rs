@@ -30,7 +30,8 @@ mod mock_wire;
 use std::path::Path;
 
 use uwf_cas::{Cas, Hash};
-use uwf_protocol::{END, StartNodePayload, ThreadsIndex, WorkflowConfig};
+use uwf_engine::{Engine, NoProgress, Progress, StepOptions};
+use uwf_protocol::{StartNodePayload, WorkflowConfig};
 
 use crate::{BoxError, KitError};
 
@@ -89,7 +90,7 @@ graph:
 /// The directory is deleted when the fixture is dropped.
 pub struct Fixture {
     dir: tempfile::TempDir,
-    cas: Cas,
+    engine: Engine,
     workflow: Hash,
 }
 
@@ -107,10 +108,14 @@ impl Fixture {
     /// registered as `uwf workflow put` does, minus `registry.yaml`).
     pub fn new() -> Result<Self, BoxError> {
         let dir = tempfile::tempdir()?;
-        let cas = Cas::open(dir.path())?;
+        let engine = Engine::open(dir.path())?;
         let def = uwf_moderator::definition::parse_yaml(WORKFLOW_YAML, "plan-review.yaml")?;
-        let workflow = uwf_moderator::definition::register(&cas, &def)?.hash;
-        Ok(Self { dir, cas, workflow })
+        let workflow = uwf_moderator::definition::register(engine.cas(), &def)?.hash;
+        Ok(Self {
+            dir,
+            engine,
+            workflow,
+        })
     }
 
     /// The storage root.
@@ -120,7 +125,12 @@ impl Fixture {
 
     /// The store of the root.
     pub fn cas(&self) -> &Cas {
-        &self.cas
+        self.engine.cas()
+    }
+
+    /// The engine over the root (to step threads as `uwf` does).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// The Workflow node.
@@ -128,20 +138,17 @@ impl Fixture {
         self.workflow
     }
 
-    /// Stores a StartNode for `prompt` and makes it the head of a new
-    /// thread in `threads.yaml`. Returns the thread id and the StartNode.
+    /// Starts a thread of the fixture workflow for `prompt`, as `uwf thread
+    /// start` does. Returns the thread id and the StartNode.
     pub fn start_thread(&self, prompt: &str) -> Result<(String, Hash), BoxError> {
-        let start = self.put_start(prompt)?;
-        let thread = uwf_util::ids::ThreadId::new().to_string();
-        self.set_head(&thread, start)?;
-        Ok((thread, start))
+        self.start_thread_in(self.workflow, prompt)
     }
 
     /// Registers another workflow from its YAML definition (as `uwf
     /// workflow put` does, minus `registry.yaml`) and returns its node.
     pub fn register_workflow(&self, yaml: &str) -> Result<Hash, BoxError> {
         let def = uwf_moderator::definition::parse_yaml(yaml, "workflow.yaml")?;
-        Ok(uwf_moderator::definition::register(&self.cas, &def)?.hash)
+        Ok(uwf_moderator::definition::register(self.cas(), &def)?.hash)
     }
 
     /// [`start_thread`](Self::start_thread) for another workflow.
@@ -150,18 +157,8 @@ impl Fixture {
         workflow: Hash,
         prompt: &str,
     ) -> Result<(String, Hash), BoxError> {
-        let start = StartNodePayload {
-            workflow: workflow.to_string(),
-            prompt: prompt.into(),
-            parent_state: None,
-        };
-        let start = self
-            .cas
-            .put_value(self.cas.types().start_node, &start)?
-            .hash;
-        let thread = uwf_util::ids::ThreadId::new().to_string();
-        self.set_head(&thread, start)?;
-        Ok((thread, start))
+        let started = uwf_engine::start(&self.engine, workflow, prompt, None)?;
+        Ok((started.thread, started.head))
     }
 
     /// Writes `config` as the root's `config.yaml`.
@@ -173,39 +170,40 @@ impl Fixture {
         Ok(())
     }
 
-    /// Runs `thread` to its end as `uwf thread run` would: asks the
-    /// moderator for the next role, calls `step(role)` (which writes a
-    /// StepNode, e.g. through [`execute`](crate::execute)), moves the head
-    /// to it; until the moderator returns `$END` (the thread is then removed
-    /// from `threads.yaml`) or `max_steps` steps ran (an error). Returns
-    /// the roles run, in order.
+    /// Runs `thread` to its end through the engine, as `uwf thread run`
+    /// does, with `step(role)` as the agent (it writes a StepNode, e.g.
+    /// through [`execute`](crate::execute), and returns its hash): the
+    /// engine checks each StepNode, moves the head and archives the thread
+    /// at `$END`. Fails when `max_steps` steps ran first, or when a step
+    /// fails (`step`'s error, or a StepNode the engine refuses). Returns the
+    /// roles run, in order.
     pub fn drive(
         &self,
         thread: &str,
         max_steps: usize,
-        mut step: impl FnMut(&str) -> Result<Hash, KitError>,
+        step: impl FnMut(&str) -> Result<Hash, KitError>,
     ) -> Result<Vec<String>, BoxError> {
-        let mut roles = Vec::new();
-        loop {
-            let head = self
-                .head(thread)?
-                .ok_or_else(|| format!("thread {thread} is not active"))?;
-            let view = uwf_moderator::thread::load(&self.cas, head)?;
-            let next = view.decide()?.next;
-            if next == END {
-                self.remove_thread(thread)?;
-                return Ok(roles);
+        let step = std::cell::RefCell::new(step);
+        let roles = std::cell::RefCell::new(Vec::new());
+        let agent = |call: &uwf_engine::AgentCall<'_>| {
+            roles.borrow_mut().push(call.role.to_string());
+            (step.borrow_mut())(call.role).map_err(|e| e.to_string())
+        };
+        let opts = StepOptions {
+            in_process: Some(&agent),
+            ..StepOptions::default()
+        };
+        let progress: std::sync::Arc<dyn Progress> = std::sync::Arc::new(NoProgress);
+        match uwf_engine::run(&self.engine, thread, &opts, &progress, max_steps + 1)? {
+            uwf_engine::Ran::Done(_) if roles.borrow().len() <= max_steps => Ok(roles.into_inner()),
+            uwf_engine::Ran::Waiting(_) => {
+                Err(format!("thread {thread} waits for a person").into())
             }
-            if roles.len() >= max_steps {
-                return Err(format!(
-                    "thread {thread} did not end within {max_steps} steps (ran {})",
-                    roles.join(" → ")
-                )
-                .into());
-            }
-            let hash = step(&next)?;
-            self.set_head(thread, hash)?;
-            roles.push(next);
+            _ => Err(format!(
+                "thread {thread} did not end within {max_steps} steps (ran {})",
+                roles.borrow().join(" → ")
+            )
+            .into()),
         }
     }
 
@@ -217,51 +215,41 @@ impl Fixture {
             parent_state: None,
         };
         Ok(self
-            .cas
-            .put_value(self.cas.types().start_node, &start)?
+            .cas()
+            .put_value(self.cas().types().start_node, &start)?
             .hash)
     }
 
-    /// Points `thread` at `head` in `threads.yaml`, as `uwf` does after a step.
+    /// Points `thread` at `head` (adding the thread if it is not active),
+    /// through the thread state with its compare-and-swap, without the
+    /// engine's checks: for tests that build a chain by hand.
     pub fn set_head(&self, thread: &str, head: Hash) -> Result<(), BoxError> {
-        let mut index = self.threads()?;
-        index.insert(thread.to_owned(), head.to_string());
-        self.write_threads(&index)
+        let state = self.engine.state();
+        match state.thread_head(thread)? {
+            Some(current) => state.swap_head(thread, &current, &head.to_string())?,
+            None => state.insert_thread(thread, &head.to_string())?,
+        }
+        Ok(())
     }
 
-    /// Removes `thread` from `threads.yaml`, as `uwf` does when it ends.
+    /// Archives `thread` as done, as the engine does when it ends.
     pub fn remove_thread(&self, thread: &str) -> Result<(), BoxError> {
-        let mut index = self.threads()?;
-        index.remove(thread);
-        self.write_threads(&index)
+        let head = self
+            .head(thread)?
+            .ok_or_else(|| format!("thread {thread} is not active"))?;
+        let workflow = uwf_engine::workflow_of(&self.engine, head)?;
+        self.engine
+            .state()
+            .archive(thread, &workflow, Some(&head.to_string()), "done")?;
+        Ok(())
     }
 
-    /// The head of `thread` in `threads.yaml`.
+    /// The head of `thread` if it is active.
     pub fn head(&self, thread: &str) -> Result<Option<Hash>, BoxError> {
-        Ok(match self.threads()?.get(thread) {
+        Ok(match self.engine.state().thread_head(thread)? {
             Some(h) => Some(h.parse()?),
             None => None,
         })
-    }
-
-    fn threads(&self) -> Result<ThreadsIndex, BoxError> {
-        let path = self.root().join("threads.yaml");
-        if !path.exists() {
-            return Ok(ThreadsIndex::new());
-        }
-        let text = std::fs::read_to_string(path)?;
-        if text.trim().is_empty() {
-            return Ok(ThreadsIndex::new());
-        }
-        Ok(serde_yaml::from_str(&text)?)
-    }
-
-    fn write_threads(&self, index: &ThreadsIndex) -> Result<(), BoxError> {
-        std::fs::write(
-            self.root().join("threads.yaml"),
-            serde_yaml::to_string(index)?,
-        )?;
-        Ok(())
     }
 }
 

@@ -121,6 +121,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 agent: agent.agent.as_deref(),
                 timeout: agent.timeout,
                 cancel: engine::cancel_token().clone(),
+                in_process: None,
             };
             let progress: Arc<dyn Progress> = Arc::new(Plain);
             let stepped = engine::step(ctx, &id, &opts, &progress)?;
@@ -158,6 +159,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 agent: agent.agent.as_deref(),
                 timeout: agent.timeout,
                 cancel: engine::cancel_token().clone(),
+                in_process: None,
             };
             let live = Arc::new(Live::new(&id));
             let progress: Arc<dyn Progress> = live.clone();

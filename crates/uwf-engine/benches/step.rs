@@ -1,0 +1,319 @@
+//! Whole-process cost of one `uwf thread step`, against thread length and
+//! against the number of other active threads, with the scripted agent
+//! `uwf-mock`; plus that agent run alone.
+//!
+//! ```sh
+//! just bench-step            # builds the release binaries, then runs this
+//! UWF_BENCH_SAMPLES=30 just bench-step
+//! ```
+//!
+//! The binaries are taken from `$UWF_BENCH_BIN` (default: the workspace's
+//! `target/release`). Stores are prepared with the libraries (that part is
+//! not timed), in a temporary directory (`$UWF_BENCH_DIR` keeps them). Then
+//! every configuration is sampled in turn, round after round, so that noise
+//! of the machine spreads over all of them alike; the table gives the
+//! median and the 90th percentile of the wall time of each whole process.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use uwf_cas::{Cas, Hash};
+use uwf_engine::Engine;
+use uwf_moderator::definition;
+use uwf_protocol::{StepNodePayload, StepRecord};
+use uwf_state::StateDir;
+
+const WORKFLOW: &str = r#"name: loop
+description: endless loop for timing
+roles:
+  work:
+    description: works
+    systemPrompt: "do the work"
+    outputSchema: { type: object, properties: { n: { type: integer }, note: { type: string } }, required: [n] }
+conditions:
+  enough: { description: very long, expression: "$count(steps) >= 100000" }
+graph:
+  $START: [ { role: work, condition: null } ]
+  work: [ { role: $END, condition: enough }, { role: work, condition: null } ]
+"#;
+
+const SCENARIO: &str = "roles:\n  work:\n    - output: { n: 1, note: \"one more round\" }\n";
+
+const LENGTHS: [usize; 4] = [10, 100, 1_000, 10_000];
+const ACTIVE: [usize; 3] = [2, 2_000, 20_000];
+
+struct Setup {
+    bin: PathBuf,
+    scenario: PathBuf,
+}
+
+impl Setup {
+    fn mock_agent(&self) -> String {
+        format!(
+            "'{}' '{}'",
+            self.bin.join("uwf-mock").display(),
+            self.scenario.display()
+        )
+    }
+
+    fn uwf(&self, root: &Path) -> Command {
+        let mut c = Command::new(self.bin.join("uwf"));
+        c.arg("--root")
+            .arg(root)
+            .env_remove("RUST_LOG")
+            .env_remove("UNCAGED_WORKFLOW_STORAGE_ROOT")
+            .env_remove("WORKFLOW_STORAGE_ROOT");
+        c
+    }
+}
+
+/// A configuration to sample: what runs, and the times it took.
+struct Config {
+    label: String,
+    run: Box<dyn Fn() -> Duration>,
+    times: Vec<Duration>,
+}
+
+fn timed(mut cmd: Command) -> Duration {
+    let t = Instant::now();
+    let out = cmd.output().expect("run");
+    let elapsed = t.elapsed();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    elapsed
+}
+
+/// Registers the loop workflow in `root`; returns its hash.
+fn register(engine: &Engine) -> Hash {
+    let def = definition::parse_yaml(WORKFLOW, "loop.yaml").expect("parse");
+    let registered = definition::register(engine.cas(), &def).expect("register");
+    engine
+        .state()
+        .register_workflow("loop", &registered.hash.to_string())
+        .unwrap();
+    registered.hash
+}
+
+/// Writes a chain of `len` steps after `start` and returns the step hashes.
+fn chain(cas: &Cas, start: Hash, workflow_schema: Hash, len: usize) -> Vec<Hash> {
+    let output = cas
+        .put_value(
+            workflow_schema,
+            &serde_json::json!({ "n": 1, "note": "one more round" }),
+        )
+        .unwrap()
+        .hash;
+    // Any stored node does as a detail; the output itself is one.
+    let detail = output;
+    let mut out = Vec::with_capacity(len);
+    let mut prev: Option<Hash> = None;
+    for i in 0..len {
+        let step = StepNodePayload {
+            start: start.to_string(),
+            prev: prev.map(|h| h.to_string()),
+            record: StepRecord {
+                role: "work".into(),
+                output: output.to_string(),
+                detail: detail.to_string(),
+                agent: "bench".into(),
+            },
+            child_thread: None,
+        };
+        let h = cas.put_value(cas.types().step_node, &step).unwrap().hash;
+        out.push(h);
+        prev = Some(h);
+        if (i + 1) % 2_000 == 0 {
+            eprintln!("  chain: {} steps", i + 1);
+        }
+    }
+    out
+}
+
+fn output_schema(engine: &Engine, workflow: Hash) -> Hash {
+    let node = engine.cas().get(workflow).unwrap();
+    let schema = node.payload["roles"]["work"]["outputSchema"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    schema.parse().unwrap()
+}
+
+/// Adds `n` active threads (forks of `node`) to `state`, several at once.
+fn add_threads(state: &Arc<StateDir>, node: Hash, n: usize) {
+    let workers = 8;
+    std::thread::scope(|s| {
+        for w in 0..workers {
+            let state = Arc::clone(state);
+            s.spawn(move || {
+                for i in (w..n).step_by(workers) {
+                    let id = uwf_util::ids::ThreadId::new().to_string();
+                    state.insert_thread(&id, &node.to_string()).unwrap();
+                    if i % 5_000 == 0 && i > 0 {
+                        eprintln!("  threads: {i}");
+                    }
+                }
+            });
+        }
+    });
+}
+
+fn median_p90(times: &mut [Duration]) -> (f64, f64) {
+    times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let p = |q: f64| ms(times[((times.len() - 1) as f64 * q).round() as usize]);
+    (p(0.5), p(0.9))
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else is accepted.
+    let samples: usize = std::env::var("UWF_BENCH_SAMPLES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(15);
+    let bin = std::env::var_os("UWF_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release"));
+    for b in ["uwf", "uwf-mock"] {
+        assert!(
+            bin.join(b).is_file(),
+            "{} is missing: build it first (`cargo build --release -p uwf-cli -p uwf-mock`, or `just bench-step`)",
+            bin.join(b).display()
+        );
+    }
+    let keep = std::env::var_os("UWF_BENCH_DIR").map(PathBuf::from);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = keep.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&dir).unwrap();
+    let scenario = dir.join("loop.mock.yaml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let setup = Arc::new(Setup { bin, scenario });
+
+    // One store for the thread lengths: a chain of the longest length, and a
+    // thread at each length (a fork of the chain at that step).
+    eprintln!(
+        "preparing a chain of {} steps …",
+        LENGTHS[LENGTHS.len() - 1]
+    );
+    let long_root = dir.join("lengths");
+    let engine = Engine::open(&long_root).unwrap();
+    let workflow = register(&engine);
+    let schema = output_schema(&engine, workflow);
+    let started = uwf_engine::start(&engine, workflow, "timing", None).unwrap();
+    let steps = chain(
+        engine.cas(),
+        started.head,
+        schema,
+        LENGTHS[LENGTHS.len() - 1],
+    );
+    let mut configs: Vec<Config> = Vec::new();
+    for len in LENGTHS {
+        let forked = uwf_engine::fork(&engine, steps[len - 1]).unwrap();
+        let (s, root, id) = (Arc::clone(&setup), long_root.clone(), forked.thread);
+        configs.push(Config {
+            label: format!("step at thread length {len}"),
+            run: Box::new(move || {
+                let mut c = s.uwf(&root);
+                c.args(["thread", "step", &id, "--agent", &s.mock_agent()]);
+                timed(c)
+            }),
+            times: Vec::new(),
+        });
+    }
+
+    // One store per number of active threads, each with a thread of 10
+    // steps to step.
+    let mut alone = None;
+    for n in ACTIVE {
+        eprintln!("preparing a store with {n} active threads …");
+        let root = dir.join(format!("active-{n}"));
+        let engine = Engine::open(&root).unwrap();
+        let workflow = register(&engine);
+        let schema = output_schema(&engine, workflow);
+        let started = uwf_engine::start(&engine, workflow, "timing", None).unwrap();
+        let steps = chain(engine.cas(), started.head, schema, 10);
+        let forked = uwf_engine::fork(&engine, steps[9]).unwrap();
+        let state = Arc::new(StateDir::new(&root));
+        // `started` and the fork are two; the rest are other threads.
+        add_threads(&state, steps[9], n.saturating_sub(2));
+        let (s, r, id) = (Arc::clone(&setup), root.clone(), forked.thread.clone());
+        configs.push(Config {
+            label: format!("step with {n} active threads"),
+            run: Box::new(move || {
+                let mut c = s.uwf(&r);
+                c.args(["thread", "step", &id, "--agent", &s.mock_agent()]);
+                timed(c)
+            }),
+            times: Vec::new(),
+        });
+        if alone.is_none() {
+            alone = Some((root, forked.thread));
+        }
+    }
+    // The agent alone, as uwf would start it, on the 10-step thread of the
+    // smallest store (it writes its StepNode; nothing moves the head, so
+    // every run does the same work).
+    let (root, id) = alone.unwrap();
+    let s = Arc::clone(&setup);
+    configs.push(Config {
+        label: "uwf-mock alone (same thread, no uwf)".into(),
+        run: Box::new(move || {
+            let mut c = Command::new(s.bin.join("uwf-mock"));
+            c.arg(&s.scenario)
+                .arg(&id)
+                .arg("work")
+                .env("UNCAGED_WORKFLOW_STORAGE_ROOT", &root)
+                .env("UWF_AGENT", "uwf-mock")
+                .env_remove("RUST_LOG");
+            timed(c)
+        }),
+        times: Vec::new(),
+    });
+
+    // To time a uwf of before the per-thread head files (0.1.0), the stores
+    // are given its layout: one threads.yaml.
+    if std::env::var_os("UWF_BENCH_LEGACY_LAYOUT").is_some() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let root = entry.unwrap().path();
+            let heads = root.join("threads");
+            if !heads.is_dir() {
+                continue;
+            }
+            let mut yaml = String::new();
+            for (id, head) in StateDir::new(&root).threads().unwrap() {
+                yaml.push_str(&format!("{id}: {head}\n"));
+            }
+            std::fs::write(root.join("threads.yaml"), yaml).unwrap();
+            std::fs::remove_dir_all(&heads).unwrap();
+        }
+    }
+
+    // One untimed round warms the page cache and the derived caches.
+    for c in &configs {
+        (c.run)();
+    }
+    eprintln!("sampling {samples} rounds …");
+    for _ in 0..samples {
+        for c in &mut configs {
+            let t = (c.run)();
+            c.times.push(t);
+        }
+    }
+
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("\nwhole-process wall time, {samples} samples each, {cores} cores\n");
+    println!("| configuration | median | p90 |");
+    println!("|---|---|---|");
+    for c in &mut configs {
+        let (median, p90) = median_p90(&mut c.times);
+        println!("| {} | {median:.1} ms | {p90:.1} ms |", c.label);
+    }
+    if let Some(k) = keep {
+        eprintln!("stores kept in {}", k.display());
+    }
+}

@@ -1,0 +1,271 @@
+//! The derived cache of loaded chains: for a StepNode, the thread's steps
+//! up to it (each with its payload, output and timestamp), so that loading
+//! a long thread reads the steps added since the last load instead of the
+//! whole chain.
+//!
+//! Derived data, never the truth: entries live in the store's cache
+//! ([`uwf_cas::Store::cache_get`]), keyed `chain-<step hash>`. Because a
+//! StepNode's chain never changes, an entry cannot go stale; it can only be
+//! damaged or missing. So every entry is checked before use (a checksum of
+//! its body, then the chain itself: each step's `prev` is the step before
+//! it, each `start` is the thread's, the last step is the key) and ignored
+//! if anything is off, and the chain is then read from the nodes as if the
+//! entry were not there. Deleting any or all entries is always safe.
+//!
+//! When a longer chain is cached, the entry it was built from is removed, so
+//! the cache holds about one entry per thread rather than one per step.
+
+use serde::{Deserialize, Serialize};
+use uwf_cas::{Cas, Hash, Store};
+use uwf_protocol::StepNodePayload;
+
+use crate::thread::{LoadedStep, ThreadView};
+
+/// Format version of an entry; entries of another version are ignored.
+const VERSION: u32 = 1;
+
+/// Chains shorter than this are cheap to read and not cached.
+const MIN_STEPS: usize = 16;
+
+fn key(step: Hash) -> String {
+    format!("chain-{step}")
+}
+
+/// The first line of an entry.
+#[derive(Serialize, Deserialize)]
+struct Header {
+    v: u32,
+    start: String,
+    last: String,
+    len: usize,
+    /// xxh64 of the body (the second line), in hex.
+    check: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Step {
+    hash: String,
+    payload: StepNodePayload,
+    output: serde_json::Value,
+    timestamp: u64,
+}
+
+fn checksum(body: &[u8]) -> String {
+    format!("{:016x}", xxhash_rust::xxh64::xxh64(body, 0))
+}
+
+/// The cached chain ending at StepNode `last` of the thread started at
+/// `start`, if there is a sound entry for it.
+pub(crate) fn read<S: Store>(cas: &Cas<S>, last: Hash, start: Hash) -> Option<Vec<LoadedStep>> {
+    let bytes = match cas.store().cache_get(&key(last)) {
+        Ok(Some(b)) => b,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::debug!(%last, "chain cache unreadable, reading the nodes: {e}");
+            return None;
+        }
+    };
+    let parsed = parse(&bytes, last, start);
+    if parsed.is_none() {
+        tracing::debug!(%last, "chain cache entry failed its checks; reading the nodes");
+    }
+    parsed
+}
+
+fn parse(bytes: &[u8], last: Hash, start: Hash) -> Option<Vec<LoadedStep>> {
+    let newline = bytes.iter().position(|&b| b == b'\n')?;
+    let header: Header = serde_json::from_slice(&bytes[..newline]).ok()?;
+    let body = &bytes[newline + 1..];
+    if header.v != VERSION
+        || header.check != checksum(body)
+        || header.last != last.to_string()
+        || header.start != start.to_string()
+    {
+        return None;
+    }
+    let cached: Vec<Step> = serde_json::from_slice(body).ok()?;
+    if cached.len() != header.len || cached.is_empty() {
+        return None;
+    }
+    let start_text = start.to_string();
+    let mut steps = Vec::with_capacity(cached.len());
+    let mut prev: Option<String> = None;
+    for s in cached {
+        if s.payload.prev != prev || s.payload.start != start_text {
+            return None;
+        }
+        let hash: Hash = s.hash.parse().ok()?;
+        prev = Some(s.hash);
+        steps.push(LoadedStep {
+            hash,
+            payload: s.payload,
+            output: s.output,
+            timestamp: s.timestamp,
+        });
+    }
+    (steps.last().map(|s| s.hash) == Some(last)).then_some(steps)
+}
+
+/// Caches the chain of `view` under its last step (best effort), and drops
+/// the entry of the longest shorter chain it may have been built from.
+pub(crate) fn write<S: Store>(cas: &Cas<S>, view: &ThreadView) {
+    let Some(last) = view.steps.last() else {
+        return;
+    };
+    if view.steps.len() < MIN_STEPS {
+        return;
+    }
+    let steps: Vec<Step> = view
+        .steps
+        .iter()
+        .map(|s| Step {
+            hash: s.hash.to_string(),
+            payload: s.payload.clone(),
+            output: s.output.clone(),
+            timestamp: s.timestamp,
+        })
+        .collect();
+    let Ok(body) = serde_json::to_vec(&steps) else {
+        return;
+    };
+    let header = Header {
+        v: VERSION,
+        start: view.start_hash.to_string(),
+        last: last.hash.to_string(),
+        len: steps.len(),
+        check: checksum(&body),
+    };
+    let Ok(mut bytes) = serde_json::to_vec(&header) else {
+        return;
+    };
+    bytes.push(b'\n');
+    bytes.extend_from_slice(&body);
+    if let Err(e) = cas.store().cache_put(&key(last.hash), &bytes) {
+        tracing::debug!(last = %last.hash, "cannot cache the chain: {e}");
+        return;
+    }
+    // The entries of the shorter chains this one extends are no longer
+    // needed by this thread (another thread forked there rebuilds its own).
+    for older in view.steps.iter().rev().skip(1).take(64) {
+        match cas.store().cache_remove(&key(older.hash)) {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(_) => break,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use uwf_cas::MemStore;
+    use uwf_protocol::{StartNodePayload, StepRecord, WorkflowPayload};
+
+    /// A thread of `n` steps in a memory store; returns the store and head.
+    fn chain(n: usize) -> (Cas<MemStore>, Hash) {
+        let cas = Cas::new(MemStore::new()).unwrap();
+        let schema = cas
+            .put_schema(serde_json::json!({"type": "object"}))
+            .unwrap()
+            .hash;
+        let mut roles = std::collections::BTreeMap::new();
+        roles.insert(
+            "work".to_string(),
+            uwf_protocol::RoleDefinition {
+                description: "w".into(),
+                system_prompt: "w".into(),
+                output_schema: schema.to_string(),
+            },
+        );
+        let edge = |role: &str| uwf_protocol::Transition {
+            role: role.into(),
+            condition: None,
+            prompt: None,
+        };
+        let mut graph = std::collections::BTreeMap::new();
+        graph.insert("$START".to_string(), vec![edge("work")]);
+        graph.insert("work".to_string(), vec![edge("work")]);
+        let wf = WorkflowPayload {
+            name: "loop".into(),
+            description: "d".into(),
+            roles,
+            conditions: std::collections::BTreeMap::new(),
+            graph,
+        };
+        let wf = cas.put_value(cas.types().workflow, &wf).unwrap().hash;
+        let start = StartNodePayload {
+            workflow: wf.to_string(),
+            prompt: "p".into(),
+            parent_state: None,
+        };
+        let start = cas.put_value(cas.types().start_node, &start).unwrap().hash;
+        let mut prev: Option<Hash> = None;
+        for i in 0..n {
+            let out = cas
+                .put_value(schema, &serde_json::json!({ "n": i }))
+                .unwrap()
+                .hash;
+            let step = StepNodePayload {
+                start: start.to_string(),
+                prev: prev.map(|h| h.to_string()),
+                record: StepRecord {
+                    role: "work".into(),
+                    output: out.to_string(),
+                    detail: out.to_string(),
+                    agent: "a".into(),
+                },
+                child_thread: None,
+            };
+            prev = Some(cas.put_value(cas.types().step_node, &step).unwrap().hash);
+        }
+        (cas, prev.unwrap())
+    }
+
+    #[test]
+    fn a_cached_load_equals_an_uncached_one_and_damage_is_ignored() {
+        let (cas, head) = chain(40);
+        let fresh = crate::thread::load_uncached(&cas, head).unwrap();
+        // First load writes the entry, the second uses it.
+        let first = crate::thread::load(&cas, head).unwrap();
+        assert!(cas.store().cache_get(&key(head)).unwrap().is_some());
+        let second = crate::thread::load(&cas, head).unwrap();
+        assert_eq!(first.steps, fresh.steps);
+        assert_eq!(second.steps, fresh.steps);
+
+        // Every way of damaging the entry is detected and ignored.
+        let good = cas.store().cache_get(&key(head)).unwrap().unwrap();
+        let newline = good.iter().position(|&b| b == b'\n').unwrap();
+        let mut damaged = Vec::new();
+        let mut flipped = good.clone();
+        let at = newline + 20;
+        flipped[at] ^= 0x01;
+        damaged.push(flipped);
+        damaged.push(good[..good.len() / 2].to_vec());
+        damaged.push(Vec::new());
+        damaged.push(b"garbage".to_vec());
+        // A well-formed entry for another thread's chain under this key.
+        let (other, other_head) = chain(20);
+        crate::thread::load(&other, other_head).unwrap();
+        damaged.push(other.store().cache_get(&key(other_head)).unwrap().unwrap());
+        for bad in damaged {
+            cas.store().cache_put(&key(head), &bad).unwrap();
+            let view = crate::thread::load(&cas, head).unwrap();
+            assert_eq!(view.steps, fresh.steps);
+        }
+    }
+
+    #[test]
+    fn a_longer_chain_extends_the_cached_prefix_and_replaces_it() {
+        let (cas, head) = chain(30);
+        crate::thread::load(&cas, head).unwrap();
+        let prefix = crate::thread::load_uncached(&cas, head).unwrap();
+        let middle = prefix.steps[19].hash;
+        // Loading from an earlier step caches that chain too.
+        let earlier = crate::thread::load(&cas, middle).unwrap();
+        assert_eq!(earlier.steps.len(), 20);
+        assert_eq!(earlier.steps[..], prefix.steps[..20]);
+        assert!(cas.store().cache_get(&key(middle)).unwrap().is_some());
+    }
+}
