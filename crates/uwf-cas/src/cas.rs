@@ -153,7 +153,9 @@ pub struct GcReport {
 pub struct Cas<S: Store = Arc<dyn Store>> {
     store: S,
     types: ProtocolTypes,
-    meta_validator: Arc<Validator>,
+    /// Compiled on first use: most processes never store a schema, and
+    /// compiling the meta-schema is the bulk of opening a store.
+    meta_validator: std::sync::OnceLock<Arc<Validator>>,
     validators: Mutex<HashMap<Hash, Arc<Validator>>>,
 }
 
@@ -186,10 +188,6 @@ impl<S: Store> Cas<S> {
     pub fn new(store: S) -> Result<Self> {
         let meta_payload = schema::meta_schema();
         let meta = node::self_hash(&meta_payload);
-        let meta_validator =
-            schema::compile(&meta_payload).map_err(|reason| CasError::UnsupportedSchema {
-                reason: format!("built-in meta-schema: {reason}"),
-            })?;
         if !store.has(meta)? {
             store.insert(
                 meta,
@@ -208,13 +206,26 @@ impl<S: Store> Cas<S> {
                 start_node: meta,
                 step_node: meta,
             },
-            meta_validator,
+            meta_validator: std::sync::OnceLock::new(),
             validators: Mutex::new(HashMap::new()),
         };
         cas.types.workflow = cas.ensure_schema(uwf_protocol::schemas::workflow())?;
         cas.types.start_node = cas.ensure_schema(uwf_protocol::schemas::start_node())?;
         cas.types.step_node = cas.ensure_schema(uwf_protocol::schemas::step_node())?;
         Ok(cas)
+    }
+
+    /// The compiled meta-schema.
+    fn meta_validator(&self) -> Result<&Arc<Validator>> {
+        if let Some(v) = self.meta_validator.get() {
+            return Ok(v);
+        }
+        let compiled = schema::compile(&schema::meta_schema()).map_err(|reason| {
+            CasError::UnsupportedSchema {
+                reason: format!("built-in meta-schema: {reason}"),
+            }
+        })?;
+        Ok(self.meta_validator.get_or_init(|| compiled))
     }
 
     fn ensure_schema(&self, payload: Value) -> Result<Hash> {
@@ -255,7 +266,7 @@ impl<S: Store> Cas<S> {
     /// supported subset with the reason (see `docs/cas.md`).
     pub fn put_schema(&self, mut payload: Value) -> Result<Stored> {
         cbor::canonicalize(&mut payload);
-        schema::check_subset(&self.meta_validator, &payload)?;
+        schema::check_subset(self.meta_validator()?, &payload)?;
         self.insert(self.types.meta, payload)
     }
 
@@ -334,7 +345,7 @@ impl<S: Store> Cas<S> {
     /// Validates `payload` against the schema `type_hash`.
     pub fn validate(&self, type_hash: Hash, payload: &Value) -> Result<()> {
         if type_hash == self.types.meta {
-            return schema::check_subset(&self.meta_validator, payload);
+            return schema::check_subset(self.meta_validator()?, payload);
         }
         let (v, schema) = self.validator(type_hash)?;
         let violations = schema::violations(&v, payload);

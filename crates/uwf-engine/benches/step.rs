@@ -252,23 +252,27 @@ fn main() {
             times: Vec::new(),
         });
         if alone.is_none() {
-            alone = Some((root, forked.thread));
+            let other = uwf_engine::fork(&engine, steps[9]).unwrap();
+            alone = Some((root, other.thread));
         }
     }
-    // The agent alone, as uwf would start it, on the 10-step thread of the
-    // smallest store (it writes its StepNode; nothing moves the head, so
-    // every run does the same work).
+    // The agent alone, as uwf would start it, on a thread of 10 steps of
+    // the smallest store. Before each run (untimed) uwf steps that thread,
+    // so the agent's StepNode is always a new node, as in a real step.
     let (root, id) = alone.unwrap();
     let s = Arc::clone(&setup);
     configs.push(Config {
-        label: "uwf-mock alone (same thread, no uwf)".into(),
+        label: "uwf-mock alone (no uwf)".into(),
         run: Box::new(move || {
+            let mut advance = s.uwf(&root);
+            advance.args(["thread", "step", &id, "--agent", &s.mock_agent()]);
+            timed(advance);
             let mut c = Command::new(s.bin.join("uwf-mock"));
             c.arg(&s.scenario)
                 .arg(&id)
                 .arg("work")
                 .env("UNCAGED_WORKFLOW_STORAGE_ROOT", &root)
-                .env("UWF_AGENT", "uwf-mock")
+                .env("UWF_AGENT", s.mock_agent())
                 .env_remove("RUST_LOG");
             timed(c)
         }),

@@ -5,8 +5,8 @@
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,11 @@ const STDOUT_CAP: usize = 1 << 20;
 const GRACE: Duration = Duration::from_secs(2);
 /// How long an exited agent's leftovers may hold its pipes open.
 const LINGER: Duration = Duration::from_secs(2);
+/// How often a running agent is checked for cancellation and its timeout
+/// (its exit is noticed at once).
+const TICK: Duration = Duration::from_millis(50);
+/// How often the kill flag is read while an agent runs.
+const KILL_FLAG_POLL: Duration = Duration::from_millis(200);
 
 /// How a finished agent ended.
 #[derive(Debug)]
@@ -87,9 +92,11 @@ pub fn run(
         cmd.env(k, v);
     }
     let mut child = cmd.spawn()?;
+    let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
 
     let tail = Arc::new(Mutex::new(Vec::<String>::new()));
-    let stderr_thread = child.stderr.take().map(|err| {
+    let (stderr_done_tx, stderr_done) = mpsc::channel::<()>();
+    if let Some(err) = child.stderr.take() {
         let tail = Arc::clone(&tail);
         thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
@@ -102,9 +109,12 @@ pub fn run(
                     t.remove(0);
                 }
             }
-        })
-    });
-    let (stdout_tx, stdout_rx) = std::sync::mpsc::channel::<String>();
+            let _ = stderr_done_tx.send(());
+        });
+    } else {
+        let _ = stderr_done_tx.send(());
+    }
+    let (stdout_tx, stdout_rx) = mpsc::channel::<String>();
     if let Some(out) = child.stdout.take() {
         thread::spawn(move || {
             let mut buf = Vec::new();
@@ -112,33 +122,50 @@ pub fn run(
             let _ = stdout_tx.send(String::from_utf8_lossy(&buf).into_owned());
         });
     }
+    // The exit is waited for on its own thread, so it is noticed at once
+    // (no polling delay); stopping goes through the process group.
+    let (exit_tx, exit_rx) = mpsc::channel::<std::io::Result<std::process::ExitStatus>>();
+    thread::spawn(move || {
+        let _ = exit_tx.send(child.wait());
+    });
 
     let mut last_check = Instant::now();
     let ending = loop {
-        if let Some(status) = child.try_wait()? {
-            break Ending::Exited {
-                code: status.code(),
-                stdout: String::new(),
-            };
+        let mut tick = TICK;
+        if let Some(t) = spec.timeout {
+            tick = tick.min(t.saturating_sub(started.elapsed()));
+        }
+        match exit_rx.recv_timeout(tick) {
+            Ok(status) => {
+                break Ending::Exited {
+                    code: status?.code(),
+                    stdout: String::new(),
+                };
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break Ending::Exited {
+                    code: None,
+                    stdout: String::new(),
+                };
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         if spec.timeout.is_some_and(|t| started.elapsed() >= t) {
-            stop(&mut child);
+            stop(pgid, &exit_rx);
             break Ending::TimedOut;
         }
         if cancel.is_cancelled() {
-            stop(&mut child);
+            stop(pgid, &exit_rx);
             break Ending::Interrupted;
         }
-        if last_check.elapsed() >= Duration::from_millis(200) {
+        if last_check.elapsed() >= KILL_FLAG_POLL {
             last_check = Instant::now();
             if should_stop() {
-                stop(&mut child);
+                stop(pgid, &exit_rx);
                 break Ending::Stopped;
             }
         }
-        thread::sleep(Duration::from_millis(20));
     };
-    let pgid = Pid::from_raw(child.id() as i32);
     if !matches!(ending, Ending::Exited { .. }) {
         let _ = killpg(pgid, Signal::SIGKILL);
     }
@@ -154,17 +181,9 @@ pub fn run(
             stdout_rx.recv_timeout(LINGER).unwrap_or_default()
         }
     };
-    if let Some(t) = stderr_thread {
-        let deadline = Instant::now() + LINGER;
-        while !t.is_finished() && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(10));
-        }
-        if t.is_finished() {
-            let _ = t.join();
-        } else {
-            // Ends as soon as the group is gone; no need to wait for it.
-            let _ = killpg(pgid, Signal::SIGKILL);
-        }
+    if stderr_done.recv_timeout(LINGER).is_err() {
+        // Ends as soon as the group is gone; no need to wait for it.
+        let _ = killpg(pgid, Signal::SIGKILL);
     }
     let ending = match ending {
         Ending::Exited { code, .. } => Ending::Exited { code, stdout },
@@ -181,21 +200,12 @@ pub fn run(
     })
 }
 
-/// SIGTERM to the whole group, SIGKILL after a grace period.
-fn stop(child: &mut Child) {
-    let pgid = Pid::from_raw(child.id() as i32);
+/// SIGTERM to the whole group, SIGKILL after a grace period (or as soon as
+/// the leader is gone, so nothing it started survives).
+fn stop(pgid: Pid, exit: &mpsc::Receiver<std::io::Result<std::process::ExitStatus>>) {
     let _ = killpg(pgid, Signal::SIGTERM);
-    let deadline = Instant::now() + GRACE;
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            // The leader is gone; make sure nothing it started survives.
-            let _ = killpg(pgid, Signal::SIGKILL);
-            return;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
+    let _ = exit.recv_timeout(GRACE);
     let _ = killpg(pgid, Signal::SIGKILL);
-    let _ = child.wait();
 }
 
 /// The last non-empty line of an agent's stdout: the protocol's answer.
