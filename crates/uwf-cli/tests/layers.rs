@@ -31,6 +31,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("uwf-cas", 2),
     ("uwf-moderator", 3),
     ("uwf-agent-kit", 4),
+    ("uwf-view", 4),
     ("uwf-cli", 5),
 ];
 

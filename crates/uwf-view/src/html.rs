@@ -13,7 +13,7 @@ use base64::Engine as _;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use uwf_moderator::thread::LoadedStep;
-use uwf_protocol::{AttemptRecord, END, START};
+use uwf_protocol::{AttemptRecord, END};
 
 use crate::detail::{Detail, DetailView, Turn};
 use crate::escape::{attr, text};
@@ -204,23 +204,21 @@ fn attempt(s: &mut String, hash: &str, a: &AttemptRecord) {
 
 /// Why the moderator chose this hop, in words.
 fn why(h: &Hop) -> String {
-    let from = if h.from == START {
-        "the start".to_string()
-    } else {
-        h.from.clone()
+    let n = h
+        .index
+        .map(|i| format!(" (#{})", i + 1))
+        .unwrap_or_default();
+    let mut out = match (&h.condition, h.index) {
+        (Some(c), _) => format!("From {}: condition {c} held{n}", h.from),
+        (None, Some(0)) => format!("From {}: the unconditional transition{n}", h.from),
+        (None, Some(_)) => format!(
+            "From {}: no condition before it held, so the fallback{n}",
+            h.from
+        ),
+        (None, None) => format!("From {}: no transition of the graph leads here", h.from),
     };
-    let how = match (&h.condition, h.index) {
-        (Some(c), _) => format!("condition {c} held"),
-        (None, Some(0)) => "its only or first transition is unconditional".to_string(),
-        (None, Some(_)) => "no condition before held (else)".to_string(),
-        (None, None) => "no transition of the graph leads here".to_string(),
-    };
-    let mut out = format!("After {from}: {how}");
-    if let Some(i) = h.index {
-        let _ = write!(out, " (transition #{} of {})", i + 1, h.from);
-    }
     if !h.decided {
-        out.push_str("; matched from the graph, the moderator chose otherwise or could not decide");
+        out.push_str(" (matched from the graph: the moderator, evaluated here, chose otherwise or could not decide)");
     }
     out
 }
@@ -257,15 +255,14 @@ fn step(
         text(&secs(st.timestamp.saturating_sub(prev_ts))),
     );
     if let Some(h) = hop {
-        let label = h
-            .condition
-            .as_deref()
-            .unwrap_or(if h.index.unwrap_or(0) == 0 {
-                "→"
-            } else {
-                "else"
-            });
-        let _ = write!(s, r#" <span class="via">via {}</span>"#, text(label));
+        let label = match (&h.condition, h.index) {
+            (Some(c), _) => Some(c.as_str()),
+            (None, Some(i)) if i > 0 => Some("else"),
+            _ => None,
+        };
+        if let Some(label) = label {
+            let _ = write!(s, r#" <span class="via">via {}</span>"#, text(label));
+        }
     }
     s.push_str("</summary>\n<div class=\"body\">");
     if let Some(h) = hop {

@@ -32,6 +32,8 @@ pub const MARGIN: f64 = 16.0;
 const DUMMY: f64 = 16.0;
 /// How far a self-loop bulges out of its node.
 const LOOP: f64 = 30.0;
+/// How far the first back edge between neighbouring rows bulges out.
+const SIDE_BULGE: f64 = 34.0;
 /// Height of an edge label's box.
 pub const LABEL_H: f64 = 18.0;
 
@@ -122,6 +124,10 @@ pub struct Route {
     pub back: bool,
     /// The edge leaves and enters the same node.
     pub self_loop: bool,
+    /// For a back edge between neighbouring rows: how far the curve from
+    /// the source's right side to the target's right side bulges out (it
+    /// then has two points); 0 for every other edge.
+    pub bulge: f64,
     /// Where its label goes, if it has one.
     pub label: Option<Rect>,
 }
@@ -163,11 +169,22 @@ pub fn layout(
     let back = back_edges(n, &edges, first);
     let layer = layers(n, &edges, &back, last);
 
-    // Self-loops need room on the right of their node.
+    // Self-loops, and back edges between neighbouring rows, are drawn on
+    // the right of their nodes and need room there.
     let mut extra = vec![0.0_f64; n];
-    for e in &edges {
+    let mut bulges = vec![0.0_f64; edges.len()];
+    let mut sides_at = vec![0usize; n];
+    for (i, e) in edges.iter().enumerate() {
         if e.from == e.to {
             extra[e.from] = extra[e.from].max(LOOP + 4.0 + e.label_w);
+        } else if back[i] && layer[e.from] == layer[e.to] + 1 {
+            let k = sides_at[e.from].max(sides_at[e.to]);
+            sides_at[e.from] = k + 1;
+            sides_at[e.to] = k + 1;
+            bulges[i] = SIDE_BULGE + 22.0 * k as f64;
+            let room = bulges[i] * 0.75 + 12.0 + e.label_w;
+            extra[e.from] = extra[e.from].max(room);
+            extra[e.to] = extra[e.to].max(room);
         }
     }
     let mut verts: Vec<Vertex> = (0..n)
@@ -180,7 +197,7 @@ pub fn layout(
     // Each edge's chain of vertices, top to bottom.
     let mut chains: Vec<Vec<usize>> = Vec::with_capacity(edges.len());
     for (i, e) in edges.iter().enumerate() {
-        if e.from == e.to {
+        if e.from == e.to || bulges[i] > 0.0 {
             chains.push(vec![e.from]);
             continue;
         }
@@ -214,9 +231,11 @@ pub fn layout(
 
     let rows = order(&verts, depth, first, &up, &down, &chains);
     place(&mut verts, &rows, &up, &down);
+    let row_y = row_tops(depth, &edges, &back, &chains, &layer);
+    let row_y = |l: usize| row_y[l];
 
     // Real node boxes; x is the centre of the vertex (without its loop room).
-    let mut boxes = Vec::with_capacity(n);
+    let mut boxes: Vec<Rect> = Vec::with_capacity(n);
     for (i, node) in nodes.iter().enumerate() {
         let v = &verts[i];
         let left = v.x - v.w / 2.0;
@@ -246,6 +265,27 @@ pub fn layout(
                 ],
                 back: true,
                 self_loop: true,
+                bulge: 0.0,
+                label: None,
+            });
+            continue;
+        }
+        if bulges[i] > 0.0 {
+            let (a, b) = (boxes[e.from], boxes[e.to]);
+            routes.push(Route {
+                points: vec![
+                    Point {
+                        x: a.x + a.w,
+                        y: a.center().y,
+                    },
+                    Point {
+                        x: b.x + b.w,
+                        y: b.center().y,
+                    },
+                ],
+                back: true,
+                self_loop: false,
+                bulge: bulges[i],
                 label: None,
             });
             continue;
@@ -280,10 +320,34 @@ pub fn layout(
             points,
             back: back[i],
             self_loop: false,
+            bulge: 0.0,
             label: None,
         });
     }
     place_labels(&edges, &boxes, &mut routes);
+    // Labels may stick out on the left: move everything right of the margin.
+    let left = routes
+        .iter()
+        .filter_map(|r| r.label.map(|l| l.x))
+        .chain(boxes.iter().map(|b| b.x))
+        .fold(MARGIN, f64::min);
+    if left < MARGIN {
+        let dx = MARGIN - left;
+        for b in &mut boxes {
+            b.x += dx;
+        }
+        for v in &mut verts {
+            v.x += dx;
+        }
+        for r in &mut routes {
+            for p in &mut r.points {
+                p.x += dx;
+            }
+            if let Some(l) = &mut r.label {
+                l.x += dx;
+            }
+        }
+    }
 
     let mut width: f64 = 0.0;
     let mut height: f64 = 0.0;
@@ -298,7 +362,7 @@ pub fn layout(
             width = width.max(l.x + l.w);
         }
         for p in &r.points {
-            width = width.max(p.x);
+            width = width.max(p.x + r.bulge * 0.75);
         }
     }
     let mut placed = routes.into_iter();
@@ -309,6 +373,7 @@ pub fn layout(
                 points: Vec::new(),
                 back: false,
                 self_loop: false,
+                bulge: 0.0,
                 label: None,
             })
         })
@@ -322,8 +387,43 @@ pub fn layout(
     }
 }
 
-fn row_y(layer: usize) -> f64 {
-    MARGIN + layer as f64 * (ROW + ROW_GAP)
+/// The top of each row. The gap below a row grows with the most labels
+/// that leave one vertex into it, so that they can be stacked.
+fn row_tops(
+    depth: usize,
+    edges: &[&EdgeSpec],
+    back: &[bool],
+    chains: &[Vec<usize>],
+    layer: &[usize],
+) -> Vec<f64> {
+    // (gap, vertex) → labels placed there.
+    let mut labels: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    for (i, e) in edges.iter().enumerate() {
+        let c = &chains[i];
+        if e.label_w <= 0.0 || c.len() < 2 {
+            continue;
+        }
+        // The label sits on the segment that leaves the source.
+        let (gap, at) = if back[i] {
+            (layer[e.from] - 1, e.from)
+        } else {
+            (layer[e.from], e.from)
+        };
+        *labels.entry((gap, at)).or_default() += 1;
+    }
+    let mut gaps = vec![ROW_GAP; depth];
+    for ((gap, _), k) in labels {
+        if gap < depth {
+            gaps[gap] = gaps[gap].max(ROW_GAP + (k.saturating_sub(1)) as f64 * LABEL_H * 1.1);
+        }
+    }
+    let mut tops = Vec::with_capacity(depth);
+    let mut y = MARGIN;
+    for g in gaps {
+        tops.push(y);
+        y += ROW + g;
+    }
+    tops
 }
 
 /// Marks the edges that close a cycle in a depth-first search from
@@ -649,6 +749,18 @@ fn place_labels(edges: &[&EdgeSpec], boxes: &[Rect], routes: &mut [Route]) {
             continue;
         }
         let w = e.label_w + 8.0;
+        if r.bulge > 0.0 {
+            let (a, b) = (r.points[0], r.points[1]);
+            let rect = Rect {
+                x: a.x.max(b.x) + r.bulge * 0.75 + 4.0,
+                y: (a.y + b.y) / 2.0 - LABEL_H / 2.0,
+                w,
+                h: LABEL_H,
+            };
+            taken.push(rect);
+            r.label = Some(rect);
+            continue;
+        }
         if r.self_loop {
             let p = r.points[1];
             let rect = Rect {
@@ -680,7 +792,7 @@ fn place_labels(edges: &[&EdgeSpec], boxes: &[Rect], routes: &mut [Route]) {
         let ts: &[f64] = if r.back {
             &[0.6, 0.45, 0.75, 0.3, 0.85]
         } else {
-            &[0.45, 0.6, 0.3, 0.75, 0.2]
+            &[0.45, 0.6, 0.3, 0.75, 0.2, 0.85, 0.15]
         };
         let free = |rect: &Rect| {
             !boxes.iter().any(|b| b.overlaps(rect)) && !taken.iter().any(|l| l.overlaps(rect))

@@ -37,7 +37,6 @@ pub mod trace;
 
 /// Why a view cannot be made.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
-#[non_exhaustive]
 pub enum ViewError {
     /// The thread cannot be read.
     #[error(transparent)]

@@ -333,6 +333,19 @@ fn path_data(r: &Route) -> String {
         );
         return d;
     }
+    if r.bulge > 0.0 && p.len() == 2 {
+        let _ = write!(
+            d,
+            " C{:.1},{:.1} {:.1},{:.1} {:.1},{:.1}",
+            p[0].x + r.bulge,
+            p[0].y,
+            p[1].x + r.bulge,
+            p[1].y,
+            p[1].x,
+            p[1].y
+        );
+        return d;
+    }
     for w in p.windows(2) {
         let (a, b): (Point, Point) = (w[0], w[1]);
         if (a.x - b.x).abs() < 0.05 {
