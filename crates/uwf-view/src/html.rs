@@ -13,7 +13,7 @@ use base64::Engine as _;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use uwf_moderator::thread::LoadedStep;
-use uwf_protocol::{AttemptRecord, END};
+use uwf_protocol::{AttemptRecord, END, START};
 
 use crate::detail::{Detail, DetailView, Turn};
 use crate::escape::{attr, text};
@@ -115,22 +115,39 @@ fn thread(s: &mut String, r: &ThreadReport, gid: &str) {
         meta(s, "called from", p);
     }
     s.push_str("</dl>\n");
-    let _ = writeln!(
-        s,
-        r#"<div class="task"><span class="k">Task</span>{}</div></header>"#,
-        block(&v.start.prompt)
-    );
+    if r.depth == 0 {
+        let _ = writeln!(
+            s,
+            r#"<div class="task"><span class="k">Task</span>{}</div></header>"#,
+            block(&v.start.prompt)
+        );
+    } else {
+        // A child's task is its caller's whole prompt: folded.
+        let first = v.start.prompt.lines().next().unwrap_or_default();
+        let _ = writeln!(
+            s,
+            r#"<details class="task"><summary><span class="k">Task</span> {}</summary>{}</details></header>"#,
+            text(first),
+            block(&v.start.prompt)
+        );
+    }
 
     let mut marks = Marks::default();
     for (_, a) in &r.attempts {
         *marks.failed.entry(a.role.clone()).or_default() += 1;
     }
+    let from = v
+        .steps
+        .last()
+        .map_or(START, |st| st.payload.record.role.as_str());
     if let Some(w) = &r.waiting {
         marks.waiting = Some(w.role.clone());
+        marks.pending = Some((from.to_string(), w.role.clone()));
     } else if !r.archived
         && let Some(h) = r.trace.next.as_ref().filter(|h| h.to != END)
     {
         marks.next = Some(h.to.clone());
+        marks.pending = Some((from.to_string(), h.to.clone()));
     }
     s.push_str(r#"<div class="layout"><div class="graph-panel"><div class="graph-box">"#);
     s.push_str(&svg::render(&v.workflow, &r.trace, &marks, gid));

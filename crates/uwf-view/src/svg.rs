@@ -32,6 +32,8 @@ pub struct Marks {
     pub waiting: Option<String>,
     /// The role the moderator would run next (a thread neither done nor waiting).
     pub next: Option<String>,
+    /// The transition to the waiting or next role: (source, target).
+    pub pending: Option<(String, String)>,
 }
 
 /// One drawn edge: every transition from one node to another (parallel
@@ -163,6 +165,13 @@ pub fn render(w: &WorkflowPayload, trace: &Trace, marks: &Marks, id: &str) -> St
         }
         if e.dead {
             class.push_str(" dead");
+        }
+        if marks
+            .pending
+            .as_ref()
+            .is_some_and(|(f, t)| *f == e.from && *t == e.to)
+        {
+            class.push_str(" pending");
         }
         let marker = if e.taken > 0 {
             "arrow-taken"
