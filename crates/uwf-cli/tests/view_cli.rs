@@ -9,14 +9,14 @@ use common::{Env, example, mock_agent};
 use serde_json::Value;
 
 /// What a malicious agent might answer.
-pub const PAYLOAD: &str =
-    r#"<script>window.__pwned = 1; document.title = "PWNED"</script><img src=x onerror="window.__pwned = 2">"#;
+pub const PAYLOAD: &str = r#"<script>window.__pwned = 1; document.title = "PWNED"</script><img src=x onerror="window.__pwned = 2">"#;
 
 /// examples/solve-issue.mock.yaml with the first developer summary
 /// replaced by [`PAYLOAD`]; runs the thread to its end and returns its id.
 pub fn payload_thread(env: &Env) -> String {
     let scenario = std::fs::read_to_string(example("solve-issue.mock.yaml")).unwrap();
-    let original = "summary: \"Treat an expired session as logged out instead of redirecting again.\"";
+    let original =
+        "summary: \"Treat an expired session as logged out instead of redirecting again.\"";
     assert!(scenario.contains(original), "the example scenario changed");
     let quoted = serde_json::to_string(PAYLOAD).unwrap();
     let scenario = scenario.replace(original, &format!("summary: {quoted}"));
@@ -49,7 +49,11 @@ fn view_writes_one_self_contained_page() {
     assert!(!page.contains("<script>window.__pwned"));
     assert!(!page.contains("<img"));
     assert!(page.contains("&lt;script&gt;window.__pwned = 1;"));
-    assert_eq!(page.matches("<script").count(), 1, "only the page's own script");
+    assert_eq!(
+        page.matches("<script").count(),
+        1,
+        "only the page's own script"
+    );
     for bad in [" href=", "@import", "url(http"] {
         assert!(!page.contains(bad), "refers to something outside: {bad}");
     }
@@ -75,7 +79,11 @@ fn view_to_stdout_and_to_the_temp_dir() {
         .args(["thread", "view", &id])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let want = tmp.join(format!("uwf-thread-{id}.html"));
     assert_eq!(v["html"], want.to_str().unwrap());
@@ -87,10 +95,16 @@ fn view_failures_say_why_and_print_nothing() {
     let env = Env::new();
     let id = payload_thread(&env);
     let err = env.fails(&["thread", "view", "01J7K9M2XNPQR5VWBCDF8G3H4T"]);
-    assert!(err.contains("no thread 01J7K9M2XNPQR5VWBCDF8G3H4T"), "{err}");
+    assert!(
+        err.contains("no thread 01J7K9M2XNPQR5VWBCDF8G3H4T"),
+        "{err}"
+    );
     let missing = env.dir.path().join("no/such/dir/out.html");
     let err = env.fails(&["thread", "view", &id, "--html", missing.to_str().unwrap()]);
-    assert!(err.contains("uwf::view::write") && err.contains("cannot write"), "{err}");
+    assert!(
+        err.contains("uwf::view::write") && err.contains("cannot write"),
+        "{err}"
+    );
     assert!(!missing.exists());
     let err = env.fails(&["thread", "view", "not-an-id"]);
     assert!(!err.is_empty());
@@ -108,7 +122,10 @@ fn graph_overlays_the_threads_path() {
     assert!(mermaid.contains("linkStyle "), "{mermaid}");
 
     let dot = env.text(&["workflow", "graph", "--thread", &id, "--format", "dot"]);
-    assert!(dot.contains("\"reviewer\" [label=\"reviewer\\n×2\""), "{dot}");
+    assert!(
+        dot.contains("\"reviewer\" [label=\"reviewer\\n×2\""),
+        "{dot}"
+    );
     assert!(dot.contains("penwidth=3"), "{dot}");
 
     let v = env.json(&["workflow", "graph", "--thread", &id, "--format", "json"]);
@@ -116,7 +133,12 @@ fn graph_overlays_the_threads_path() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|h| (h["from"].as_str().unwrap().into(), h["to"].as_str().unwrap().into()))
+        .map(|h| {
+            (
+                h["from"].as_str().unwrap().into(),
+                h["to"].as_str().unwrap().into(),
+            )
+        })
         .collect();
     let want = [
         ("$START", "planner"),
@@ -137,8 +159,321 @@ fn graph_overlays_the_threads_path() {
     // The plain diagram is unchanged, and the two ways to name a workflow conflict.
     let plain = env.text(&["workflow", "graph", &example("solve-issue.yaml")]);
     assert!(!plain.contains("×"));
-    let out = env.output(&["workflow", "graph", &example("solve-issue.yaml"), "--thread", &id]);
+    let out = env.output(&[
+        "workflow",
+        "graph",
+        &example("solve-issue.yaml"),
+        "--thread",
+        &id,
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
-    env.fails(&["workflow", "graph", "--thread", "01J7K9M2XNPQR5VWBCDF8G3H4T"]);
+    env.fails(&[
+        "workflow",
+        "graph",
+        "--thread",
+        "01J7K9M2XNPQR5VWBCDF8G3H4T",
+    ]);
+}
+
+/// The page in a real browser: headless Chromium (Debian's `chromium`,
+/// or `$CHROMIUM_BIN`) driven through the DevTools protocol over a pipe.
+/// Checks what a person sees — the graph's roles, the path, a step's
+/// output, the payload shown as text and never run — then takes a
+/// screenshot into the test's temporary directory. Without Chromium the
+/// test says loudly that it was skipped; with `CI=true` it fails instead.
+#[test]
+fn view_in_headless_chromium() {
+    let Some(chromium) = browser::find() else {
+        let msg = "chromium not found (install Debian's `chromium`, or set CHROMIUM_BIN)";
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{msg}; CI=true requires it");
+        }
+        eprintln!("\n*** SKIPPED view_in_headless_chromium: {msg} ***\n");
+        return;
+    };
+    let env = Env::new();
+    let id = payload_thread(&env);
+    let file = env.dir.path().join("view.html");
+    env.json(&["thread", "view", &id, "--html", file.to_str().unwrap()]);
+
+    let mut b = browser::Browser::launch(&chromium, env.dir.path());
+    let session = b.open(&format!("file://{}", file.display()));
+    let seen: Value = b.eval(
+        &session,
+        r#"(() => {
+            const visible = (el) => { const r = el.getBoundingClientRect(); const s = getComputedStyle(el);
+                return r.width > 0 && r.height > 0 && s.visibility !== "hidden" && s.display !== "none"; };
+            const taken = document.querySelector("svg .edge.taken path");
+            const out = Array.from(document.querySelectorAll(".step .output dd")).find(d => d.innerText.includes("window.__pwned"));
+            return {
+              title: document.title,
+              pwned: window.__pwned === undefined ? null : window.__pwned,
+              scripts: document.scripts.length,
+              images: document.images.length,
+              roles: Array.from(document.querySelectorAll("svg .node text.nlabel")).filter(visible).map(t => t.textContent),
+              visited: Array.from(document.querySelectorAll("svg .node.visited")).map(n => n.dataset.role),
+              takenColor: taken ? getComputedStyle(taken).stroke : null,
+              takenWidth: taken ? getComputedStyle(taken).strokeWidth : null,
+              text: document.body.innerText,
+              payloadShown: out ? visible(out) && out.innerText : null,
+              svgWidth: document.querySelector("svg.graph").getBoundingClientRect().width,
+            };
+        })()"#,
+    );
+    assert_eq!(seen["pwned"], Value::Null, "the payload ran: {seen}");
+    assert_eq!(seen["images"], 0, "the payload made an <img>: {seen}");
+    assert_eq!(seen["scripts"], 1, "{seen}");
+    assert!(!seen["title"].as_str().unwrap().contains("PWNED"), "{seen}");
+    assert_eq!(
+        seen["payloadShown"].as_str(),
+        Some(PAYLOAD),
+        "the payload is shown as text in its step: {seen}"
+    );
+    let roles: Vec<&str> = seen["roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    for r in ["$START", "planner", "developer", "reviewer", "$END"] {
+        assert!(roles.contains(&r), "role {r} not drawn: {roles:?}");
+    }
+    let visited: Vec<&str> = seen["visited"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        visited.len(),
+        5,
+        "START, three roles and END are on the path: {visited:?}"
+    );
+    // The path is highlighted: amber (#d97706) and thick.
+    assert_eq!(seen["takenColor"], "rgb(217, 119, 6)", "{seen}");
+    assert_eq!(seen["takenWidth"], "3px", "{seen}");
+    assert!(seen["svgWidth"].as_f64().unwrap() > 100.0, "{seen}");
+    let text = seen["text"].as_str().unwrap();
+    for want in [
+        "solve-issue",
+        "Fix the login redirect loop",
+        "Reproduce the redirect loop, fix the session check in the auth middleware",
+        "From reviewer: condition notApproved held (#1)",
+        "LGTM: fix plus regression test.",
+    ] {
+        assert!(
+            text.contains(want),
+            "a person does not see {want:?}:\n{text}"
+        );
+    }
+
+    // The page's own script runs (the policy allows it by hash): a click
+    // on a role highlights its steps.
+    let hl = b.eval(
+        &session,
+        r#"(() => { document.querySelector('svg .node[data-role="reviewer"]').dispatchEvent(new MouseEvent("click", {bubbles: true}));
+                   return document.querySelectorAll(".step.hl").length; })()"#,
+    );
+    assert_eq!(hl, 2, "clicking reviewer highlights its two steps");
+
+    let png = b.screenshot(&session);
+    let shot = env.dir.path().join("view.png");
+    std::fs::write(&shot, &png).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
+        "{} bytes",
+        png.len()
+    );
+    eprintln!("screenshot: {} ({} bytes)", shot.display(), png.len());
+    if let Some(dir) = std::env::var_os("UWF_VIEW_SCREENSHOT_DIR") {
+        std::fs::copy(&shot, std::path::Path::new(&dir).join("view.png")).unwrap();
+    }
+}
+
+/// A minimal DevTools-protocol client over `--remote-debugging-pipe`
+/// (requests on fd 3, answers on fd 4, each a JSON text ended by NUL).
+mod browser {
+    use std::io::{BufRead, BufReader, Write};
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, ChildStdin, Command, Stdio};
+    use std::sync::mpsc::{Receiver, channel};
+    use std::time::Duration;
+
+    use base64::Engine as _;
+    use serde_json::{Value, json};
+
+    /// A guard against a browser that hangs (not a timing assertion).
+    const STUCK: Duration = Duration::from_secs(120);
+
+    /// `$CHROMIUM_BIN`, else the first of chromium, chromium-browser,
+    /// google-chrome on the PATH.
+    pub fn find() -> Option<PathBuf> {
+        if let Some(b) = std::env::var_os("CHROMIUM_BIN") {
+            return Some(b.into());
+        }
+        let path = std::env::var_os("PATH")?;
+        ["chromium", "chromium-browser", "google-chrome"]
+            .iter()
+            .flat_map(|n| std::env::split_paths(&path).map(move |d| d.join(n)))
+            .find(|p| p.is_file())
+    }
+
+    pub struct Browser {
+        child: Child,
+        input: ChildStdin,
+        output: Receiver<Value>,
+        next: u64,
+        /// Events received while waiting for answers.
+        events: Vec<Value>,
+    }
+
+    impl Browser {
+        /// Starts headless Chromium with a profile under `dir`. The shell
+        /// hands our stdin/stdout to Chromium as fds 3 and 4.
+        pub fn launch(bin: &Path, dir: &Path) -> Self {
+            let profile = dir.join("chromium-profile");
+            let mut child = Command::new("sh")
+                .arg("-c")
+                .arg(r#"exec "$0" "$@" 3<&0 4>&1 0</dev/null 1>&2"#)
+                .arg(bin)
+                .args([
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--no-first-run",
+                    "--hide-scrollbars",
+                    "--remote-debugging-pipe",
+                    "--window-size=1400,1000",
+                ])
+                .arg(format!("--user-data-dir={}", profile.display()))
+                .arg("about:blank")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+            let input = child.stdin.take().unwrap();
+            let stdout = child.stdout.take().unwrap();
+            let (tx, rx) = channel();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stdout);
+                loop {
+                    let mut buf = Vec::new();
+                    match r.read_until(0, &mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {
+                            buf.pop();
+                            if let Ok(v) = serde_json::from_slice::<Value>(&buf)
+                                && tx.send(v).is_err()
+                            {
+                                break;
+                            }
+                        }
+                    }
+                }
+            });
+            Self {
+                child,
+                input,
+                output: rx,
+                next: 0,
+                events: Vec::new(),
+            }
+        }
+
+        /// Sends a command (to a page when `session` is given) and waits for its answer.
+        pub fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+            self.next += 1;
+            let id = self.next;
+            let mut msg = json!({ "id": id, "method": method, "params": params });
+            if let Some(s) = session {
+                msg["sessionId"] = json!(s);
+            }
+            let mut bytes = serde_json::to_vec(&msg).unwrap();
+            bytes.push(0);
+            self.input.write_all(&bytes).unwrap();
+            self.input.flush().unwrap();
+            loop {
+                let v = self
+                    .output
+                    .recv_timeout(STUCK)
+                    .unwrap_or_else(|e| panic!("no answer from chromium to {method}: {e}"));
+                if v["id"] == id {
+                    if let Some(err) = v.get("error") {
+                        panic!("{method} failed: {err}");
+                    }
+                    return v["result"].clone();
+                }
+                if v.get("method").is_some() {
+                    self.events.push(v);
+                }
+            }
+        }
+
+        /// Waits for the event `method` of `session` (also one already received).
+        fn event(&mut self, session: &str, method: &str) -> Value {
+            let matches = |v: &Value| v["method"] == method && v["sessionId"] == session;
+            if let Some(i) = self.events.iter().position(matches) {
+                return self.events.remove(i);
+            }
+            loop {
+                let v = self
+                    .output
+                    .recv_timeout(STUCK)
+                    .unwrap_or_else(|e| panic!("no {method} from chromium: {e}"));
+                if matches(&v) {
+                    return v;
+                }
+            }
+        }
+
+        /// Opens `url` in a new page, waits until it has loaded, returns the session.
+        pub fn open(&mut self, url: &str) -> String {
+            let target = self.call(None, "Target.createTarget", json!({ "url": "about:blank" }));
+            let attached = self.call(
+                None,
+                "Target.attachToTarget",
+                json!({ "targetId": target["targetId"], "flatten": true }),
+            );
+            let session = attached["sessionId"].as_str().unwrap().to_string();
+            self.call(Some(&session), "Page.enable", json!({}));
+            let nav = self.call(Some(&session), "Page.navigate", json!({ "url": url }));
+            assert!(nav.get("errorText").is_none(), "cannot open {url}: {nav}");
+            self.event(&session, "Page.loadEventFired");
+            session
+        }
+
+        /// Evaluates `expression` in the page; its value (promises awaited).
+        pub fn eval(&mut self, session: &str, expression: &str) -> Value {
+            let r = self.call(
+                Some(session),
+                "Runtime.evaluate",
+                json!({ "expression": expression, "returnByValue": true, "awaitPromise": true }),
+            );
+            if let Some(e) = r.get("exceptionDetails") {
+                panic!("the page threw: {e}");
+            }
+            r["result"]["value"].clone()
+        }
+
+        /// A PNG of the whole page.
+        pub fn screenshot(&mut self, session: &str) -> Vec<u8> {
+            let r = self.call(
+                Some(session),
+                "Page.captureScreenshot",
+                json!({ "format": "png", "captureBeyondViewport": true }),
+            );
+            base64::engine::general_purpose::STANDARD
+                .decode(r["data"].as_str().unwrap())
+                .unwrap()
+        }
+    }
+
+    impl Drop for Browser {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
