@@ -3,6 +3,7 @@
 //! ```text
 //! uwf-protocol ← uwf-util ← uwf-cas ← uwf-moderator ← uwf-agent-kit ← (agents/*, uwf-cli)
 //! uwf-picture ← uwf-jsonata ← uwf-moderator
+//! uwf-moderator ← uwf-view ← uwf-cli
 //! ```
 //!
 //! Every workspace package has a layer ([`LAYERS`], or 5 for any package whose

@@ -180,14 +180,18 @@ fn graph_overlays_the_threads_path() {
 /// or `$CHROMIUM_BIN`) driven through the DevTools protocol over a pipe.
 /// Checks what a person sees — the graph's roles, the path, a step's
 /// output, the payload shown as text and never run — then takes a
-/// screenshot into the test's temporary directory. Without Chromium the
-/// test says loudly that it was skipped; with `CI=true` it fails instead.
+/// screenshot into the test's temporary directory (copied to
+/// `$UWF_VIEW_SCREENSHOT_DIR` when set). Without Chromium the test says
+/// loudly that it was skipped; with `CI=true` or `UWF_CHROMIUM_REQUIRED`
+/// set it fails instead.
 #[test]
 fn view_in_headless_chromium() {
     let Some(chromium) = browser::find() else {
         let msg = "chromium not found (install Debian's `chromium`, or set CHROMIUM_BIN)";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg}; CI=true requires it");
+        if std::env::var("CI").is_ok_and(|v| v == "true")
+            || std::env::var_os("UWF_CHROMIUM_REQUIRED").is_some()
+        {
+            panic!("{msg}; CI=true (or UWF_CHROMIUM_REQUIRED, as .ci/run sets) requires it");
         }
         eprintln!("\n*** SKIPPED view_in_headless_chromium: {msg} ***\n");
         return;
