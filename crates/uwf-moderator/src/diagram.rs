@@ -65,17 +65,25 @@ fn counted(label: &str, n: usize) -> String {
     }
 }
 
-/// One edge to draw.
-struct Edge<'a> {
-    from: &'a str,
-    to: &'a str,
-    index: usize,
-    label: String,
-    dead: bool,
+/// One transition as the diagrams draw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edge<'a> {
+    /// The source: a role or `$START`.
+    pub from: &'a str,
+    /// The target: a role or `$END`.
+    pub to: &'a str,
+    /// Its index in `graph[from]`.
+    pub index: usize,
+    /// Its label: the condition's name, `else` for an unconditional
+    /// transition after others, nothing for a lone unconditional one, and
+    /// [`PROMPT_MARK`] when it has a prompt.
+    pub label: String,
+    /// Whether it can never be taken (it follows an unconditional one).
+    pub dead: bool,
 }
 
 /// Every node name (roles, graph sources, targets) except `$START`/`$END`, sorted.
-fn names(w: &WorkflowPayload) -> Vec<&str> {
+pub fn names(w: &WorkflowPayload) -> Vec<&str> {
     let mut set: BTreeSet<&str> = w.roles.keys().map(String::as_str).collect();
     for (from, ts) in &w.graph {
         set.insert(from);
@@ -86,7 +94,9 @@ fn names(w: &WorkflowPayload) -> Vec<&str> {
     set.into_iter().collect()
 }
 
-fn edges(w: &WorkflowPayload) -> Vec<Edge<'_>> {
+/// Every transition of `w`, `$START`'s first, then by source role name,
+/// each source's in order.
+pub fn edges(w: &WorkflowPayload) -> Vec<Edge<'_>> {
     // $START first, then the roles in name order.
     let mut sources: Vec<(&String, &Vec<Transition>)> = w.graph.iter().collect();
     sources.sort_by_key(|(k, _)| (k.as_str() != START, k.as_str()));

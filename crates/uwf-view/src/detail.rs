@@ -241,8 +241,11 @@ pub fn turn(p: &Value) -> Turn {
     }
 }
 
-fn call(c: &Value) -> Option<ToolCall> {
-    let (name, input) = match c.get("function") {
+/// A tool call's name and input, in either shape: `{name, input}` (Claude
+/// Code, Codex) or OpenAI's `{function: {name, arguments}}` (hermes, whose
+/// `arguments` is JSON text).
+pub fn call_parts(c: &Value) -> Option<(&str, Value)> {
+    match c.get("function") {
         Some(f) => {
             let input = match f.get("arguments") {
                 Some(Value::String(s)) => {
@@ -251,14 +254,19 @@ fn call(c: &Value) -> Option<ToolCall> {
                 Some(v) => v.clone(),
                 None => Value::Null,
             };
-            (f.get("name")?.as_str()?, input)
+            Some((f.get("name")?.as_str()?, input))
         }
-        None => (
+        None => Some((
             c.get("name")?.as_str()?,
             c.get("input").cloned().unwrap_or(Value::Null),
-        ),
-    };
-    let shown = ["command", "cmd", "file_path", "path", "pattern", "url"]
+        )),
+    }
+}
+
+/// The one field of a tool's input a person wants to see, when it has
+/// one: the command, the path, the pattern or the URL.
+pub fn main_input(input: &Value) -> Option<String> {
+    ["command", "cmd", "file_path", "path", "pattern", "url"]
         .iter()
         .find_map(|k| match input.get(k) {
             Some(Value::String(s)) => Some(s.clone()),
@@ -271,11 +279,15 @@ fn call(c: &Value) -> Option<ToolCall> {
             ),
             _ => None,
         })
-        .unwrap_or_else(|| match &input {
-            Value::String(s) => s.clone(),
-            Value::Null => String::new(),
-            other => serde_json::to_string_pretty(other).unwrap_or_default(),
-        });
+}
+
+fn call(c: &Value) -> Option<ToolCall> {
+    let (name, input) = call_parts(c)?;
+    let shown = main_input(&input).unwrap_or_else(|| match &input {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => serde_json::to_string_pretty(other).unwrap_or_default(),
+    });
     Some(ToolCall {
         name: name.to_string(),
         input: shown,

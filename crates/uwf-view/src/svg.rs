@@ -8,10 +8,10 @@
 //! next role of a running thread and roles with failed attempts are marked.
 //! Styling comes from the page's CSS classes (see [`crate::html`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use uwf_moderator::diagram::PROMPT_MARK;
+use uwf_moderator::diagram;
 use uwf_protocol::{END, START, WorkflowPayload};
 
 use crate::escape::{attr, text};
@@ -55,57 +55,36 @@ pub struct DrawnEdge {
 /// The nodes (`$START`, the roles and other targets by name, `$END`) and
 /// the edges of a workflow, with the path's counts.
 pub fn graph(w: &WorkflowPayload, trace: &Trace) -> (Vec<String>, Vec<DrawnEdge>) {
-    let mut names: BTreeSet<&str> = w.roles.keys().map(String::as_str).collect();
-    for (from, ts) in &w.graph {
-        names.insert(from);
-        names.extend(ts.iter().map(|t| t.role.as_str()));
-    }
-    names.remove(START);
-    names.remove(END);
     let mut nodes = vec![START.to_string()];
-    nodes.extend(names.into_iter().map(str::to_string));
+    nodes.extend(diagram::names(w).into_iter().map(str::to_string));
     nodes.push(END.to_string());
 
     let overlay = trace.overlay();
-    let mut sources: Vec<&String> = w.graph.keys().collect();
-    sources.sort_by_key(|k| (k.as_str() != START, k.as_str()));
     let mut edges: Vec<DrawnEdge> = Vec::new();
-    for from in sources {
-        let mut unconditional_seen = false;
-        for (i, t) in w.graph[from].iter().enumerate() {
-            let mut label = match &t.condition {
-                Some(c) => c.clone(),
-                None if i > 0 => "else".into(),
-                None => String::new(),
-            };
-            if t.prompt.is_some() {
-                if !label.is_empty() {
-                    label.push(' ');
-                }
-                label.push_str(PROMPT_MARK);
-            }
-            let dead = unconditional_seen;
-            unconditional_seen |= t.condition.is_none();
-            let taken = overlay.taken.get(&(from.clone(), i)).copied().unwrap_or(0);
-            match edges.iter_mut().find(|e| &e.from == from && e.to == t.role) {
-                Some(e) => {
-                    if !label.is_empty() {
-                        if !e.label.is_empty() {
-                            e.label.push_str(" | ");
-                        }
-                        e.label.push_str(&label);
+    for e in diagram::edges(w) {
+        let taken = overlay
+            .taken
+            .get(&(e.from.to_string(), e.index))
+            .copied()
+            .unwrap_or(0);
+        match edges.iter_mut().find(|d| d.from == e.from && d.to == e.to) {
+            Some(d) => {
+                if !e.label.is_empty() {
+                    if !d.label.is_empty() {
+                        d.label.push_str(" | ");
                     }
-                    e.taken += taken;
-                    e.dead &= dead;
+                    d.label.push_str(&e.label);
                 }
-                None => edges.push(DrawnEdge {
-                    from: from.clone(),
-                    to: t.role.clone(),
-                    label,
-                    taken,
-                    dead,
-                }),
+                d.taken += taken;
+                d.dead &= e.dead;
             }
+            None => edges.push(DrawnEdge {
+                from: e.from.to_string(),
+                to: e.to.to_string(),
+                label: e.label,
+                taken,
+                dead: e.dead,
+            }),
         }
     }
     (nodes, edges)
