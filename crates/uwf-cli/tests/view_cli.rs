@@ -176,6 +176,57 @@ fn graph_overlays_the_threads_path() {
     ]);
 }
 
+#[test]
+fn view_marks_the_wait_and_the_failed_attempts() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.root()).unwrap();
+    let config = format!(
+        "agents:\n  mock: {{ command: {mock:?}, args: [{scenario:?}] }}\n  me: {{ human: true }}\n\
+         defaultAgent: mock\nagentOverrides:\n  approve-release: {{ approver: me }}\n\
+         retries:\n  approve-release:\n    drafter: {{ max: 2, backoff: 10ms }}\n",
+        mock = common::mock_bin().display().to_string(),
+        scenario = example("approve-release.human.mock.yaml"),
+    );
+    std::fs::write(env.root().join("config.yaml"), config).unwrap();
+    let out = env.output(&[
+        "thread",
+        "run",
+        &example("approve-release.yaml"),
+        "-p",
+        "Release v1.2",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["thread"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let page = env.text(&["thread", "view", &id, "--html", "-"]);
+    assert!(page.contains(r#"<span class="state waiting">waiting for a person</span>"#));
+    assert_eq!(
+        page.matches(r#"<article class="card attempt" data-role="drafter">"#)
+            .count(),
+        2
+    );
+    assert!(page.contains("failed attempt 2</span>"));
+    assert!(
+        page.contains(r#"<g class="node visited failed" data-role="drafter""#),
+        "drafter: visited, with failed attempts"
+    );
+    assert!(page.contains(r#"<g class="node waiting" data-role="approver""#));
+    assert!(page.contains(r#"class="edge pending" data-from="drafter" data-to="approver""#));
+    assert!(page.contains(r#"<article class="card waiting" data-role="approver">"#));
+    assert!(page.contains(&format!("uwf thread answer {id} --output")));
+    // Attempts come before the step that finally landed.
+    let attempt = page.find("failed attempt 1").unwrap();
+    let step = page.find(r#"class="card step""#).unwrap();
+    assert!(attempt < step);
+}
+
 /// The page in a real browser: headless Chromium (Debian's `chromium`,
 /// or `$CHROMIUM_BIN`) driven through the DevTools protocol over a pipe.
 /// Checks what a person sees — the graph's roles, the path, a step's

@@ -239,3 +239,60 @@ fn a_thread_without_steps_shows_what_comes_next() {
     assert!(page.contains(r#"<g class="node next" data-role="planner""#));
     assert!(page.contains("next: planner"));
 }
+
+/// Every example workflow lays out cleanly: no node overlaps another, every
+/// edge is routed from its source to its target, no label covers a node
+/// or another label.
+#[test]
+fn every_example_workflow_lays_out_cleanly() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        if !name.ends_with(".yaml") || name.ends_with(".mock.yaml") {
+            continue;
+        }
+        let yaml = std::fs::read_to_string(&path).unwrap();
+        let cas = Cas::new(MemStore::new()).unwrap();
+        let wf =
+            definition::register(&cas, &definition::parse_yaml(&yaml, &name).unwrap()).unwrap();
+        let (names, edges, l) =
+            uwf_view::svg::geometry(&wf.payload, &uwf_view::trace::Trace::default());
+        assert_eq!(l.nodes.len(), names.len());
+        for (i, a) in l.nodes.iter().enumerate() {
+            for b in &l.nodes[i + 1..] {
+                assert!(!a.overlaps(b), "{name}: nodes overlap");
+            }
+        }
+        let labels: Vec<_> = l.routes.iter().filter_map(|r| r.label).collect();
+        for (i, a) in labels.iter().enumerate() {
+            assert!(
+                !l.nodes.iter().any(|n| n.overlaps(a)),
+                "{name}: a label covers a node"
+            );
+            for b in &labels[i + 1..] {
+                assert!(!a.overlaps(b), "{name}: labels overlap: {a:?} {b:?}");
+            }
+        }
+        assert_eq!(l.routes.len(), edges.len(), "{name}");
+        for (e, r) in edges.iter().zip(&l.routes) {
+            assert!(
+                r.points.len() >= 2,
+                "{name}: {} -> {} not drawn",
+                e.from,
+                e.to
+            );
+            if !e.label.is_empty() {
+                assert!(
+                    r.label.is_some(),
+                    "{name}: label of {} -> {} not placed",
+                    e.from,
+                    e.to
+                );
+            }
+        }
+        seen += 1;
+    }
+    assert!(seen >= 5, "only {seen} example workflows found");
+}
