@@ -193,6 +193,10 @@ fn page_structure_escaping_and_self_containment() {
     let (cas, head) = thread();
     let report = collect(&cas, &NoState, Some("01TEST"), head).unwrap();
     let page = uwf_view::html::page(&report);
+    // To look at it: UWF_VIEW_PAGE_DIR=/some/dir cargo test -p uwf-view --test render
+    if let Some(dir) = std::env::var_os("UWF_VIEW_PAGE_DIR") {
+        std::fs::write(Path::new(&dir).join("solve-issue.html"), &page).unwrap();
+    }
 
     // The payload is text, never markup.
     assert!(
