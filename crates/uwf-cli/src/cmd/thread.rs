@@ -37,9 +37,11 @@ fn start(
     if prompt.trim().is_empty() {
         return Err(CliError::EmptyPrompt);
     }
-    // A threads.yaml that cannot be updated must stop us before anything
-    // (a registration, a StartNode) is written.
-    ctx.state.threads()?;
+    // A thread index that cannot be updated (a corrupt threads.yaml of a
+    // store not yet migrated) must stop us before anything (a registration,
+    // a StartNode) is written. In the per-thread layout this reads one file.
+    let id = uwf_util::ids::ThreadId::new().to_string();
+    ctx.state.thread_head(&id)?;
     let parent_state = parent
         .map(|p| -> Result<String, CliError> {
             let hash = parse_hash(p)?;
@@ -57,7 +59,6 @@ fn start(
         parent_state,
     };
     let start = ctx.cas.put_value(ctx.cas.types().start_node, &payload)?;
-    let id = uwf_util::ids::ThreadId::new().to_string();
     ctx.state.insert_thread(&id, &start.hash.to_string())?;
     Ok(StartOutput {
         workflow: hash.to_string(),
