@@ -227,6 +227,63 @@ fn view_marks_the_wait_and_the_failed_attempts() {
     assert!(attempt < step);
 }
 
+#[test]
+fn view_nests_child_threads() {
+    let env = Env::new();
+    env.json(&["workflow", "put", &example("develop.yaml")]);
+    let config = format!(
+        "agents:\n  mock: {{ command: {mock:?}, args: [{scenario:?}] }}\n  develop: {{ command: {wf:?}, args: [develop] }}\n\
+         defaultAgent: mock\nagentOverrides:\n  solve-issue-nested: {{ developer: develop }}\n",
+        mock = common::mock_bin().display().to_string(),
+        wf = common::workflow_bin().display().to_string(),
+        scenario = example("solve-issue-nested.mock.yaml"),
+    );
+    std::fs::write(env.root().join("config.yaml"), config).unwrap();
+    let out = env.json(&[
+        "thread",
+        "run",
+        &example("solve-issue-nested.yaml"),
+        "-p",
+        "Fix it",
+    ]);
+    let id = out["thread"].as_str().unwrap().to_string();
+    let children = env.json(&["thread", "show", &id])["childThreads"].clone();
+    let children = children.as_array().unwrap();
+    assert_eq!(
+        children.len(),
+        2,
+        "the developer ran twice as a child thread"
+    );
+    let page = env.text(&["thread", "view", &id, "--html", "-"]);
+    // Each child thread is a section of its own inside its parent's step,
+    // with its own graph and steps, and its id.
+    assert_eq!(page.matches(r#"<section class="thread depth1""#).count(), 2);
+    assert_eq!(page.matches("Done by a child thread").count(), 2);
+    assert_eq!(
+        page.matches(r#"<svg xmlns="http://www.w3.org/2000/svg" class="graph""#)
+            .count(),
+        3
+    );
+    for c in children {
+        let child = c["thread"].as_str().unwrap();
+        assert!(
+            page.contains(&format!("<dd>{child}</dd>")),
+            "child {child} not named"
+        );
+    }
+    assert!(page.contains(r#"<span class="wf">develop</span>"#));
+    // Element ids stay unique with graphs nested.
+    let ids: Vec<&str> = page
+        .match_indices(r#" id=""#)
+        .map(|(i, m)| {
+            let rest = &page[i + m.len()..];
+            &rest[..rest.find('"').unwrap()]
+        })
+        .collect();
+    let unique: std::collections::BTreeSet<&&str> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len(), "duplicate element ids: {ids:?}");
+}
+
 /// The page in a real browser: headless Chromium (Debian's `chromium`,
 /// or `$CHROMIUM_BIN`) driven through the DevTools protocol over a pipe.
 /// Checks what a person sees — the graph's roles, the path, a step's
