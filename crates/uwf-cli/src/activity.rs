@@ -22,37 +22,8 @@ const CALL_CHARS: usize = 120;
 /// One line for a tool call: `Bash: cargo test`, `Edit: src/main.rs`, or
 /// the name and its input as JSON.
 fn call_line(call: &Value) -> Option<String> {
-    let (name, input) = match call.get("function") {
-        Some(f) => {
-            let args = f.get("arguments");
-            let input = match args {
-                Some(Value::String(s)) => {
-                    serde_json::from_str(s).unwrap_or(Value::String(s.clone()))
-                }
-                Some(v) => v.clone(),
-                None => Value::Null,
-            };
-            (f.get("name")?.as_str()?, input)
-        }
-        None => (
-            call.get("name")?.as_str()?,
-            call.get("input").cloned().unwrap_or(Value::Null),
-        ),
-    };
-    let shown = ["command", "cmd", "file_path", "path", "pattern", "url"]
-        .iter()
-        .find_map(|k| match input.get(k) {
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(Value::Array(parts)) => Some(
-                parts
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ),
-            _ => None,
-        })
-        .unwrap_or_else(|| input.to_string());
+    let (name, input) = uwf_view::detail::call_parts(call)?;
+    let shown = uwf_view::detail::main_input(&input).unwrap_or_else(|| input.to_string());
     let line = format!(
         "{name}: {}",
         shown.split_whitespace().collect::<Vec<_>>().join(" ")

@@ -21,6 +21,7 @@ Examples:
   uwf thread run examples/solve-issue.yaml -p "Fix the login bug" \
       --agent "uwf-mock examples/solve-issue.mock.yaml"
   uwf workflow graph examples/solve-issue.yaml
+  uwf thread view <thread-id> --html thread.html
   uwf cas schema list                 list the registered types
   uwf cas get 4KNM2PXR3B1QW           print a node
   uwf --format yaml cas walk <hash>   everything reachable from a node
@@ -252,7 +253,12 @@ pub enum WorkflowCommand {
     )]
     Graph {
         /// A registered name, a Workflow hash, or a YAML file (not registered).
-        workflow: String,
+        #[arg(required_unless_present = "thread", conflicts_with = "thread")]
+        workflow: Option<String>,
+        /// Draw this thread's workflow with the thread's path on it: visit
+        /// counts on the roles, taken transitions thick with how often.
+        #[arg(long, value_name = "ID")]
+        thread: Option<String>,
     },
 }
 
@@ -394,6 +400,15 @@ Example: uwf thread stack 8FWKR3TN5V1QA")]
     Fork {
         /// The node to fork from.
         node: String,
+    },
+    /// Write a thread as one self-contained HTML page: the graph with its path, every step.
+    #[command(after_help = crate::cmd::view::AFTER_HELP)]
+    View {
+        /// The thread id.
+        thread: String,
+        /// Where to write the page; - for stdout [default: uwf-thread-<id>.html in the temp dir].
+        #[arg(long, value_name = "FILE|-")]
+        html: Option<std::path::PathBuf>,
     },
     /// A step's detail node with its references expanded (YAML by default).
     StepDetails {

@@ -224,6 +224,11 @@ pub enum CliError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Kit(Box<uwf_agent_kit::KitError>),
+
+    /// `uwf thread view` cannot write its page.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    View(Box<crate::cmd::view::ViewFailure>),
 }
 
 impl CliError {

@@ -3,6 +3,7 @@
 //! ```text
 //! uwf-protocol ← uwf-util ← (uwf-cas, uwf-state) ← uwf-moderator ← uwf-engine ← uwf-agent-kit ← (agents/*, uwf-cli)
 //! uwf-picture ← uwf-jsonata ← uwf-moderator
+//! uwf-moderator ← uwf-view ← uwf-cli
 //! ```
 //!
 //! Every workspace package has a layer ([`LAYERS`], or 5 for any package whose
@@ -32,6 +33,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("uwf-state", 2),
     ("uwf-moderator", 3),
     ("uwf-engine", 4),
+    ("uwf-view", 4),
     ("uwf-agent-kit", 5),
     ("uwf-cli", 6),
 ];

@@ -2276,7 +2276,10 @@ modelOverrides:
         // The hint naming `uwf setup` is the CLI's to give (tested in
         // uwf-cli's thread_cli.rs); the library names the facts only.
         let message = err.to_string();
-        assert!(message.contains("\"dev\"") && message.contains("\"wf\""), "{message}");
+        assert!(
+            message.contains("\"dev\"") && message.contains("\"wf\""),
+            "{message}"
+        );
         let report = format!("{:?}", miette::Report::new(err));
         assert!(!report.contains("uwf setup"), "{report}");
 

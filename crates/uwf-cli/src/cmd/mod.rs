@@ -5,4 +5,5 @@ pub mod config;
 pub mod eval;
 pub mod setup;
 pub mod thread;
+pub mod view;
 pub mod workflow;

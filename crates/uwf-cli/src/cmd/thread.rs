@@ -340,6 +340,9 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 },
             )
         }
+        ThreadCommand::View { thread, html } => {
+            crate::cmd::view::thread(ctx, &thread, html, format)
+        }
         ThreadCommand::StepDetails { step } => {
             let hash = parse_hash(&step)?;
             let node = ctx.cas().get(hash)?;

@@ -158,8 +158,12 @@ pub fn run(ctx: &Ctx, cmd: WorkflowCommand, format: Option<Format>) -> Result<()
                 .collect();
             output::print(format, &list)
         }
-        WorkflowCommand::Graph { workflow } => {
-            let (_, payload) = resolve(ctx, &workflow, false)?;
+        WorkflowCommand::Graph {
+            thread: Some(thread),
+            ..
+        } => crate::cmd::view::graph(ctx, &thread, format),
+        WorkflowCommand::Graph { workflow, .. } => {
+            let (_, payload) = resolve(ctx, workflow.as_deref().unwrap_or_default(), false)?;
             match format.unwrap_or(Format::Mermaid) {
                 Format::Mermaid => output::print_text(&uwf_moderator::diagram::mermaid(&payload)),
                 Format::Dot => output::print_text(&uwf_moderator::diagram::dot(&payload)),

@@ -1,0 +1,176 @@
+//! Everything the page shows of a thread, gathered from the CAS and the
+//! state files: the thread, its path, each step's detail, child threads
+//! (nested), what it waits for and its failed attempts.
+
+use uwf_cas::{Cas, Hash, Store};
+use uwf_moderator::thread::{self, ThreadView};
+use uwf_protocol::{AttemptRecord, WaitingRecord};
+
+use crate::ViewError;
+use crate::detail::{self, DetailView};
+use crate::trace::{Trace, trace};
+
+/// How deep child threads are followed (a guard against cycles).
+pub const MAX_DEPTH: usize = 8;
+
+/// What the page needs from the state files (`threads.yaml`,
+/// `history.jsonl`, `waiting.yaml`, `attempts.yaml`); the CLI implements it.
+pub trait ThreadState {
+    /// The id of the thread standing at `node` or started from `start`.
+    fn thread_id(&self, node: Hash, start: Hash) -> Option<String>;
+    /// What thread `id` waits for now, if anything.
+    fn waiting(&self, id: &str) -> Option<WaitingRecord>;
+    /// The failed attempts of thread `id`, newest first: (record hash, record).
+    fn attempts(&self, id: &str) -> Vec<(String, AttemptRecord)>;
+    /// The head of thread `id` (active or archived).
+    fn head(&self, id: &str) -> Option<Hash>;
+    /// Whether thread `id` is archived (done or killed).
+    fn archived(&self, id: &str) -> bool;
+}
+
+/// A thread, ready to draw.
+#[derive(Debug, Clone)]
+pub struct ThreadReport {
+    /// Its id, when the state files name it.
+    pub id: Option<String>,
+    /// The thread as loaded.
+    pub view: ThreadView,
+    /// Its path.
+    pub trace: Trace,
+    /// One entry per step of `view.steps`.
+    pub steps: Vec<StepReport>,
+    /// Whether the thread is archived (done or killed).
+    pub archived: bool,
+    /// What it waits for, if anything (valid only at its head).
+    pub waiting: Option<WaitingRecord>,
+    /// The waiting child thread, when the wait goes through one.
+    pub waiting_child: Option<Box<ThreadReport>>,
+    /// Failed attempts, newest first.
+    pub attempts: Vec<(String, AttemptRecord)>,
+    /// How deep in the call stack this report sits (0 at the top).
+    pub depth: usize,
+}
+
+/// One step, ready to draw.
+#[derive(Debug, Clone)]
+pub struct StepReport {
+    /// The detail.
+    pub detail: DetailView,
+    /// The child thread that did the step's work, if any.
+    pub child: Option<Box<ThreadReport>>,
+    /// Why the child thread cannot be shown, if it cannot.
+    pub child_error: Option<String>,
+}
+
+/// Gathers the report of the thread whose head is `head`.
+pub fn collect<S: Store>(
+    cas: &Cas<S>,
+    state: &dyn ThreadState,
+    id: Option<&str>,
+    head: Hash,
+) -> Result<ThreadReport, ViewError> {
+    let view = thread::load(cas, head)?;
+    Ok(build(cas, state, id.map(str::to_string), view, 0))
+}
+
+fn build<S: Store>(
+    cas: &Cas<S>,
+    state: &dyn ThreadState,
+    id: Option<String>,
+    view: ThreadView,
+    depth: usize,
+) -> ThreadReport {
+    let id = id.or_else(|| state.thread_id(view.head, view.start_hash));
+    let trace = trace(&view);
+    let steps = view
+        .steps
+        .iter()
+        .map(|s| {
+            let mut step = StepReport {
+                detail: detail::read(cas, &s.payload.record.detail),
+                child: None,
+                child_error: None,
+            };
+            if let Some(c) = &s.payload.child_thread {
+                match child(cas, state, c, depth) {
+                    Ok(r) => step.child = Some(Box::new(r)),
+                    Err(e) => step.child_error = Some(e),
+                }
+            }
+            step
+        })
+        .collect();
+    let (archived, waiting, attempts) = match &id {
+        Some(id) => {
+            // A wait counts only while the head is the one it was recorded at.
+            let waiting = state
+                .waiting(id)
+                .filter(|w| w.head == view.head.to_string());
+            (state.archived(id), waiting, state.attempts(id))
+        }
+        None => (false, None, Vec::new()),
+    };
+    let waiting_child = waiting
+        .as_ref()
+        .and_then(|w| w.child.as_deref())
+        .filter(|_| depth < MAX_DEPTH)
+        .and_then(|c| {
+            let head = state.head(c)?;
+            let v = thread::load(cas, head).ok()?;
+            Some(Box::new(build(
+                cas,
+                state,
+                Some(c.to_string()),
+                v,
+                depth + 1,
+            )))
+        });
+    ThreadReport {
+        id,
+        view,
+        trace,
+        steps,
+        archived,
+        waiting,
+        waiting_child,
+        attempts,
+        depth,
+    }
+}
+
+fn child<S: Store>(
+    cas: &Cas<S>,
+    state: &dyn ThreadState,
+    terminal: &str,
+    depth: usize,
+) -> Result<ThreadReport, String> {
+    if depth + 1 > MAX_DEPTH {
+        return Err(format!("nested deeper than {MAX_DEPTH} threads"));
+    }
+    let h: Hash = terminal.parse().map_err(|e| format!("{e}"))?;
+    let v = thread::load(cas, h).map_err(|e| e.to_string())?;
+    Ok(build(cas, state, None, v, depth + 1))
+}
+
+/// State files that know nothing: no ids, waits or attempts (for tests and
+/// for viewing a chain by its hash alone).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoState;
+
+impl ThreadState for NoState {
+    fn thread_id(&self, _: Hash, _: Hash) -> Option<String> {
+        None
+    }
+    fn waiting(&self, _: &str) -> Option<WaitingRecord> {
+        None
+    }
+    fn attempts(&self, _: &str) -> Vec<(String, AttemptRecord)> {
+        Vec::new()
+    }
+    fn head(&self, _: &str) -> Option<Hash> {
+        None
+    }
+    fn archived(&self, _: &str) -> bool {
+        false
+    }
+}
