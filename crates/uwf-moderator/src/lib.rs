@@ -70,13 +70,14 @@
 pub mod definition;
 pub mod diagram;
 mod eval;
+mod functions;
 mod jsonata;
 mod template;
 pub mod thread;
 
 pub use eval::{
     Decision, Explanation, ExpressionError, ModeratorError, Subject, TransitionReport, evaluate,
-    evaluate_expression, explain, render_prompt,
+    evaluate_expression, evaluate_resume, explain, render_prompt,
 };
 pub use jsonata::{
     MAX_EVAL_DEPTH, MAX_EXPRESSION_BYTES, MAX_INPUT_DEPTH, MAX_RESULT_ITEMS, TIME_LIMIT_MS,
