@@ -74,6 +74,7 @@ mod functions;
 mod jsonata;
 mod template;
 pub mod thread;
+mod upstream_template;
 
 pub use eval::{
     Decision, Explanation, ExpressionError, ModeratorError, Subject, TransitionReport, evaluate,
