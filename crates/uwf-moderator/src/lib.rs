@@ -67,6 +67,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+/// The pseudo-target of upstream's workflows that makes a thread wait: a
+/// thread whose next role is `$SUSPEND` stops until `uwf thread resume`
+/// continues it from `$START` ([`evaluate_resume`]).
+pub const SUSPEND: &str = "$SUSPEND";
+
 pub mod definition;
 pub mod diagram;
 mod eval;

@@ -82,45 +82,6 @@ enum Piece {
 
 const SUPPORTED_FILTERS: &str = "join, default, upcase, downcase, size, append, prepend";
 
-/// Variables of the last output a template reads outside sections (the
-/// first name of each path), for the static checks.
-pub(crate) fn variables(template: &str) -> Result<Vec<String>, TemplateError> {
-    let pieces = parse(template)?;
-    let mut out = Vec::new();
-    fn walk(pieces: &[Piece], out: &mut Vec<String>, top: bool) {
-        for p in pieces {
-            match p {
-                Piece::Text(_) => {}
-                Piece::Var(path, filters) => {
-                    if top && let Some(first) = path.first() {
-                        out.push(first.clone());
-                    }
-                    for f in filters {
-                        if let Filter::Default(Arg::Var(v))
-                        | Filter::Append(Arg::Var(v))
-                        | Filter::Prepend(Arg::Var(v))
-                        | Filter::Join(Some(Arg::Var(v))) = f
-                            && top
-                            && let Some(first) = v.first()
-                        {
-                            out.push(first.clone());
-                        }
-                    }
-                }
-                Piece::Section(path, _, body) => {
-                    if top && let Some(first) = path.first() {
-                        out.push(first.clone());
-                    }
-                    walk(body, out, false);
-                }
-            }
-        }
-    }
-    walk(&pieces, &mut out, true);
-    out.dedup();
-    Ok(out)
-}
-
 /// Compiles an upstream template into a uwf JSONata template.
 pub(crate) fn compile(template: &str) -> Result<String, TemplateError> {
     let pieces = parse(template)?;

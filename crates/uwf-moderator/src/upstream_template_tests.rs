@@ -189,21 +189,6 @@ fn syntax_errors_say_what_and_where() {
 }
 
 #[test]
-fn variables_outside_sections_are_listed() {
-    assert_eq!(
-        variables("{{a}} {{{b.c}}} {{#s}}{{inner}}{{/s}} {{ d | default: e }} {{$status}}"),
-        Ok(vec![
-            "a".to_string(),
-            "b".into(),
-            "s".into(),
-            "d".into(),
-            "e".into(),
-            "$status".into()
-        ])
-    );
-}
-
-#[test]
 fn compiled_templates_are_valid_uwf_templates() {
     let compiled = compile("Fix {{x}} {{#a}}{{b}}{{/a}}").unwrap_or_else(|e| panic!("{e}"));
     assert!(crate::template::parse(&compiled).is_ok(), "{compiled}");

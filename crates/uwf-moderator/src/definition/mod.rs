@@ -67,6 +67,7 @@ pub(crate) mod expr_checks;
 mod locate;
 mod raw;
 mod register;
+mod schema_checks;
 mod validate;
 
 use std::collections::BTreeMap;
