@@ -27,6 +27,7 @@ pub(crate) const MODERATOR_FUNCTIONS: &[(&str, &str)] = &[
     ("__uwfText", "<x-:s>"),
     ("__uwfTruthy", "<x-:b>"),
     ("__uwfVar", "<s:x>"),
+    ("__uwfGet", "<s:x>"),
     ("__uwfLookup", "<xs:x>"),
     ("__uwfSection", "<xf:s>"),
     ("__uwfInverted", "<xs:s>"),
@@ -64,8 +65,11 @@ const TEMPLATE_SUPPORT: &[(&str, &str)] = &[
          $t = 'array' ? $count($v) > 0 : $t = 'string' ? $v != '' : \
          $t = 'number' ? $v != 0 : $t = 'boolean' ? $v : $t = 'null' ? false : true) : false }",
     ),
-    // A top-level template variable: a member of the last output.
+    // A top-level template variable: a member of the last output (`Var`
+    // for Liquid, whose variables the static checks require the schema to
+    // declare; `Get` for mustache, where they are only warned about).
     ("__uwfVar", "function($name){ $lookup($$, $name) }"),
+    ("__uwfGet", "function($name){ $lookup($$, $name) }"),
     // A variable inside a section: the innermost context object that has it.
     (
         "__uwfLookup",

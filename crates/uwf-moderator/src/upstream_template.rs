@@ -82,33 +82,42 @@ enum Piece {
 
 const SUPPORTED_FILTERS: &str = "join, default, upcase, downcase, size, append, prepend";
 
-/// Compiles an upstream template into a uwf JSONata template.
-pub(crate) fn compile(template: &str) -> Result<String, TemplateError> {
+/// Compiles an upstream template into a uwf JSONata template. `strict`
+/// (Liquid, which upstream rendered with `strictVariables`) makes top-level
+/// variables `$__uwfVar` calls, which the static checks hold against the
+/// role's schema as errors; mustache (which rendered a missing variable as
+/// nothing) reads them with `$__uwfGet`, checked as warnings.
+pub(crate) fn compile(template: &str, strict: bool) -> Result<String, TemplateError> {
     let pieces = parse(template)?;
+    let g = if strict { "$__uwfVar" } else { "$__uwfGet" };
+    Ok(compile_pieces(&pieces, g))
+}
+
+fn compile_pieces(pieces: &[Piece], g: &str) -> String {
     let blank_text = pieces.iter().all(|p| match p {
         Piece::Text(t) => t.trim().is_empty(),
         _ => true,
     });
     if blank_text {
         // Only values can make the prompt non-empty: check it at run time.
-        return Ok(format!(
+        return format!(
             "{{{{ $__uwfNonEmpty({}) }}}}",
-            concat(&pieces, &mut Vec::new())
-        ));
+            concat(pieces, &mut Vec::new(), g)
+        );
     }
     let mut out = String::new();
     let mut scope = Vec::new();
-    for p in &pieces {
+    for p in pieces {
         match p {
             Piece::Text(t) => out.push_str(&t.replace("{{", "{{ \"{{\" }}")),
             other => {
                 out.push_str("{{ ");
-                out.push_str(&piece_expr(other, &mut scope));
+                out.push_str(&piece_expr(other, &mut scope, g));
                 out.push_str(" }}");
             }
         }
     }
-    Ok(out)
+    out
 }
 
 /// A JSON string literal, which is a valid JSONata string literal.
@@ -118,12 +127,12 @@ fn literal(s: &str) -> String {
 
 /// JSONata for the value at `path`, seen from the section contexts `scope`
 /// (innermost last).
-fn lookup(path: &[String], scope: &[String]) -> String {
+fn lookup(path: &[String], scope: &[String], g: &str) -> String {
     let Some((first, rest)) = path.split_first() else {
         return scope.last().cloned().unwrap_or_else(|| "$$".into());
     };
     let mut e = if scope.is_empty() {
-        format!("$__uwfVar({})", literal(first))
+        format!("{g}({})", literal(first))
     } else {
         let stack: Vec<&str> = scope
             .iter()
@@ -139,46 +148,46 @@ fn lookup(path: &[String], scope: &[String]) -> String {
     e
 }
 
-fn arg_expr(a: &Arg, scope: &[String]) -> String {
+fn arg_expr(a: &Arg, scope: &[String], g: &str) -> String {
     match a {
         Arg::Text(t) => literal(t),
         Arg::Number(n) => n.clone(),
-        Arg::Var(p) => lookup(p, scope),
+        Arg::Var(p) => lookup(p, scope, g),
     }
 }
 
 /// JSONata text of one piece.
-fn piece_expr(p: &Piece, scope: &mut Vec<String>) -> String {
+fn piece_expr(p: &Piece, scope: &mut Vec<String>, g: &str) -> String {
     match p {
         Piece::Text(t) => literal(t),
         Piece::Var(path, filters) => {
-            let mut v = lookup(path, scope);
+            let mut v = lookup(path, scope, g);
             for f in filters {
                 v = match f {
                     Filter::Join(None) => format!("$__uwfJoin({v})"),
-                    Filter::Join(Some(a)) => format!("$__uwfJoin({v}, {})", arg_expr(a, scope)),
-                    Filter::Default(a) => format!("$__uwfDefault({v}, {})", arg_expr(a, scope)),
+                    Filter::Join(Some(a)) => format!("$__uwfJoin({v}, {})", arg_expr(a, scope, g)),
+                    Filter::Default(a) => format!("$__uwfDefault({v}, {})", arg_expr(a, scope, g)),
                     Filter::Upcase => format!("$uppercase($__uwfText({v}))"),
                     Filter::Downcase => format!("$lowercase($__uwfText({v}))"),
                     Filter::Size => format!("$__uwfSize({v})"),
                     Filter::Append(a) => {
-                        format!("$__uwfText({v}) & $__uwfText({})", arg_expr(a, scope))
+                        format!("$__uwfText({v}) & $__uwfText({})", arg_expr(a, scope, g))
                     }
                     Filter::Prepend(a) => {
-                        format!("$__uwfText({}) & $__uwfText({v})", arg_expr(a, scope))
+                        format!("$__uwfText({}) & $__uwfText({v})", arg_expr(a, scope, g))
                     }
                 };
             }
             format!("$__uwfText({v})")
         }
         Piece::Section(path, inverted, body) => {
-            let value = lookup(path, scope);
+            let value = lookup(path, scope, g);
             if *inverted {
-                format!("$__uwfInverted({value}, {})", concat(body, scope))
+                format!("$__uwfInverted({value}, {})", concat(body, scope, g))
             } else {
                 let param = format!("$c{}", scope.len() + 1);
                 scope.push(param.clone());
-                let inner = concat(body, scope);
+                let inner = concat(body, scope, g);
                 scope.pop();
                 format!("$__uwfSection({value}, function({param}){{ {inner} }})")
             }
@@ -187,13 +196,13 @@ fn piece_expr(p: &Piece, scope: &mut Vec<String>) -> String {
 }
 
 /// JSONata text of pieces concatenated.
-fn concat(pieces: &[Piece], scope: &mut Vec<String>) -> String {
+fn concat(pieces: &[Piece], scope: &mut Vec<String>, g: &str) -> String {
     if pieces.is_empty() {
         return "''".into();
     }
     pieces
         .iter()
-        .map(|p| piece_expr(p, scope))
+        .map(|p| piece_expr(p, scope, g))
         .collect::<Vec<_>>()
         .join(" & ")
 }

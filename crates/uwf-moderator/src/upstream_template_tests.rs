@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 use super::*;
 
 fn render(template: &str, output: Value) -> Result<String, String> {
-    let compiled = compile(template).map_err(|e| e.to_string())?;
+    let compiled = compile(template, true).map_err(|e| e.to_string())?;
     crate::render_prompt(&compiled, &output).map_err(|e| e.to_string())
 }
 
@@ -13,7 +13,7 @@ fn ok(template: &str, output: Value) -> String {
 }
 
 fn compile_error(template: &str) -> TemplateError {
-    compile(template).expect_err("the template is refused")
+    compile(template, false).expect_err("the template is refused")
 }
 
 #[test]
@@ -146,7 +146,7 @@ fn a_prompt_that_renders_to_nothing_is_refused() {
     assert_eq!(ok("{{present}}", json!({"present": "x"})), "x");
     // Literal text can never render to nothing: no check needed.
     assert_eq!(
-        compile("Go: {{x}}").map(|c| c.contains("NonEmpty")),
+        compile("Go: {{x}}", false).map(|c| c.contains("NonEmpty")),
         Ok(false)
     );
 }
@@ -190,7 +190,7 @@ fn syntax_errors_say_what_and_where() {
 
 #[test]
 fn compiled_templates_are_valid_uwf_templates() {
-    let compiled = compile("Fix {{x}} {{#a}}{{b}}{{/a}}").unwrap_or_else(|e| panic!("{e}"));
+    let compiled = compile("Fix {{x}} {{#a}}{{b}}{{/a}}", false).unwrap_or_else(|e| panic!("{e}"));
     assert!(crate::template::parse(&compiled).is_ok(), "{compiled}");
     // Literal `{{` cannot be written in mustache, but `}}` and `{` can.
     assert_eq!(ok("a } b }} c { d", json!({})), "a } b }} c { d");
@@ -211,7 +211,7 @@ proptest! {
 
     #[test]
     fn compiling_never_panics(s in "(\\{\\{|\\}\\}|\\{\\{\\{|[#^/!&.|:a-z'\" \n{}%])*") {
-        if let Ok(c) = compile(&s) {
+        if let Ok(c) = compile(&s, true) {
             prop_assert!(crate::template::parse(&c).is_ok(), "{}", c);
         }
     }

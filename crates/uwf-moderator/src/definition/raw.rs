@@ -130,6 +130,17 @@ impl<'de> Deserialize<'de> for RawWorkflow {
                 };
                 let mut seen: Vec<String> = Vec::new();
                 while let Some(WorkflowKey(key)) = map.next_key::<WorkflowKey>()? {
+                    // Some upstream files repeat `version: 1`: the same
+                    // value twice is taken once.
+                    if key == "version" && w.version.is_some() {
+                        let again: serde_yaml::Value = map.next_value()?;
+                        if Some(&again) != w.version.as_ref() {
+                            return Err(de::Error::custom(
+                                "`version` is given twice with different values",
+                            ));
+                        }
+                        continue;
+                    }
                     if seen.contains(&key) {
                         return Err(de::Error::custom(format!("duplicate field `{key}`")));
                     }
@@ -699,7 +710,9 @@ fn compile_prompt(
     match (prompt, dialect) {
         (None, _) => Ok(None),
         (Some(p), Dialect::Jsonata) => Ok(Some(p)),
-        (Some(p), d) => crate::upstream_template::compile(&p).map(Some).map_err(|e| {
+        (Some(p), d) => crate::upstream_template::compile(&p, d == Dialect::Liquid)
+            .map(Some)
+            .map_err(|e| {
             with_help(
                 format!(
                     "the edge prompt of `graph.{role}` {edge} is not a valid {} template: {e}\n  prompt: {p}",

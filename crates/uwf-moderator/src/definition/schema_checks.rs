@@ -113,9 +113,11 @@ pub(crate) struct SchemaFinding {
 
 /// The variables of the last output an upstream edge prompt (compiled by
 /// [`crate::upstream_template`]) reads outside sections: the names given to
-/// `$__uwfVar`. uwf's own JSONata templates are not checked, so that every
+/// `$__uwfVar` (Liquid: true, an error when undeclared, as upstream's
+/// strict rendering refused them) or `$__uwfGet` (mustache: false, a
+/// warning, as upstream rendered them as nothing). uwf's own JSONata templates are not checked, so that every
 /// workflow valid before stays valid without new findings.
-fn prompt_variables(prompt: &str) -> Vec<String> {
+fn prompt_variables(prompt: &str) -> Vec<(String, bool)> {
     let Ok(segments) = template::parse(prompt) else {
         return Vec::new();
     };
@@ -131,11 +133,12 @@ fn prompt_variables(prompt: &str) -> Vec<String> {
             if let Kind::Call {
                 procedure, args, ..
             } = &n.kind
-                && matches!(&procedure.kind, Kind::Variable(v) if v == "__uwfVar")
+                && let Kind::Variable(f) = &procedure.kind
+                && (f == "__uwfVar" || f == "__uwfGet")
                 && let Some(Kind::String(name)) = args.first().map(|a| &a.kind)
-                && !out.contains(name)
+                && !out.iter().any(|(n, _)| n == name)
             {
-                out.push(name.clone());
+                out.push((name.clone(), f == "__uwfVar"));
             }
         });
     }
@@ -181,7 +184,7 @@ pub(crate) fn check(
             let Some(known) = known_properties(schema, status) else {
                 continue;
             };
-            for var in prompt_variables(prompt) {
+            for (var, strict) in prompt_variables(prompt) {
                 if known.contains(&var) || ENGINE_VARIABLES.contains(&var.as_str()) {
                     continue;
                 }
@@ -195,7 +198,7 @@ pub(crate) fn check(
                     ),
                     role: role.clone(),
                     condition: t.condition.clone(),
-                    error: true,
+                    error: strict,
                     prompt: Some(prompt.clone()),
                 });
             }
@@ -264,13 +267,18 @@ mod tests {
     #[test]
     fn variables_of_upstream_prompts_only() {
         assert!(prompt_variables("Fix {{comments}} in {{ files[0] }}").is_empty());
-        let compiled = crate::upstream_template::compile(
-            "Fix {{{comments}}} {{a.b}} {{#list}}{{inner}}{{/list}} {{comments}}",
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            prompt_variables(&compiled),
-            vec!["comments".to_string(), "a".into(), "list".into()]
-        );
+        let template = "Fix {{{comments}}} {{a.b}} {{#list}}{{inner}}{{/list}} {{comments}}";
+        for strict in [true, false] {
+            let compiled = crate::upstream_template::compile(template, strict)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                prompt_variables(&compiled),
+                vec![
+                    ("comments".to_string(), strict),
+                    ("a".into(), strict),
+                    ("list".into(), strict)
+                ]
+            );
+        }
     }
 }
