@@ -591,12 +591,19 @@ graph:
 #[test]
 fn upstream_latest_syntax_compiles_to_the_canonical_form() {
     let d = parse(UPSTREAM_V1);
-    // `frontmatter` is the schema, also through a YAML anchor in an `x-` key.
+    // `frontmatter` is the schema, also through a YAML anchor in an `x-` key;
+    // the reserved status `$SUSPEND` is accepted besides it.
+    let fixer = &d.roles["fixer"].output_schema["anyOf"];
     assert_eq!(
-        d.roles["fixer"].output_schema["oneOf"][0]["properties"]["$status"]["const"],
+        fixer[0]["oneOf"][0]["properties"]["$status"]["const"],
         "done"
     );
-    assert!(d.roles["planner"].output_schema["oneOf"].is_array());
+    assert_eq!(fixer[1]["properties"]["$status"]["const"], "$SUSPEND");
+    assert!(d.roles["planner"].output_schema["anyOf"][0]["oneOf"].is_array());
+    assert_eq!(
+        d.graph["fixer"][0],
+        t("$SUSPEND", Some("fixer.$status=$SUSPEND"), None)
+    );
     // `$START: {new, resume}`: resume first, under a generated condition.
     assert_eq!(
         d.graph["$START"],
@@ -614,7 +621,7 @@ fn upstream_latest_syntax_compiles_to_the_canonical_form() {
         "$count(steps) > 0"
     );
     // `$SUSPEND` stays a target; prompts are compiled to uwf templates.
-    assert_eq!(d.graph["planner"][1].role, "$SUSPEND");
+    assert_eq!(d.graph["planner"][2].role, "$SUSPEND");
     let report = validate(&d);
     assert!(report.is_ok(), "{report}");
     // Upstream's status maps have no `_`: only `no-fallback` warnings.
@@ -650,6 +657,10 @@ fn upstream_latest_syntax_compiles_to_the_canonical_form() {
         (r.next.as_str(), r.prompt.as_deref()),
         ("planner", Some("Continue where you stopped"))
     );
+    // Any role may finish with the reserved status.
+    let steps = [("fixer", json!({"$status": "$SUSPEND", "reason": "blocked"}))];
+    let wait = evaluate(&w, &ctx(&steps)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(wait.next, "$SUSPEND");
     let steps = [("fixer", json!({"$status": "done"}))];
     let end = evaluate(&w, &ctx(&steps)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(

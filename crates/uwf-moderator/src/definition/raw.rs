@@ -306,15 +306,19 @@ impl FromRaw for WorkflowDefinition {
             .take()
             .map(|c| c.0.into_iter().map(|(k, v)| (k, v.0)).collect())
             .unwrap_or_default();
-        let graph = compile_graph(graph, &mut conditions, dialect)?;
+        let mut graph = compile_graph(graph, &mut conditions, dialect)?;
+        let mut roles: BTreeMap<String, RoleDraft> = roles
+            .into_map()
+            .into_iter()
+            .map(|(k, v)| (k, v.0.draft))
+            .collect();
+        if dialect != Dialect::Jsonata {
+            reserve_suspend_status(&mut roles, &mut graph, &mut conditions);
+        }
         Ok(Self {
             name,
             description: raw.description.unwrap_or_default(),
-            roles: roles
-                .into_map()
-                .into_iter()
-                .map(|(k, v)| (k, v.0.draft))
-                .collect(),
+            roles,
             conditions,
             graph,
         })
@@ -689,6 +693,56 @@ pub(crate) fn status_expression(status: &str) -> String {
     // JSONata accepts (it rejects \/ and \', which serde_json never writes).
     let literal = serde_json::to_string(status).unwrap_or_else(|_| format!("{status:?}"));
     format!("steps[-1].output.`$status` = {literal}")
+}
+
+/// Upstream's reserved status (since 2026-06-08): a role of a workflow in
+/// upstream's syntax may always finish with `$status: "$SUSPEND"` (and a
+/// `reason`) to make the thread wait. Compiled into the canonical form: the
+/// role's schema also accepts such an output (`anyOf` with the original),
+/// and a first transition `<role>.$status=$SUSPEND` leads to `$SUSPEND`.
+fn reserve_suspend_status(
+    roles: &mut BTreeMap<String, RoleDraft>,
+    graph: &mut BTreeMap<String, Vec<Transition>>,
+    conditions: &mut BTreeMap<String, ConditionDefinition>,
+) {
+    for (role, draft) in roles.iter_mut() {
+        let Some(transitions) = graph.get_mut(role) else {
+            continue;
+        };
+        let name = status_condition_name(role, crate::SUSPEND);
+        if conditions.contains_key(&name) || !draft.output_schema.is_object() {
+            continue;
+        }
+        conditions.insert(
+            name.clone(),
+            ConditionDefinition::Described {
+                description: format!("`{role}` asked to wait ($status \"$SUSPEND\")"),
+                expression: status_expression(crate::SUSPEND),
+            },
+        );
+        transitions.insert(
+            0,
+            Transition {
+                role: crate::SUSPEND.into(),
+                condition: Some(name),
+                prompt: None,
+            },
+        );
+        let original = std::mem::take(&mut draft.output_schema);
+        draft.output_schema = serde_json::json!({
+            "anyOf": [
+                original,
+                {
+                    "type": "object",
+                    "properties": {
+                        "$status": { "const": crate::SUSPEND },
+                        "reason": { "type": "string" }
+                    },
+                    "required": ["$status"]
+                }
+            ]
+        });
+    }
 }
 
 /// The `$START` status of a new thread.

@@ -27,11 +27,9 @@ pub(crate) fn allowed_statuses(schema: &Value) -> Option<BTreeSet<String>> {
     let variants = variants(schema)?;
     let mut all = BTreeSet::new();
     for v in variants {
-        all.extend(
-            v.get("properties")
-                .and_then(|p| p.get("$status"))
-                .and_then(status_values)?,
-        );
+        // A variant that is itself a choice (upstream's reserved `$SUSPEND`
+        // wraps the schema in `anyOf`) is looked into.
+        all.extend(allowed_statuses(v)?);
     }
     Some(all)
 }
@@ -68,19 +66,19 @@ fn known_properties(schema: &Value, status: Option<&str>) -> Option<BTreeSet<Str
         }
     };
     add(schema);
-    if let Some(vs) = variants(schema) {
-        for v in vs {
-            let matches = match status {
-                None => true,
-                Some(s) => v
-                    .get("properties")
-                    .and_then(|p| p.get("$status"))
-                    .and_then(status_values)
-                    .is_none_or(|allowed| allowed.contains(s)),
-            };
-            if matches {
-                add(v);
-            }
+    let mut choices: Vec<&Value> = variants(schema).into_iter().flatten().collect();
+    while let Some(v) = choices.pop() {
+        choices.extend(variants(v).into_iter().flatten());
+        let matches = match status {
+            None => true,
+            Some(s) => v
+                .get("properties")
+                .and_then(|p| p.get("$status"))
+                .and_then(status_values)
+                .is_none_or(|allowed| allowed.contains(s)),
+        };
+        if matches {
+            add(v);
         }
     }
     listed.then_some(names)
