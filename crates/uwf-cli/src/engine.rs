@@ -102,6 +102,8 @@ pub struct StepOptions<'a> {
     pub agent: Option<&'a str>,
     /// `--timeout`.
     pub timeout: Option<Duration>,
+    /// `thread resume`: the thread is suspended; decide from `$START`.
+    pub resume: bool,
 }
 
 /// Progress callbacks (for `thread run`).
@@ -188,7 +190,11 @@ pub fn step(
     let head = active_head(ctx, id)?;
     let view = thread::load(&ctx.cas, head)?;
     let workflow = view.workflow_hash.to_string();
-    let decision = view.decide()?;
+    let decision = crate::suspend::decide(id, &view, opts.resume)?;
+    if crate::suspend::suspends(&decision) {
+        let record = crate::suspend::wait(ctx, id, &view, &decision)?;
+        return Ok(Stepped::waiting(workflow, id, head, record));
+    }
     if decision.is_end() {
         ctx.state
             .archive(id, &workflow, Some(&head.to_string()), "done")

@@ -344,6 +344,37 @@ pub enum CliError {
         answer: String,
     },
 
+    /// The step did not run: the thread reached `$SUSPEND` (the wait was
+    /// printed on stdout). Exit status [`EXIT_WAITING`].
+    #[error("thread {thread} is suspended: {prompt}")]
+    #[diagnostic(
+        code(uwf::thread::suspended),
+        help(
+            "continue it with `uwf thread resume {thread}` (it goes on from `$START`'s `resume` route), then `uwf thread run --thread {thread}`"
+        )
+    )]
+    Suspended {
+        /// The thread.
+        thread: String,
+        /// Why (the edge prompt or the output's reason).
+        prompt: String,
+    },
+
+    /// `thread resume` on a thread that is not suspended.
+    #[error("thread {thread} is not suspended (its next role is {next}); nothing was run")]
+    #[diagnostic(
+        code(uwf::thread::not_suspended),
+        help(
+            "only a thread that reached `$SUSPEND` can be resumed; step it with `uwf thread step {thread}`"
+        )
+    )]
+    NotSuspended {
+        /// The thread.
+        thread: String,
+        /// What the moderator decides instead.
+        next: String,
+    },
+
     /// `thread answer` on a thread that does not wait for that answer.
     #[error("thread {thread} does not wait for this answer: {reason}; nothing was written")]
     #[diagnostic(
@@ -437,7 +468,7 @@ impl CliError {
         match self {
             CliError::NoSlot { .. } | CliError::Evicted { .. } => EXIT_NO_SLOT,
             CliError::Killed { .. } | CliError::KilledBeforeStart { .. } => EXIT_KILLED,
-            CliError::Waiting { .. } => EXIT_WAITING,
+            CliError::Waiting { .. } | CliError::Suspended { .. } => EXIT_WAITING,
             _ => EXIT_FAILURE,
         }
     }

@@ -13,6 +13,7 @@ mod nested;
 mod output;
 mod progress;
 mod retry;
+mod suspend;
 
 use std::process::ExitCode;
 

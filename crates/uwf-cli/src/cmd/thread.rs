@@ -153,6 +153,21 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             let opts = StepOptions {
                 agent: agent.agent.as_deref(),
                 timeout: agent.timeout,
+                resume: false,
+            };
+            let progress: Arc<dyn Progress> = Arc::new(Plain);
+            let stepped = engine::step(ctx, &id, &opts, &progress)?;
+            if let Some(waiting) = stepped.waiting {
+                return waits(ctx, format, stepped.output, waiting);
+            }
+            output::print(format, &stepped.output)
+        }
+        ThreadCommand::Resume { thread, agent } => {
+            let id = engine::thread_id(&thread)?;
+            let opts = StepOptions {
+                agent: agent.agent.as_deref(),
+                timeout: agent.timeout,
+                resume: true,
             };
             let progress: Arc<dyn Progress> = Arc::new(Plain);
             let stepped = engine::step(ctx, &id, &opts, &progress)?;
@@ -189,6 +204,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             let opts = StepOptions {
                 agent: agent.agent.as_deref(),
                 timeout: agent.timeout,
+                resume: false,
             };
             let live = Arc::new(Live::new(&id));
             let progress: Arc<dyn Progress> = live.clone();
@@ -537,6 +553,11 @@ fn waits(
     waiting: uwf_protocol::WaitingRecord,
 ) -> Result<(), CliError> {
     let thread = head.thread.clone();
+    if waiting.role == uwf_moderator::SUSPEND {
+        let prompt = waiting.prompt.clone();
+        output::print(format, &uwf_protocol::WaitingOutput { head, waiting })?;
+        return Err(CliError::Suspended { thread, prompt });
+    }
     let answer = human::innermost(ctx, &thread, &waiting)?;
     let (role, agent) = (waiting.role.clone(), waiting.agent.clone());
     output::print(format, &uwf_protocol::WaitingOutput { head, waiting })?;
