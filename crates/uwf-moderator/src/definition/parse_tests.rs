@@ -789,3 +789,26 @@ fn a_workflow_without_new_forms_hashes_as_before() {
     );
     assert!(!d.conditions.contains_key("$START.resume"));
 }
+
+#[test]
+fn the_first_status_maps_routed_on_status() {
+    // Upstream's status maps of 2026-05-25 read the output's `status`
+    // (renamed `$status` the same day): a mustache-era role that declares
+    // `status` and no `$status` routes on it.
+    let d = parse(
+        "name: x\nroles:\n  a:\n    goal: g\n    frontmatter: {properties: {status: {enum: [ok, ko]}}}\ngraph:\n  $START: {_: a}\n  a:\n    ok: {role: $END, prompt: done}\n    ko: {role: a, prompt: \"again: {{status}}\"}\n",
+    );
+    assert!(validate(&d).is_ok(), "{}", validate(&d));
+    let w = payload(&d);
+    let next = |out| {
+        evaluate(&w, &ctx(&[("a", out)]))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .next
+    };
+    assert_eq!(next(json!({"status": "ok"})), "$END");
+    assert_eq!(next(json!({"status": "ko"})), "a");
+    assert_eq!(
+        d.conditions["a.status=ok"].expression(),
+        r#"steps[-1].output.`status` = "ok""#
+    );
+}

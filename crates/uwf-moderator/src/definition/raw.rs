@@ -5,7 +5,7 @@
 //! to the error. Untagged enums are avoided: their "did not match any
 //! variant" errors say nothing useful.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -306,7 +306,17 @@ impl FromRaw for WorkflowDefinition {
             .take()
             .map(|c| c.0.into_iter().map(|(k, v)| (k, v.0)).collect())
             .unwrap_or_default();
-        let mut graph = compile_graph(graph, &mut conditions, dialect)?;
+        let legacy: BTreeSet<String> = if dialect == Dialect::Mustache {
+            roles
+                .0
+                .iter()
+                .filter(|(_, r)| routes_on_plain_status(&r.0.draft.output_schema))
+                .map(|(name, _)| name.clone())
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        let mut graph = compile_graph(graph, &mut conditions, dialect, &legacy)?;
         let mut roles: BTreeMap<String, RoleDraft> = roles
             .into_map()
             .into_iter()
@@ -793,10 +803,35 @@ fn dialect_reason(d: Dialect) -> &'static str {
     }
 }
 
+/// Whether a schema declares `status` but nowhere `$status`: upstream's
+/// first status maps (2026-05-25, before `$status` the same day) routed on
+/// the output's `status`.
+fn routes_on_plain_status(schema: &serde_json::Value) -> bool {
+    let mut shapes = vec![schema];
+    for key in ["oneOf", "anyOf"] {
+        if let Some(vs) = schema.get(key).and_then(|v| v.as_array()) {
+            shapes.extend(vs);
+        }
+    }
+    let has = |name: &str| {
+        shapes
+            .iter()
+            .any(|s| s.get("properties").and_then(|p| p.get(name)).is_some())
+    };
+    has("status") && !has("$status")
+}
+
+/// Name of the condition generated for `status` in `graph[role]` when the
+/// role routes on upstream's early `status` field.
+fn plain_status_condition_name(role: &str, status: &str) -> String {
+    format!("{role}.status={status}")
+}
+
 fn compile_graph(
     graph: Graph,
     conditions: &mut BTreeMap<String, ConditionDefinition>,
     dialect: Dialect,
+    legacy: &BTreeSet<String>,
 ) -> Result<BTreeMap<String, Vec<Transition>>, String> {
     let mut out = BTreeMap::new();
     for (role, edges) in graph.0 {
@@ -824,7 +859,7 @@ fn compile_graph(
                     )?;
                     compiled.push((status, target));
                 }
-                compile_statuses(&role, compiled, conditions)?
+                compile_statuses(&role, compiled, conditions, legacy.contains(&role))?
             }
         };
         out.insert(role, transitions);
@@ -922,6 +957,7 @@ fn compile_statuses(
     role: &str,
     statuses: Vec<(String, Target)>,
     conditions: &mut BTreeMap<String, ConditionDefinition>,
+    plain_status: bool,
 ) -> Result<Vec<Transition>, String> {
     let mut transitions = Vec::new();
     let mut fallback = None;
@@ -930,7 +966,20 @@ fn compile_statuses(
             fallback = Some(target);
             continue;
         }
-        let name = status_condition_name(role, &status);
+        let (name, expression, field) = if plain_status {
+            let literal = serde_json::to_string(&status).unwrap_or_else(|_| format!("{status:?}"));
+            (
+                plain_status_condition_name(role, &status),
+                format!("steps[-1].output.`status` = {literal}"),
+                "status",
+            )
+        } else {
+            (
+                status_condition_name(role, &status),
+                status_expression(&status),
+                "$status",
+            )
+        };
         if conditions.contains_key(&name) {
             return Err(with_help(
                 format!(
@@ -943,8 +992,8 @@ fn compile_statuses(
         conditions.insert(
             name.clone(),
             ConditionDefinition::Described {
-                description: format!("`{role}` finished with $status {status:?}"),
-                expression: status_expression(&status),
+                description: format!("`{role}` finished with {field} {status:?}"),
+                expression,
             },
         );
         transitions.push(Transition {
