@@ -392,8 +392,8 @@ Example: uwf thread stack 8FWKR3TN5V1QA")]
     Read {
         /// The thread id.
         thread: String,
-        /// Maximum characters of step content.
-        #[arg(long, default_value_t = 8000)]
+        /// Maximum characters of step content (a positive integer).
+        #[arg(long, default_value_t = 8000, value_parser = positive_quota)]
         quota: usize,
         /// Only steps before this StepNode (to page back).
         #[arg(long, value_name = "HASH")]
@@ -409,6 +409,14 @@ Example: uwf thread stack 8FWKR3TN5V1QA")]
         /// The StepNode.
         step: String,
     },
+}
+
+/// `--quota`: a positive integer (upstream refused 0 the same way).
+fn positive_quota(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("invalid --quota: must be a positive integer".into()),
+    }
 }
 
 const ANSWER_AFTER_HELP: &str = "\

@@ -12,6 +12,7 @@ mod input;
 mod nested;
 mod output;
 mod progress;
+mod read_content;
 mod retry;
 mod suspend;
 

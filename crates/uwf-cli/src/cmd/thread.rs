@@ -366,7 +366,8 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             } else {
                 activity
             };
-            let mut text = read(&id, &view, quota, before, &children)?;
+            let contents = crate::read_content::contents(&ctx.cas, &view);
+            let mut text = read(&id, &view, quota, before, &children, &contents)?;
             if before.is_none() {
                 text.push_str(&attempts_text(ctx, &id)?);
             }
@@ -472,6 +473,7 @@ fn read(
     quota: usize,
     before: Option<Hash>,
     children: &HashMap<Hash, String>,
+    contents: &HashMap<Hash, String>,
 ) -> Result<String, CliError> {
     let mut steps: Vec<(usize, &uwf_moderator::thread::LoadedStep)> =
         view.steps.iter().enumerate().collect();
@@ -496,6 +498,9 @@ fn read(
             s.payload.record.detail,
             body
         );
+        if let Some(content) = contents.get(&s.hash) {
+            let _ = write!(block, "\n### Content\n\n{}\n", content.trim_end());
+        }
         if let Some(summary) = children.get(&s.hash) {
             block.push('\n');
             block.push_str(summary);
@@ -510,7 +515,7 @@ fn read(
             }
         }
         used += block.len();
-        blocks.push(block);
+        blocks.push((s.payload.record.role.as_str(), block));
     }
     let shown = blocks.len();
     let mut out = String::new();
@@ -531,8 +536,21 @@ fn read(
             "> {earlier} earlier step(s) not shown. Read them with `uwf thread read {id} --before {oldest_shown}`.\n"
         );
     }
-    for b in blocks.iter().rev() {
-        out.push_str(b);
+    // Each role's prompt once, at its first step shown (upstream's
+    // `<prompt>`), after the step's heading line.
+    let mut prompted = BTreeSet::new();
+    for (role, b) in blocks.iter().rev() {
+        match view.workflow.roles.get(*role) {
+            Some(def) if prompted.insert(*role) && !def.system_prompt.trim().is_empty() => {
+                let (heading, rest) = b.split_once('\n').unwrap_or((b, ""));
+                let _ = write!(
+                    out,
+                    "{heading}\n\n<prompt role=\"{role}\">\n{}\n</prompt>\n{rest}",
+                    def.system_prompt.trim_end()
+                );
+            }
+            _ => out.push_str(b),
+        }
         out.push('\n');
     }
     if steps.is_empty() {
