@@ -912,7 +912,7 @@ fn compile_start(
         (None, None) if resume.is_none() => {
             return Err(with_help(
                 "the status map of `graph.$START` is empty",
-                format!("add at least the fallback: `$START: {{_: <first role>}}`"),
+                "add at least the fallback: `$START: {_: <first role>}`",
             ));
         }
         (None, None) => {
