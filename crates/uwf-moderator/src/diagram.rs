@@ -1,6 +1,7 @@
 //! Diagrams of a workflow graph: Mermaid and Graphviz DOT.
 //!
-//! `$START` and `$END` are round nodes, roles are boxes. An edge is labelled
+//! `$START` and `$END` are round nodes, `$SUSPEND` (where a thread waits
+//! to be resumed) a hexagon (Mermaid) or octagon (DOT), roles are boxes. An edge is labelled
 //! with its condition's name; an unconditional edge is labelled `else` when
 //! conditional edges precede it and not at all otherwise. An edge with a
 //! prompt is marked with ✎. Edges that can never be taken (after an
@@ -92,7 +93,11 @@ pub fn mermaid(w: &WorkflowPayload) -> String {
     let _ = writeln!(s, "    n_start((\"{}\"))", mermaid_text(START));
     let _ = writeln!(s, "    n_end((\"{}\"))", mermaid_text(END));
     for n in &names {
-        let _ = writeln!(s, "    {}[\"{}\"]", id(n), mermaid_text(n));
+        if *n == crate::SUSPEND {
+            let _ = writeln!(s, "    {}{{{{\"{}\"}}}}", id(n), mermaid_text(n));
+        } else {
+            let _ = writeln!(s, "    {}[\"{}\"]", id(n), mermaid_text(n));
+        }
     }
     for e in edges(w) {
         let arrow = if e.dead { "-.->" } else { "-->" };
@@ -145,7 +150,11 @@ pub fn dot(w: &WorkflowPayload) -> String {
     let _ = writeln!(s, "    {} [shape=circle];", dot_id(START));
     let _ = writeln!(s, "    {} [shape=doublecircle];", dot_id(END));
     for n in names(w) {
-        let _ = writeln!(s, "    {};", dot_id(n));
+        if n == crate::SUSPEND {
+            let _ = writeln!(s, "    {} [shape=octagon];", dot_id(n));
+        } else {
+            let _ = writeln!(s, "    {};", dot_id(n));
+        }
     }
     for e in edges(w) {
         let mut attrs = Vec::new();
@@ -188,6 +197,27 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn suspend_has_its_own_shape() {
+        let w: WorkflowPayload = serde_json::from_value(json!({
+            "name": "s", "description": "",
+            "roles": {"a": {"description": "", "systemPrompt": "", "outputSchema": "0000000000000"}},
+            "graph": {"$START": [{"role": "a", "condition": null}],
+                      "a": [{"role": "$SUSPEND", "condition": "c"}, {"role": "$END", "condition": null}]}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            mermaid(&w).contains("    r0{{\"$SUSPEND\"}}\n"),
+            "{}",
+            mermaid(&w)
+        );
+        assert!(
+            dot(&w).contains("    \"$SUSPEND\" [shape=octagon];\n"),
+            "{}",
+            dot(&w)
+        );
+    }
 
     fn sample() -> WorkflowPayload {
         serde_json::from_value(json!({

@@ -812,3 +812,18 @@ fn the_first_status_maps_routed_on_status() {
         r#"steps[-1].output.`status` = "ok""#
     );
 }
+
+#[test]
+fn an_unrouted_or_missing_status_stops_the_thread() {
+    // As upstream's moderator: a status with no edge, or no `$status` at
+    // all, in a map without `_`, is an error (here `no_match`).
+    let d = parse(UPSTREAM_V1);
+    let w = payload(&d);
+    for out in [json!({"$status": "other"}), json!({"plan": "x"})] {
+        let e = evaluate(&w, &ctx(&[("planner", out.clone())])).map(|d| d.next);
+        assert!(
+            matches!(e, Err(crate::ModeratorError::NoMatch { .. })),
+            "{out}: {e:?}"
+        );
+    }
+}
