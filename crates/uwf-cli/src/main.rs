@@ -2,19 +2,16 @@
 //! reporting; everything else lives in the library crates.
 
 mod activity;
-mod agent;
+mod child_view;
 mod cli;
 mod cmd;
 mod engine;
 mod error;
 mod human;
 mod input;
-mod nested;
 mod output;
 mod progress;
 mod read_content;
-mod retry;
-mod suspend;
 
 use std::process::ExitCode;
 
@@ -30,7 +27,7 @@ fn main() -> ExitCode {
     quiet_expected_panics();
     // Ctrl-C / SIGTERM become a flag: a running agent's process group is
     // stopped instead of orphaned, and `setup` restores the terminal.
-    agent::forward_interrupts();
+    engine::forward_interrupts();
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -81,7 +78,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             let root = uwf_util::root::resolve_root(cli.global.root.as_deref())?;
             tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
             let cas = uwf_cas::Cas::open(&root.path)?;
-            let state = uwf_util::state::StateDir::new(&root.path);
+            let state = uwf_state::state::StateDir::new(&root.path);
             match cmd::cas::run(&cas, &state, sub)? {
                 cmd::cas::Outcome::Value(v) => {
                     output::print(format, &v)?;
@@ -101,7 +98,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Setup(args) => {
             let root = uwf_util::root::resolve_root(cli.global.root.as_deref())?;
             tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
-            let state = uwf_util::state::StateDir::new(&root.path);
+            let state = uwf_state::state::StateDir::new(&root.path);
             let report = cmd::setup::run(&state, args)?;
             output::print(format, &report)?;
             Ok(ExitCode::SUCCESS)
@@ -130,9 +127,6 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         }
         Command::Thread(sub) => {
             let ctx = open(&cli.global)?;
-            // Agents inherit the keys in <root>/.env. Loaded here, before any
-            // thread exists, because it changes the process environment.
-            ctx.state.load_env()?;
             cmd::thread::run(&ctx, sub, format)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -142,5 +136,5 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
 fn open(global: &cli::Global) -> Result<engine::Ctx, CliError> {
     let root = uwf_util::root::resolve_root(global.root.as_deref())?;
     tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
-    engine::Ctx::open(&root.path)
+    engine::open(&root.path)
 }

@@ -8,18 +8,18 @@ use serde_json::{Value, json};
 use uwf_cas::Hash;
 use uwf_moderator::thread::{self, ThreadView};
 use uwf_protocol::{
-    ForkedFrom, StartEntry, StartNodePayload, StartOutput, StepEntry, StepOutput, ThreadForkOutput,
-    ThreadListItem, ThreadShowOutput, ThreadStepsEntry, ThreadStepsOutput,
+    ForkedFrom, StartEntry, StartOutput, StepEntry, StepOutput, ThreadForkOutput, ThreadListItem,
+    ThreadShowOutput, ThreadStepsEntry, ThreadStepsOutput,
 };
 
 use crate::cli::{Format, ThreadCommand};
 use crate::cmd::workflow;
-use crate::engine::{self, Ctx, Plain, Progress, Status, StepOptions};
+use crate::engine::nested::{self, ThreadIndex};
+use crate::engine::{self, Ctx, Progress, Status, StepOptions};
 use crate::error::CliError;
 use crate::human;
-use crate::nested::{self, ThreadIndex};
 use crate::output;
-use crate::progress::Live;
+use crate::progress::{Live, Plain};
 
 fn parse_hash(s: &str) -> Result<Hash, CliError> {
     s.parse::<Hash>().map_err(|e| CliError::Cas(e.into()))
@@ -35,56 +35,23 @@ fn start(
     parent: Option<&str>,
 ) -> Result<StartOutput, CliError> {
     if prompt.trim().is_empty() {
-        return Err(CliError::EmptyPrompt);
+        return Err(engine::EngineError::EmptyPrompt.into());
     }
-    // A threads.yaml that cannot be updated must stop us before anything
-    // (a registration, a StartNode) is written.
-    ctx.state.threads()?;
-    let parent_state = parent
-        .map(|p| -> Result<String, CliError> {
-            let hash = parse_hash(p)?;
-            thread::load(&ctx.cas, hash).map_err(|e| CliError::BadParent {
-                hash: hash.to_string(),
-                source: Box::new(e),
-            })?;
-            Ok(hash.to_string())
-        })
-        .transpose()?;
+    // Nothing (a registration, a StartNode) is written unless the thread can
+    // be added.
+    engine::ready_to_start(ctx)?;
+    let parent = parent.map(parse_hash).transpose()?;
     let (hash, _) = workflow::resolve(ctx, workflow_arg, true)?;
-    let payload = StartNodePayload {
-        workflow: hash.to_string(),
-        prompt: prompt.to_string(),
-        parent_state,
-    };
-    let start = ctx.cas.put_value(ctx.cas.types().start_node, &payload)?;
-    let id = uwf_util::ids::ThreadId::new().to_string();
-    ctx.state.insert_thread(&id, &start.hash.to_string())?;
+    let started = engine::start(ctx, hash, prompt, parent)?;
     Ok(StartOutput {
         workflow: hash.to_string(),
-        thread: id,
+        thread: started.thread,
     })
 }
 
 /// The workflow hash of a thread whose head is `head`.
 fn workflow_of(ctx: &Ctx, head: Hash) -> Result<String, CliError> {
-    let types = ctx.cas.types();
-    let node = ctx.cas.get(head)?;
-    let start = if node.type_hash == types.step_node {
-        let s = node
-            .payload
-            .get("start")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        ctx.cas.get(parse_hash(s)?)?
-    } else {
-        node
-    };
-    Ok(start
-        .payload
-        .get("workflow")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string())
+    Ok(engine::workflow_of(ctx, head)?)
 }
 
 fn show(ctx: &Ctx, id: &str) -> Result<ThreadShowOutput, CliError> {
@@ -104,7 +71,7 @@ fn show(ctx: &Ctx, id: &str) -> Result<ThreadShowOutput, CliError> {
 
 /// Fills in `parent`, `parentThread` and `childThreads` (seed 001 links).
 fn add_links(ctx: &Ctx, out: &mut ThreadShowOutput) -> Result<(), CliError> {
-    let view = thread::load(&ctx.cas, parse_hash(&out.head.head)?)?;
+    let view = thread::load(ctx.cas(), parse_hash(&out.head.head)?)?;
     out.parent = view.start.parent_state.clone();
     if out.parent.is_none() && !nested::has_children(&view) {
         return Ok(());
@@ -153,6 +120,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             let opts = StepOptions {
                 agent: agent.agent.as_deref(),
                 timeout: agent.timeout,
+                cancel: engine::cancel_token().clone(),
                 resume: false,
             };
             let progress: Arc<dyn Progress> = Arc::new(Plain);
@@ -167,6 +135,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             let opts = StepOptions {
                 agent: agent.agent.as_deref(),
                 timeout: agent.timeout,
+                cancel: engine::cancel_token().clone(),
                 resume: true,
             };
             let progress: Arc<dyn Progress> = Arc::new(Plain);
@@ -199,11 +168,12 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                     )?
                     .thread
                 }
-                (None, None) => return Err(CliError::EmptyPrompt),
+                (None, None) => return Err(engine::EngineError::EmptyPrompt.into()),
             };
             let opts = StepOptions {
                 agent: agent.agent.as_deref(),
                 timeout: agent.timeout,
+                cancel: engine::cancel_token().clone(),
                 resume: false,
             };
             let live = Arc::new(Live::new(&id));
@@ -238,7 +208,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::Next { thread, explain } => {
             let id = engine::thread_id(&thread)?;
-            let view = thread::load(&ctx.cas, engine::active_head(ctx, &id)?)?;
+            let view = thread::load(ctx.cas(), engine::active_head(ctx, &id)?)?;
             let decision = view.decide();
             if !explain {
                 let d = decision?;
@@ -279,7 +249,9 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             add_waiting_and_attempts(ctx, &id, &mut v)?;
             output::print(format, &v)
         }
-        ThreadCommand::List { waiting: true, .. } => output::print(format, &human::list(ctx)?),
+        ThreadCommand::List { waiting: true, .. } => {
+            output::print(format, &engine::human::list(ctx)?)
+        }
         ThreadCommand::Answer(args) => {
             let id = engine::thread_id(&args.thread)?;
             let input = match (args.output, args.text) {
@@ -292,7 +264,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::List { all, top_level, .. } => {
             let mut items = Vec::new();
-            let active = ctx.state.threads()?;
+            let active = ctx.state().threads()?;
             for (id, head) in &active {
                 let workflow = workflow_of(ctx, parse_hash(head)?)?;
                 items.push(ThreadListItem {
@@ -305,7 +277,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             if all {
                 // Latest entry per thread; an active thread is never also listed as archived.
                 let mut seen: BTreeSet<String> = active.keys().cloned().collect();
-                let history = ctx.state.history()?;
+                let history = ctx.state().history()?;
                 for e in history.into_iter().rev() {
                     if seen.insert(e.thread.clone()) {
                         items.push(ThreadListItem {
@@ -333,14 +305,12 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::Kill { thread } => {
             let id = engine::thread_id(&thread)?;
-            let head = engine::active_head(ctx, &id)?;
-            let workflow = workflow_of(ctx, head)?;
-            ctx.state.archive(&id, &workflow, None, "killed")?;
+            engine::kill(ctx, &id)?;
             output::print(format, &json!({ "thread": id, "archived": true }))
         }
         ThreadCommand::Steps { thread } => {
             let id = engine::thread_id(&thread)?;
-            let view = thread::load(&ctx.cas, engine::any_head(ctx, &id)?)?;
+            let view = thread::load(ctx.cas(), engine::any_head(ctx, &id)?)?;
             output::print(format, &steps(&id, &view))
         }
         ThreadCommand::Read {
@@ -349,24 +319,24 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             before,
         } => {
             let id = engine::thread_id(&thread)?;
-            let view = thread::load(&ctx.cas, engine::any_head(ctx, &id)?)?;
+            let view = thread::load(ctx.cas(), engine::any_head(ctx, &id)?)?;
             let before = before.map(|b| parse_hash(&b)).transpose()?;
             // What each step's agent did (tool calls of its transcript).
-            let activity = crate::activity::summaries(&ctx.cas, &view);
+            let activity = crate::activity::summaries(ctx.cas(), &view);
             let children: HashMap<Hash, String> = if nested::has_children(&view) {
                 let index = ThreadIndex::load(ctx)?;
                 let links = nested::child_links(ctx, &view, &index)
                     .iter()
                     .filter_map(|c| {
                         let step = c.link.step.parse::<Hash>().ok()?;
-                        Some((step, nested::child_summary(c)))
+                        Some((step, crate::child_view::child_summary(c)))
                     })
                     .collect();
                 crate::activity::merge(links, activity)
             } else {
                 activity
             };
-            let contents = crate::read_content::contents(&ctx.cas, &view);
+            let contents = crate::read_content::contents(ctx.cas(), &view);
             let mut text = read(&id, &view, quota, before, &children, &contents)?;
             if before.is_none() {
                 text.push_str(&attempts_text(ctx, &id)?);
@@ -375,14 +345,11 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::Fork { node } => {
             let hash = parse_hash(&node)?;
-            // Loading proves it is a StartNode or StepNode of a sound chain.
-            thread::load(&ctx.cas, hash)?;
-            let id = uwf_util::ids::ThreadId::new().to_string();
-            ctx.state.insert_thread(&id, &hash.to_string())?;
+            let forked = engine::fork(ctx, hash)?;
             output::print(
                 format,
                 &ThreadForkOutput {
-                    thread: id,
+                    thread: forked.thread,
                     forked_from: ForkedFrom {
                         step: hash.to_string(),
                     },
@@ -391,11 +358,12 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::StepDetails { step } => {
             let hash = parse_hash(&step)?;
-            let node = ctx.cas.get(hash)?;
-            if node.type_hash != ctx.cas.types().step_node {
-                return Err(CliError::NotAStep {
+            let node = ctx.cas().get(hash)?;
+            if node.type_hash != ctx.cas().types().step_node {
+                return Err(engine::EngineError::NotAStep {
                     hash: hash.to_string(),
-                });
+                }
+                .into());
             }
             let detail = parse_hash(
                 node.payload
@@ -445,13 +413,13 @@ fn expand(
     visiting: &mut BTreeSet<Hash>,
     depth: usize,
 ) -> Result<Value, CliError> {
-    let node = ctx.cas.get(hash)?;
+    let node = ctx.cas().get(hash)?;
     if depth >= 16 || !visiting.insert(hash) {
         return Ok(Value::String(hash.to_string()));
     }
     let mut payload = node.payload.clone();
-    for r in ctx.cas.refs_of(&node)? {
-        let child = match ctx.cas.try_get(r.hash)? {
+    for r in ctx.cas().refs_of(&node)? {
+        let child = match ctx.cas().try_get(r.hash)? {
             Some(_) => expand(ctx, r.hash, visiting, depth + 1)?,
             None => continue,
         };
@@ -479,9 +447,10 @@ fn read(
         view.steps.iter().enumerate().collect();
     if let Some(b) = before {
         let Some(pos) = steps.iter().position(|(_, s)| s.hash == b) else {
-            return Err(CliError::NotAStep {
+            return Err(engine::EngineError::NotAStep {
                 hash: format!("{b} (in thread {id})"),
-            });
+            }
+            .into());
         };
         steps.truncate(pos);
     }
@@ -576,7 +545,7 @@ fn waits(
         output::print(format, &uwf_protocol::WaitingOutput { head, waiting })?;
         return Err(CliError::Suspended { thread, prompt });
     }
-    let answer = human::innermost(ctx, &thread, &waiting)?;
+    let answer = engine::human::innermost(ctx, &thread, &waiting)?;
     let (role, agent) = (waiting.role.clone(), waiting.agent.clone());
     output::print(format, &uwf_protocol::WaitingOutput { head, waiting })?;
     Err(CliError::Waiting {
@@ -590,11 +559,11 @@ fn waits(
 /// `thread show`'s `waiting` (what the thread waits for now) and
 /// `attempts` (its failed attempts, newest first), when there are any.
 fn add_waiting_and_attempts(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), CliError> {
-    if let Some(w) = human::show(ctx, id)? {
+    if let Some(w) = engine::human::show(ctx, id)? {
         v["waiting"] = w;
     }
     let attempts: Vec<uwf_protocol::AttemptSummary> =
-        crate::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?
+        engine::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?
             .into_iter()
             .map(|(hash, r)| uwf_protocol::AttemptSummary {
                 hash,
@@ -614,7 +583,7 @@ fn add_waiting_and_attempts(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), Cl
 
 /// The failed attempts section of `thread read` ("" when there are none).
 fn attempts_text(ctx: &Ctx, id: &str) -> Result<String, CliError> {
-    let attempts = crate::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?;
+    let attempts = engine::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?;
     if attempts.is_empty() {
         return Ok(String::new());
     }

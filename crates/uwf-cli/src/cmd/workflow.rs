@@ -52,10 +52,10 @@ pub fn put_file(ctx: &Ctx, path: &Path) -> Result<(Hash, WorkflowPayload), CliEr
     // CAS refuses does not leave the roles before it stored, and make sure
     // registry.yaml can be updated before writing any node.
     register_located(&Cas::new(MemStore::new())?, &def, &text, path)?;
-    ctx.state.registry()?;
-    let registered = definition::register(&ctx.cas, &def)?;
+    ctx.state().registry()?;
+    let registered = definition::register(ctx.cas(), &def)?;
     warn(&registered.warnings);
-    ctx.state
+    ctx.state()
         .register_workflow(&registered.payload.name, &registered.hash.to_string())?;
     Ok((registered.hash, registered.payload))
 }
@@ -74,11 +74,14 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
         let r = register_located(&mem, &def, &text, path)?;
         return Ok((r.hash, r.payload));
     }
-    let registry = ctx.state.registry()?;
+    let registry = ctx.state().registry()?;
     let hash = match registry.get(arg) {
-        Some(h) => h.parse::<Hash>().map_err(|e| CliError::CorruptState {
-            path: ctx.state.registry_path(),
-            reason: format!("entry {arg}: {e}"),
+        Some(h) => h.parse::<Hash>().map_err(|e| -> CliError {
+            crate::engine::EngineError::CorruptState {
+                what: "the workflow registry".into(),
+                reason: format!("entry {arg}: {e}"),
+            }
+            .into()
         })?,
         None => match arg.parse::<Hash>() {
             Ok(h) => h,
@@ -90,7 +93,7 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
             }
         },
     };
-    let node = match ctx.cas.try_get(hash)? {
+    let node = match ctx.cas().try_get(hash)? {
         Some(n) => n,
         None if registry.contains_key(arg) => return Err(uwf_cas::CasError::NotFound(hash).into()),
         None => {
@@ -100,7 +103,7 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
             });
         }
     };
-    if node.type_hash != ctx.cas.types().workflow {
+    if node.type_hash != ctx.cas().types().workflow {
         return Err(CliError::NotAWorkflow(hash.to_string()));
     }
     let payload = serde_json::from_value(node.payload)
@@ -132,13 +135,13 @@ pub fn run(ctx: &Ctx, cmd: WorkflowCommand, format: Option<Format>) -> Result<()
         }
         WorkflowCommand::Show { workflow } => {
             let (hash, payload) = resolve(ctx, &workflow, false)?;
-            let Some(node) = ctx.cas.try_get(hash)? else {
+            let Some(node) = ctx.cas().try_get(hash)? else {
                 // A file that is not registered: show what `put` would store.
                 let payload_json =
                     serde_json::to_value(&payload).map_err(|e| CliError::Output(e.to_string()))?;
                 return output::print(
                     format,
-                    &json!({ "hash": hash, "name": payload.name, "type": ctx.cas.types().workflow, "payload": payload_json, "timestamp": null, "registered": false }),
+                    &json!({ "hash": hash, "name": payload.name, "type": ctx.cas().types().workflow, "payload": payload_json, "timestamp": null, "registered": false }),
                 );
             };
             output::print(
@@ -148,7 +151,7 @@ pub fn run(ctx: &Ctx, cmd: WorkflowCommand, format: Option<Format>) -> Result<()
         }
         WorkflowCommand::List => {
             let list: Vec<Value> = ctx
-                .state
+                .state()
                 .registry()?
                 .into_iter()
                 .map(|(name, hash)| json!({ "name": name, "hash": hash }))

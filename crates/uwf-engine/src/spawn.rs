@@ -1,0 +1,295 @@
+//! Running one agent process: spawn, stream its stderr, capture its stdout,
+//! and stop it (its whole process group) on timeout, on cancellation, or
+//! when the thread is killed by another process.
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use crate::CancelToken;
+
+/// Lines of the agent's stderr kept for error messages.
+const TAIL_LINES: usize = 20;
+/// Largest stdout we keep: the protocol needs one line.
+const STDOUT_CAP: usize = 1 << 20;
+/// Time between SIGTERM and SIGKILL.
+const GRACE: Duration = Duration::from_secs(2);
+/// How long an exited agent's leftovers may hold its pipes open.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// How a finished agent ended.
+#[derive(Debug)]
+pub enum Ending {
+    /// Exited on its own.
+    Exited {
+        /// Exit code (None if killed by a signal).
+        code: Option<i32>,
+        /// Everything it printed on stdout (capped).
+        stdout: String,
+    },
+    /// Ran longer than the timeout and was stopped.
+    TimedOut,
+    /// `should_stop` asked to stop it (e.g. the thread was killed).
+    Stopped,
+    /// The caller's [`CancelToken`] was cancelled and the agent was stopped.
+    Interrupted,
+}
+
+/// The outcome of a run.
+#[derive(Debug)]
+pub struct Finished {
+    /// How it ended.
+    pub ending: Ending,
+    /// The last lines of its stderr.
+    pub stderr_tail: Vec<String>,
+    /// How long it ran.
+    pub elapsed: Duration,
+}
+
+/// What to run and how.
+pub struct Spawn<'a> {
+    /// Program.
+    pub command: &'a str,
+    /// Arguments (thread id and role already appended).
+    pub args: &'a [String],
+    /// Extra environment.
+    pub env: Vec<(String, std::ffi::OsString)>,
+    /// Stop after this long.
+    pub timeout: Option<Duration>,
+}
+
+/// Runs an agent to completion. `on_stderr` receives each stderr line as it
+/// arrives (to stream it to the user); `cancel` stops it at once;
+/// `should_stop` is polled a few times a second and stops the agent when it
+/// returns true.
+pub fn run(
+    spec: &Spawn<'_>,
+    on_stderr: impl Fn(&str) + Send + Sync + 'static,
+    cancel: &CancelToken,
+    mut should_stop: impl FnMut() -> bool,
+) -> std::io::Result<Finished> {
+    let started = Instant::now();
+    let mut cmd = Command::new(spec.command);
+    cmd.args(spec.args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a timeout or kill reaches its children too.
+        .process_group(0);
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn()?;
+
+    let tail = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stderr_thread = child.stderr.take().map(|err| {
+        let tail = Arc::clone(&tail);
+        thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                on_stderr(&line);
+                let mut t = tail
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                t.push(line);
+                if t.len() > TAIL_LINES {
+                    t.remove(0);
+                }
+            }
+        })
+    });
+    let (stdout_tx, stdout_rx) = std::sync::mpsc::channel::<String>();
+    if let Some(out) = child.stdout.take() {
+        thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = out.take(STDOUT_CAP as u64).read_to_end(&mut buf);
+            let _ = stdout_tx.send(String::from_utf8_lossy(&buf).into_owned());
+        });
+    }
+
+    let mut last_check = Instant::now();
+    let ending = loop {
+        if let Some(status) = child.try_wait()? {
+            break Ending::Exited {
+                code: status.code(),
+                stdout: String::new(),
+            };
+        }
+        if spec.timeout.is_some_and(|t| started.elapsed() >= t) {
+            stop(&mut child);
+            break Ending::TimedOut;
+        }
+        if cancel.is_cancelled() {
+            stop(&mut child);
+            break Ending::Interrupted;
+        }
+        if last_check.elapsed() >= Duration::from_millis(200) {
+            last_check = Instant::now();
+            if should_stop() {
+                stop(&mut child);
+                break Ending::Stopped;
+            }
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let pgid = Pid::from_raw(child.id() as i32);
+    if !matches!(ending, Ending::Exited { .. }) {
+        let _ = killpg(pgid, Signal::SIGKILL);
+    }
+    // The agent is gone, but something it started may still hold its stdout
+    // open: give it a moment, then end the group rather than wait forever.
+    let stdout = match stdout_rx.recv_timeout(LINGER) {
+        Ok(s) => s,
+        Err(_) => {
+            tracing::warn!(
+                "the agent exited but a process it started kept its stdout open; stopping its process group"
+            );
+            let _ = killpg(pgid, Signal::SIGKILL);
+            stdout_rx.recv_timeout(LINGER).unwrap_or_default()
+        }
+    };
+    if let Some(t) = stderr_thread {
+        let deadline = Instant::now() + LINGER;
+        while !t.is_finished() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        if t.is_finished() {
+            let _ = t.join();
+        } else {
+            // Ends as soon as the group is gone; no need to wait for it.
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+    let ending = match ending {
+        Ending::Exited { code, .. } => Ending::Exited { code, stdout },
+        other => other,
+    };
+    let stderr_tail = tail
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    Ok(Finished {
+        ending,
+        stderr_tail,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// SIGTERM to the whole group, SIGKILL after a grace period.
+fn stop(child: &mut Child) {
+    let pgid = Pid::from_raw(child.id() as i32);
+    let _ = killpg(pgid, Signal::SIGTERM);
+    let deadline = Instant::now() + GRACE;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            // The leader is gone; make sure nothing it started survives.
+            let _ = killpg(pgid, Signal::SIGKILL);
+            return;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let _ = killpg(pgid, Signal::SIGKILL);
+    let _ = child.wait();
+}
+
+/// The last non-empty line of an agent's stdout: the protocol's answer.
+pub fn last_line(stdout: &str) -> Option<&str> {
+    stdout.lines().map(str::trim).rfind(|l| !l.is_empty())
+}
+
+/// `PATH` with `dir` first, so agents installed beside `uwf` are found.
+pub fn path_with(dir: &Path) -> std::ffi::OsString {
+    let mut parts = vec![dir.to_path_buf()];
+    if let Some(p) = std::env::var_os("PATH") {
+        parts.extend(std::env::split_paths(&p));
+    }
+    std::env::join_paths(parts).unwrap_or_else(|_| std::env::var_os("PATH").unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str, timeout: Option<Duration>) -> Finished {
+        let args = vec!["-c".to_string(), script.to_string()];
+        let spec = Spawn {
+            command: "sh",
+            args: &args,
+            env: vec![],
+            timeout,
+        };
+        run(&spec, |_| {}, &CancelToken::new(), || false).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn captures_stdout_and_stderr_tail() {
+        let f = sh("echo one; echo two; echo oops >&2; exit 3", None);
+        match f.ending {
+            Ending::Exited { code, stdout } => {
+                assert_eq!(code, Some(3));
+                assert_eq!(last_line(&stdout), Some("two"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(f.stderr_tail, vec!["oops".to_string()]);
+    }
+
+    #[test]
+    fn timeout_kills_the_whole_group() {
+        let start = Instant::now();
+        // A grandchild holding stdout open must not keep us waiting.
+        let f = sh("sleep 30 & sleep 30", Some(Duration::from_millis(200)));
+        assert!(matches!(f.ending, Ending::TimedOut));
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn stop_request_is_honoured() {
+        let args = vec!["-c".to_string(), "sleep 30".to_string()];
+        let spec = Spawn {
+            command: "sh",
+            args: &args,
+            env: vec![],
+            timeout: None,
+        };
+        let start = Instant::now();
+        let f = run(
+            &spec,
+            |_| {},
+            &CancelToken::new(),
+            || start.elapsed() > Duration::from_millis(300),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(f.ending, Ending::Stopped));
+    }
+
+    #[test]
+    fn a_grandchild_holding_stdout_does_not_block_after_exit() {
+        let start = Instant::now();
+        let f = sh("(sleep 30) & echo HASH", None);
+        match f.ending {
+            Ending::Exited { code, stdout } => {
+                assert_eq!(code, Some(0));
+                assert_eq!(last_line(&stdout), Some("HASH"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "waited {:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn last_line_skips_blank_lines() {
+        assert_eq!(last_line("a\nb\n\n  \n"), Some("b"));
+        assert_eq!(last_line(""), None);
+    }
+}

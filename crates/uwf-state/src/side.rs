@@ -1,0 +1,249 @@
+//! The side tables of active threads: `waiting.yaml` (threads waiting for
+//! a person) and `attempts.yaml` (each thread's newest failed attempt).
+//!
+//! Both follow the rules of [`crate::state`]: every change happens under
+//! the state lock and rewrites the file atomically; reads take no lock.
+//! Neither is ever the truth about a thread's progress, which stays in
+//! `threads.yaml` and the CAS:
+//!
+//! - a waiting entry counts only while its thread is active **with the
+//!   entry's head**; once the head moves (an answer, a fork's own id, a
+//!   kill) the entry is stale, readers skip it and the next write drops it.
+//!   A crash can therefore never leave a thread "waiting" by mistake, and
+//!   answering needs no second write to clear it;
+//! - an attempts entry points at a CAS node written (and fsynced) before
+//!   the entry, so it never dangles; the new node links the previous one
+//!   (`prev`), read under the same lock, so concurrent failures of one
+//!   thread are all kept. `uwf cas gc` keeps the records of active threads
+//!   and (unless it is a dry run) drops the entries of the others.
+
+use std::path::PathBuf;
+
+use uwf_protocol::{AttemptsIndex, ThreadsIndex, WaitingIndex, WaitingRecord};
+
+use crate::state::{StateDir, StateError, load_yaml, store_yaml};
+
+/// File name of the waiting table.
+pub const WAITING_FILE: &str = "waiting.yaml";
+/// File name of the attempts table.
+pub const ATTEMPTS_FILE: &str = "attempts.yaml";
+
+/// Whether `record` still describes `thread` given the active threads.
+fn current(threads: &ThreadsIndex, thread: &str, record: &WaitingRecord) -> bool {
+    threads.get(thread) == Some(&record.head)
+}
+
+impl StateDir {
+    /// `<root>/waiting.yaml`.
+    pub fn waiting_path(&self) -> PathBuf {
+        self.root().join(WAITING_FILE)
+    }
+
+    /// `<root>/attempts.yaml`.
+    pub fn attempts_path(&self) -> PathBuf {
+        self.root().join(ATTEMPTS_FILE)
+    }
+
+    /// The threads waiting now: the entries of `waiting.yaml` whose thread
+    /// is active at the entry's head (stale ones are left out).
+    pub fn waiting(&self) -> Result<WaitingIndex, StateError> {
+        let all: WaitingIndex = load_yaml(&self.waiting_path())?.unwrap_or_default();
+        // Only the waiting threads' heads are read, not every thread's.
+        let mut out = WaitingIndex::new();
+        for (thread, record) in all {
+            if self.thread_head(&thread)?.as_deref() == Some(record.head.as_str()) {
+                out.insert(thread, record);
+            }
+        }
+        Ok(out)
+    }
+
+    /// What `thread` waits for now, if anything.
+    pub fn waiting_of(&self, thread: &str) -> Result<Option<WaitingRecord>, StateError> {
+        Ok(self.waiting()?.remove(thread))
+    }
+
+    /// Records that `thread` waits, as `record` says. Returns `true` if this
+    /// starts a wait, `false` if the thread already waited at that head for
+    /// that role (the first record, with its `since`, is kept).
+    ///
+    /// Fails with [`StateError::Conflict`] unless the thread is active at
+    /// `record.head`: a thread that moved on or was killed does not wait.
+    /// Stale entries are dropped on the way.
+    pub fn mark_waiting(&self, thread: &str, record: WaitingRecord) -> Result<bool, StateError> {
+        self.locked(|| {
+            let threads: ThreadsIndex = self.threads()?;
+            if threads.get(thread) != Some(&record.head) {
+                return Err(StateError::Conflict {
+                    thread: thread.to_owned(),
+                    expected: record.head.clone(),
+                    actual: threads.get(thread).cloned(),
+                });
+            }
+            let path = self.waiting_path();
+            let mut all: WaitingIndex = load_yaml(&path)?.unwrap_or_default();
+            let before = all.len();
+            all.retain(|t, r| current(&threads, t, r));
+            let same = all
+                .get(thread)
+                .is_some_and(|r| r.role == record.role && r.child == record.child);
+            if same {
+                if all.len() != before {
+                    store_yaml(&path, &all)?;
+                }
+                return Ok(false);
+            }
+            all.insert(thread.to_owned(), record);
+            store_yaml(&path, &all)?;
+            Ok(true)
+        })
+    }
+
+    /// `attempts.yaml` as stored: thread → newest AttemptRecord node.
+    pub fn attempts(&self) -> Result<AttemptsIndex, StateError> {
+        load_yaml(&self.attempts_path()).map(Option::unwrap_or_default)
+    }
+
+    /// The newest AttemptRecord node of `thread`, if any.
+    pub fn attempt_head(&self, thread: &str) -> Result<Option<String>, StateError> {
+        Ok(self.attempts()?.remove(thread))
+    }
+
+    /// Adds an attempt record for `thread`: under the lock, `write` gets the
+    /// thread's newest record (the new one's `prev`), stores the new node
+    /// and returns its hash, which becomes the thread's newest record.
+    /// Nothing is changed if `write` fails.
+    pub fn record_attempt<E: From<StateError>>(
+        &self,
+        thread: &str,
+        write: impl FnOnce(Option<&str>) -> Result<String, E>,
+    ) -> Result<String, E> {
+        let mut out = None;
+        self.while_locked(|| -> Result<(), E> {
+            let path = self.attempts_path();
+            let mut all: AttemptsIndex = load_yaml(&path)?.unwrap_or_default();
+            let new = write(all.get(thread).map(String::as_str))?;
+            all.insert(thread.to_owned(), new.clone());
+            store_yaml(&path, &all)?;
+            out = Some(new);
+            Ok(())
+        })?;
+        Ok(out.unwrap_or_default())
+    }
+
+    /// For garbage collection, with the state lock already held (inside
+    /// [`while_locked`](StateDir::while_locked)): returns the newest attempt
+    /// record of every active thread, the roots that keep its records. With
+    /// `prune` (not for a dry run), also drops the entries of threads that
+    /// are no longer active from both tables, and stale waiting entries.
+    pub fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<String>, StateError> {
+        let threads: ThreadsIndex = self.threads()?;
+        let path = self.attempts_path();
+        let mut attempts: AttemptsIndex = load_yaml(&path)?.unwrap_or_default();
+        let before = attempts.len();
+        attempts.retain(|t, _| threads.contains_key(t));
+        if prune && attempts.len() != before {
+            store_yaml(&path, &attempts)?;
+        }
+        let wpath = self.waiting_path();
+        let mut waiting: WaitingIndex = load_yaml(&wpath)?.unwrap_or_default();
+        let before = waiting.len();
+        waiting.retain(|t, r| current(&threads, t, r));
+        if prune && waiting.len() != before {
+            store_yaml(&wpath, &waiting)?;
+        }
+        Ok(attempts.into_values().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(head: &str, role: &str) -> WaitingRecord {
+        WaitingRecord {
+            head: head.into(),
+            role: role.into(),
+            prompt: "approve?".into(),
+            agent: "me".into(),
+            since: 1,
+            child: None,
+        }
+    }
+
+    #[test]
+    fn a_wait_counts_only_at_its_head() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let s = StateDir::new(dir.path());
+        s.insert_thread("T", "A").unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            s.mark_waiting("T", record("A", "reviewer"))
+                .unwrap_or(false)
+        );
+        // Again at the same head: not a new wait, `since` kept.
+        let mut later = record("A", "reviewer");
+        later.since = 99;
+        assert!(!s.mark_waiting("T", later).unwrap_or(true));
+        assert_eq!(s.waiting_of("T").ok().flatten().map(|r| r.since), Some(1));
+        // The head moves: the entry is stale at once.
+        s.swap_head("T", "A", "B").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.waiting_of("T").ok().flatten(), None);
+        // Waiting at a head the thread does not have is refused.
+        assert!(matches!(
+            s.mark_waiting("T", record("A", "reviewer")),
+            Err(StateError::Conflict { .. })
+        ));
+        // A killed thread does not wait either, and gc forgets it.
+        assert!(
+            s.mark_waiting("T", record("B", "reviewer"))
+                .unwrap_or(false)
+        );
+        s.archive("T", "W", None, "killed")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(s.waiting().unwrap_or_default().is_empty());
+        let roots = s
+            .side_table_roots_locked(true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(roots.is_empty());
+        let raw = std::fs::read_to_string(s.waiting_path()).unwrap_or_default();
+        assert!(!raw.contains("T:"), "{raw}");
+    }
+
+    #[test]
+    fn attempts_chain_and_survive_only_for_active_threads() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let s = StateDir::new(dir.path());
+        s.insert_thread("T", "A").unwrap_or_else(|e| panic!("{e}"));
+        s.insert_thread("U", "A").unwrap_or_else(|e| panic!("{e}"));
+        let first = s.record_attempt("T", |prev| -> Result<String, StateError> {
+            assert_eq!(prev, None);
+            Ok("R1".into())
+        });
+        assert_eq!(first.ok().as_deref(), Some("R1"));
+        let second = s.record_attempt("T", |prev| -> Result<String, StateError> {
+            assert_eq!(prev, Some("R1"));
+            Ok("R2".into())
+        });
+        assert_eq!(second.ok().as_deref(), Some("R2"));
+        let failed = s.record_attempt("T", |_| -> Result<String, StateError> {
+            Err(StateError::NotActive { thread: "T".into() })
+        });
+        assert!(failed.is_err());
+        assert_eq!(s.attempt_head("T").ok().flatten().as_deref(), Some("R2"));
+        s.record_attempt("U", |_| -> Result<String, StateError> { Ok("R9".into()) })
+            .unwrap_or_else(|e| panic!("{e}"));
+        s.archive("U", "W", None, "done")
+            .unwrap_or_else(|e| panic!("{e}"));
+        // A dry run changes nothing; a real one drops U's entry.
+        let roots = s
+            .side_table_roots_locked(false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(roots, vec!["R2".to_string()]);
+        assert_eq!(s.attempt_head("U").ok().flatten().as_deref(), Some("R9"));
+        let roots = s
+            .side_table_roots_locked(true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(roots, vec!["R2".to_string()]);
+        assert_eq!(s.attempt_head("U").ok().flatten(), None);
+    }
+}

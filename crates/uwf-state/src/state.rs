@@ -1,0 +1,2558 @@
+//! The mutable state files of a storage root.
+//!
+//! ```text
+//! <root>/
+//! ├── threads.yaml    active thread id → head hash
+//! ├── registry.yaml   workflow name → Workflow node hash
+//! ├── history.jsonl   one JSON line per archived thread
+//! ├── config.yaml     providers, models, agents (read only here)
+//! ├── .env            API keys (loaded into the environment)
+//! └── .state.lock     the advisory lock serialising every mutation
+//! ```
+//!
+//! Rules:
+//! - every mutation happens under one exclusive lock on `.state.lock`,
+//!   re-reads the file it changes and rewrites it atomically
+//!   ([`write_atomic`]); `history.jsonl` only grows ([`append_line`]);
+//! - reads take no lock: atomic renames give them consistent snapshots;
+//! - a missing file is empty; a file that cannot be parsed is an error
+//!   naming the file, line and column, and a mutation refuses to touch it:
+//!   uwf never replaces a file it cannot parse;
+//! - archiving appends to the history before removing the thread from
+//!   `threads.yaml`, so a crash in between leaves the thread in both places
+//!   (readers treat "active" as authoritative) instead of losing it.
+
+use std::cell::Cell;
+use std::fmt;
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use miette::Diagnostic;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use thiserror::Error;
+use uwf_protocol::{HistoryEntry, ThreadsIndex, WorkflowConfig, WorkflowRegistry};
+
+use uwf_util::atomic::{AtomicError, append_line, write_atomic, write_atomic_with_mode};
+use uwf_util::lock::{FileLock, LockError};
+
+/// File name of the active-threads index.
+pub const THREADS_FILE: &str = "threads.yaml";
+/// File name of the workflow registry.
+pub const REGISTRY_FILE: &str = "registry.yaml";
+/// File name of the archive log.
+pub const HISTORY_FILE: &str = "history.jsonl";
+/// File name of the configuration.
+pub const CONFIG_FILE: &str = "config.yaml";
+/// File name of the secrets file.
+pub const ENV_FILE: &str = ".env";
+/// File name of the lock serialising every mutation.
+pub const LOCK_FILE: &str = ".state.lock";
+
+/// How long a mutation waits for [`LOCK_FILE`] before giving up.
+///
+/// Mutations hold the lock for milliseconds, so reaching this means a
+/// wedged process; failing with a clear error beats hanging.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Help shown with every [`StateError::Parse`].
+pub const PARSE_HELP: &str = "fix or move the file; uwf never overwrites a file it cannot parse";
+
+/// A failure reading or changing the state files.
+#[derive(Debug, Error, Diagnostic)]
+pub enum StateError {
+    /// Reading, creating or truncating a file failed.
+    #[error("cannot access {}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// A state file exists but cannot be parsed.
+    #[error("cannot parse {} at {}: {message}", path.display(), Position(*line, *column))]
+    #[diagnostic(help("{PARSE_HELP}"))]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// One-based line of the problem (0 if unknown).
+        line: usize,
+        /// One-based column of the problem (0 if unknown).
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The state lock could not be taken.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Lock(#[from] LockError),
+    /// A file could not be written.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Atomic(#[from] AtomicError),
+    /// [`StateDir::insert_thread`] with an id that is already active.
+    #[error("thread {thread} already exists in {THREADS_FILE}")]
+    #[diagnostic(help("thread ids must be unique; start the thread with a fresh id"))]
+    ThreadExists {
+        /// The thread id.
+        thread: String,
+    },
+    /// A compare-and-swap on a thread's head lost: someone else moved or
+    /// archived the thread since it was read.
+    #[error(
+        "thread {thread} changed concurrently: expected head {expected}, {}",
+        Actual(actual)
+    )]
+    Conflict {
+        /// The thread id.
+        thread: String,
+        /// The head the caller expected.
+        expected: String,
+        /// The head found, or `None` if the thread is no longer active.
+        actual: Option<String>,
+    },
+    /// A thread id that cannot name a thread (not ASCII letters and digits).
+    #[error("{thread:?} is not a thread id")]
+    BadThreadId {
+        /// The text given.
+        thread: String,
+    },
+    /// The thread is not active.
+    #[error("thread {thread} is not active")]
+    NotActive {
+        /// The thread id.
+        thread: String,
+    },
+    /// Nothing says which agent runs a role.
+    #[error("no agent configured for role {role:?} of workflow {workflow:?}")]
+    NoAgent {
+        /// The workflow name.
+        workflow: String,
+        /// The role.
+        role: String,
+    },
+    /// `defaultAgent` or an `agentOverrides` entry names an alias that is
+    /// not defined under `agents`.
+    #[error("agent alias {alias:?} is not defined under `agents` in {}", path.display())]
+    #[diagnostic(help(
+        "define it under `agents:` or point defaultAgent / agentOverrides at an existing alias"
+    ))]
+    UnknownAgentAlias {
+        /// The alias.
+        alias: String,
+        /// The configuration file.
+        path: PathBuf,
+    },
+    /// An agent command line that cannot be split into a command and args.
+    #[error("invalid agent command {command:?}: {source}")]
+    #[diagnostic(help(
+        "give a program and its arguments, quoting with '…' or \"…\"; variables and globs are not expanded"
+    ))]
+    AgentCommand {
+        /// The command line as given.
+        command: String,
+        /// Why it cannot be split.
+        source: SplitError,
+    },
+    /// A malformed line in the `.env` file.
+    #[error("cannot parse {} at line {line}: {message}", path.display())]
+    #[diagnostic(help("fix the line; entries look like KEY=value, and quotes must be closed"))]
+    Env {
+        /// The file.
+        path: PathBuf,
+        /// One-based line of the problem.
+        line: usize,
+        /// What is wrong (never the line's content, which may hold a secret).
+        message: String,
+    },
+}
+
+/// Formats a one-based line/column pair, or says it is unknown.
+struct Position(usize, usize);
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.0, self.1) {
+            (0, _) => f.write_str("an unknown position"),
+            (line, 0) => write!(f, "line {line}"),
+            (line, column) => write!(f, "line {line}, column {column}"),
+        }
+    }
+}
+
+/// Formats the `actual` of a [`StateError::Conflict`].
+struct Actual<'a>(&'a Option<String>);
+
+impl fmt::Display for Actual<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(head) => write!(f, "found {head}"),
+            None => f.write_str("but it is no longer active"),
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The state files of one storage root.
+///
+/// Cheap to create and stateless: every call reads the files afresh, so any
+/// number of instances (in any number of processes) can share a root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDir {
+    root: PathBuf,
+    lock_timeout: Duration,
+}
+
+impl StateDir {
+    /// State files under `root`. Nothing is touched until a method is called.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        StateDir {
+            root: root.into(),
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+        }
+    }
+
+    /// The same root with a different lock timeout (default
+    /// [`DEFAULT_LOCK_TIMEOUT`]).
+    pub fn with_lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    /// The storage root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<root>/threads.yaml`.
+    pub fn threads_path(&self) -> PathBuf {
+        self.root.join(THREADS_FILE)
+    }
+
+    /// `<root>/registry.yaml`.
+    pub fn registry_path(&self) -> PathBuf {
+        self.root.join(REGISTRY_FILE)
+    }
+
+    /// `<root>/history.jsonl`.
+    pub fn history_path(&self) -> PathBuf {
+        self.root.join(HISTORY_FILE)
+    }
+
+    /// `<root>/config.yaml`.
+    pub fn config_path(&self) -> PathBuf {
+        self.root.join(CONFIG_FILE)
+    }
+
+    /// `<root>/.env`.
+    pub fn env_path(&self) -> PathBuf {
+        self.root.join(ENV_FILE)
+    }
+
+    /// `<root>/.state.lock`.
+    pub fn lock_path(&self) -> PathBuf {
+        self.root.join(LOCK_FILE)
+    }
+
+    // ----- threads -------------------------------------------------------
+
+    /// The active threads and their heads.
+    pub fn threads(&self) -> Result<ThreadsIndex, StateError> {
+        self.read_heads()
+    }
+
+    /// The head of `thread` if it is active.
+    pub fn thread_head(&self, thread: &str) -> Result<Option<String>, StateError> {
+        self.read_head(thread)
+    }
+
+    /// Adds a new active thread; [`StateError::ThreadExists`] if the id is
+    /// already active.
+    pub fn insert_thread(&self, thread: &str, head: &str) -> Result<(), StateError> {
+        self.locked(|| {
+            self.migrate_heads_locked()?;
+            if self.read_head(thread)?.is_some() {
+                return Err(StateError::ThreadExists {
+                    thread: thread.to_owned(),
+                });
+            }
+            self.write_head_locked(thread, head)
+        })
+    }
+
+    /// Compare-and-swap of a head: succeeds only if the thread is active and
+    /// its head is `expected`.
+    ///
+    /// Otherwise [`StateError::Conflict`] with `actual` set to the current
+    /// head, or `None` if the thread is no longer active.
+    pub fn swap_head(&self, thread: &str, expected: &str, new: &str) -> Result<(), StateError> {
+        self.locked(|| {
+            self.migrate_heads_locked()?;
+            check_head(self.read_head(thread)?, thread, Some(expected))?;
+            if expected == new {
+                return Ok(());
+            }
+            self.write_head_locked(thread, new)
+        })
+    }
+
+    /// Archives an active thread and returns the history entry written.
+    ///
+    /// Under the lock: checks the thread is active and, if `expected_head`
+    /// is given, that its head is that one; appends the entry to
+    /// `history.jsonl` (flushed to disk); then removes the thread from
+    /// `threads.yaml`. A crash between the last two steps leaves the thread
+    /// listed in both places rather than lost; archiving it again is fine.
+    ///
+    /// Errors: [`StateError::NotActive`] if the thread is not active and no
+    /// head was expected; [`StateError::Conflict`] if a head was expected
+    /// and the thread's head differs or it is no longer active (the same
+    /// answer [`swap_head`](Self::swap_head) gives). A corrupt
+    /// `threads.yaml` or `history.jsonl` stops it before anything is
+    /// written.
+    pub fn archive(
+        &self,
+        thread: &str,
+        workflow: &str,
+        expected_head: Option<&str>,
+        reason: &str,
+    ) -> Result<HistoryEntry, StateError> {
+        self.locked(|| {
+            self.migrate_heads_locked()?;
+            let head = check_head(self.read_head(thread)?, thread, expected_head)?;
+
+            let history_path = self.history_path();
+            match history_tail(&history_path)? {
+                Tail::Clean => {}
+                Tail::Unterminated => {
+                    // A complete record missing only its newline: end it.
+                    append_line(&history_path, "")?;
+                }
+                Tail::Torn { offset } => {
+                    // Left by a crashed append (all appends happen under this
+                    // lock, so nobody is writing it now). That thread is still
+                    // active and will be archived again; drop the fragment so
+                    // the next record starts on a line of its own.
+                    tracing::warn!(
+                        path = %history_path.display(),
+                        offset,
+                        "discarding an incomplete last line of the history (left by an interrupted write)"
+                    );
+                    truncate(&history_path, offset)?;
+                }
+            }
+
+            let entry = HistoryEntry {
+                thread: thread.to_owned(),
+                workflow: workflow.to_owned(),
+                head,
+                completed_at: now_ms(),
+                reason: Some(reason.to_owned()),
+            };
+            let line = serde_json::to_string(&entry).map_err(|e| StateError::Io {
+                path: history_path.clone(),
+                source: io::Error::other(e),
+            })?;
+            append_line(&history_path, &line)?;
+            #[cfg(test)]
+            tests::crash_point()?;
+
+            self.remove_head_locked(thread)?;
+            Ok(entry)
+        })
+    }
+
+    // ----- history -------------------------------------------------------
+
+    /// Every archived-thread record, in file order (empty if
+    /// `history.jsonl` is missing).
+    ///
+    /// Blank lines are skipped. An unparsable last line without a trailing
+    /// newline (a crash mid-append, or an append in progress) is ignored
+    /// with a warning; any other bad line is a [`StateError::Parse`] with
+    /// its line number. A thread archived twice (after a crash between the
+    /// two steps of [`archive`](Self::archive)) appears twice.
+    pub fn history(&self) -> Result<Vec<HistoryEntry>, StateError> {
+        let path = self.history_path();
+        let history = load_history(&path)?;
+        if let Tail::Torn { offset } = history.tail {
+            tracing::warn!(
+                path = %path.display(),
+                offset,
+                "ignoring an incomplete last line of the history (interrupted or in-progress write)"
+            );
+        }
+        Ok(history.entries)
+    }
+
+    /// The latest history entry of `thread`, if it was ever archived.
+    ///
+    /// Check [`thread_head`](Self::thread_head) first: a thread that is
+    /// active is active, whatever the history says.
+    pub fn find_archived(&self, thread: &str) -> Result<Option<HistoryEntry>, StateError> {
+        Ok(self
+            .history()?
+            .into_iter()
+            .rev()
+            .find(|e| e.thread == thread))
+    }
+
+    // ----- registry ------------------------------------------------------
+
+    /// Workflow name → Workflow node hash (empty if `registry.yaml` is
+    /// missing).
+    pub fn registry(&self) -> Result<WorkflowRegistry, StateError> {
+        load_yaml(&self.registry_path()).map(Option::unwrap_or_default)
+    }
+
+    /// Records `name → hash`; returns the previous hash, if any.
+    pub fn register_workflow(&self, name: &str, hash: &str) -> Result<Option<String>, StateError> {
+        self.locked(|| {
+            let path = self.registry_path();
+            let mut registry: WorkflowRegistry = load_yaml(&path)?.unwrap_or_default();
+            let previous = registry.insert(name.to_owned(), hash.to_owned());
+            if previous.as_deref() != Some(hash) {
+                store_yaml(&path, &registry)?;
+            }
+            Ok(previous)
+        })
+    }
+
+    // ----- config and environment ---------------------------------------
+
+    /// The parsed `config.yaml`, `None` if it is missing. An empty file (or
+    /// one holding only comments) is the default configuration.
+    pub fn config(&self) -> Result<Option<WorkflowConfig>, StateError> {
+        let path = self.config_path();
+        let Some(text) = read_text(&path)? else {
+            return Ok(None);
+        };
+        Ok(Some(parse_yaml(&path, &text)?.unwrap_or_default()))
+    }
+
+    /// [`resolve_agent`] against this root's `config.yaml`, with errors
+    /// naming its real path.
+    pub fn resolve_agent(
+        &self,
+        explicit: Option<&str>,
+        workflow: &str,
+        role: &str,
+    ) -> Result<ResolvedAgent, StateError> {
+        let config = self.config()?;
+        self.resolve_agent_with(config.as_ref(), explicit, workflow, role)
+    }
+
+    /// [`resolve_agent`](Self::resolve_agent) with a configuration already
+    /// read (so a caller that needs it for more than the agent reads it once).
+    pub fn resolve_agent_with(
+        &self,
+        config: Option<&WorkflowConfig>,
+        explicit: Option<&str>,
+        workflow: &str,
+        role: &str,
+    ) -> Result<ResolvedAgent, StateError> {
+        resolve_agent(config, explicit, workflow, role).map_err(|e| match e {
+            StateError::UnknownAgentAlias { alias, .. } => StateError::UnknownAgentAlias {
+                alias,
+                path: self.config_path(),
+            },
+            other => other,
+        })
+    }
+
+    /// Loads `<root>/.env` into the process environment without overriding
+    /// variables that are already set. A missing file is fine.
+    ///
+    /// The whole file is validated first, so a malformed line
+    /// ([`StateError::Env`], naming the line but never echoing it, as it
+    /// may hold a secret) sets nothing. Call this early, before starting
+    /// threads: changing the environment of a multi-threaded process races
+    /// with C code reading it.
+    pub fn load_env(&self) -> Result<(), StateError> {
+        let Some((path, text)) = self.env_text()? else {
+            return Ok(());
+        };
+        // Validated by `env_text`, so this cannot fail half-way.
+        dotenvy::from_read(text.as_bytes()).map_err(|e| env_error(&path, &text, text.len(), e))
+    }
+
+    /// The entries of `<root>/.env` as name/value pairs (empty if the file
+    /// is missing), validated like [`load_env`](Self::load_env) but without
+    /// touching the process environment: a long-running process hands them
+    /// to the agents it starts instead.
+    pub fn env_vars(&self) -> Result<Vec<(String, String)>, StateError> {
+        let Some((path, text)) = self.env_text()? else {
+            return Ok(Vec::new());
+        };
+        dotenvy::from_read_iter(text.as_bytes())
+            .map(|item| item.map_err(|e| env_error(&path, &text, text.len(), e)))
+            .collect()
+    }
+
+    /// The text of `.env`, checked; `None` if the file is missing.
+    fn env_text(&self) -> Result<Option<(PathBuf, String)>, StateError> {
+        let path = self.env_path();
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(StateError::Io { path, source }),
+        };
+        let text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(e) => {
+                let (line, _) = line_col(e.as_bytes(), e.utf8_error().valid_up_to());
+                return Err(StateError::Env {
+                    path,
+                    line,
+                    message: "not valid UTF-8".to_owned(),
+                });
+            }
+        };
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+        validate_env(&path, text)?;
+        Ok(Some((path, text.to_owned())))
+    }
+
+    /// Runs `f` while holding the state lock, so no thread or registry
+    /// change happens meanwhile (used by garbage collection). `f` may read
+    /// state but must not call the mutating methods: they would wait for the
+    /// lock `f` holds.
+    pub fn while_locked<T, E: From<StateError>>(
+        &self,
+        f: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        fs::create_dir_all(&self.root).map_err(|source| StateError::Io {
+            path: self.root.clone(),
+            source,
+        })?;
+        let _lock = FileLock::exclusive_timeout(&self.lock_path(), self.lock_timeout)
+            .map_err(StateError::from)?;
+        f()
+    }
+
+    // ----- internals -----------------------------------------------------
+
+    /// Runs `f` holding the state lock, creating the root if needed.
+    pub(crate) fn locked<T>(
+        &self,
+        f: impl FnOnce() -> Result<T, StateError>,
+    ) -> Result<T, StateError> {
+        fs::create_dir_all(&self.root).map_err(|source| StateError::Io {
+            path: self.root.clone(),
+            source,
+        })?;
+        let _lock = FileLock::exclusive_timeout(&self.lock_path(), self.lock_timeout)?;
+        f()
+    }
+}
+
+/// The current head of `thread` (`current`), checked against `expected`
+/// if given.
+fn check_head(
+    current: Option<String>,
+    thread: &str,
+    expected: Option<&str>,
+) -> Result<String, StateError> {
+    match (current, expected) {
+        (Some(actual), Some(expected)) if actual != expected => Err(StateError::Conflict {
+            thread: thread.to_owned(),
+            expected: expected.to_owned(),
+            actual: Some(actual),
+        }),
+        (Some(actual), _) => Ok(actual),
+        (None, Some(expected)) => Err(StateError::Conflict {
+            thread: thread.to_owned(),
+            expected: expected.to_owned(),
+            actual: None,
+        }),
+        (None, None) => Err(StateError::NotActive {
+            thread: thread.to_owned(),
+        }),
+    }
+}
+
+// ----- file helpers ------------------------------------------------------
+
+/// The file's bytes, `None` if it does not exist.
+fn read_bytes(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(StateError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// The file as UTF-8 text, `None` if it does not exist.
+fn read_text(path: &Path) -> Result<Option<String>, StateError> {
+    let Some(bytes) = read_bytes(path)? else {
+        return Ok(None);
+    };
+    String::from_utf8(bytes).map(Some).map_err(|e| {
+        let (line, column) = line_col(e.as_bytes(), e.utf8_error().valid_up_to());
+        StateError::Parse {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message: "not valid UTF-8".to_owned(),
+        }
+    })
+}
+
+/// One-based line and column (in characters) of byte `offset` in `bytes`.
+fn line_col(bytes: &[u8], offset: usize) -> (usize, usize) {
+    let before = &bytes[..offset.min(bytes.len())];
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+    let column = 1 + String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count();
+    (line, column)
+}
+
+/// Parses a YAML file; `Ok(None)` if it is missing or holds no document.
+pub(crate) fn load_yaml<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StateError> {
+    match read_text(path)? {
+        Some(text) => parse_yaml(path, &text),
+        None => Ok(None),
+    }
+}
+
+/// Parses YAML `text` read from `path`; `Ok(None)` for an empty document
+/// (nothing but blanks and comments, or `~`).
+fn parse_yaml<T: DeserializeOwned>(path: &Path, text: &str) -> Result<Option<T>, StateError> {
+    // Typed maps silently keep the last of duplicate keys; the untyped pass
+    // rejects them (and reports syntax errors) first.
+    serde_yaml::from_str::<serde_yaml::Value>(text).map_err(|e| yaml_error(path, &e))?;
+    serde_yaml::from_str::<Option<T>>(text).map_err(|e| yaml_error(path, &e))
+}
+
+fn yaml_error(path: &Path, e: &serde_yaml::Error) -> StateError {
+    let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+    StateError::Parse {
+        path: path.to_path_buf(),
+        line,
+        column,
+        message: without_position(e.to_string(), line, column),
+    }
+}
+
+/// Drops the " at line L column C" serde appends to its messages: the
+/// position is part of [`StateError::Parse`] already.
+fn without_position(mut message: String, line: usize, column: usize) -> String {
+    let suffix = format!(" at line {line} column {column}");
+    if let Some(i) = message.find(&suffix) {
+        message.replace_range(i..i + suffix.len(), "");
+    }
+    message
+}
+
+/// Atomically replaces a YAML state file with `value`.
+pub(crate) fn store_yaml<T: Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
+    let text = serde_yaml::to_string(value).map_err(|e| StateError::Io {
+        path: path.to_path_buf(),
+        source: io::Error::other(e),
+    })?;
+    write_atomic(path, text.as_bytes())?;
+    Ok(())
+}
+
+/// Cuts `path` down to its first `len` bytes and flushes it.
+fn truncate(path: &Path, len: usize) -> Result<(), StateError> {
+    let err = |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = OpenOptions::new().write(true).open(path).map_err(err)?;
+    file.set_len(u64::try_from(len).unwrap_or(u64::MAX))
+        .map_err(err)?;
+    file.sync_all().map_err(err)
+}
+
+// ----- history parsing ---------------------------------------------------
+
+/// How `history.jsonl` ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tail {
+    /// Empty, or the last byte is a newline (or only blanks follow it).
+    Clean,
+    /// The last line is a valid record without its newline.
+    Unterminated,
+    /// The last line has no newline and does not parse: a torn append that
+    /// starts at byte `offset`.
+    Torn {
+        /// Where the fragment starts (the length to truncate to).
+        offset: usize,
+    },
+}
+
+/// The parsed history.
+#[derive(Debug)]
+struct History {
+    entries: Vec<HistoryEntry>,
+    tail: Tail,
+}
+
+/// How `history.jsonl` ends, reading only its last lines: archiving costs
+/// the same however long the history is. A last complete line that does
+/// not parse is reported like [`StateDir::history`] reports it (then the
+/// whole file is read, to name its line).
+fn history_tail(path: &Path) -> Result<Tail, StateError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let err = |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Tail::Clean),
+        Err(e) => return Err(err(e)),
+    };
+    let len = file.metadata().map_err(err)?.len();
+    // Read backwards until the chunk holds the last two line ends (or the
+    // whole file).
+    let mut chunk = 4096u64;
+    let (start, bytes) = loop {
+        let start = len.saturating_sub(chunk);
+        file.seek(SeekFrom::Start(start)).map_err(err)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(err)?;
+        if start == 0 || bytes.iter().filter(|&&b| b == b'\n').count() >= 2 {
+            break (start, bytes);
+        }
+        chunk *= 4;
+    };
+    let cut = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let fragment = &bytes[cut..];
+    let fragment = fragment.strip_suffix(b"\r").unwrap_or(fragment);
+    if !fragment.iter().all(u8::is_ascii_whitespace) {
+        return Ok(match serde_json::from_slice::<HistoryEntry>(fragment) {
+            Ok(_) => Tail::Unterminated,
+            Err(_) => Tail::Torn {
+                offset: usize::try_from(start).unwrap_or(usize::MAX) + cut,
+            },
+        });
+    }
+    // The last complete line must be a record (or blank).
+    let body = &bytes[..cut.saturating_sub(1)];
+    let from = body.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let last = &body[from..];
+    let last = last.strip_suffix(b"\r").unwrap_or(last);
+    if !last.iter().all(u8::is_ascii_whitespace)
+        && serde_json::from_slice::<HistoryEntry>(last).is_err()
+    {
+        load_history(path)?;
+    }
+    Ok(Tail::Clean)
+}
+
+fn load_history(path: &Path) -> Result<History, StateError> {
+    match read_bytes(path)? {
+        Some(bytes) => parse_history(path, &bytes),
+        None => Ok(History {
+            entries: Vec::new(),
+            tail: Tail::Clean,
+        }),
+    }
+}
+
+/// Parses JSON lines, working on bytes so a torn multi-byte character in
+/// the last line does not make the whole file invalid.
+fn parse_history(path: &Path, bytes: &[u8]) -> Result<History, StateError> {
+    let mut entries = Vec::new();
+    let mut tail = Tail::Clean;
+    let mut offset = 0;
+    for (index, segment) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
+        let start = offset;
+        offset += segment.len();
+        let terminated = segment.last() == Some(&b'\n');
+        let line = segment.strip_suffix(b"\n").unwrap_or(segment);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<HistoryEntry>(line) {
+            Ok(entry) => {
+                entries.push(entry);
+                if !terminated {
+                    tail = Tail::Unterminated;
+                }
+            }
+            Err(_) if !terminated => tail = Tail::Torn { offset: start },
+            Err(e) => {
+                return Err(StateError::Parse {
+                    path: path.to_path_buf(),
+                    line: index + 1,
+                    column: e.column(),
+                    message: without_position(e.to_string(), e.line(), e.column()),
+                });
+            }
+        }
+    }
+    Ok(History { entries, tail })
+}
+
+// ----- .env --------------------------------------------------------------
+
+/// Checks every entry of a `.env` text, naming the line of the first bad one.
+fn validate_env(path: &Path, text: &str) -> Result<(), StateError> {
+    let consumed = Cell::new(0);
+    let mut reader = LineReader {
+        text: text.as_bytes(),
+        consumed: &consumed,
+    };
+    for item in dotenvy::from_read_iter(&mut reader) {
+        if let Err(e) = item {
+            return Err(env_error(path, text, consumed.get(), e));
+        }
+    }
+    Ok(())
+}
+
+/// Hands out at most one physical line per `read`, so dotenvy's internal
+/// buffer never runs ahead: when it reports an error, `consumed` is the end
+/// of the logical line that failed.
+struct LineReader<'a> {
+    text: &'a [u8],
+    consumed: &'a Cell<usize>,
+}
+
+impl io::Read for LineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let rest = &self.text[self.consumed.get()..];
+        let line_len = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(rest.len(), |i| i + 1);
+        let n = line_len.min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        self.consumed.set(self.consumed.get() + n);
+        Ok(n)
+    }
+}
+
+/// Turns a dotenvy error into [`StateError::Env`] without quoting the line
+/// (it may hold a secret). `end` is where the failing logical line ends.
+fn env_error(path: &Path, text: &str, end: usize, e: dotenvy::Error) -> StateError {
+    match e {
+        dotenvy::Error::LineParse(fragment, index) => {
+            // dotenvy reports a suffix of the failing logical line (the whole
+            // line, or its value) and a byte index into it.
+            let start = text[..end.min(text.len())].rfind(&fragment);
+            let at_end = index >= fragment.len();
+            let (line, column) = match start {
+                // An unclosed quote runs to the end: point at the entry.
+                Some(start) if at_end => line_col(text.as_bytes(), start),
+                Some(start) => line_col(text.as_bytes(), start + index),
+                None => line_col(text.as_bytes(), end),
+            };
+            let message = if at_end {
+                "the entry never ends (an unclosed quote or a trailing backslash)".to_owned()
+            } else {
+                format!("invalid syntax at column {column}")
+            };
+            StateError::Env {
+                path: path.to_path_buf(),
+                line,
+                message,
+            }
+        }
+        dotenvy::Error::Io(source) => StateError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => StateError::Env {
+            path: path.to_path_buf(),
+            line: line_col(text.as_bytes(), end).0,
+            message: other.to_string(),
+        },
+    }
+}
+
+// ----- agent resolution --------------------------------------------------
+
+/// Which setting chose the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentSource {
+    /// An explicit choice, e.g. `--agent`.
+    Explicit,
+    /// `agentOverrides[workflow][role]` in `config.yaml`.
+    Override,
+    /// `defaultAgent` in `config.yaml`.
+    Default,
+}
+
+impl fmt::Display for AgentSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AgentSource::Explicit => "--agent",
+            AgentSource::Override => "agentOverrides",
+            AgentSource::Default => "defaultAgent",
+        })
+    }
+}
+
+/// The agent that runs a role: spawn `command args… <thread> <role>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedAgent {
+    /// Program name (looked up on `PATH`) or path.
+    pub command: String,
+    /// Arguments placed before the thread id and role.
+    pub args: Vec<String>,
+    /// What to record as the step's agent: the alias name, or the command
+    /// line exactly as given.
+    pub label: String,
+    /// Which setting chose it.
+    pub source: AgentSource,
+    /// A person answers this role (`human: true` in `config.yaml`): there
+    /// is no command to run; the step waits for `uwf thread answer`.
+    pub human: bool,
+}
+
+/// Resolves which agent runs `role` of `workflow`.
+///
+/// Precedence: `explicit` (e.g. `--agent`) > `config.agentOverrides[workflow][role]`
+/// > `config.defaultAgent`.
+///
+/// An explicit value naming an alias under `config.agents` resolves to that
+/// alias; anything else is a command line, split by
+/// [`split_command_line`] (an unknown alias is therefore simply a command).
+/// Values from the configuration must name aliases:
+/// [`StateError::UnknownAgentAlias`] otherwise (its `path` is the bare
+/// [`CONFIG_FILE`] name; [`StateDir::resolve_agent`] fills in the real one).
+/// Nothing applicable is [`StateError::NoAgent`].
+pub fn resolve_agent(
+    config: Option<&WorkflowConfig>,
+    explicit: Option<&str>,
+    workflow: &str,
+    role: &str,
+) -> Result<ResolvedAgent, StateError> {
+    let alias = |name: &str, source| {
+        config
+            .and_then(|c| c.agents.get(name))
+            .map(|agent| ResolvedAgent {
+                command: agent.command.clone(),
+                args: agent.args.clone(),
+                label: name.to_owned(),
+                source,
+                human: agent.human,
+            })
+    };
+    // An alias that is neither a person nor a program cannot run anything.
+    let usable = |agent: ResolvedAgent| {
+        if agent.human || !agent.command.trim().is_empty() {
+            Ok(agent)
+        } else {
+            Err(StateError::AgentCommand {
+                command: agent.label.clone(),
+                source: SplitError::Empty,
+            })
+        }
+    };
+
+    if let Some(explicit) = explicit {
+        if let Some(agent) = alias(explicit, AgentSource::Explicit) {
+            return usable(agent);
+        }
+        let mut words =
+            split_command_line(explicit).map_err(|source| StateError::AgentCommand {
+                command: explicit.to_owned(),
+                source,
+            })?;
+        if words.first().is_none_or(String::is_empty) {
+            return Err(StateError::AgentCommand {
+                command: explicit.to_owned(),
+                source: SplitError::Empty,
+            });
+        }
+        let command = words.remove(0);
+        return Ok(ResolvedAgent {
+            command,
+            args: words,
+            label: explicit.to_owned(),
+            source: AgentSource::Explicit,
+            human: false,
+        });
+    }
+
+    let Some(config) = config else {
+        return Err(no_agent(workflow, role));
+    };
+    let overridden = config
+        .agent_overrides
+        .as_ref()
+        .and_then(|o| o.get(workflow))
+        .and_then(|roles| roles.get(role));
+    let (name, source) = match (overridden, &config.default_agent) {
+        (Some(name), _) => (name, AgentSource::Override),
+        (None, Some(name)) => (name, AgentSource::Default),
+        (None, None) => return Err(no_agent(workflow, role)),
+    };
+    usable(
+        alias(name, source).ok_or_else(|| StateError::UnknownAgentAlias {
+            alias: name.clone(),
+            path: PathBuf::from(CONFIG_FILE),
+        })?,
+    )
+}
+
+fn no_agent(workflow: &str, role: &str) -> StateError {
+    StateError::NoAgent {
+        workflow: workflow.to_owned(),
+        role: role.to_owned(),
+    }
+}
+
+/// Why a command line cannot be split.
+#[derive(Debug, Clone, PartialEq, Eq, Error, Diagnostic)]
+pub enum SplitError {
+    /// Nothing but whitespace, or an empty program name.
+    #[error("the command is empty")]
+    Empty,
+    /// A quote is never closed.
+    #[error("the {quote} quote at character {pos} is never closed")]
+    UnterminatedQuote {
+        /// `'` or `"`.
+        quote: char,
+        /// Zero-based character position of the opening quote.
+        pos: usize,
+    },
+    /// The line ends with an unescaped backslash.
+    #[error("the command ends with a backslash that escapes nothing")]
+    TrailingBackslash,
+}
+
+/// Splits a command line into words like a POSIX shell, minus everything
+/// but quoting: no variables, globs, tildes, pipes or redirections.
+///
+/// - Unquoted whitespace separates words.
+/// - `'…'` is literal; it cannot contain `'`.
+/// - `"…"` is literal except that `\` escapes `"`, `\`, `$`, `` ` `` and a
+///   newline (which disappears); before anything else it stays a backslash.
+/// - Outside quotes, `\` makes the next character literal; `\` + newline
+///   disappears.
+/// - Quoted pieces join adjacent text (`a'b c'd` is one word), and `''`
+///   is an empty word.
+///
+/// Errors on unterminated quotes, a trailing backslash, or no words at all.
+pub fn split_command_line(input: &str) -> Result<Vec<String>, SplitError> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    // Whether a word has started (so `''` yields an empty word).
+    let mut in_word = false;
+    let mut chars = input.chars().enumerate();
+    while let Some((pos, c)) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            '\\' => match chars.next() {
+                Some((_, '\n')) => {}
+                Some((_, next)) => {
+                    word.push(next);
+                    in_word = true;
+                }
+                None => return Err(SplitError::TrailingBackslash),
+            },
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some((_, '\'')) => break,
+                        Some((_, inner)) => word.push(inner),
+                        None => return Err(SplitError::UnterminatedQuote { quote: '\'', pos }),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some((_, '"')) => break,
+                        Some((_, '\\')) => match chars.next() {
+                            Some((_, '\n')) => {}
+                            Some((_, escaped @ ('"' | '\\' | '$' | '`'))) => word.push(escaped),
+                            Some((_, other)) => {
+                                word.push('\\');
+                                word.push(other);
+                            }
+                            None => {
+                                return Err(SplitError::UnterminatedQuote { quote: '"', pos });
+                            }
+                        },
+                        Some((_, inner)) => word.push(inner),
+                        None => return Err(SplitError::UnterminatedQuote { quote: '"', pos }),
+                    }
+                }
+            }
+            other => {
+                word.push(other);
+                in_word = true;
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    if words.is_empty() {
+        return Err(SplitError::Empty);
+    }
+    Ok(words)
+}
+
+// ----- editing config.yaml and .env --------------------------------------
+
+/// The text of `config.yaml` and `.env`, as read by
+/// [`StateDir::config_files`] and rewritten by
+/// [`StateDir::edit_config_files`].
+///
+/// `Debug` never shows the `.env` text: it holds secrets.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ConfigFiles {
+    /// `config.yaml`; `None` if it does not exist.
+    pub config: Option<String>,
+    /// `.env`; `None` if it does not exist. Holds API keys: never log it.
+    pub env: Option<String>,
+}
+
+impl fmt::Debug for ConfigFiles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfigFiles")
+            .field("config", &self.config)
+            .field("env", &self.env.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// What [`StateDir::edit_config_files`] wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConfigFilesWritten {
+    /// `config.yaml` was created or replaced.
+    pub config: bool,
+    /// `.env` was created or replaced (always with mode `0600`).
+    pub env: bool,
+    /// The permission bits `.env` had before, when they let users other
+    /// than its owner in (it has been rewritten with `0600`).
+    pub env_loose_mode: Option<u32>,
+}
+
+/// Permission bits of the `.env` file uwf writes: owner read/write only.
+pub const ENV_FILE_MODE: u32 = 0o600;
+
+impl StateDir {
+    /// The current `config.yaml` and `.env`, read without the lock.
+    ///
+    /// Both are checked: a `config.yaml` that is not a valid
+    /// [`WorkflowConfig`] is [`StateError::Parse`] (file, line, column), a
+    /// malformed `.env` is [`StateError::Env`] (file and line, never the
+    /// line's content).
+    pub fn config_files(&self) -> Result<ConfigFiles, StateError> {
+        let config = self.config_path();
+        let config = match read_text(&config)? {
+            Some(text) => {
+                parse_yaml::<WorkflowConfig>(&config, &text)?;
+                Some(text)
+            }
+            None => None,
+        };
+        let env = self.env_path();
+        let env = match read_bytes(&env)? {
+            Some(bytes) => Some(checked_env_text(&env, bytes)?),
+            None => None,
+        };
+        Ok(ConfigFiles { config, env })
+    }
+
+    /// Read-modify-write of `config.yaml` and `.env` together, under the
+    /// state lock.
+    ///
+    /// Under the lock the files are read and checked as in
+    /// [`config_files`](Self::config_files) (a file that does not parse is
+    /// an error and nothing is written), then `edit` gets them and returns
+    /// the new texts (`None`: leave that file alone) plus a value passed
+    /// back to the caller. The new texts are checked the same way; then
+    /// `.env` is written (if it changed, or if its permission bits let
+    /// other users in) with mode [`ENV_FILE_MODE`], then `config.yaml` (if
+    /// it changed), each atomically ([`write_atomic`]). Unchanged files are
+    /// not touched.
+    pub fn edit_config_files<T, E: From<StateError>>(
+        &self,
+        edit: impl FnOnce(&ConfigFiles) -> Result<(ConfigFiles, T), E>,
+    ) -> Result<(ConfigFilesWritten, T), E> {
+        self.while_locked(|| self.edit_config_files_locked(edit))
+    }
+
+    /// [`edit_config_files`](Self::edit_config_files) once the lock is held.
+    fn edit_config_files_locked<T, E: From<StateError>>(
+        &self,
+        edit: impl FnOnce(&ConfigFiles) -> Result<(ConfigFiles, T), E>,
+    ) -> Result<(ConfigFilesWritten, T), E> {
+        let current = self.config_files()?;
+        let (new, value) = edit(&current)?;
+        let mut written = ConfigFilesWritten::default();
+
+        let env_path = self.env_path();
+        let env_loose_mode = loose_mode(&env_path);
+        let new_env = match new.env {
+            Some(text) if current.env.as_ref() != Some(&text) => {
+                checked_env_text(&env_path, text.clone().into_bytes())
+                    .map_err(|e| invalid_new(e, &env_path))?;
+                Some(text)
+            }
+            _ if env_loose_mode.is_some() => current.env.clone(),
+            _ => None,
+        };
+        let config_path = self.config_path();
+        let new_config = match new.config {
+            Some(text) if current.config.as_ref() != Some(&text) => {
+                parse_yaml::<WorkflowConfig>(&config_path, &text)
+                    .map_err(|e| invalid_new(e, &config_path))?;
+                Some(text)
+            }
+            _ => None,
+        };
+        if let Some(text) = new_env {
+            write_atomic_with_mode(&env_path, text.as_bytes(), ENV_FILE_MODE)
+                .map_err(StateError::from)?;
+            written.env = true;
+            written.env_loose_mode = env_loose_mode;
+        }
+        if let Some(text) = new_config {
+            write_atomic(&config_path, text.as_bytes()).map_err(StateError::from)?;
+            written.config = true;
+        }
+        Ok((written, value))
+    }
+}
+
+/// `.env` bytes as text, checked like [`StateDir::load_env`] checks them.
+fn checked_env_text(path: &Path, bytes: Vec<u8>) -> Result<String, StateError> {
+    let text = String::from_utf8(bytes).map_err(|e| StateError::Env {
+        path: path.to_path_buf(),
+        line: line_col(e.as_bytes(), e.utf8_error().valid_up_to()).0,
+        message: "not valid UTF-8".to_owned(),
+    })?;
+    validate_env(path, text.strip_prefix('\u{feff}').unwrap_or(&text))?;
+    Ok(text)
+}
+
+/// Marks an error found in text about to be written (not in the file on
+/// disk, which is left alone).
+fn invalid_new(e: StateError, path: &Path) -> StateError {
+    let prefix = "the new content would be invalid (nothing was written)";
+    match e {
+        StateError::Parse {
+            line,
+            column,
+            message,
+            ..
+        } => StateError::Parse {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message: format!("{prefix}: {message}"),
+        },
+        StateError::Env { line, message, .. } => StateError::Env {
+            path: path.to_path_buf(),
+            line,
+            message: format!("{prefix}: {message}"),
+        },
+        other => other,
+    }
+}
+
+/// The permission bits of `path` if group or others have any access
+/// (`None` if it is private, missing, or off Unix).
+fn loose_mode(path: &Path) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::metadata(path)
+            .ok()
+            .map(|m| m.permissions().mode() & 0o7777)
+            .filter(|mode| mode & 0o077 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::process::Command;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Barrier};
+    use std::thread;
+
+    use tempfile::TempDir;
+    use uwf_protocol::AgentConfig;
+
+    const T1: &str = "01J7K9M2XNPQR5VWBCDF8G3H4T";
+    const T2: &str = "01J8AB3QRMSTV6WKXZ2C4DF7GN";
+    const H0: &str = "8FWKR3TN5V1QA";
+    const H1: &str = "3CNWT9KR6D2HV";
+    const H2: &str = "0000000000002";
+    const WF: &str = "AAAAAAAAAAAAA";
+
+    fn setup() -> (TempDir, StateDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path());
+        (dir, state)
+    }
+
+    /// A distinct, valid thread id.
+    fn tid(worker: usize, i: usize) -> String {
+        uwf_util::ids::ThreadId::from(ulid::Ulid((worker as u128) << 64 | i as u128)).to_string()
+    }
+
+    fn expect_parse(err: StateError, path: &Path, line: usize) -> (usize, String) {
+        let text = err.to_string();
+        match err {
+            StateError::Parse {
+                path: p,
+                line: l,
+                column,
+                message,
+            } => {
+                assert_eq!(p, path);
+                assert_eq!(l, line, "{text}");
+                assert!(text.contains(&path.display().to_string()), "{text}");
+                assert!(text.contains(&format!("line {line}")), "{text}");
+                (column, message)
+            }
+            other => panic!("expected a parse error, got {other:?}"),
+        }
+    }
+
+    // ----- paths and empty state -----------------------------------------
+
+    #[test]
+    fn paths() {
+        let s = StateDir::new("/r");
+        assert_eq!(s.root(), Path::new("/r"));
+        assert_eq!(s.threads_path(), Path::new("/r/threads.yaml"));
+        assert_eq!(s.registry_path(), Path::new("/r/registry.yaml"));
+        assert_eq!(s.history_path(), Path::new("/r/history.jsonl"));
+        assert_eq!(s.config_path(), Path::new("/r/config.yaml"));
+        assert_eq!(s.env_path(), Path::new("/r/.env"));
+        assert_eq!(s.lock_path(), Path::new("/r/.state.lock"));
+    }
+
+    #[test]
+    fn missing_files_are_empty_and_reads_create_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("not-yet");
+        let s = StateDir::new(&root);
+        assert!(s.threads().unwrap().is_empty());
+        assert_eq!(s.thread_head(T1).unwrap(), None);
+        assert!(s.registry().unwrap().is_empty());
+        assert!(s.history().unwrap().is_empty());
+        assert_eq!(s.find_archived(T1).unwrap(), None);
+        assert_eq!(s.config().unwrap(), None);
+        s.load_env().unwrap();
+        assert!(!root.exists());
+    }
+
+    #[test]
+    fn empty_and_comment_only_files_are_empty() {
+        let (_d, s) = setup();
+        fs::write(s.threads_path(), "").unwrap();
+        fs::write(s.registry_path(), "# nothing yet\n").unwrap();
+        fs::write(s.config_path(), "# defaults\n").unwrap();
+        fs::write(s.history_path(), "\n  \n").unwrap();
+        assert!(s.threads().unwrap().is_empty());
+        assert!(s.registry().unwrap().is_empty());
+        assert_eq!(s.config().unwrap(), Some(WorkflowConfig::default()));
+        assert!(s.history().unwrap().is_empty());
+        s.insert_thread(T1, H0).unwrap();
+        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H0));
+    }
+
+    #[test]
+    fn mutations_create_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = StateDir::new(dir.path().join("a").join("b"));
+        s.insert_thread(T1, H0).unwrap();
+        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H0));
+        assert!(s.lock_path().exists());
+    }
+
+    // ----- threads --------------------------------------------------------
+
+    #[test]
+    fn threads_round_trip() {
+        let (_d, s) = setup();
+        s.insert_thread(T1, H0).unwrap();
+        s.insert_thread(T2, H1).unwrap();
+        let threads = s.threads().unwrap();
+        assert_eq!(threads.len(), 2);
+        assert_eq!(threads[T1], H0);
+        assert_eq!(threads[T2], H1);
+        // One file per thread holding the head and a newline (docs/state.md).
+        let text = fs::read_to_string(s.heads_dir().join(T1)).unwrap();
+        assert_eq!(text, format!("{H0}\n"));
+        assert!(!s.threads_path().exists(), "no threads.yaml in a new store");
+        // A fresh instance sees the same.
+        assert_eq!(StateDir::new(s.root()).threads().unwrap(), threads);
+
+        let err = s.insert_thread(T1, H2).unwrap_err();
+        assert!(matches!(&err, StateError::ThreadExists { thread } if thread == T1));
+        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H0));
+    }
+
+    #[test]
+    fn reads_hand_written_threads_yaml() {
+        let (_d, s) = setup();
+        fs::write(
+            s.threads_path(),
+            format!("# active\n{T1}: \"{H0}\"\n'{T2}': {H1}\n"),
+        )
+        .unwrap();
+        let threads = s.threads().unwrap();
+        assert_eq!(threads[T1], H0);
+        assert_eq!(threads[T2], H1);
+    }
+
+    #[test]
+    fn swap_head_succeeds_only_from_the_expected_head() {
+        let (_d, s) = setup();
+        s.insert_thread(T1, H0).unwrap();
+        s.swap_head(T1, H0, H1).unwrap();
+        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H1));
+
+        // Wrong expected head.
+        let err = s.swap_head(T1, H0, H2).unwrap_err();
+        match &err {
+            StateError::Conflict {
+                thread,
+                expected,
+                actual,
+            } => {
+                assert_eq!(thread, T1);
+                assert_eq!(expected, H0);
+                assert_eq!(actual.as_deref(), Some(H1));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(err.to_string().contains(&format!("found {H1}")), "{err}");
+        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H1));
+
+        // Same head: a successful no-op.
+        s.swap_head(T1, H1, H1).unwrap();
+        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H1));
+
+        // Unknown thread.
+        let err = s.swap_head(T2, H0, H1).unwrap_err();
+        assert!(matches!(err, StateError::Conflict { actual: None, .. }));
+        assert_eq!(s.thread_head(T2).unwrap(), None);
+    }
+
+    #[test]
+    fn swap_head_on_an_archived_thread_conflicts() {
+        let (_d, s) = setup();
+        s.insert_thread(T1, H0).unwrap();
+        s.archive(T1, WF, Some(H0), "done").unwrap();
+        let err = s.swap_head(T1, H0, H1).unwrap_err();
+        assert!(
+            matches!(&err, StateError::Conflict { actual: None, expected, .. } if expected == H0)
+        );
+        assert!(err.to_string().contains("no longer active"), "{err}");
+        assert_eq!(s.thread_head(T1).unwrap(), None);
+    }
+
+    // ----- archive and history -------------------------------------------
+
+    #[test]
+    fn archive_appends_history_then_removes_the_thread() {
+        let (_d, s) = setup();
+        s.insert_thread(T1, H0).unwrap();
+        s.insert_thread(T2, H1).unwrap();
+        let before = now_ms();
+        let entry = s.archive(T1, WF, Some(H0), "done").unwrap();
+        assert_eq!(entry.thread, T1);
+        assert_eq!(entry.workflow, WF);
+        assert_eq!(entry.head, H0);
+        assert_eq!(entry.reason.as_deref(), Some("done"));
+        assert!(entry.completed_at >= before && entry.completed_at <= now_ms());
+
+        assert_eq!(s.thread_head(T1).unwrap(), None);
+        assert_eq!(s.thread_head(T2).unwrap().as_deref(), Some(H1));
+        assert_eq!(s.history().unwrap(), vec![entry.clone()]);
+        assert_eq!(s.find_archived(T1).unwrap(), Some(entry.clone()));
+        assert_eq!(s.find_archived(T2).unwrap(), None);
+
+        // One camelCase JSON line.
+        let text = fs::read_to_string(s.history_path()).unwrap();
+        assert_eq!(text.lines().count(), 1);
+        assert!(text.ends_with('\n'));
+        assert!(text.contains("\"completedAt\":"), "{text}");
+
+        // Without an expected head, the current head is recorded.
+        s.swap_head(T2, H1, H2).unwrap();
+        let entry2 = s.archive(T2, WF, None, "killed").unwrap();
+        assert_eq!(entry2.head, H2);
+        assert_eq!(s.history().unwrap(), vec![entry, entry2]);
+        assert!(s.threads().unwrap().is_empty());
+    }
+
+    #[test]
+    fn archive_checks_the_thread_and_head() {
+        let (_d, s) = setup();
+        let err = s.archive(T1, WF, None, "killed").unwrap_err();
+        assert!(matches!(&err, StateError::NotActive { thread } if thread == T1));
+        let err = s.archive(T1, WF, Some(H0), "done").unwrap_err();
+        assert!(matches!(err, StateError::Conflict { actual: None, .. }));
+
+        s.insert_thread(T1, H1).unwrap();
+        let err = s.archive(T1, WF, Some(H0), "done").unwrap_err();
+        assert!(
+            matches!(&err, StateError::Conflict { actual: Some(a), .. } if a == H1),
+            "{err:?}"
+        );
+        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H1));
+        assert!(!s.history_path().exists(), "nothing written on conflict");
+
+        s.archive(T1, WF, None, "killed").unwrap();
+        let err = s.archive(T1, WF, None, "killed").unwrap_err();
+        assert!(matches!(err, StateError::NotActive { .. }));
+        assert_eq!(s.history().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn crash_between_append_and_removal_leaves_the_thread_active() {
+        let (_d, s) = setup();
+        s.insert_thread(T1, H0).unwrap();
+        // What a crash after the append but before the rewrite leaves behind.
+        let stale = HistoryEntry {
+            thread: T1.into(),
+            workflow: WF.into(),
+            head: H0.into(),
+            completed_at: 1,
+            reason: Some("done".into()),
+        };
+        append_line(&s.history_path(), &serde_json::to_string(&stale).unwrap()).unwrap();
+        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H0));
+        assert_eq!(s.find_archived(T1).unwrap(), Some(stale.clone()));
+
+        // Archiving again completes the job; the latest entry wins.
+        let entry = s.archive(T1, WF, Some(H0), "done").unwrap();
+        assert_eq!(s.history().unwrap(), vec![stale, entry.clone()]);
+        assert_eq!(s.find_archived(T1).unwrap(), Some(entry));
+        assert_eq!(s.thread_head(T1).unwrap(), None);
+    }
+
+    thread_local! {
+        /// Makes [`crash_point`] fail, simulating a crash inside `archive`.
+        static CRASH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// Called by `archive` between the history append and the
+    /// `threads.yaml` rewrite.
+    pub(super) fn crash_point() -> Result<(), StateError> {
+        if CRASH.with(std::cell::Cell::get) {
+            return Err(StateError::Io {
+                path: PathBuf::from("<crash>"),
+                source: io::Error::other("simulated crash"),
+            });
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn archive_writes_history_before_touching_threads() {
+        let (_d, s) = setup();
+        s.insert_thread(T1, H0).unwrap();
+        let threads_before = fs::read(s.heads_dir().join(T1)).unwrap();
+        CRASH.with(|c| c.set(true));
+        let result = s.archive(T1, WF, Some(H0), "done");
+        CRASH.with(|c| c.set(false));
+        assert!(matches!(result, Err(StateError::Io { .. })), "{result:?}");
+        // The crash left the thread in both places, not in neither.
+        assert_eq!(s.history().unwrap().len(), 1, "history written first");
+        assert_eq!(fs::read(s.heads_dir().join(T1)).unwrap(), threads_before);
+        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H0));
+        // And the lock was released.
+        let entry = s.archive(T1, WF, Some(H0), "done").unwrap();
+        assert_eq!(s.find_archived(T1).unwrap(), Some(entry));
+        assert_eq!(s.history().unwrap().len(), 2);
+        assert_eq!(s.thread_head(T1).unwrap(), None);
+    }
+
+    fn entry_line(thread: &str, at: u64) -> String {
+        serde_json::to_string(&HistoryEntry {
+            thread: thread.into(),
+            workflow: WF.into(),
+            head: H0.into(),
+            completed_at: at,
+            reason: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn torn_last_history_line_is_ignored_then_dropped() {
+        let (_d, s) = setup();
+        let good = format!("{}\n{}\n", entry_line(T1, 1), entry_line(T2, 2));
+        // A crash mid-append, cutting a multi-byte character in half too.
+        let mut bytes = good.clone().into_bytes();
+        bytes.extend_from_slice(b"{\"thread\":\"X\",\"reason\":\"caf\xc3");
+        fs::write(s.history_path(), &bytes).unwrap();
+
+        let history = s.history().unwrap();
+        assert_eq!(history.len(), 2);
+        assert_eq!(history[1].thread, T2);
+        assert_eq!(s.find_archived(T2).unwrap().unwrap().completed_at, 2);
+
+        // The next archive drops the fragment before appending.
+        let t3 = tid(9, 9);
+        s.insert_thread(&t3, H1).unwrap();
+        let entry = s.archive(&t3, WF, None, "done").unwrap();
+        let text = fs::read_to_string(s.history_path()).unwrap();
+        assert!(text.starts_with(&good), "{text}");
+        assert_eq!(text.lines().count(), 3);
+        assert_eq!(s.history().unwrap().last(), Some(&entry));
+    }
+
+    #[test]
+    fn complete_last_line_without_newline_counts_and_is_ended() {
+        let (_d, s) = setup();
+        fs::write(s.history_path(), entry_line(T2, 2)).unwrap();
+        assert_eq!(s.history().unwrap().len(), 1);
+        s.insert_thread(T1, H0).unwrap();
+        s.archive(T1, WF, None, "done").unwrap();
+        let history = s.history().unwrap();
+        assert_eq!(
+            history
+                .iter()
+                .map(|e| e.thread.as_str())
+                .collect::<Vec<_>>(),
+            [T2, T1]
+        );
+        assert!(
+            fs::read_to_string(s.history_path())
+                .unwrap()
+                .ends_with('\n')
+        );
+    }
+
+    #[test]
+    fn corrupt_history_line_is_an_error_and_never_rewritten() {
+        fn entry_len(appended: &[u8]) -> usize {
+            let line = std::str::from_utf8(appended).unwrap();
+            assert!(
+                line.ends_with('\n') && line.matches('\n').count() == 1,
+                "{line:?}"
+            );
+            serde_json::from_str::<HistoryEntry>(line.trim_end()).unwrap();
+            appended.len()
+        }
+        let (_d, s) = setup();
+        let content = format!(
+            "{}\n\n{{\"thread\": oops}}\n{}\n",
+            entry_line(T1, 1),
+            entry_line(T2, 2)
+        );
+        fs::write(s.history_path(), &content).unwrap();
+        let err = s.history().unwrap_err();
+        let (column, _) = expect_parse(err, &s.history_path(), 3);
+        assert_eq!(column, 12);
+        let err = s.find_archived(T1).unwrap_err();
+        expect_parse(err, &s.history_path(), 3);
+
+        // Archiving reads only the last line (its cost must not grow with
+        // the history): it appends after the damage and rewrites nothing,
+        // and readers still report the bad line.
+        s.insert_thread(tid(1, 1).as_str(), H0).unwrap();
+        s.archive(&tid(1, 1), WF, Some(H0), "done").unwrap();
+        let after = fs::read(s.history_path()).unwrap();
+        assert!(
+            after.starts_with(content.as_bytes()),
+            "the old lines are untouched"
+        );
+        assert_eq!(
+            after.len() - content.len(),
+            entry_len(&after[content.len()..])
+        );
+        expect_parse(s.history().unwrap_err(), &s.history_path(), 3);
+        assert_eq!(s.thread_head(&tid(1, 1)).unwrap(), None);
+
+        // A terminated last line is not "torn": it is an error too.
+        fs::write(s.history_path(), format!("{}\nnope\n", entry_line(T1, 1))).unwrap();
+        expect_parse(s.history().unwrap_err(), &s.history_path(), 2);
+        // And a wrongly shaped record is as bad as broken JSON.
+        fs::write(s.history_path(), "{\"thread\":\"x\"}\n").unwrap();
+        let (_, message) = expect_parse(s.history().unwrap_err(), &s.history_path(), 1);
+        assert!(message.contains("missing field"), "{message}");
+        assert!(
+            !message.contains("at line"),
+            "position not repeated: {message}"
+        );
+    }
+
+    // ----- corrupt YAML ---------------------------------------------------
+
+    #[test]
+    fn corrupt_threads_yaml_is_reported_and_never_overwritten() {
+        let (_d, s) = setup();
+        let corrupt = format!("{T1}: {H0}\n\t{T2}: {H1}\n");
+        fs::write(s.threads_path(), &corrupt).unwrap();
+
+        let err = s.threads().unwrap_err();
+        let report = format!("{:?}", miette::Report::new(err));
+        assert!(report.contains(PARSE_HELP), "{report}");
+        expect_parse(s.threads().unwrap_err(), &s.threads_path(), 2);
+        expect_parse(s.thread_head(T1).unwrap_err(), &s.threads_path(), 2);
+
+        let t3 = tid(3, 3);
+        for result in [
+            s.insert_thread(&t3, H1),
+            s.swap_head(T1, H0, H1),
+            s.archive(T1, WF, Some(H0), "done").map(drop),
+            s.archive(T1, WF, None, "killed").map(drop),
+        ] {
+            expect_parse(result.unwrap_err(), &s.threads_path(), 2);
+            assert_eq!(fs::read_to_string(s.threads_path()).unwrap(), corrupt);
+        }
+        assert!(!s.history_path().exists());
+    }
+
+    #[test]
+    fn yaml_problems_name_the_line() {
+        let (_d, s) = setup();
+        let path = s.threads_path();
+        let cases: &[(&str, usize)] = &[
+            // Wrong shape.
+            ("- a\n- b\n", 1),
+            // Non-string head.
+            ("A: x\nB:\n  nested: 1\n", 3),
+            // Bad indentation.
+            ("A: x\n\tB: y\n", 2),
+            // Unclosed quote.
+            ("A: x\nB: 'y\n", 3),
+        ];
+        for (text, line) in cases {
+            fs::write(&path, text).unwrap();
+            let err = s.threads().unwrap_err();
+            expect_parse(err, &path, *line);
+        }
+        // Duplicate keys would silently lose one head: refused.
+        fs::write(&path, format!("{T1}: {H0}\n{T1}: {H1}\n")).unwrap();
+        let (_, message) = expect_parse(s.threads().unwrap_err(), &path, 1);
+        assert!(message.contains("duplicate"), "{message}");
+        assert!(s.insert_thread(T2, H0).is_err());
+    }
+
+    #[test]
+    fn non_utf8_file_is_a_parse_error() {
+        let (_d, s) = setup();
+        fs::write(s.registry_path(), b"a: b\nc: d\xff\n").unwrap();
+        let (column, message) = expect_parse(s.registry().unwrap_err(), &s.registry_path(), 2);
+        assert_eq!(column, 5);
+        assert!(message.contains("UTF-8"));
+    }
+
+    #[test]
+    fn registry_round_trip_and_corruption() {
+        let (_d, s) = setup();
+        assert_eq!(s.register_workflow("solve-issue", H0).unwrap(), None);
+        assert_eq!(s.register_workflow("develop", H1).unwrap(), None);
+        assert_eq!(
+            s.register_workflow("solve-issue", H2).unwrap().as_deref(),
+            Some(H0)
+        );
+        assert_eq!(
+            s.register_workflow("solve-issue", H2).unwrap().as_deref(),
+            Some(H2)
+        );
+        let registry = s.registry().unwrap();
+        assert_eq!(registry.len(), 2);
+        assert_eq!(registry["solve-issue"], H2);
+        assert_eq!(registry["develop"], H1);
+
+        let corrupt = "develop: x\nsolve-issue: {\n";
+        fs::write(s.registry_path(), corrupt).unwrap();
+        expect_parse(s.registry().unwrap_err(), &s.registry_path(), 3);
+        expect_parse(
+            s.register_workflow("new", H0).unwrap_err(),
+            &s.registry_path(),
+            3,
+        );
+        assert_eq!(fs::read_to_string(s.registry_path()).unwrap(), corrupt);
+    }
+
+    // ----- config ---------------------------------------------------------
+
+    const SEED_CONFIG: &str = r#"
+providers:
+  openrouter:
+    baseUrl: "https://openrouter.ai/api/v1"
+    apiKeyEnv: "OPENROUTER_API_KEY"
+
+models:
+  sonnet:
+    provider: "openrouter"
+    name: "anthropic/claude-sonnet-4"
+
+agents:
+  hermes:
+    command: "uwf-hermes"
+    args: []
+  cursor:
+    command: "uwf-cursor"
+    args: ["--fast", "a b"]
+
+defaultAgent: "hermes"
+agentOverrides:
+  solve-issue:
+    developer: "cursor"
+
+defaultModel: "sonnet"
+modelOverrides:
+  extract: "sonnet"
+"#;
+
+    fn seed_config() -> WorkflowConfig {
+        serde_yaml::from_str(SEED_CONFIG).unwrap()
+    }
+
+    #[test]
+    fn config_parses_the_documented_example() {
+        let (_d, s) = setup();
+        fs::write(s.config_path(), SEED_CONFIG).unwrap();
+        let config = s.config().unwrap().unwrap();
+        assert_eq!(config, seed_config());
+        assert_eq!(config.default_agent.as_deref(), Some("hermes"));
+        assert_eq!(config.agents["cursor"].args, ["--fast", "a b"]);
+    }
+
+    #[test]
+    fn config_errors_name_file_and_line() {
+        let (_d, s) = setup();
+        let path = s.config_path();
+        fs::write(
+            &path,
+            "defaultAgent: hermes\nagents:\n  x:\n    command: a\n    bogus: 1\n",
+        )
+        .unwrap();
+        let (column, message) = expect_parse(s.config().unwrap_err(), &path, 5);
+        assert_eq!(column, 5);
+        assert!(message.contains("unknown field `bogus`"), "{message}");
+        assert!(
+            !message.contains("at line"),
+            "position not repeated: {message}"
+        );
+
+        fs::write(&path, "defaultAgent: hermes\ndefaultAgnet: x\n").unwrap();
+        expect_parse(s.config().unwrap_err(), &path, 2);
+        fs::write(&path, "agents:\n  x:\n    args: []\n").unwrap();
+        // Reported at the alias (line 2): it lacks both a command and `human: true`.
+        let (_, message) = expect_parse(s.config().unwrap_err(), &path, 2);
+        assert!(message.contains("missing field `command`"), "{message}");
+        // And resolution through the StateDir surfaces it.
+        let err = s.resolve_agent(None, "wf", "role").unwrap_err();
+        expect_parse(err, &path, 2);
+        fs::write(&path, "agents:\n  me:\n    human: true\n    command: x\n").unwrap();
+        let (_, message) = expect_parse(s.config().unwrap_err(), &path, 2);
+        assert!(message.contains("not both"), "{message}");
+        fs::write(&path, "agents:\n  me: { human: true }\ndefaultAgent: me\n").unwrap();
+        let me = s.resolve_agent(None, "wf", "role").unwrap();
+        assert!(me.human && me.command.is_empty(), "{me:?}");
+    }
+
+    // ----- .env -----------------------------------------------------------
+
+    #[test]
+    fn load_env_sets_without_overriding() {
+        let (_d, s) = setup();
+        let key_a = "UWF_STATE_TEST_ENV_A_7F3K";
+        let key_b = "UWF_STATE_TEST_ENV_B_7F3K";
+        fs::write(
+            s.env_path(),
+            format!("\u{feff}# secrets\n{key_a}=first\nexport {key_b}=\"two words\"\n"),
+        )
+        .unwrap();
+        s.load_env().unwrap();
+        assert_eq!(std::env::var(key_a).unwrap(), "first");
+        assert_eq!(std::env::var(key_b).unwrap(), "two words");
+
+        let (_d2, other) = setup();
+        fs::write(other.env_path(), format!("{key_a}=second\n")).unwrap();
+        other.load_env().unwrap();
+        assert_eq!(std::env::var(key_a).unwrap(), "first", "not overridden");
+    }
+
+    #[test]
+    fn malformed_env_line_is_an_error_and_sets_nothing() {
+        let (_d, s) = setup();
+        let key = "UWF_STATE_TEST_ENV_C_7F3K";
+        fs::write(
+            s.env_path(),
+            format!("# top\n{key}=ok\n\nSECRET=sk-123 oops\nLATER=x\n"),
+        )
+        .unwrap();
+        let err = s.load_env().unwrap_err();
+        let text = err.to_string();
+        match &err {
+            StateError::Env { path, line, .. } => {
+                assert_eq!(path, &s.env_path());
+                assert_eq!(*line, 4, "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!text.contains("sk-123"), "secrets are not echoed: {text}");
+        assert!(std::env::var(key).is_err(), "nothing is set");
+
+        // An unclosed quote spanning to the end of the file.
+        fs::write(s.env_path(), "A=1\nB=\"open\nC=2\n").unwrap();
+        match s.load_env().unwrap_err() {
+            StateError::Env { line, message, .. } => {
+                assert_eq!(line, 2);
+                assert!(message.contains("unclosed quote"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+
+        fs::write(s.env_path(), b"A=\xff\n").unwrap();
+        assert!(matches!(
+            s.load_env().unwrap_err(),
+            StateError::Env { line: 1, .. }
+        ));
+    }
+
+    // ----- locking and concurrency ---------------------------------------
+
+    #[test]
+    fn a_held_lock_times_out_with_a_clear_error() {
+        let (_d, s) = setup();
+        s.insert_thread(T1, H0).unwrap();
+        let _held = FileLock::exclusive(&s.lock_path()).unwrap();
+        let s = s.with_lock_timeout(Duration::from_millis(100));
+        let err = s.swap_head(T1, H0, H1).unwrap_err();
+        assert!(
+            matches!(err, StateError::Lock(LockError::Timeout { .. })),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains(".state.lock"), "{err}");
+        // Reads do not need the lock.
+        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H0));
+    }
+
+    #[test]
+    fn concurrent_inserts_from_separate_instances_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let barrier = Arc::new(Barrier::new(8));
+        let handles: Vec<_> = (0..8)
+            .map(|w| {
+                let (root, barrier) = (root.clone(), Arc::clone(&barrier));
+                thread::spawn(move || {
+                    let s = StateDir::new(root);
+                    barrier.wait();
+                    for i in 0..50 {
+                        s.insert_thread(&tid(w, i), &format!("H{w}-{i}")).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let threads = StateDir::new(&root).threads().unwrap();
+        assert_eq!(threads.len(), 400);
+        for w in 0..8 {
+            for i in 0..50 {
+                assert_eq!(threads[&tid(w, i)], format!("H{w}-{i}"));
+            }
+        }
+    }
+
+    #[test]
+    fn racing_swaps_from_one_head_have_exactly_one_winner() {
+        for round in 0..10 {
+            let (_d, s) = setup();
+            s.insert_thread(T1, H0).unwrap();
+            let barrier = Arc::new(Barrier::new(8));
+            let handles: Vec<_> = (0..8)
+                .map(|w| {
+                    let (s, barrier) = (StateDir::new(s.root()), Arc::clone(&barrier));
+                    thread::spawn(move || {
+                        let new = format!("NEW{w}");
+                        barrier.wait();
+                        (s.swap_head(T1, H0, &new), new)
+                    })
+                })
+                .collect();
+            let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+            let winners: Vec<&String> = results
+                .iter()
+                .filter(|(r, _)| r.is_ok())
+                .map(|(_, n)| n)
+                .collect();
+            assert_eq!(winners.len(), 1, "round {round}: {results:?}");
+            let head = s.thread_head(T1).unwrap().unwrap();
+            assert_eq!(&head, winners[0]);
+            for (result, _) in &results {
+                if let Err(e) = result {
+                    assert!(
+                        matches!(e, StateError::Conflict { actual: Some(a), .. } if *a == head),
+                        "{e:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn racing_archive_and_swaps_have_exactly_one_winner() {
+        for _ in 0..5 {
+            let (_d, s) = setup();
+            s.insert_thread(T1, H0).unwrap();
+            let barrier = Arc::new(Barrier::new(8));
+            let handles: Vec<_> = (0..8)
+                .map(|w| {
+                    let (s, barrier) = (StateDir::new(s.root()), Arc::clone(&barrier));
+                    thread::spawn(move || {
+                        barrier.wait();
+                        if w % 2 == 0 {
+                            s.archive(T1, WF, Some(H0), "done").is_ok()
+                        } else {
+                            s.swap_head(T1, H0, &format!("NEW{w}")).is_ok()
+                        }
+                    })
+                })
+                .collect();
+            let wins = handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .filter(|won| *won)
+                .count();
+            assert_eq!(wins, 1);
+            let history = s.history().unwrap();
+            match s.thread_head(T1).unwrap() {
+                Some(head) => {
+                    assert_ne!(head, H0);
+                    assert!(history.is_empty());
+                }
+                None => assert_eq!(history.len(), 1),
+            }
+        }
+    }
+
+    #[test]
+    fn lock_free_reads_see_consistent_snapshots_during_writes() {
+        let (_d, s) = setup();
+        let done = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (s, done) = (StateDir::new(s.root()), Arc::clone(&done));
+            thread::spawn(move || {
+                let (mut kept, mut archived, mut reads) = (0, 0, 0);
+                while !done.load(Ordering::Relaxed) {
+                    // Threads that are never archived only accumulate, and
+                    // so does the history.
+                    let threads = s.threads().unwrap();
+                    let n = (0..100)
+                        .filter(|i| i % 10 != 0 && threads.contains_key(&tid(0, *i)))
+                        .count();
+                    assert!(n >= kept, "went back from {kept} to {n}");
+                    let h = s.history().unwrap().len();
+                    assert!(h >= archived, "history went back from {archived} to {h}");
+                    (kept, archived) = (n, h);
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        for i in 0..100 {
+            s.insert_thread(&tid(0, i), H0).unwrap();
+            if i % 10 == 0 {
+                s.archive(&tid(0, i), WF, None, "done").unwrap();
+                s.insert_thread(&tid(1, i), H0).unwrap();
+            }
+        }
+        done.store(true, Ordering::Relaxed);
+        assert!(reader.join().unwrap() > 0);
+        assert_eq!(s.threads().unwrap().len(), 100);
+        assert_eq!(s.history().unwrap().len(), 10);
+    }
+
+    const CHILD_ROOT: &str = "UWF_STATE_TEST_CHILD_ROOT";
+    const CHILD_ID: &str = "UWF_STATE_TEST_CHILD_ID";
+    const CHILD_PROCS: usize = 6;
+    const CHILD_INSERTS: usize = 20;
+
+    /// Body of each child process of [`many_processes_share_one_root`]; a
+    /// no-op in a normal test run.
+    #[test]
+    fn child_process_worker() {
+        let (Ok(root), Ok(id)) = (std::env::var(CHILD_ROOT), std::env::var(CHILD_ID)) else {
+            return;
+        };
+        let w: usize = id.parse().unwrap();
+        let s = StateDir::new(&root);
+        for i in 0..CHILD_INSERTS {
+            s.insert_thread(&tid(w, i), H1).unwrap();
+            // Keep the CAS race below well contended.
+            let _ = s.swap_head(T1, H0, &format!("P{w}"));
+            let _ = s.register_workflow("shared", &format!("P{w}-{i}"));
+        }
+        match s.swap_head(T2, H0, &format!("P{w}")) {
+            Ok(()) => fs::write(Path::new(&root).join(format!("won-{w}")), "").unwrap(),
+            Err(StateError::Conflict { .. }) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn many_processes_share_one_root() {
+        let (_d, s) = setup();
+        s.insert_thread(T1, H0).unwrap();
+        s.insert_thread(T2, H0).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let children: Vec<_> = (0..CHILD_PROCS)
+            .map(|w| {
+                Command::new(&exe)
+                    .args([
+                        "--exact",
+                        "state::tests::child_process_worker",
+                        "--test-threads=1",
+                        "--quiet",
+                    ])
+                    .env(CHILD_ROOT, s.root())
+                    .env(CHILD_ID, w.to_string())
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for mut child in children {
+            assert!(child.wait().unwrap().success());
+        }
+        let threads = s.threads().unwrap();
+        assert_eq!(threads.len(), 2 + CHILD_PROCS * CHILD_INSERTS);
+        let won: Vec<_> = fs::read_dir(s.root())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("won-"))
+            .collect();
+        assert_eq!(won.len(), 1, "{won:?}");
+        let winner = won[0].trim_start_matches("won-");
+        assert_eq!(threads[T2], format!("P{winner}"));
+        assert_ne!(threads[T1], H0);
+        assert!(s.registry().unwrap()["shared"].starts_with('P'));
+        // No temp files left behind.
+        let leftovers: BTreeSet<_> = fs::read_dir(s.root())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(uwf_util::atomic::TEMP_SUFFIX))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    // ----- agent resolution ----------------------------------------------
+
+    fn agent(command: &str, args: &[&str], label: &str, source: AgentSource) -> ResolvedAgent {
+        ResolvedAgent {
+            command: command.into(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            label: label.into(),
+            source,
+            human: false,
+        }
+    }
+
+    #[test]
+    fn resolve_agent_precedence() {
+        use AgentSource::*;
+        let config = seed_config();
+        let c = Some(&config);
+        type Case<'a> = (
+            Option<&'a WorkflowConfig>,
+            Option<&'a str>,
+            &'a str,
+            &'a str,
+            ResolvedAgent,
+        );
+        let cases: Vec<Case> = vec![
+            // Explicit alias beats the override.
+            (
+                c,
+                Some("hermes"),
+                "solve-issue",
+                "developer",
+                agent("uwf-hermes", &[], "hermes", Explicit),
+            ),
+            // Explicit command line.
+            (
+                c,
+                Some("my-agent --model 'gpt 4' -v"),
+                "solve-issue",
+                "developer",
+                agent(
+                    "my-agent",
+                    &["--model", "gpt 4", "-v"],
+                    "my-agent --model 'gpt 4' -v",
+                    Explicit,
+                ),
+            ),
+            // Unknown alias: just a command.
+            (
+                c,
+                Some("ghost"),
+                "wf",
+                "r",
+                agent("ghost", &[], "ghost", Explicit),
+            ),
+            // Explicit without any config.
+            (
+                None,
+                Some("/usr/bin/agent x"),
+                "wf",
+                "r",
+                agent("/usr/bin/agent", &["x"], "/usr/bin/agent x", Explicit),
+            ),
+            // The override for this workflow and role.
+            (
+                c,
+                None,
+                "solve-issue",
+                "developer",
+                agent("uwf-cursor", &["--fast", "a b"], "cursor", Override),
+            ),
+            // Same workflow, other role: default.
+            (
+                c,
+                None,
+                "solve-issue",
+                "reviewer",
+                agent("uwf-hermes", &[], "hermes", Default),
+            ),
+            // Same role, other workflow: default.
+            (
+                c,
+                None,
+                "develop",
+                "developer",
+                agent("uwf-hermes", &[], "hermes", Default),
+            ),
+        ];
+        for (config, explicit, workflow, role, expected) in cases {
+            assert_eq!(
+                resolve_agent(config, explicit, workflow, role).unwrap(),
+                expected,
+                "{explicit:?} {workflow} {role}"
+            );
+        }
+    }
+
+    #[test]
+    fn resolve_agent_errors() {
+        // Nothing configured.
+        let err = resolve_agent(None, None, "wf", "dev").unwrap_err();
+        assert!(
+            matches!(&err, StateError::NoAgent { workflow, role } if workflow == "wf" && role == "dev")
+        );
+        let report = format!("{:?}", miette::Report::new(err));
+        assert!(report.contains("uwf setup"), "{report}");
+        assert!(report.contains("defaultAgent"), "{report}");
+        assert!(report.contains("--agent"), "{report}");
+
+        // Config without a default, and no matching override.
+        let mut config = seed_config();
+        config.default_agent = None;
+        let err = resolve_agent(Some(&config), None, "solve-issue", "reviewer").unwrap_err();
+        assert!(matches!(err, StateError::NoAgent { .. }));
+        assert_eq!(
+            resolve_agent(Some(&config), None, "solve-issue", "developer")
+                .unwrap()
+                .label,
+            "cursor"
+        );
+        assert!(resolve_agent(Some(&WorkflowConfig::default()), None, "w", "r").is_err());
+
+        // defaultAgent naming a missing alias.
+        let mut config = seed_config();
+        config.default_agent = Some("ghost".into());
+        let err = resolve_agent(Some(&config), None, "develop", "x").unwrap_err();
+        assert!(
+            matches!(&err, StateError::UnknownAgentAlias { alias, path } if alias == "ghost" && path == Path::new(CONFIG_FILE))
+        );
+        // ...but an override or explicit choice that applies bypasses it.
+        assert!(resolve_agent(Some(&config), None, "solve-issue", "developer").is_ok());
+        assert!(resolve_agent(Some(&config), Some("hermes"), "develop", "x").is_ok());
+
+        // An override naming a missing alias is an error even with a good default.
+        let mut config = seed_config();
+        config
+            .agent_overrides
+            .as_mut()
+            .unwrap()
+            .get_mut("solve-issue")
+            .unwrap()
+            .insert("developer".into(), "uwf-cursor --fast".into());
+        let err = resolve_agent(Some(&config), None, "solve-issue", "developer").unwrap_err();
+        assert!(
+            matches!(&err, StateError::UnknownAgentAlias { alias, .. } if alias == "uwf-cursor --fast")
+        );
+
+        // Unusable explicit command lines.
+        for bad in ["", "   ", "''", "\"\" arg", "'open", "trailing\\"] {
+            let err = resolve_agent(Some(&seed_config()), Some(bad), "w", "r").unwrap_err();
+            assert!(
+                matches!(&err, StateError::AgentCommand { command, .. } if command == bad),
+                "{bad:?}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn state_dir_resolve_agent_names_the_real_config() {
+        let (_d, s) = setup();
+        // No config at all.
+        assert!(matches!(
+            s.resolve_agent(None, "w", "r").unwrap_err(),
+            StateError::NoAgent { .. }
+        ));
+        assert_eq!(
+            s.resolve_agent(Some("x y"), "w", "r").unwrap(),
+            agent("x", &["y"], "x y", AgentSource::Explicit)
+        );
+        fs::write(s.config_path(), "defaultAgent: ghost\n").unwrap();
+        match s.resolve_agent(None, "w", "r").unwrap_err() {
+            StateError::UnknownAgentAlias { alias, path } => {
+                assert_eq!(alias, "ghost");
+                assert_eq!(path, s.config_path());
+            }
+            other => panic!("{other:?}"),
+        }
+        s.register_workflow("w", H0).unwrap();
+        fs::write(
+            s.config_path(),
+            "agents:\n  a:\n    command: run-a\ndefaultAgent: a\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.resolve_agent(None, "w", "r").unwrap(),
+            agent("run-a", &[], "a", AgentSource::Default)
+        );
+    }
+
+    // ----- command-line splitting ----------------------------------------
+
+    fn split(s: &str) -> Vec<String> {
+        split_command_line(s).unwrap()
+    }
+
+    #[test]
+    fn splits_words_and_quotes() {
+        let cases: &[(&str, &[&str])] = &[
+            ("a", &["a"]),
+            ("a b  c", &["a", "b", "c"]),
+            ("  a\tb\n", &["a", "b"]),
+            ("'a b' c", &["a b", "c"]),
+            ("\"a b\" c", &["a b", "c"]),
+            ("a\\ b", &["a b"]),
+            ("a\\'b", &["a'b"]),
+            ("''", &[""]),
+            ("a '' b", &["a", "", "b"]),
+            ("\"\"", &[""]),
+            ("a'b c'd", &["ab cd"]),
+            ("'a\\b'", &["a\\b"]),
+            ("'say \"hi\"'", &["say \"hi\""]),
+            ("\"it's\"", &["it's"]),
+            ("\"a\\\"b\"", &["a\"b"]),
+            ("\"a\\\\b\"", &["a\\b"]),
+            ("\"\\$HOME \\`x\\`\"", &["$HOME `x`"]),
+            ("\"a\\nb\"", &["a\\nb"]),
+            ("a\\\nb", &["ab"]),
+            ("\"a\\\nb\"", &["ab"]),
+            ("$HOME *.rs ~ a|b >c", &["$HOME", "*.rs", "~", "a|b", ">c"]),
+            ("héllo 'wörld ✓'", &["héllo", "wörld ✓"]),
+            (
+                "uwf-llm --model \"anthropic/claude sonnet\" --temp=0.2",
+                &[
+                    "uwf-llm",
+                    "--model",
+                    "anthropic/claude sonnet",
+                    "--temp=0.2",
+                ],
+            ),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(split(input), *expected, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn split_errors() {
+        assert_eq!(split_command_line(""), Err(SplitError::Empty));
+        assert_eq!(split_command_line(" \t\n"), Err(SplitError::Empty));
+        assert_eq!(split_command_line("\\\n"), Err(SplitError::Empty));
+        assert_eq!(
+            split_command_line("'abc"),
+            Err(SplitError::UnterminatedQuote {
+                quote: '\'',
+                pos: 0
+            })
+        );
+        assert_eq!(
+            split_command_line("é \"b"),
+            Err(SplitError::UnterminatedQuote { quote: '"', pos: 2 })
+        );
+        assert_eq!(
+            split_command_line("\"ab\\"),
+            Err(SplitError::UnterminatedQuote { quote: '"', pos: 0 })
+        );
+        assert_eq!(
+            split_command_line("a\\"),
+            Err(SplitError::TrailingBackslash)
+        );
+        let msg = split_command_line("x 'y").unwrap_err().to_string();
+        assert!(msg.contains("character 2"), "{msg}");
+    }
+
+    #[test]
+    fn agent_config_type_is_the_protocol_one() {
+        // Guards the field names this module relies on.
+        let a = AgentConfig {
+            command: "c".into(),
+            args: vec![],
+            human: false,
+        };
+        let mut config = WorkflowConfig::default();
+        config.agents.insert("x".into(), a);
+        config.default_agent = Some("x".into());
+        assert_eq!(
+            resolve_agent(Some(&config), None, "w", "r")
+                .unwrap()
+                .command,
+            "c"
+        );
+    }
+
+    #[test]
+    fn now_ms_is_recent() {
+        // 2024-01-01 in ms.
+        assert!(now_ms() > 1_704_067_200_000);
+    }
+
+    // ----- edit_config_files ---------------------------------------------
+
+    fn replace_with(
+        config: &str,
+        env: &str,
+    ) -> impl FnOnce(&ConfigFiles) -> Result<(ConfigFiles, ()), StateError> {
+        let new = ConfigFiles {
+            config: Some(config.to_owned()),
+            env: Some(env.to_owned()),
+        };
+        move |_| Ok((new, ()))
+    }
+
+    #[test]
+    fn edit_config_files_writes_both_and_env_privately() {
+        let (dir, state) = setup();
+        let root = dir.path().join("new-root");
+        let state = StateDir::new(&root).with_lock_timeout(state.lock_timeout);
+        let (written, ()) = state
+            .edit_config_files(replace_with("defaultAgent: x\n", "K=v\n"))
+            .unwrap();
+        assert!(written.config && written.env);
+        assert_eq!(written.env_loose_mode, None);
+        assert_eq!(
+            fs::read_to_string(state.config_path()).unwrap(),
+            "defaultAgent: x\n"
+        );
+        assert_eq!(fs::read_to_string(state.env_path()).unwrap(), "K=v\n");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(state.env_path()).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, ENV_FILE_MODE);
+        }
+        // The edit sees what is there; unchanged files are not rewritten.
+        let (written, seen) = state
+            .edit_config_files(|files| Ok::<_, StateError>((files.clone(), files.clone())))
+            .unwrap();
+        assert_eq!(written, ConfigFilesWritten::default());
+        assert_eq!(seen.config.as_deref(), Some("defaultAgent: x\n"));
+        assert_eq!(seen.env.as_deref(), Some("K=v\n"));
+        assert!(!format!("{seen:?}").contains("K=v"), "Debug shows the env");
+    }
+
+    #[test]
+    fn edit_config_files_refuses_bad_files_and_bad_edits() {
+        let (_dir, state) = setup();
+        fs::write(state.config_path(), "providers: [\n").unwrap();
+        fs::write(state.env_path(), "K=v\n").unwrap();
+        let err = state
+            .edit_config_files(replace_with("{}\n", "K=w\n"))
+            .unwrap_err();
+        expect_parse(err, &state.config_path(), 2);
+        assert_eq!(
+            fs::read_to_string(state.config_path()).unwrap(),
+            "providers: [\n"
+        );
+        assert_eq!(fs::read_to_string(state.env_path()).unwrap(), "K=v\n");
+
+        fs::write(state.config_path(), "{}\n").unwrap();
+        fs::write(state.env_path(), "K='secretvalue\n").unwrap();
+        let err = state
+            .edit_config_files(replace_with("{}\n", "K=w\n"))
+            .unwrap_err();
+        assert!(matches!(err, StateError::Env { line: 1, .. }), "{err:?}");
+        assert!(!err.to_string().contains("secretvalue"), "{err}");
+
+        // New content that would not parse is refused; nothing is written.
+        fs::write(state.env_path(), "K=v\n").unwrap();
+        let err = state
+            .edit_config_files(replace_with("defaultAgent: [1]\n", "K=w\n"))
+            .unwrap_err();
+        assert!(err.to_string().contains("nothing was written"), "{err}");
+        let err = state
+            .edit_config_files(replace_with("{}\n", "K='w\n"))
+            .unwrap_err();
+        assert!(err.to_string().contains("nothing was written"), "{err}");
+        assert_eq!(fs::read_to_string(state.config_path()).unwrap(), "{}\n");
+        assert_eq!(fs::read_to_string(state.env_path()).unwrap(), "K=v\n");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn edit_config_files_makes_a_shared_env_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_dir, state) = setup();
+        fs::write(state.env_path(), "K=v\n").unwrap();
+        fs::set_permissions(state.env_path(), fs::Permissions::from_mode(0o644)).unwrap();
+        let (written, ()) = state
+            .edit_config_files(|_| Ok::<_, StateError>((ConfigFiles::default(), ())))
+            .unwrap();
+        assert!(written.env && !written.config);
+        assert_eq!(written.env_loose_mode, Some(0o644));
+        let mode = fs::metadata(state.env_path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(fs::read_to_string(state.env_path()).unwrap(), "K=v\n");
+        assert!(!state.config_path().exists());
+    }
+}
