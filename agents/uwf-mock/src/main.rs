@@ -43,7 +43,11 @@ Faults: no-output (print nothing, exit 0), garbage (print a non-hash),
 unknown-hash (print a hash not in the store), not-a-step (print the
 StartNode's hash), wrong-prev | wrong-start | wrong-role (write a step with
 that link wrong; the entry needs a valid `output` or `text`), invalid-output
-(write a step whose output does not satisfy the role's schema).";
+(write a step whose output does not satisfy the role's schema).
+
+Upstream uwf's scenario format is read too: `steps: [{role, output}]`, where
+`output` is a frontmatter answer; each role gets its steps in order (as
+`text` entries).";
 
 fn main() -> ExitCode {
     Runner::new("uwf-mock")

@@ -256,7 +256,50 @@ fn check_fault(f: Fault, answer: Option<&Answer>) -> Result<(), String> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawScenario {
-    roles: BTreeMap<String, Vec<Entry>>,
+    #[serde(default)]
+    roles: Option<BTreeMap<String, Vec<Entry>>>,
+    /// Upstream uwf's mock format: the thread's steps in order, each a role
+    /// and its frontmatter answer.
+    #[serde(default)]
+    steps: Option<Vec<UpstreamStep>>,
+}
+
+/// One step of upstream's mock format.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpstreamStep {
+    role: String,
+    output: String,
+}
+
+impl RawScenario {
+    /// The entries per role: `roles` as written, or upstream's `steps`
+    /// grouped by role in order (each a frontmatter `text` answer), so that
+    /// the n-th run of a role gets its n-th step.
+    fn into_roles(self) -> Result<BTreeMap<String, Vec<Entry>>, String> {
+        match (self.roles, self.steps) {
+            (Some(_), Some(_)) => Err(
+                "a scenario has either `roles` (uwf) or `steps` (upstream uwf), not both".into(),
+            ),
+            (Some(roles), None) => Ok(roles),
+            (None, Some(steps)) => {
+                let mut roles: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
+                for step in steps {
+                    roles.entry(step.role).or_default().push(Entry {
+                        delay: None,
+                        stderr: None,
+                        effect: Effect::Step(Answer::Text(step.output)),
+                        fail_first: None,
+                    });
+                }
+                if roles.is_empty() {
+                    return Err("`steps` is empty".into());
+                }
+                Ok(roles)
+            }
+            (None, None) => Err("a scenario needs `roles:` (or upstream's `steps:`)".into()),
+        }
+    }
 }
 
 /// Why a scenario cannot be used.
@@ -348,12 +391,16 @@ impl Scenario {
                 return Err(invalid(e.to_string(), span, text));
             }
         };
-        if let Some((role, _)) = raw.roles.iter().find(|(_, entries)| entries.is_empty()) {
+        let roles = match raw.into_roles() {
+            Ok(r) => r,
+            Err(m) => return Err(invalid(m, None, text)),
+        };
+        if let Some((role, _)) = roles.iter().find(|(_, entries)| entries.is_empty()) {
             return Err(invalid(format!("role {role:?} has no entries"), None, text));
         }
         Ok(Self {
             path: path.to_path_buf(),
-            roles: raw.roles,
+            roles,
         })
     }
 
@@ -398,6 +445,27 @@ mod tests {
             Ok(s) => panic!("expected an error, got {s:?}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn upstream_steps_format() {
+        let s = parse(
+            "steps:\n  - role: planner\n    output: |\n      ---\n      $status: ready\n      ---\n      Planned.\n  - role: worker\n    output: \"---\\n$status: done\\n---\\n\"\n  - role: planner\n    output: again\n",
+        )
+        .unwrap();
+        let text = |role: &str, n: usize| match &s.entry(role, n).unwrap().effect {
+            Effect::Step(Answer::Text(t)) => t.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(text("planner", 0), "---\n$status: ready\n---\nPlanned.\n");
+        assert_eq!(text("worker", 0), "---\n$status: done\n---\n");
+        assert_eq!(text("planner", 1), "again");
+        assert!(error("steps: []\n").contains("`steps` is empty"));
+        assert!(
+            error("steps: [{role: a, output: x}]\nroles: {a: [{exit: 1}]}\n").contains("not both")
+        );
+        assert!(error("steps: [{role: a, output: {x: 1}}]\n").contains("invalid type"));
+        assert!(error("{}\n").contains("needs `roles:`"));
     }
 
     #[test]

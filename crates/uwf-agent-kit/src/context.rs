@@ -346,7 +346,13 @@ impl AgentContext {
 }
 
 fn edge_prompt(view: &ThreadView, role: &str) -> Option<String> {
-    match view.decide() {
+    // A suspended thread moves only through `uwf thread resume`, whose role
+    // and prompt come from `$START`'s resume route.
+    let decision = match view.decide() {
+        Ok(d) if d.next == uwf_moderator::SUSPEND => view.decide_resume(),
+        other => other,
+    };
+    match decision {
         Ok(d) if d.next == role => d.prompt,
         Ok(d) => {
             tracing::warn!(

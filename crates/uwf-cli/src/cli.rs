@@ -363,6 +363,20 @@ expression, value, holds, error, taken}]}, and `error` when the moderator cannot
     /// Answer a role that waits for a person: writes its StepNode and moves the head.
     #[command(after_help = ANSWER_AFTER_HELP)]
     Answer(AnswerArgs),
+    /// Continue a thread that reached `$SUSPEND`: one step, from `$START`'s `resume` route.
+    #[command(after_help = "\
+A thread is suspended when the moderator's next role is $SUSPEND (an edge of an
+upstream-syntax workflow, or a role that finished with `$status: \"$SUSPEND\"`):
+`thread step` and `thread run` then print the wait and exit 4. `resume` runs one
+step whose role is chosen from $START against the whole thread (a `$START:
+{new, resume}` map takes `resume`), and prints {workflow, thread, head, done}.
+Continue with `uwf thread run --thread <id>`.")]
+    Resume {
+        /// The thread id.
+        thread: String,
+        #[command(flatten)]
+        agent: AgentArgs,
+    },
     /// The call stack of a node: [{node, start, workflow, workflowName, role, depth, thread}].
     #[command(after_help = "\
 From a StartNode or StepNode, the threads it runs in, innermost first: its own
@@ -389,8 +403,8 @@ Example: uwf thread stack 8FWKR3TN5V1QA")]
     Read {
         /// The thread id.
         thread: String,
-        /// Maximum characters of step content.
-        #[arg(long, default_value_t = 8000)]
+        /// Maximum characters of step content (a positive integer).
+        #[arg(long, default_value_t = 8000, value_parser = positive_quota)]
         quota: usize,
         /// Only steps before this StepNode (to page back).
         #[arg(long, value_name = "HASH")]
@@ -415,6 +429,14 @@ Example: uwf thread stack 8FWKR3TN5V1QA")]
         /// The StepNode.
         step: String,
     },
+}
+
+/// `--quota`: a positive integer (upstream refused 0 the same way).
+fn positive_quota(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("invalid --quota: must be a positive integer".into()),
+    }
 }
 
 const ANSWER_AFTER_HELP: &str = "\

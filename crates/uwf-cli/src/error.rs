@@ -166,6 +166,22 @@ pub enum CliError {
         answer: String,
     },
 
+    /// The step did not run: the thread reached `$SUSPEND` (the wait was
+    /// printed on stdout). Exit status [`EXIT_WAITING`].
+    #[error("thread {thread} is suspended: {prompt}")]
+    #[diagnostic(
+        code(uwf::thread::suspended),
+        help(
+            "continue it with `uwf thread resume {thread}` (it goes on from `$START`'s `resume` route), then `uwf thread run --thread {thread}`"
+        )
+    )]
+    Suspended {
+        /// The thread.
+        thread: String,
+        /// Why (the edge prompt or the output's reason).
+        prompt: String,
+    },
+
     /// `thread answer` on a thread that does not wait for that answer.
     #[error("thread {thread} does not wait for this answer: {reason}; nothing was written")]
     #[diagnostic(
@@ -259,7 +275,7 @@ impl CliError {
         match self {
             CliError::Engine(e) if e.0.is_no_slot() => EXIT_NO_SLOT,
             CliError::Engine(e) if e.0.is_killed() => EXIT_KILLED,
-            CliError::Waiting { .. } => EXIT_WAITING,
+            CliError::Waiting { .. } | CliError::Suspended { .. } => EXIT_WAITING,
             _ => EXIT_FAILURE,
         }
     }
@@ -382,6 +398,9 @@ fn hint(e: &EngineError) -> Option<String> {
             "the thread is unchanged; fix the agent and run `uwf thread step` again".into()
         }
         EngineError::Rejected { .. } => "the thread is unchanged; try again".into(),
+        EngineError::NotSuspended { thread, .. } => format!(
+            "only a thread that reached `$SUSPEND` can be resumed; step it with `uwf thread step {thread}`"
+        ),
         EngineError::State(s) => return state_hint(s),
         _ => return None,
     })

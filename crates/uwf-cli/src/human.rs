@@ -44,6 +44,12 @@ pub fn answer(
         });
     }
     let next = decision.next.clone();
+    if next == uwf_moderator::SUSPEND {
+        return Err(CliError::NotWaiting {
+            thread: id.to_string(),
+            reason: "it is suspended ($SUSPEND), not waiting for an answer: continue it with `uwf thread resume`".into(),
+        });
+    }
     if let Some(r) = role
         && r != next
     {

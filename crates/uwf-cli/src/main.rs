@@ -11,6 +11,7 @@ mod human;
 mod input;
 mod output;
 mod progress;
+mod read_content;
 
 use std::process::ExitCode;
 

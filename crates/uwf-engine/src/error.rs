@@ -142,6 +142,17 @@ pub enum EngineError {
     #[diagnostic(code(uwf::interrupted))]
     Interrupted,
 
+    /// A step resuming a thread that is not suspended (its next role is
+    /// not `$SUSPEND`); nothing was run.
+    #[error("thread {thread} is not suspended (its next role is {next}); nothing was run")]
+    #[diagnostic(code(uwf::thread::not_suspended))]
+    NotSuspended {
+        /// The id.
+        thread: String,
+        /// What the moderator decides instead.
+        next: String,
+    },
+
     /// A thread was started with an empty task.
     #[error("the prompt is empty")]
     #[diagnostic(code(uwf::thread::empty_prompt))]

@@ -26,6 +26,7 @@ mod progress;
 pub mod retry;
 pub mod spawn;
 mod step;
+pub mod suspend;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -91,6 +91,9 @@ pub struct StepOptions<'a> {
     /// do, it stores the StepNode and returns its hash, or says why it
     /// failed. What it returns is checked like an agent's answer.
     pub in_process: Option<&'a InProcessAgent<'a>>,
+    /// Resume a thread that reached `$SUSPEND`: the role is chosen from
+    /// `$START` ([`crate::suspend`]); refused if the thread is not suspended.
+    pub resume: bool,
 }
 
 /// An agent that runs in the engine's process (see
@@ -118,6 +121,7 @@ impl fmt::Debug for StepOptions<'_> {
             .field("timeout", &self.timeout)
             .field("cancel", &self.cancel)
             .field("in_process", &self.in_process.is_some())
+            .field("resume", &self.resume)
             .finish()
     }
 }
@@ -164,7 +168,11 @@ pub fn step(
     let head = active_head(ctx, id)?;
     let view = thread::load(&ctx.cas, head)?;
     let workflow = view.workflow_hash.to_string();
-    let decision = view.decide()?;
+    let decision = crate::suspend::decide(id, &view, opts.resume)?;
+    if crate::suspend::suspends(&decision) {
+        let record = crate::suspend::wait(ctx, id, &view, &decision)?;
+        return Ok(Stepped::waiting(workflow, id, head, record));
+    }
     if decision.is_end() {
         ctx.state
             .archive(id, &workflow, Some(&head.to_string()), "done")

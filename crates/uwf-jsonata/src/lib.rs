@@ -136,6 +136,12 @@ impl Default for Limits {
 pub struct EvalOptions {
     /// Variables bound before evaluation (names without `$`).
     pub bindings: IndexMap<String, serde_json::Value>,
+    /// Expressions evaluated, in order, in the root environment before the
+    /// main expression, each bound to its name (without `$`): typically a
+    /// `function(…){…}` lambda, so that a host can offer its own functions
+    /// written in JSONata. Each sees the input, [`bindings`](Self::bindings)
+    /// and the definitions before it, and may call itself recursively.
+    pub definitions: Vec<(String, Expression)>,
     /// Resource limits.
     pub limits: Limits,
 }
@@ -197,6 +203,10 @@ impl Expression {
         }
         let mut ev = eval::Evaluator::new(&options.limits);
         ev.set_root_env(env.clone());
+        for (name, definition) in &options.definitions {
+            let value = ev.eval(&definition.ast, &input, &env)?;
+            env.bind(name, strip_sequence(value));
+        }
         let result = ev.eval(&self.ast, &input, &env)?;
         Ok(strip_sequence(result))
     }
@@ -423,6 +433,31 @@ mod tests {
         let data = json!([{"t": "z", "n": 1}, {"t": "a", "n": 2}, {"t": "z", "n": 3}]);
         let out = ok("${t: $sum(n)}", data);
         assert_eq!(serde_json::to_string(&out).unwrap(), r#"{"z":4,"a":2}"#);
+    }
+
+    #[test]
+    fn definitions_are_functions_of_the_host() {
+        let def = |name: &str, src: &str| (name.to_string(), Expression::parse(src).unwrap());
+        let opts = EvalOptions {
+            bindings: [("base".to_string(), json!(10))].into_iter().collect(),
+            definitions: vec![
+                def("add", "function($n)<n:n>{ $n + $base }"),
+                def("twice", "function($n){ $add($add($n)) }"),
+                def("fact", "function($n){ $n <= 1 ? 1 : $n * $fact($n - 1) }"),
+                def("root", "function(){ $$.x }"),
+            ],
+            ..EvalOptions::default()
+        };
+        let eval = |src: &str| {
+            Expression::parse(src)
+                .unwrap()
+                .evaluate(Some(&json!({"x": 7})), &opts)
+        };
+        assert_eq!(eval("$add(1)").unwrap(), Some(json!(11)));
+        assert_eq!(eval("$twice(1)").unwrap(), Some(json!(21)));
+        assert_eq!(eval("$fact(5)").unwrap(), Some(json!(120)));
+        assert_eq!(eval("[1].$root()").unwrap(), Some(json!(7)));
+        assert_eq!(eval("$add('a')").unwrap_err().code, "T0410");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Diagrams of a workflow graph: Mermaid and Graphviz DOT.
 //!
-//! `$START` and `$END` are round nodes, roles are boxes. An edge is labelled
+//! `$START` and `$END` are round nodes, `$SUSPEND` (where a thread waits
+//! to be resumed) a hexagon (Mermaid) or octagon (DOT), roles are boxes. An edge is labelled
 //! with its condition's name; an unconditional edge is labelled `else` when
 //! conditional edges precede it and not at all otherwise. An edge with a
 //! prompt is marked with ✎. Edges that can never be taken (after an
@@ -163,7 +164,11 @@ pub fn mermaid_overlay(w: &WorkflowPayload, overlay: &Overlay) -> String {
     let _ = writeln!(s, "    n_end((\"{}\"))", mermaid_text(END));
     for n in &names {
         let label = counted(n, overlay.visits.get(*n).copied().unwrap_or(0));
-        let _ = writeln!(s, "    {}[\"{}\"]", id(n), mermaid_text(&label));
+        if *n == crate::SUSPEND {
+            let _ = writeln!(s, "    {}{{{{\"{}\"}}}}", id(n), mermaid_text(&label));
+        } else {
+            let _ = writeln!(s, "    {}[\"{}\"]", id(n), mermaid_text(&label));
+        }
     }
     let mut taken = Vec::new();
     for (i, mut e) in edges(w).into_iter().enumerate() {
@@ -253,13 +258,22 @@ pub fn dot_overlay(w: &WorkflowPayload, overlay: &Overlay) -> String {
         let _ = writeln!(s, "    {} [shape={shape}{mark}];", dot_id(n));
     }
     for n in names(w) {
-        match overlay.visits.get(n).copied().unwrap_or(0) {
-            0 => {
+        let shape = if n == crate::SUSPEND {
+            Some("shape=octagon")
+        } else {
+            None
+        };
+        match (overlay.visits.get(n).copied().unwrap_or(0), shape) {
+            (0, None) => {
                 let _ = writeln!(s, "    {};", dot_id(n));
             }
-            c => {
+            (0, Some(shape)) => {
+                let _ = writeln!(s, "    {} [{shape}];", dot_id(n));
+            }
+            (c, shape) => {
                 let label = dot_id(&format!("{n}\n×{c}"));
-                let _ = writeln!(s, "    {} [label={label}, {VISITED}];", dot_id(n));
+                let shape = shape.map(|x| format!("{x}, ")).unwrap_or_default();
+                let _ = writeln!(s, "    {} [{shape}label={label}, {VISITED}];", dot_id(n));
             }
         }
     }
@@ -309,6 +323,27 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn suspend_has_its_own_shape() {
+        let w: WorkflowPayload = serde_json::from_value(json!({
+            "name": "s", "description": "",
+            "roles": {"a": {"description": "", "systemPrompt": "", "outputSchema": "0000000000000"}},
+            "graph": {"$START": [{"role": "a", "condition": null}],
+                      "a": [{"role": "$SUSPEND", "condition": "c"}, {"role": "$END", "condition": null}]}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            mermaid(&w).contains("    r0{{\"$SUSPEND\"}}\n"),
+            "{}",
+            mermaid(&w)
+        );
+        assert!(
+            dot(&w).contains("    \"$SUSPEND\" [shape=octagon];\n"),
+            "{}",
+            dot(&w)
+        );
+    }
 
     fn sample() -> WorkflowPayload {
         serde_json::from_value(json!({

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uwf_protocol::{END, ModeratorContext, START, WorkflowPayload};
+use uwf_protocol::{END, ModeratorContext, START, StepContext, WorkflowPayload};
 
 use crate::jsonata::{self, Failure, Input};
 use crate::template::{self, Segment};
@@ -287,15 +287,28 @@ pub fn evaluate(
     workflow: &WorkflowPayload,
     ctx: &ModeratorContext,
 ) -> Result<Decision, ModeratorError> {
-    jsonata::on_big_stack(|| evaluate_here(workflow, ctx))
+    let from = ctx.steps.last().map_or(START, |s| s.role.as_str());
+    jsonata::on_big_stack(|| evaluate_here(workflow, ctx, from))
+}
+
+/// The decision of a thread that is resumed after it reached `$SUSPEND`:
+/// the transitions of [`START`] are tried against the whole thread (so a
+/// `$START` status map's `resume` route, compiled to a condition that holds
+/// once there are steps, wins over `new`), and the edge prompt is rendered
+/// against the last step's output.
+pub fn evaluate_resume(
+    workflow: &WorkflowPayload,
+    ctx: &ModeratorContext,
+) -> Result<Decision, ModeratorError> {
+    jsonata::on_big_stack(|| evaluate_here(workflow, ctx, START))
 }
 
 fn evaluate_here(
     workflow: &WorkflowPayload,
     ctx: &ModeratorContext,
+    from: &str,
 ) -> Result<Decision, ModeratorError> {
     let name = workflow.name.as_str();
-    let from = ctx.steps.last().map_or(START, |s| s.role.as_str());
     let transitions = workflow
         .graph
         .get(from)
@@ -341,7 +354,7 @@ fn evaluate_here(
             Some(p) => {
                 let empty = Value::Object(serde_json::Map::new());
                 let last = ctx.steps.last().map_or(&empty, |s| &s.output);
-                Some(render_here(p, last).map_err(|e| {
+                Some(render_here(p, last, &ctx.steps).map_err(|e| {
                     e.placed(
                         name,
                         from,
@@ -511,15 +524,31 @@ pub fn evaluate_expression(
 /// # Ok::<(), uwf_moderator::ModeratorError>(())
 /// ```
 pub fn render_prompt(template: &str, last_output: &Value) -> Result<String, ModeratorError> {
-    jsonata::on_big_stack(|| render_here(template, last_output))
+    jsonata::on_big_stack(|| render_here(template, last_output, &[]))
 }
 
-fn render_here(template: &str, last_output: &Value) -> Result<String, ModeratorError> {
+fn render_here(
+    template: &str,
+    last_output: &Value,
+    steps: &[StepContext],
+) -> Result<String, ModeratorError> {
     let fail = |f, expression: &str| {
         ModeratorError::from_failure(f, "", "", Subject::Template, expression)
     };
     let segments =
         template::parse(template).map_err(|m| fail(Failure::Syntax(m, None), template))?;
+    // The steps are converted only for a template that may look at them.
+    let steps = if template.contains("$last") || template.contains("$first") {
+        serde_json::to_value(steps).map_err(|e| {
+            fail(
+                Failure::Runtime(format!("cannot serialize the steps: {e}")),
+                template,
+            )
+        })?
+    } else {
+        Value::Array(Vec::new())
+    };
+    let options = jsonata::prompt_options(steps);
     let mut input = None;
     let mut out = String::with_capacity(template.len());
     for seg in segments {
@@ -531,7 +560,9 @@ fn render_here(template: &str, last_output: &Value) -> Result<String, ModeratorE
                     None => input.insert(Input::new(last_output).map_err(|f| fail(f, expr))?),
                 };
                 let compiled = jsonata::compile_pure(expr).map_err(|f| fail(f, expr))?;
-                match jsonata::value_compiled(&compiled, Some(inp)).map_err(|f| fail(f, expr))? {
+                match jsonata::value_with(&compiled, Some(inp), &options)
+                    .map_err(|f| fail(f, expr))?
+                {
                     None | Some(Value::Null) => {}
                     Some(Value::String(s)) => out.push_str(&s),
                     Some(other) => out.push_str(&other.to_string()),

@@ -477,3 +477,94 @@ fn impure_functions_are_refused_at_run_time() {
         );
     }
 }
+
+// ---- `$last` / `$first` (the helpers upstream bound for its conditions)
+
+fn routed_by(expression: &str, steps: &[(&str, Value)]) -> String {
+    let w = workflow(
+        json!({ "c": expression }),
+        json!({
+            "$START": [{"role": "planner", "condition": null}],
+            "planner": [{"role": "$END", "condition": "c"}, {"role": "developer", "condition": null}],
+            "developer": [{"role": "$END", "condition": "c"}, {"role": "reviewer", "condition": null}],
+            "reviewer": [{"role": "$END", "condition": "c"}, {"role": "developer", "condition": null}],
+        }),
+    );
+    evaluate(&w, &ctx(steps))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .next
+}
+
+#[test]
+fn last_is_the_latest_output_of_a_role() {
+    let steps = [
+        ("developer", json!({"state": "done"})),
+        ("reviewer", json!({"approved": false})),
+        ("developer", json!({"state": "failed"})),
+    ];
+    assert_eq!(
+        routed_by("$last('developer').state = 'failed'", &steps),
+        "$END"
+    );
+    assert_eq!(
+        routed_by("$last('developer').state = 'done'", &steps),
+        "reviewer"
+    );
+}
+
+#[test]
+fn first_is_the_earliest_output_of_a_role() {
+    let steps = [
+        ("planner", json!({"state": "ready", "plan": "A"})),
+        ("developer", json!({"state": "done"})),
+        ("planner", json!({"state": "revised", "plan": "B"})),
+    ];
+    assert_eq!(routed_by("$first('planner').plan = 'A'", &steps), "$END");
+    assert_eq!(
+        routed_by("$last('planner').plan = 'A'", &steps),
+        "developer"
+    );
+}
+
+#[test]
+fn last_of_a_role_that_never_ran_is_undefined() {
+    let steps = [("planner", json!({"state": "ready"}))];
+    assert_eq!(routed_by("$exists($last('reviewer'))", &steps), "developer");
+    assert_eq!(routed_by("$exists($first('planner'))", &steps), "$END");
+}
+
+#[test]
+fn last_wants_a_string() {
+    let w = workflow(
+        json!({ "c": "$last(1)" }),
+        json!({ "$START": [{"role": "planner", "condition": null}],
+                "planner": [{"role": "$END", "condition": "c"}] }),
+    );
+    let Err(e) = evaluate(&w, &ctx(&[("planner", json!({}))])) else {
+        panic!("a number is refused");
+    };
+    assert!(e.to_string().contains("T0410"), "{e}");
+}
+
+#[test]
+fn last_and_first_work_in_edge_prompts() {
+    let w = workflow(
+        json!({}),
+        json!({
+            "$START": [{"role": "planner", "condition": null}],
+            "planner": [{"role": "developer", "condition": null}],
+            "developer": [{"role": "reviewer", "condition": null,
+                "prompt": "Plan {{ $first('planner').plan }}, now {{ $last('planner').plan }}: {{summary}}"}],
+        }),
+    );
+    let d = evaluate(
+        &w,
+        &ctx(&[
+            ("planner", json!({"plan": "A"})),
+            ("planner", json!({"plan": "B"})),
+            ("developer", json!({"summary": "done"})),
+        ]),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.prompt.as_deref(), Some("Plan A, now B: done"));
+}

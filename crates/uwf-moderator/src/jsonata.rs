@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use uwf_jsonata::{EvalOptions, Expression, Limits};
 
+use crate::functions::{self, Host};
+
 /// Longest accepted expression, in bytes.
 pub const MAX_EXPRESSION_BYTES: usize = 4096;
 
@@ -80,8 +82,30 @@ pub(crate) fn on_big_stack<T: Send, F: FnOnce() -> T + Send>(job: F) -> T {
     }
 }
 
-/// The options of every moderator evaluation.
-pub(crate) fn options() -> EvalOptions {
+/// The options of a condition's evaluation (and of `uwf eval`), with the
+/// moderator's functions ([`crate::functions`]); built once per process.
+pub(crate) fn options() -> &'static EvalOptions {
+    static OPTIONS: std::sync::OnceLock<EvalOptions> = std::sync::OnceLock::new();
+    OPTIONS.get_or_init(|| EvalOptions {
+        definitions: functions::definitions(Host::Context),
+        ..base_options()
+    })
+}
+
+/// The options of an edge prompt's evaluation: the thread's `steps` are
+/// bound for `$last`/`$first`.
+pub(crate) fn prompt_options(steps: serde_json::Value) -> EvalOptions {
+    EvalOptions {
+        definitions: functions::definitions(Host::Prompt),
+        bindings: [(functions::STEPS_BINDING.to_string(), steps)]
+            .into_iter()
+            .collect(),
+        ..base_options()
+    }
+}
+
+/// The limits of every moderator evaluation.
+fn base_options() -> EvalOptions {
     EvalOptions {
         limits: Limits {
             max_depth: MAX_EVAL_DEPTH,
@@ -217,7 +241,7 @@ pub(crate) fn truthy_compiled(expr: &Expression, input: &Input) -> Result<bool, 
 /// both the boolean cast and the JSON result can be read.
 pub(crate) fn evaluated(expr: &Expression, input: &Input) -> Result<uwf_jsonata::Value, Failure> {
     guarded(|| {
-        expr.evaluate_input(&input.0, &options())
+        expr.evaluate_input(&input.0, options())
             .map_err(|e| Failure::Runtime(describe(&e)))
     })
 }
@@ -234,9 +258,18 @@ pub(crate) fn value_compiled(
     expr: &Expression,
     input: Option<&Input>,
 ) -> Result<Option<serde_json::Value>, Failure> {
+    value_with(expr, input, options())
+}
+
+/// Evaluates a compiled expression with `options`; `None` is JSONata's `undefined`.
+pub(crate) fn value_with(
+    expr: &Expression,
+    input: Option<&Input>,
+    options: &EvalOptions,
+) -> Result<Option<serde_json::Value>, Failure> {
     guarded(|| {
         let undefined = uwf_jsonata::Input::default();
-        expr.evaluate_input(input.map_or(&undefined, |i| &i.0), &options())
+        expr.evaluate_input(input.map_or(&undefined, |i| &i.0), options)
             .map(|v| v.to_json())
             .map_err(|e| Failure::Runtime(describe(&e)))
     })

@@ -67,17 +67,24 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+/// The pseudo-target of upstream's workflows that makes a thread wait: a
+/// thread whose next role is `$SUSPEND` stops until `uwf thread resume`
+/// continues it from `$START` ([`evaluate_resume`]).
+pub const SUSPEND: &str = "$SUSPEND";
+
 pub mod definition;
 pub mod diagram;
 mod eval;
+mod functions;
 mod jsonata;
 mod template;
 pub mod thread;
+mod upstream_template;
 mod view_cache;
 
 pub use eval::{
     Decision, Explanation, ExpressionError, ModeratorError, Subject, TransitionReport, evaluate,
-    evaluate_expression, explain, render_prompt,
+    evaluate_expression, evaluate_resume, explain, render_prompt,
 };
 pub use jsonata::{
     MAX_EVAL_DEPTH, MAX_EXPRESSION_BYTES, MAX_INPUT_DEPTH, MAX_RESULT_ITEMS, TIME_LIMIT_MS,

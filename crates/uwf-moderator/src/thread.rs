@@ -80,6 +80,12 @@ impl ThreadView {
     pub fn decide(&self) -> Result<Decision, ModeratorError> {
         evaluate(&self.workflow, &self.context())
     }
+
+    /// What the moderator decides when this thread is resumed after
+    /// reaching `$SUSPEND` ([`evaluate_resume`](crate::eval::evaluate_resume)).
+    pub fn decide_resume(&self) -> Result<Decision, ModeratorError> {
+        crate::eval::evaluate_resume(&self.workflow, &self.context())
+    }
 }
 
 /// Why a thread cannot be loaded.

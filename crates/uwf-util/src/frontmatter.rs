@@ -13,7 +13,8 @@
 //! was found, and problems are reported as data for the caller to act on.
 //!
 //! Rules:
-//! - a UTF-8 BOM and blank lines before the opening line are ignored;
+//! - a UTF-8 BOM, blank lines, and spaces or tabs before the opening `---`
+//!   are ignored;
 //! - the opening line is `---`, the closing line `---` or `...`; both may
 //!   carry trailing spaces or tabs and end in `\n` or `\r\n`;
 //! - the body starts after the closing line, minus one blank line if it
@@ -86,7 +87,9 @@ pub fn parse(input: &str) -> Document<'_> {
             break line;
         }
     };
-    if !is_delimiter(opening.content, "---") {
+    // Spaces or tabs before the opening `---` are tolerated, as upstream uwf
+    // tolerates any leading white space (agents often indent the first line).
+    if !is_delimiter(opening.content.trim_start_matches([' ', '\t']), "---") {
         return whole(Frontmatter::Absent);
     }
 
@@ -225,7 +228,6 @@ mod tests {
             "\n\n",
             "# Title\n---\na: 1\n---\n",
             "----\na: 1\n----\n",
-            " ---\na: 1\n---\n",
             "--- a\nb: 1\n---\n",
         ] {
             let doc = parse(input);
@@ -341,6 +343,25 @@ mod tests {
 
         let doc = parse("---\n~\n---\n");
         assert_eq!(doc.frontmatter, Frontmatter::Yaml(Value::Null));
+    }
+
+    #[test]
+    fn spaces_before_the_opening_line_are_tolerated() {
+        for input in [
+            "   ---\na: 1\n---\nbody",
+            "\t---\na: 1\n---\nbody",
+            "\n  ---  \r\na: 1\n---\nbody",
+        ] {
+            let doc = parse(input);
+            assert_eq!(
+                doc.frontmatter.mapping().and_then(|m| m.get("a")),
+                Some(&Value::from(1)),
+                "{input:?}"
+            );
+            assert_eq!(doc.body, "body", "{input:?}");
+        }
+        // Prose before the fence is still no frontmatter.
+        assert_eq!(parse("x ---\na: 1\n---\n").frontmatter, Frontmatter::Absent);
     }
 
     #[test]

@@ -122,6 +122,23 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 timeout: agent.timeout,
                 cancel: engine::cancel_token().clone(),
                 in_process: None,
+                resume: false,
+            };
+            let progress: Arc<dyn Progress> = Arc::new(Plain);
+            let stepped = engine::step(ctx, &id, &opts, &progress)?;
+            if let Some(waiting) = stepped.waiting {
+                return waits(ctx, format, stepped.output, waiting);
+            }
+            output::print(format, &stepped.output)
+        }
+        ThreadCommand::Resume { thread, agent } => {
+            let id = engine::thread_id(&thread)?;
+            let opts = StepOptions {
+                agent: agent.agent.as_deref(),
+                timeout: agent.timeout,
+                cancel: engine::cancel_token().clone(),
+                in_process: None,
+                resume: true,
             };
             let progress: Arc<dyn Progress> = Arc::new(Plain);
             let stepped = engine::step(ctx, &id, &opts, &progress)?;
@@ -160,6 +177,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 timeout: agent.timeout,
                 cancel: engine::cancel_token().clone(),
                 in_process: None,
+                resume: false,
             };
             let live = Arc::new(Live::new(&id));
             let progress: Arc<dyn Progress> = live.clone();
@@ -321,7 +339,8 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             } else {
                 activity
             };
-            let mut text = read(&id, &view, quota, before, &children)?;
+            let contents = crate::read_content::contents(ctx.cas(), &view);
+            let mut text = read(&id, &view, quota, before, &children, &contents)?;
             if before.is_none() {
                 text.push_str(&attempts_text(ctx, &id)?);
             }
@@ -428,6 +447,7 @@ fn read(
     quota: usize,
     before: Option<Hash>,
     children: &HashMap<Hash, String>,
+    contents: &HashMap<Hash, String>,
 ) -> Result<String, CliError> {
     let mut steps: Vec<(usize, &uwf_moderator::thread::LoadedStep)> =
         view.steps.iter().enumerate().collect();
@@ -453,6 +473,9 @@ fn read(
             s.payload.record.detail,
             body
         );
+        if let Some(content) = contents.get(&s.hash) {
+            let _ = write!(block, "\n### Content\n\n{}\n", content.trim_end());
+        }
         if let Some(summary) = children.get(&s.hash) {
             block.push('\n');
             block.push_str(summary);
@@ -467,7 +490,7 @@ fn read(
             }
         }
         used += block.len();
-        blocks.push(block);
+        blocks.push((s.payload.record.role.as_str(), block));
     }
     let shown = blocks.len();
     let mut out = String::new();
@@ -488,8 +511,21 @@ fn read(
             "> {earlier} earlier step(s) not shown. Read them with `uwf thread read {id} --before {oldest_shown}`.\n"
         );
     }
-    for b in blocks.iter().rev() {
-        out.push_str(b);
+    // Each role's prompt once, at its first step shown (upstream's
+    // `<prompt>`), after the step's heading line.
+    let mut prompted = BTreeSet::new();
+    for (role, b) in blocks.iter().rev() {
+        match view.workflow.roles.get(*role) {
+            Some(def) if prompted.insert(*role) && !def.system_prompt.trim().is_empty() => {
+                let (heading, rest) = b.split_once('\n').unwrap_or((b, ""));
+                let _ = write!(
+                    out,
+                    "{heading}\n\n<prompt role=\"{role}\">\n{}\n</prompt>\n{rest}",
+                    def.system_prompt.trim_end()
+                );
+            }
+            _ => out.push_str(b),
+        }
         out.push('\n');
     }
     if steps.is_empty() {
@@ -510,6 +546,11 @@ fn waits(
     waiting: uwf_protocol::WaitingRecord,
 ) -> Result<(), CliError> {
     let thread = head.thread.clone();
+    if waiting.role == uwf_moderator::SUSPEND {
+        let prompt = waiting.prompt.clone();
+        output::print(format, &uwf_protocol::WaitingOutput { head, waiting })?;
+        return Err(CliError::Suspended { thread, prompt });
+    }
     let answer = engine::human::innermost(ctx, &thread, &waiting)?;
     let (role, agent) = (waiting.role.clone(), waiting.agent.clone());
     output::print(format, &uwf_protocol::WaitingOutput { head, waiting })?;

@@ -5,7 +5,9 @@
 //! itself); a builtin gets a number of arguments its signature allows; it
 //! uses no function whose result is not a pure function of the thread
 //! (conditions must choose the same role in every process, forever); and a
-//! role name it compares `role` with is a role of the workflow.
+//! role name it compares `role` with (or gives `$last`/`$first`) is a role
+//! of the workflow. Besides JSONata's builtins, the moderator's own
+//! functions are known ([`crate::functions`]: `$last`, `$first`, …).
 
 use std::collections::BTreeSet;
 
@@ -158,7 +160,23 @@ pub(crate) fn check(root: &Node, roles: Option<&BTreeSet<&str>>) -> Vec<Problem>
             if bound.contains(name) || name.is_empty() {
                 return;
             }
-            let Some(sig) = uwf_jsonata::builtin_signature(name) else {
+            if matches!(name.as_str(), "last" | "first")
+                && let (Some(roles), Some(Kind::String(role))) =
+                    (roles, args.first().map(|a| &a.kind))
+                && !roles.contains(role.as_str())
+            {
+                let known = roles.iter().copied().collect::<Vec<_>>().join(", ");
+                problems.push(Problem {
+                    kind: ProblemKind::UnknownRole,
+                    message: format!(
+                        "`${name}` is given \"{role}\", which is not a role of this workflow (roles: {known})"
+                    ),
+                    offset: args.first().map(|a| a.span.start),
+                });
+            }
+            let Some(sig) = uwf_jsonata::builtin_signature(name)
+                .or_else(|| crate::functions::signature(name))
+            else {
                 problems.push(Problem {
                     kind: ProblemKind::UnknownFunction,
                     message: format!(
@@ -382,5 +400,25 @@ mod tests {
         );
         // Other fields are not role names.
         assert_eq!(problems("steps[-1].output.role = 'x'", &roles), vec![]);
+    }
+
+    #[test]
+    fn last_and_first_are_known_and_their_role_is_checked() {
+        use ProblemKind::*;
+        let roles = ["developer", "reviewer"];
+        assert_eq!(
+            problems("$last('reviewer').approved = false", &roles),
+            vec![]
+        );
+        assert_eq!(problems("$exists($first('developer'))", &roles), vec![]);
+        assert_eq!(
+            problems("$last('revewer').approved", &roles),
+            vec![(UnknownRole, Some(6))]
+        );
+        assert_eq!(problems("$last()", &roles), vec![(Arity, Some(0))]);
+        assert_eq!(
+            problems("$first('developer', 2)", &roles),
+            vec![(Arity, Some(0))]
+        );
     }
 }

@@ -62,11 +62,26 @@
 //! unconditional transition. At `$START` there is no output yet, so only `_`
 //! may be used there.
 
+//!
+//! # Upstream uwf's later syntax, compiled at parse time
+//!
+//! `frontmatter` is another name of the schema; `identity`/`prepare`/
+//! `execute`/`report` another way to write instructions; top-level
+//! `version: 1` and `x-…` keys are accepted; `$START: {new, resume}` becomes
+//! a `resume` transition under the generated condition `$START.resume`
+//! (`$count(steps) > 0`) before the `new` one; `$SUSPEND` is a target that
+//! makes a thread wait ([`crate::SUSPEND`]). Edge prompts of such a workflow
+//! are mustache or Liquid templates, compiled into uwf templates; which
+//! language a workflow's prompts are in is decided by `x-uwf-prompts`, else
+//! `version` (Liquid), else the later syntax (mustache), else uwf's JSONata.
+//! See docs/workflow.md, "Upstream workflows".
+
 mod error;
 pub(crate) mod expr_checks;
 mod locate;
 mod raw;
 mod register;
+mod schema_checks;
 mod validate;
 
 use std::collections::BTreeMap;

@@ -540,3 +540,290 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------- upstream forms
+
+/// A workflow in upstream's latest syntax (written for these tests).
+const UPSTREAM_V1: &str = r#"
+version: 1
+name: fix-bug
+description: Plan, then fix
+x-shared:
+  done-schema: &done
+    oneOf:
+      - properties:
+          $status: { const: done }
+          note: { type: string }
+        required: [$status]
+roles:
+  planner:
+    description: Plans
+    goal: Plan the fix
+    capabilities: []
+    procedure: Read the report
+    output: Set $status to ready, or wait for more information
+    frontmatter:
+      oneOf:
+        - properties:
+            $status: { const: ready }
+            files: { type: array, items: { type: string } }
+            branch: { type: string }
+          required: [$status, files, branch]
+        - properties:
+            $status: { const: unclear }
+            question: { type: string }
+          required: [$status, question]
+  fixer:
+    description: Fixes
+    goal: Fix it
+    frontmatter: *done
+graph:
+  $START:
+    new: { role: planner, prompt: "Plan the fix" }
+    resume: { role: planner, prompt: "Continue where you stopped" }
+  planner:
+    ready: { role: fixer, prompt: "Fix {{ files | join: \", \" }} on {{ branch }}" }
+    unclear: { role: $SUSPEND, prompt: "Waiting: {{{question}}}" }
+  fixer:
+    done: { role: $END, prompt: "Finished: {{$status}}" }
+"#;
+
+#[test]
+fn upstream_latest_syntax_compiles_to_the_canonical_form() {
+    let d = parse(UPSTREAM_V1);
+    // `frontmatter` is the schema, also through a YAML anchor in an `x-` key;
+    // the reserved status `$SUSPEND` is accepted besides it.
+    let fixer = &d.roles["fixer"].output_schema["anyOf"];
+    assert_eq!(
+        fixer[0]["oneOf"][0]["properties"]["$status"]["const"],
+        "done"
+    );
+    assert_eq!(fixer[1]["properties"]["$status"]["const"], "$SUSPEND");
+    assert!(d.roles["planner"].output_schema["anyOf"][0]["oneOf"].is_array());
+    assert_eq!(
+        d.graph["fixer"][0],
+        t("$SUSPEND", Some("fixer.$status=$SUSPEND"), None)
+    );
+    // `$START: {new, resume}`: resume first, under a generated condition.
+    assert_eq!(
+        d.graph["$START"],
+        vec![
+            t(
+                "planner",
+                Some("$START.resume"),
+                Some("Continue where you stopped")
+            ),
+            t("planner", None, Some("Plan the fix")),
+        ]
+    );
+    assert_eq!(
+        d.conditions["$START.resume"].expression(),
+        "$count(steps) > 0"
+    );
+    // `$SUSPEND` stays a target; prompts are compiled to uwf templates.
+    assert_eq!(d.graph["planner"][2].role, "$SUSPEND");
+    let report = validate(&d);
+    assert!(report.is_ok(), "{report}");
+    // Upstream's status maps have no `_`: only `no-fallback` warnings.
+    assert!(
+        report.warnings.iter().all(|w| w.code == "no-fallback"),
+        "{report}"
+    );
+
+    let w = payload(&d);
+    let first = evaluate(&w, &ctx(&[])).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (first.next.as_str(), first.prompt.as_deref()),
+        ("planner", Some("Plan the fix"))
+    );
+    let steps = [(
+        "planner",
+        json!({"$status": "ready", "files": ["a.rs", "b.rs"], "branch": "fix/1"}),
+    )];
+    let d1 = evaluate(&w, &ctx(&steps)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d1.prompt.as_deref(), Some("Fix a.rs, b.rs on fix/1"));
+    let steps = [(
+        "planner",
+        json!({"$status": "unclear", "question": "Which <browser>?"}),
+    )];
+    let d2 = evaluate(&w, &ctx(&steps)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (d2.next.as_str(), d2.prompt.as_deref()),
+        ("$SUSPEND", Some("Waiting: Which <browser>?"))
+    );
+    // Resumed: `$START`'s `resume` route, against the whole thread.
+    let r = crate::evaluate_resume(&w, &ctx(&steps)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (r.next.as_str(), r.prompt.as_deref()),
+        ("planner", Some("Continue where you stopped"))
+    );
+    // Any role may finish with the reserved status.
+    let steps = [("fixer", json!({"$status": "$SUSPEND", "reason": "blocked"}))];
+    let wait = evaluate(&w, &ctx(&steps)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(wait.next, "$SUSPEND");
+    let steps = [("fixer", json!({"$status": "done"}))];
+    let end = evaluate(&w, &ctx(&steps)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (end.next.as_str(), end.prompt.as_deref()),
+        ("$END", Some("Finished: done"))
+    );
+}
+
+#[test]
+fn the_prompt_dialect_is_chosen_by_marker_version_or_syntax() {
+    let wf = |head: &str, key: &str, start: &str| {
+        format!(
+            "{head}name: d\nroles:\n  a:\n    goal: g\n    {key}: {{type: object, properties: {{x: {{}}}}}}\n\
+             graph:\n  $START: {start}\n  a:\n    _: {{ role: $END, prompt: \"Got {{{{{{x}}}}}}\" }}\n"
+        )
+    };
+    // uwf's own syntax: JSONata templates, where `{{{x}}}` is not valid.
+    let plain = parse(&wf("", "meta", "{_: a}"));
+    let report = validate(&plain);
+    assert!(
+        report.errors.iter().any(|e| e.code == "prompt-syntax"),
+        "{report}"
+    );
+    // Upstream's markers: mustache (or Liquid with `version`).
+    for (head, key, start) in [
+        ("", "frontmatter", "{_: a}"),
+        ("", "meta", "{new: a, resume: a}"),
+        ("version: 1\n", "meta", "{_: a}"),
+        ("x-uwf-prompts: mustache\n", "meta", "{_: a}"),
+        ("x-uwf-prompts: liquid\n", "meta", "{_: a}"),
+    ] {
+        let d = parse(&wf(head, key, start));
+        let report = validate(&d);
+        assert!(report.is_ok(), "{head}{key}: {report}");
+        let out = evaluate(&payload(&d), &ctx(&[("a", json!({"x": "<1>"}))]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out.prompt.as_deref(), Some("Got <1>"), "{head}{key}");
+    }
+    // The explicit marker wins over the syntax.
+    let d = parse(&wf("x-uwf-prompts: jsonata\n", "frontmatter", "{_: a}"));
+    assert!(!validate(&d).is_ok());
+    let e = parse_err(&wf("x-uwf-prompts: handlebars\n", "meta", "{_: a}"));
+    assert!(e.message.contains("handlebars"), "{e}");
+}
+
+#[test]
+fn upstream_forms_refused_with_a_reason() {
+    let e = parse_err(
+        "name: x\nroles:\n  a: {goal: g, meta: {}, frontmatter: {}}\ngraph: {$START: {_: a}}\n",
+    );
+    assert!(e.message.contains("both `meta` and `frontmatter`"), "{e}");
+    let e = parse_err("version: 2\nname: x\nroles: {}\ngraph: {$START: {_: a}}\n");
+    assert!(e.message.contains("`version: 2`"), "{e}");
+    let e = parse_err("name: x\nroles: {}\ngraph:\n  $START: {new: a, _: a}\n");
+    assert!(e.message.contains("both `_` and `new`"), "{e}");
+    let e = parse_err("name: x\nroles: {}\ngraph:\n  $START: {resume: a}\n");
+    assert!(e.message.contains("which role runs first"), "{e}");
+    let e = parse_err("name: x\nroles: {}\nx-ok: 1\nextra: 2\ngraph: {$START: {_: a}}\n");
+    assert!(e.message.contains("unknown field `extra`"), "{e}");
+    assert_eq!(e.line, Some(4), "{e}");
+    // A mustache syntax error names the edge, the language and the place.
+    let e = parse_err(
+        "version: 1\nname: x\nroles:\n  a: {goal: g, frontmatter: {}}\ngraph:\n  $START: {new: a}\n  a:\n    done: {role: $END, prompt: \"Fix {{#files}}{{.}}\"}\n",
+    );
+    assert!(
+        e.message
+            .contains("`graph.a` (status `done`) is not a valid liquid template"),
+        "{e}"
+    );
+    assert!(
+        e.message.contains("the section `files` is never closed"),
+        "{e}"
+    );
+    let e = parse_err(
+        "name: x\nroles:\n  a: {goal: g, identity: i, meta: {}}\ngraph: {$START: {_: a}}\n",
+    );
+    assert!(e.message.contains("identity"), "{e}");
+}
+
+#[test]
+fn identity_prepare_execute_report_roles() {
+    let d = parse(
+        "name: x\nroles:\n  a:\n    identity: You plan.\n    prepare: Read.\n    execute: Plan.\n    report: Say it.\n    outputSchema: {}\ngraph:\n  $START: [{role: a}]\n  a: [{role: $END}]\n",
+    );
+    assert_eq!(
+        d.roles["a"].system_prompt,
+        "## Identity\nYou plan.\n\n## Prepare\nRead.\n\n## Execute\nPlan.\n\n## Report\nSay it."
+    );
+}
+
+#[test]
+fn status_keys_must_be_statuses_the_schema_allows() {
+    let d = parse(
+        "version: 1\nname: x\nroles:\n  a:\n    goal: g\n    frontmatter:\n      oneOf:\n        - properties: {$status: {const: ok}, n: {}}\n        - properties: {$status: {const: bad}}\n  b:\n    goal: g\n    meta: {properties: {$status: {enum: [yes, no]}}}\ngraph:\n  $START: {new: a}\n  a:\n    ok: {role: b, prompt: \"n={{n}}\"}\n    okay: {role: b, prompt: \"typo\"}\n    bad: {role: $END, prompt: \"{{n}}\"}\n  b:\n    yes: {role: $END, prompt: e}\n    maybe: {role: $END, prompt: e}\n",
+    );
+    let report = validate(&d);
+    let codes: Vec<(&str, Option<&str>)> = report
+        .errors
+        .iter()
+        .map(|e| (e.code, e.condition.as_deref()))
+        .collect();
+    assert_eq!(
+        codes,
+        vec![
+            ("unknown-status", Some("a.$status=okay")),
+            ("unknown-variable", Some("a.$status=bad")),
+            ("unknown-status", Some("b.$status=maybe")),
+        ],
+        "{report}"
+    );
+    let msg = &report.errors[1].message;
+    assert!(
+        msg.contains("reads `n`") && msg.contains("with $status \"bad\""),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_workflow_without_new_forms_hashes_as_before() {
+    // The compiled form of uwf's own syntax is unchanged by the upstream
+    // support: same graph, same conditions, prompts kept as written.
+    let d = parse(SEED_003);
+    assert_eq!(
+        d.graph["planner"][0].prompt.as_deref(),
+        Some("Answer: {{question}}")
+    );
+    assert!(!d.conditions.contains_key("$START.resume"));
+}
+
+#[test]
+fn the_first_status_maps_routed_on_status() {
+    // Upstream's status maps of 2026-05-25 read the output's `status`
+    // (renamed `$status` the same day): a mustache-era role that declares
+    // `status` and no `$status` routes on it.
+    let d = parse(
+        "name: x\nroles:\n  a:\n    goal: g\n    frontmatter: {properties: {status: {enum: [ok, ko]}}}\ngraph:\n  $START: {_: a}\n  a:\n    ok: {role: $END, prompt: done}\n    ko: {role: a, prompt: \"again: {{status}}\"}\n",
+    );
+    assert!(validate(&d).is_ok(), "{}", validate(&d));
+    let w = payload(&d);
+    let next = |out| {
+        evaluate(&w, &ctx(&[("a", out)]))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .next
+    };
+    assert_eq!(next(json!({"status": "ok"})), "$END");
+    assert_eq!(next(json!({"status": "ko"})), "a");
+    assert_eq!(
+        d.conditions["a.status=ok"].expression(),
+        r#"steps[-1].output.`status` = "ok""#
+    );
+}
+
+#[test]
+fn an_unrouted_or_missing_status_stops_the_thread() {
+    // As upstream's moderator: a status with no edge, or no `$status` at
+    // all, in a map without `_`, is an error (here `no_match`).
+    let d = parse(UPSTREAM_V1);
+    let w = payload(&d);
+    for out in [json!({"$status": "other"}), json!({"plan": "x"})] {
+        let e = evaluate(&w, &ctx(&[("planner", out.clone())])).map(|d| d.next);
+        assert!(
+            matches!(e, Err(crate::ModeratorError::NoMatch { .. })),
+            "{out}: {e:?}"
+        );
+    }
+}

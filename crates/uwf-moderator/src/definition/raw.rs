@@ -5,7 +5,7 @@
 //! to the error. Untagged enums are avoided: their "did not match any
 //! variant" errors say nothing useful.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -85,16 +85,183 @@ impl<V> Entries<V> {
 
 // ---------------------------------------------------------------- workflow
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The top-level keys, for "unknown field" errors; besides them, any key
+/// starting with `x-` is an extension (upstream keeps YAML anchors there).
+const WORKFLOW_FIELDS: &[&str] = &[
+    "name",
+    "description",
+    "version",
+    "roles",
+    "conditions",
+    "graph",
+    "x-…",
+];
+
+/// The extension key that says how edge prompts are written.
+pub(crate) const PROMPTS_KEY: &str = "x-uwf-prompts";
+
 pub(crate) struct RawWorkflow {
     name: Option<String>,
-    #[serde(default)]
     description: Option<String>,
-    roles: Option<Entries<Checked<RoleDraft>>>,
-    #[serde(default)]
+    version: Option<serde_yaml::Value>,
+    roles: Option<Entries<Checked<ParsedRole>>>,
     conditions: Option<Entries<Condition>>,
     graph: Option<Graph>,
+    prompts: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for RawWorkflow {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawWorkflow;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a workflow mapping")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawWorkflow, A::Error> {
+                let mut w = RawWorkflow {
+                    name: None,
+                    description: None,
+                    version: None,
+                    roles: None,
+                    conditions: None,
+                    graph: None,
+                    prompts: None,
+                };
+                let mut seen: Vec<String> = Vec::new();
+                while let Some(WorkflowKey(key)) = map.next_key::<WorkflowKey>()? {
+                    // Some upstream files repeat `version: 1`: the same
+                    // value twice is taken once.
+                    if key == "version" && w.version.is_some() {
+                        let again: serde_yaml::Value = map.next_value()?;
+                        if Some(&again) != w.version.as_ref() {
+                            return Err(de::Error::custom(
+                                "`version` is given twice with different values",
+                            ));
+                        }
+                        continue;
+                    }
+                    if seen.contains(&key) {
+                        return Err(de::Error::custom(format!("duplicate field `{key}`")));
+                    }
+                    seen.push(key.clone());
+                    match key.as_str() {
+                        "name" => w.name = map.next_value()?,
+                        "description" => w.description = map.next_value()?,
+                        "version" => w.version = Some(map.next_value()?),
+                        "roles" => w.roles = map.next_value()?,
+                        "conditions" => w.conditions = map.next_value()?,
+                        "graph" => w.graph = map.next_value()?,
+                        PROMPTS_KEY => w.prompts = Some(map.next_value()?),
+                        k if k.starts_with("x-") => {
+                            map.next_value::<de::IgnoredAny>()?;
+                        }
+                        _ => {
+                            map.next_value::<de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(w)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A top-level key, refused while it is read (so that the error points at
+/// it) unless it is known or an `x-` extension.
+struct WorkflowKey(String);
+
+impl<'de> Deserialize<'de> for WorkflowKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = WorkflowKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a top-level key")
+            }
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<WorkflowKey, E> {
+                if key.starts_with("x-") || WORKFLOW_FIELDS.contains(&key) {
+                    Ok(WorkflowKey(key.to_string()))
+                } else {
+                    Err(de::Error::unknown_field(key, WORKFLOW_FIELDS))
+                }
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// How the edge prompts of a workflow are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    /// uwf's templates: `{{ JSONata }}` over the last output.
+    Jsonata,
+    /// Upstream's mustache templates (2026-05-25 to 2026-06-10).
+    Mustache,
+    /// Upstream's Liquid templates (since 2026-06-10).
+    Liquid,
+}
+
+impl Dialect {
+    fn name(self) -> &'static str {
+        match self {
+            Dialect::Jsonata => "jsonata",
+            Dialect::Mustache => "mustache",
+            Dialect::Liquid => "liquid",
+        }
+    }
+}
+
+/// The dialect of the edge prompts: `x-uwf-prompts` if given; else Liquid
+/// for a workflow with `version` (upstream added it after moving to Liquid);
+/// else mustache for a workflow in upstream's later syntax (a role's schema
+/// under `frontmatter`, or `$START` routed on `new`/`resume`), which uwf's
+/// own syntax never used; else uwf's JSONata templates.
+fn dialect(raw: &RawWorkflow, roles: &[(String, Checked<ParsedRole>)]) -> Result<Dialect, String> {
+    if let Some(p) = &raw.prompts {
+        return match p.as_str() {
+            "jsonata" => Ok(Dialect::Jsonata),
+            "mustache" => Ok(Dialect::Mustache),
+            "liquid" => Ok(Dialect::Liquid),
+            other => Err(with_help(
+                format!("`{PROMPTS_KEY}: {other}` is not a template language uwf knows"),
+                format!("write `{PROMPTS_KEY}: jsonata`, `mustache` or `liquid`"),
+            )),
+        };
+    }
+    if raw.version.is_some() {
+        return Ok(Dialect::Liquid);
+    }
+    let start_statuses = raw.graph.as_ref().is_some_and(|g| {
+        g.0.iter().any(|(k, e)| {
+            k == START
+                && matches!(e, Edges::Statuses(s) if s.iter().any(|(st, _)| st == START_NEW || st == START_RESUME))
+        })
+    });
+    if start_statuses || roles.iter().any(|(_, r)| r.0.frontmatter) {
+        return Ok(Dialect::Mustache);
+    }
+    Ok(Dialect::Jsonata)
+}
+
+fn check_version(v: &serde_yaml::Value) -> Result<(), String> {
+    let ok = match v {
+        serde_yaml::Value::Number(n) => n.as_u64() == Some(1),
+        serde_yaml::Value::String(s) => s.trim() == "1",
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(with_help(
+            format!(
+                "`version: {}` is not a workflow format version uwf knows",
+                serde_yaml::to_string(v).unwrap_or_default().trim()
+            ),
+            "the only version is 1 (upstream uwf's format); leave `version` out for uwf's own format",
+        ))
+    }
 }
 
 impl FromRaw for WorkflowDefinition {
@@ -102,8 +269,8 @@ impl FromRaw for WorkflowDefinition {
     const EXPECTING: &'static str =
         "a workflow: a mapping with `name`, `description`, `roles`, `conditions` and `graph`";
 
-    fn from_raw(raw: RawWorkflow) -> Result<Self, String> {
-        let name = match raw.name {
+    fn from_raw(mut raw: RawWorkflow) -> Result<Self, String> {
+        let name = match raw.name.take() {
             None => {
                 return Err(with_help(
                     "the workflow has no `name`",
@@ -118,13 +285,17 @@ impl FromRaw for WorkflowDefinition {
             }
             Some(n) => n,
         };
-        let roles = raw.roles.ok_or_else(|| {
+        if let Some(v) = &raw.version {
+            check_version(v)?;
+        }
+        let roles = raw.roles.take().ok_or_else(|| {
             with_help(
                 "the workflow has no `roles`",
                 "add `roles:` with one entry per role: `{description, systemPrompt, outputSchema}`",
             )
         })?;
-        let graph = raw.graph.ok_or_else(|| {
+        let dialect = dialect(&raw, &roles.0)?;
+        let graph = raw.graph.take().ok_or_else(|| {
             with_help(
                 "the workflow has no `graph`",
                 "add `graph:` with `$START` and one entry per role listing its transitions",
@@ -132,17 +303,32 @@ impl FromRaw for WorkflowDefinition {
         })?;
         let mut conditions: BTreeMap<String, ConditionDefinition> = raw
             .conditions
+            .take()
             .map(|c| c.0.into_iter().map(|(k, v)| (k, v.0)).collect())
             .unwrap_or_default();
-        let graph = compile_graph(graph, &mut conditions)?;
+        let legacy: BTreeSet<String> = if dialect == Dialect::Mustache {
+            roles
+                .0
+                .iter()
+                .filter(|(_, r)| routes_on_plain_status(&r.0.draft.output_schema))
+                .map(|(name, _)| name.clone())
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        let mut graph = compile_graph(graph, &mut conditions, dialect, &legacy)?;
+        let mut roles: BTreeMap<String, RoleDraft> = roles
+            .into_map()
+            .into_iter()
+            .map(|(k, v)| (k, v.0.draft))
+            .collect();
+        if dialect != Dialect::Jsonata {
+            reserve_suspend_status(&mut roles, &mut graph, &mut conditions);
+        }
         Ok(Self {
             name,
             description: raw.description.unwrap_or_default(),
-            roles: roles
-                .into_map()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect(),
+            roles,
             conditions,
             graph,
         })
@@ -170,19 +356,65 @@ pub(crate) struct RawRole {
     output: Option<String>,
     #[serde(default)]
     meta: Option<serde_json::Value>,
+    #[serde(default)]
+    frontmatter: Option<serde_json::Value>,
+    #[serde(default)]
+    identity: Option<String>,
+    #[serde(default)]
+    prepare: Option<String>,
+    #[serde(default)]
+    execute: Option<String>,
+    #[serde(default)]
+    report: Option<String>,
 }
 
-impl FromRaw for RoleDraft {
+/// A role as read, and whether its schema was written under `frontmatter`
+/// (upstream's later syntax).
+pub(crate) struct ParsedRole {
+    draft: RoleDraft,
+    frontmatter: bool,
+}
+
+impl FromRaw for ParsedRole {
     type Raw = RawRole;
     const EXPECTING: &'static str = "a role: a mapping with `description`, `systemPrompt` and `outputSchema` \
          (or `goal`, `capabilities`, `procedure`, `output` and `meta`)";
 
-    fn from_raw(raw: RawRole) -> Result<Self, String> {
+    fn from_raw(mut raw: RawRole) -> Result<Self, String> {
+        let frontmatter = raw.frontmatter.is_some();
+        let meta = match (raw.meta.take(), raw.frontmatter.take()) {
+            (Some(_), Some(_)) => {
+                return Err(with_help(
+                    "the role has both `meta` and `frontmatter`",
+                    "`frontmatter` is upstream's later name of `meta` (the output schema); keep one",
+                ));
+            }
+            (m, f) => m.or(f),
+        };
+        raw.meta = meta;
+        let draft = role_draft(raw)?;
+        Ok(Self { draft, frontmatter })
+    }
+}
+
+fn role_draft(raw: RawRole) -> Result<RoleDraft, String> {
+    {
+        let staged = raw.identity.is_some()
+            || raw.prepare.is_some()
+            || raw.execute.is_some()
+            || raw.report.is_some();
         let structured = raw.goal.is_some()
             || raw.capabilities.is_some()
             || raw.procedure.is_some()
             || raw.output.is_some();
-        let system_prompt = match (raw.system_prompt, structured) {
+        if staged && (structured || raw.system_prompt.is_some()) {
+            return Err(with_help(
+                "the role mixes `identity`/`prepare`/`execute`/`report` with other instructions",
+                "write the instructions one way: `systemPrompt`; or `goal`, `capabilities`, \
+                 `procedure` and `output`; or `identity`, `prepare`, `execute` and `report`",
+            ));
+        }
+        let system_prompt = match (raw.system_prompt, structured || staged) {
             (Some(_), true) => {
                 return Err(with_help(
                     "the role has both `systemPrompt` and `goal`/`capabilities`/`procedure`/`output`",
@@ -191,6 +423,12 @@ impl FromRaw for RoleDraft {
                 ));
             }
             (Some(p), false) => p,
+            (None, true) if staged => assemble_staged(
+                raw.identity.as_deref(),
+                raw.prepare.as_deref(),
+                raw.execute.as_deref(),
+                raw.report.as_deref(),
+            ),
             (None, true) => assemble_prompt(
                 raw.goal.as_deref(),
                 raw.capabilities.as_deref(),
@@ -221,12 +459,36 @@ impl FromRaw for RoleDraft {
                 ));
             }
         };
-        Ok(Self {
+        Ok(RoleDraft {
             description: raw.description.unwrap_or_default(),
             system_prompt,
             output_schema,
         })
     }
+}
+
+/// The system prompt of a role written as identity/prepare/execute/report
+/// (upstream's role syntax of 2026-05-21): a markdown section per field.
+fn assemble_staged(
+    identity: Option<&str>,
+    prepare: Option<&str>,
+    execute: Option<&str>,
+    report: Option<&str>,
+) -> String {
+    [
+        ("Identity", identity),
+        ("Prepare", prepare),
+        ("Execute", execute),
+        ("Report", report),
+    ]
+    .into_iter()
+    .filter_map(|(title, body)| {
+        body.map(str::trim)
+            .filter(|b| !b.is_empty())
+            .map(|b| format!("## {title}\n{b}"))
+    })
+    .collect::<Vec<_>>()
+    .join("\n\n")
 }
 
 /// The system prompt of a role written as goal/capabilities/procedure/output.
@@ -443,25 +705,259 @@ pub(crate) fn status_expression(status: &str) -> String {
     format!("steps[-1].output.`$status` = {literal}")
 }
 
+/// Upstream's reserved status (since 2026-06-08): a role of a workflow in
+/// upstream's syntax may always finish with `$status: "$SUSPEND"` (and a
+/// `reason`) to make the thread wait. Compiled into the canonical form: the
+/// role's schema also accepts such an output (`anyOf` with the original),
+/// and a first transition `<role>.$status=$SUSPEND` leads to `$SUSPEND`.
+fn reserve_suspend_status(
+    roles: &mut BTreeMap<String, RoleDraft>,
+    graph: &mut BTreeMap<String, Vec<Transition>>,
+    conditions: &mut BTreeMap<String, ConditionDefinition>,
+) {
+    for (role, draft) in roles.iter_mut() {
+        let Some(transitions) = graph.get_mut(role) else {
+            continue;
+        };
+        let name = status_condition_name(role, crate::SUSPEND);
+        if conditions.contains_key(&name) || !draft.output_schema.is_object() {
+            continue;
+        }
+        conditions.insert(
+            name.clone(),
+            ConditionDefinition::Described {
+                description: format!("`{role}` asked to wait ($status \"$SUSPEND\")"),
+                expression: status_expression(crate::SUSPEND),
+            },
+        );
+        transitions.insert(
+            0,
+            Transition {
+                role: crate::SUSPEND.into(),
+                condition: Some(name),
+                prompt: None,
+            },
+        );
+        let original = std::mem::take(&mut draft.output_schema);
+        draft.output_schema = serde_json::json!({
+            "anyOf": [
+                original,
+                {
+                    "type": "object",
+                    "properties": {
+                        "$status": { "const": crate::SUSPEND },
+                        "reason": { "type": "string" }
+                    },
+                    "required": ["$status"]
+                }
+            ]
+        });
+    }
+}
+
+/// The `$START` status of a new thread.
+pub(crate) const START_NEW: &str = "new";
+/// The `$START` status of a thread resumed after `$SUSPEND`.
+pub(crate) const START_RESUME: &str = "resume";
+/// Name of the condition generated for `$START`'s `resume` route.
+pub(crate) const RESUME_CONDITION: &str = "$START.resume";
+/// Its expression: a resumed thread has steps, a new one has none.
+pub(crate) const RESUME_EXPRESSION: &str = "$count(steps) > 0";
+
+/// Compiles an edge prompt written in `dialect` into a uwf template.
+fn compile_prompt(
+    prompt: Option<String>,
+    dialect: Dialect,
+    role: &str,
+    edge: &str,
+) -> Result<Option<String>, String> {
+    match (prompt, dialect) {
+        (None, _) => Ok(None),
+        (Some(p), Dialect::Jsonata) => Ok(Some(p)),
+        (Some(p), d) => crate::upstream_template::compile(&p, d == Dialect::Liquid)
+            .map(Some)
+            .map_err(|e| {
+            with_help(
+                format!(
+                    "the edge prompt of `graph.{role}` {edge} is not a valid {} template: {e}\n  prompt: {p}",
+                    d.name()
+                ),
+                format!(
+                    "fix the template (`{{{{name}}}}`, `{{{{{{name}}}}}}`, `{{{{#list}}}}…{{{{/list}}}}`, \
+                     `{{{{ name | join: \", \" }}}}`); the workflow's prompts are read as {} because of {}",
+                    d.name(),
+                    dialect_reason(d)
+                ),
+            )
+        }),
+    }
+}
+
+fn dialect_reason(d: Dialect) -> &'static str {
+    match d {
+        Dialect::Liquid => "`version` (or `x-uwf-prompts: liquid`)",
+        Dialect::Mustache => {
+            "upstream's later syntax (`frontmatter`, `$START: {new, resume}`, or `x-uwf-prompts: mustache`)"
+        }
+        Dialect::Jsonata => "uwf's own syntax",
+    }
+}
+
+/// Whether a schema declares `status` but nowhere `$status`: upstream's
+/// first status maps (2026-05-25, before `$status` the same day) routed on
+/// the output's `status`.
+fn routes_on_plain_status(schema: &serde_json::Value) -> bool {
+    let mut shapes = vec![schema];
+    for key in ["oneOf", "anyOf"] {
+        if let Some(vs) = schema.get(key).and_then(|v| v.as_array()) {
+            shapes.extend(vs);
+        }
+    }
+    let has = |name: &str| {
+        shapes
+            .iter()
+            .any(|s| s.get("properties").and_then(|p| p.get(name)).is_some())
+    };
+    has("status") && !has("$status")
+}
+
+/// Name of the condition generated for `status` in `graph[role]` when the
+/// role routes on upstream's early `status` field.
+fn plain_status_condition_name(role: &str, status: &str) -> String {
+    format!("{role}.status={status}")
+}
+
 fn compile_graph(
     graph: Graph,
     conditions: &mut BTreeMap<String, ConditionDefinition>,
+    dialect: Dialect,
+    legacy: &BTreeSet<String>,
 ) -> Result<BTreeMap<String, Vec<Transition>>, String> {
     let mut out = BTreeMap::new();
     for (role, edges) in graph.0 {
         let transitions = match edges {
-            Edges::List(list) => list,
-            Edges::Statuses(statuses) => compile_statuses(&role, statuses, conditions)?,
+            Edges::List(list) => list
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut t)| {
+                    t.prompt =
+                        compile_prompt(t.prompt, dialect, &role, &format!("(transition #{i})"))?;
+                    Ok(t)
+                })
+                .collect::<Result<Vec<_>, String>>()?,
+            Edges::Statuses(statuses) if role == START => {
+                compile_start(statuses, conditions, dialect)?
+            }
+            Edges::Statuses(statuses) => {
+                let mut compiled = Vec::new();
+                for (status, mut target) in statuses {
+                    target.prompt = compile_prompt(
+                        target.prompt,
+                        dialect,
+                        &role,
+                        &format!("(status `{status}`)"),
+                    )?;
+                    compiled.push((status, target));
+                }
+                compile_statuses(&role, compiled, conditions, legacy.contains(&role))?
+            }
         };
         out.insert(role, transitions);
     }
     Ok(out)
 }
 
+/// `$START` as a status map: `_` (uwf), or `new` and `resume` (upstream):
+/// `resume` becomes a first transition under the generated condition
+/// [`RESUME_CONDITION`], which holds only for a thread that already has
+/// steps (one resumed after `$SUSPEND`), `new` the unconditional one.
+fn compile_start(
+    statuses: Vec<(String, Target)>,
+    conditions: &mut BTreeMap<String, ConditionDefinition>,
+    dialect: Dialect,
+) -> Result<Vec<Transition>, String> {
+    let mut fallback = None;
+    let mut new = None;
+    let mut resume = None;
+    for (status, mut target) in statuses {
+        target.prompt = compile_prompt(
+            target.prompt,
+            dialect,
+            START,
+            &format!("(status `{status}`)"),
+        )?;
+        match status.as_str() {
+            FALLBACK_STATUS => fallback = Some(target),
+            START_NEW => new = Some(target),
+            START_RESUME => resume = Some(target),
+            other => {
+                return Err(with_help(
+                    format!(
+                        "`graph.$START` routes on status `{other}`, but there is no output before the first step"
+                    ),
+                    "at `$START` only the fallback `_` (or upstream's `new` and `resume`) applies: \
+                     write `$START: {_: <first role>}`",
+                ));
+            }
+        }
+    }
+    let first = match (fallback, new) {
+        (Some(_), Some(_)) => {
+            return Err(with_help(
+                "`graph.$START` has both `_` and `new`",
+                "`new` is the route of a new thread, like `_`: keep one",
+            ));
+        }
+        (Some(t), None) | (None, Some(t)) => t,
+        (None, None) if resume.is_none() => {
+            return Err(with_help(
+                "the status map of `graph.$START` is empty",
+                "add at least the fallback: `$START: {_: <first role>}`",
+            ));
+        }
+        (None, None) => {
+            return Err(with_help(
+                "`graph.$START` does not say which role runs first",
+                "add `_: <first role>` (or `new: {role: <first role>, prompt: …}`)",
+            ));
+        }
+    };
+    let mut transitions = Vec::new();
+    if let Some(r) = resume {
+        if conditions.contains_key(RESUME_CONDITION) {
+            return Err(with_help(
+                format!(
+                    "`$START.resume` generates the condition `{RESUME_CONDITION}`, which is already defined"
+                ),
+                "rename the condition in `conditions`",
+            ));
+        }
+        conditions.insert(
+            RESUME_CONDITION.into(),
+            ConditionDefinition::Described {
+                description: "the thread is resumed after $SUSPEND".into(),
+                expression: RESUME_EXPRESSION.into(),
+            },
+        );
+        transitions.push(Transition {
+            role: r.role,
+            condition: Some(RESUME_CONDITION.into()),
+            prompt: r.prompt,
+        });
+    }
+    transitions.push(Transition {
+        role: first.role,
+        condition: None,
+        prompt: first.prompt,
+    });
+    Ok(transitions)
+}
+
 fn compile_statuses(
     role: &str,
     statuses: Vec<(String, Target)>,
     conditions: &mut BTreeMap<String, ConditionDefinition>,
+    plain_status: bool,
 ) -> Result<Vec<Transition>, String> {
     let mut transitions = Vec::new();
     let mut fallback = None;
@@ -470,15 +966,20 @@ fn compile_statuses(
             fallback = Some(target);
             continue;
         }
-        if role == START {
-            return Err(with_help(
-                format!(
-                    "`graph.$START` routes on status `{status}`, but there is no output before the first step"
-                ),
-                "at `$START` only the fallback `_` applies: write `$START: {_: <first role>}`",
-            ));
-        }
-        let name = status_condition_name(role, &status);
+        let (name, expression, field) = if plain_status {
+            let literal = serde_json::to_string(&status).unwrap_or_else(|_| format!("{status:?}"));
+            (
+                plain_status_condition_name(role, &status),
+                format!("steps[-1].output.`status` = {literal}"),
+                "status",
+            )
+        } else {
+            (
+                status_condition_name(role, &status),
+                status_expression(&status),
+                "$status",
+            )
+        };
         if conditions.contains_key(&name) {
             return Err(with_help(
                 format!(
@@ -491,8 +992,8 @@ fn compile_statuses(
         conditions.insert(
             name.clone(),
             ConditionDefinition::Described {
-                description: format!("`{role}` finished with $status {status:?}"),
-                expression: status_expression(&status),
+                description: format!("`{role}` finished with {field} {status:?}"),
+                expression,
             },
         );
         transitions.push(Transition {

@@ -9,6 +9,8 @@ use uwf_protocol::{ConditionDefinition, END, START, Transition, WorkflowPayload}
 use super::WorkflowDefinition;
 use super::expr_checks::{self, Problem, ProblemKind};
 use super::locate::{self, Position};
+use super::schema_checks;
+use crate::SUSPEND;
 use crate::jsonata::{self, Failure};
 use crate::template::{self, Segment};
 
@@ -251,6 +253,34 @@ pub fn validate(def: &WorkflowDefinition) -> Report {
             &def.graph,
             &mut report,
         );
+        let schemas = def
+            .roles
+            .iter()
+            .map(|(name, r)| (name.as_str(), &r.output_schema))
+            .collect();
+        for f in schema_checks::check(&schemas, &def.conditions, &def.graph) {
+            let found = finding(f.code, f.message, Some(&f.role), f.condition.as_deref());
+            match (f.prompt, f.error) {
+                (Some(text), error) => {
+                    let anchor = Anchor {
+                        section: "graph",
+                        key: f.role.clone(),
+                        text,
+                        offset: None,
+                    };
+                    if error {
+                        report.push_anchored(found, anchor);
+                    } else {
+                        report.warnings.push(Finding {
+                            anchor: Some(anchor),
+                            ..found
+                        });
+                    }
+                }
+                (None, true) => report.errors.push(found),
+                (None, false) => report.warnings.push(found),
+            }
+        }
         report
     })
 }
@@ -359,10 +389,13 @@ fn check_graph(
                     Some(source),
                     t.condition.as_deref(),
                 );
-            } else if t.role != END && !roles.contains(t.role.as_str()) {
+            } else if t.role != END && t.role != SUSPEND && !roles.contains(t.role.as_str()) {
                 report.error(
                     "unknown-target",
-                    format!("{here}: `{}` is neither a role nor `$END`", t.role),
+                    format!(
+                        "{here}: `{}` is neither a role nor `$END` (nor `$SUSPEND`)",
+                        t.role
+                    ),
                     Some(source),
                     t.condition.as_deref(),
                 );
@@ -471,10 +504,19 @@ fn check_paths(
     if !graph.contains_key(START) {
         return;
     }
+    // A thread that reaches `$SUSPEND` goes on from `$START` when resumed.
     let edges = |n: &str| -> Vec<&str> {
         graph
             .get(n)
-            .map(|t| live(t).iter().map(|t| t.role.as_str()).collect())
+            .map(|t| {
+                live(t)
+                    .iter()
+                    .map(|t| match t.role.as_str() {
+                        SUSPEND => START,
+                        r => r,
+                    })
+                    .collect()
+            })
             .unwrap_or_default()
     };
     // Forward from $START.

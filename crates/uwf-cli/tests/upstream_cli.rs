@@ -1,0 +1,389 @@
+//! Workflows in upstream uwf's forms (fixtures in `tests/upstream/`), end to
+//! end with the real `uwf` and `uwf-mock`: each validates and runs to
+//! `$END`; `$SUSPEND` waits and `thread resume` continues; mustache and
+//! Liquid prompts render as upstream rendered them; bad inputs are refused
+//! with a diagnostic; `thread read` shows role prompts and step content.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use common::{Env, example, mock_bin};
+use serde_json::Value;
+
+const EXIT_WAITING: i32 = 4;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/upstream")
+}
+
+fn fixture(name: &str) -> String {
+    fixtures().join(name).to_str().unwrap().to_string()
+}
+
+/// `--agent` for uwf-mock with the fixture's scenario.
+fn agent(name: &str) -> String {
+    format!(
+        "{:?} {:?}",
+        mock_bin().display().to_string(),
+        fixture(&format!("{name}.mock.yaml"))
+    )
+}
+
+fn run(env: &Env, args: &[&str]) -> Output {
+    env.uwf().args(args).output().unwrap()
+}
+
+fn stdout_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Every workflow of the corpus (the files without `.mock.`).
+fn corpus() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            (name.ends_with(".yaml") && !name.contains(".mock."))
+                .then(|| name.trim_end_matches(".yaml").to_string())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+const SUSPENDING: &[&str] = &["suspend-edge", "suspend-status"];
+
+#[test]
+fn every_upstream_form_validates() {
+    let env = Env::new();
+    let names = corpus();
+    assert_eq!(names.len(), 10, "{names:?}");
+    for name in &names {
+        assert!(
+            fixtures().join(format!("{name}.mock.yaml")).exists(),
+            "{name} has no scenario"
+        );
+        let report = env.json(&["workflow", "validate", &fixture(&format!("{name}.yaml"))]);
+        assert_eq!(report["valid"], true, "{name}: {report}");
+        assert_eq!(report["errors"], serde_json::json!([]), "{name}");
+    }
+}
+
+#[test]
+fn every_upstream_form_runs_to_the_end_with_the_mock() {
+    for name in corpus() {
+        if SUSPENDING.contains(&name.as_str()) {
+            continue;
+        }
+        let env = Env::new();
+        let out = run(
+            &env,
+            &[
+                "thread",
+                "run",
+                &fixture(&format!("{name}.yaml")),
+                "-p",
+                "the task",
+                "--agent",
+                &agent(&name),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(stdout_json(&out)["done"], true, "{name}");
+    }
+}
+
+/// Runs `name` until it suspends; returns the thread id.
+fn run_until_suspended(env: &Env, name: &str) -> String {
+    let out = run(
+        env,
+        &[
+            "thread",
+            "run",
+            &fixture(&format!("{name}.yaml")),
+            "-p",
+            "the task",
+            "--agent",
+            &agent(name),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(EXIT_WAITING),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("uwf::thread::suspended"), "{stderr}");
+    assert!(stderr.contains("uwf thread resume"), "{stderr}");
+    let v = stdout_json(&out);
+    assert_eq!(v["done"], false);
+    assert_eq!(v["waiting"]["role"], "$SUSPEND");
+    v["thread"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn suspend_waits_and_resume_continues_from_the_resume_route() {
+    for (name, why) in [
+        (
+            "suspend-edge",
+            "Question for the requester: Which database?",
+        ),
+        ("suspend-status", "The changelog mentions a breaking change"),
+    ] {
+        let env = Env::new();
+        let id = run_until_suspended(&env, name);
+
+        // The wait is listed; stepping again shows the same wait.
+        let list = env.json(&["thread", "list", "--waiting"]);
+        assert_eq!(list[0]["thread"], id.as_str(), "{list}");
+        assert_eq!(list[0]["waiting"]["prompt"], why);
+        let again = run(&env, &["thread", "step", &id, "--agent", &agent(name)]);
+        assert_eq!(again.status.code(), Some(EXIT_WAITING));
+        assert_eq!(stdout_json(&again)["waiting"]["prompt"], why);
+
+        // Not an answer for a person; nothing changes.
+        let before = env.snapshot();
+        let err = env.fails(&["thread", "answer", &id, "--output", "{}"]);
+        assert!(err.contains("thread resume"), "{err}");
+        assert_eq!(env.snapshot(), before);
+
+        // The resume step runs the `resume` route with its prompt.
+        let next = env.json(&["thread", "next", &id]);
+        assert_eq!(next["role"], "$SUSPEND", "{next}");
+        let resumed = env.json(&["thread", "resume", &id, "--agent", &agent(name)]);
+        assert_eq!(resumed["thread"], id.as_str());
+
+        // A thread that is not suspended cannot be resumed.
+        if name == "suspend-edge" {
+            let before = env.snapshot();
+            let err = env.fails(&["thread", "resume", &id, "--agent", &agent(name)]);
+            assert!(err.contains("uwf::thread::not_suspended"), "{err}");
+            assert!(err.contains("next role is worker"), "{err}");
+            assert_eq!(env.snapshot(), before);
+            let done = env.json(&["thread", "run", "--thread", &id, "--agent", &agent(name)]);
+            assert_eq!(done["done"], true, "{done}");
+        } else {
+            assert_eq!(resumed["done"], true, "{resumed}");
+        }
+        let steps = env.json(&["thread", "steps", &id]);
+        let roles: Vec<&str> = steps["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["role"].as_str())
+            .collect();
+        let want: &[&str] = if name == "suspend-edge" {
+            &["planner", "planner", "worker"]
+        } else {
+            &["checker", "checker"]
+        };
+        assert_eq!(roles, want, "{name}");
+    }
+}
+
+#[test]
+fn the_resumed_agent_gets_the_resume_prompt() {
+    let env = Env::new();
+    let id = run_until_suspended(&env, "suspend-edge");
+    // The agent kit finds the resumed role's edge prompt (it warns when the
+    // role it runs is not the one the moderator would choose).
+    let out = run(
+        &env,
+        &["thread", "resume", &id, "--agent", &agent("suspend-edge")],
+    );
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("without an edge prompt"), "{stderr}");
+    assert_eq!(stdout_json(&out)["done"], false);
+    let next = env.json(&["thread", "next", &id]);
+    assert_eq!(next["role"], "worker");
+    assert_eq!(next["prompt"], "Carry out: Migrate the Postgres schema");
+}
+
+/// Starts `name` and runs `steps` steps; returns the thread id.
+fn started(env: &Env, name: &str, steps: usize) -> String {
+    let v = env.json(&[
+        "thread",
+        "start",
+        &fixture(&format!("{name}.yaml")),
+        "-p",
+        "the task",
+    ]);
+    let id = v["thread"].as_str().unwrap().to_string();
+    for _ in 0..steps {
+        env.json(&["thread", "step", &id, "--agent", &agent(name)]);
+    }
+    id
+}
+
+#[test]
+fn prompts_render_as_upstream_rendered_them() {
+    let env = Env::new();
+    let id = started(&env, "liquid-v1", 1);
+    let next = env.json(&["thread", "next", &id]);
+    assert_eq!(
+        next["prompt"],
+        "Implement specs/login.md, specs/logout.md on FIX/7-AUTH."
+    );
+
+    let id = started(&env, "mustache", 1);
+    assert_eq!(
+        env.json(&["thread", "next", &id])["prompt"],
+        "Review a.rs,b.rs (author says ready)."
+    );
+    env.json(&["thread", "step", &id, "--agent", &agent("mustache")]);
+    assert_eq!(
+        env.json(&["thread", "next", &id])["prompt"],
+        "The reviewer said changes: Use <T> & handle errors\n- a.rs: unwrap\n- b.rs: no test\n"
+    );
+
+    let id = started(&env, "status-plain", 1);
+    assert_eq!(
+        env.json(&["thread", "next", &id])["prompt"],
+        "Take your time: billing is hard."
+    );
+
+    let id = started(&env, "anchors-v1", 1);
+    assert_eq!(
+        env.json(&["thread", "next", &id])["prompt"],
+        "Your opponent argues:\n\nTabs are wider\n\nAnswer."
+    );
+}
+
+fn validate_errors(env: &Env, yaml: &str) -> Value {
+    let path = env.dir.path().join("bad.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let out = run(env, &["workflow", "validate", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    stdout_json(&out)["errors"].clone()
+}
+
+#[test]
+fn bad_upstream_workflows_are_refused_with_a_diagnostic() {
+    let env = Env::new();
+    // A mustache syntax error: where, what, and why the prompt is mustache.
+    let path = env.dir.path().join("syntax.yaml");
+    std::fs::write(
+        &path,
+        "name: s\nroles:\n  a:\n    goal: g\n    frontmatter: {properties: {$status: {enum: [done]}, x: {}}}\n\
+         graph:\n  $START: {_: a}\n  a:\n    done: {role: $END, prompt: \"Fix {{#x}}{{.}}\"}\n",
+    )
+    .unwrap();
+    let err = env.fails(&["workflow", "validate", path.to_str().unwrap()]);
+    assert!(err.contains("uwf::workflow::definition"), "{err}");
+    assert!(
+        err.contains("is not a valid mustache template: the section `x` is never closed"),
+        "{err}"
+    );
+    assert!(err.contains("upstream's later syntax"), "{err}");
+
+    // A status key the role's schema never allows, and an undeclared
+    // Liquid variable.
+    let errors = validate_errors(
+        &env,
+        "version: 1\nname: k\nroles:\n  a:\n    goal: g\n    frontmatter:\n      oneOf:\n        - properties: {$status: {const: ok}, n: {}}\n\
+         graph:\n  $START: {new: a}\n  a:\n    ok: {role: $END, prompt: \"{{ m }}\"}\n    okay: {role: $END, prompt: done}\n",
+    );
+    let codes: Vec<&str> = errors
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["unknown-variable", "unknown-status"], "{errors}");
+    assert!(
+        errors[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("$status \"okay\""),
+        "{errors}"
+    );
+
+    // `$last` of a role that does not exist.
+    let errors = validate_errors(
+        &env,
+        "name: l\nroles:\n  a: {systemPrompt: s, outputSchema: {}}\nconditions:\n  c: \"$last('b').x\"\n\
+         graph:\n  $START: [{role: a}]\n  a: [{role: $END, condition: c}, {role: $END}]\n",
+    );
+    assert_eq!(errors[0]["code"], "unknown-role", "{errors}");
+
+    // An unknown version.
+    let path = env.dir.path().join("v2.yaml");
+    std::fs::write(
+        &path,
+        "version: 2\nname: v\nroles: {}\ngraph: {$START: {_: a}}\n",
+    )
+    .unwrap();
+    let err = env.fails(&["workflow", "validate", path.to_str().unwrap()]);
+    assert!(err.contains("`version: 2`"), "{err}");
+}
+
+#[test]
+fn thread_read_shows_role_prompts_and_content() {
+    let env = Env::new();
+    let out = run(
+        &env,
+        &[
+            "thread",
+            "run",
+            &fixture("liquid-v1.yaml"),
+            "-p",
+            "the task",
+            "--agent",
+            &agent("liquid-v1"),
+        ],
+    );
+    assert!(out.status.success());
+    let id = stdout_json(&out)["thread"].as_str().unwrap().to_string();
+    let read = run(&env, &["thread", "read", &id]);
+    assert!(read.status.success());
+    let text = String::from_utf8_lossy(&read.stdout);
+    assert!(
+        text.contains("<prompt role=\"specifier\">\n## Goal\nYou write specs."),
+        "{text}"
+    );
+    assert_eq!(text.matches("<prompt role=\"specifier\">").count(), 1);
+    assert!(
+        text.contains("### Content\n\n---\n$status: ready"),
+        "{text}"
+    );
+    assert!(text.contains("Specs written."), "{text}");
+
+    // A quota of 0 is a usage error, as upstream.
+    let bad = run(&env, &["thread", "read", &id, "--quota", "0"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(bad.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr)
+            .contains("invalid --quota: must be a positive integer")
+    );
+}
+
+#[test]
+fn workflows_without_new_forms_hash_as_before() {
+    // Hashes of uwf's own examples, unchanged by the upstream support.
+    let env = Env::new();
+    for (file, hash) in [
+        ("solve-issue.yaml", "1TM6QWPENJAPY"),
+        ("triage.yaml", "8YCZHJD643GC0"),
+        ("draft-loop.yaml", "4FYE51400TQSB"),
+        ("approve-release.yaml", "7W6TR81BWS88D"),
+    ] {
+        let v = env.json(&["workflow", "put", &example(file)]);
+        assert_eq!(v["hash"], hash, "{file}");
+    }
+}
