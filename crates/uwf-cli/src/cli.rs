@@ -56,6 +56,37 @@ pub struct Global {
     /// Only errors on stderr.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
+
+    /// Colour on stderr: auto follows NO_COLOR, CLICOLOR_FORCE, CLICOLOR and whether stderr is a terminal.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    pub color: ColorChoice,
+}
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// Colour when stderr is a terminal and the environment does not say otherwise.
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+/// The task of a new thread: `-p TEXT`, `-p -` (stdin) or `--prompt-file FILE`.
+#[derive(Debug, Args)]
+pub struct PromptArgs {
+    /// The task; - reads it from stdin.
+    #[arg(
+        short,
+        long,
+        allow_hyphen_values = true,
+        conflicts_with = "prompt_file"
+    )]
+    pub prompt: Option<String>,
+    /// Read the task from this file (- for stdin).
+    #[arg(long, value_name = "FILE")]
+    pub prompt_file: Option<PathBuf>,
 }
 
 /// Output formats.
@@ -255,12 +286,14 @@ pub enum WorkflowCommand {
 #[derive(Debug, Subcommand)]
 pub enum ThreadCommand {
     /// Create a thread (no step runs): {workflow, thread}.
+    #[command(
+        after_help = "Example: uwf thread start examples/solve-issue.yaml --prompt-file task.md"
+    )]
     Start {
         /// A registered name, a Workflow hash, or a YAML file (registered on the way).
         workflow: String,
-        /// The task.
-        #[arg(short, long)]
-        prompt: String,
+        #[command(flatten)]
+        prompt: PromptArgs,
         /// Advanced: start a child thread whose StartNode's parentState is
         /// this node (a StartNode or StepNode of the calling thread; see
         /// docs/nested-workflows.md). `uwf-workflow` uses it.
@@ -278,7 +311,7 @@ is printed and uwf exits with status 4; answer with `uwf thread answer`.
 
 Example: uwf thread step 01J7K9M2XNPQR5VWBCDF8G3H4T --agent \"uwf-mock scenario.yaml\" --timeout 10m")]
     Step {
-        /// The thread id.
+        /// The thread: its id, a unique prefix of it, or @last.
         thread: String,
         #[command(flatten)]
         agent: AgentArgs,
@@ -286,23 +319,23 @@ Example: uwf thread step 01J7K9M2XNPQR5VWBCDF8G3H4T --agent \"uwf-mock scenario.
     /// Start (or continue) a thread and step it until it is done.
     #[command(after_help = "\
 Progress goes to stderr; the final answer is the last step's JSON. A role that
-waits for a person stops the run: the wait is printed, exit status 4.
+waits for a person stops the run: the wait is printed, exit status 4. Any
+other failure prints nothing on stdout and names the thread, which
+`uwf thread run <thread-id>` continues.
 
-Example: uwf thread run examples/solve-issue.yaml -p \"Fix the login bug\" --agent \"uwf-mock examples/solve-issue.mock.yaml\"")]
+Examples:
+  uwf thread run examples/solve-issue.yaml -p \"Fix the login bug\" --agent \"uwf-mock examples/solve-issue.mock.yaml\"
+  git log -1 --format=%B | uwf thread run solve-issue -p -
+  uwf thread run @last            continue the newest thread")]
     Run {
-        /// A registered name, a Workflow hash, or a YAML file (not with --thread).
+        /// A registered name, a Workflow hash, or a YAML file; or a thread
+        /// (id, unique prefix or @last) to continue.
         #[arg(required_unless_present = "thread", conflicts_with = "thread")]
         workflow: Option<String>,
-        /// The task (required when starting).
-        #[arg(
-            short,
-            long,
-            required_unless_present = "thread",
-            conflicts_with = "thread"
-        )]
-        prompt: Option<String>,
+        #[command(flatten)]
+        prompt: PromptArgs,
         /// Continue this thread instead of starting one.
-        #[arg(long, value_name = "ID")]
+        #[arg(long, value_name = "ID", conflicts_with_all = ["prompt", "prompt_file"])]
         thread: Option<String>,
         /// Advanced: when starting, the parentState of the new thread's
         /// StartNode (see `uwf thread start --help`).
@@ -326,7 +359,7 @@ condition's value: {thread, role, done, prompt, from, transitions: [{index, role
 expression, value, holds, error, taken}]}, and `error` when the moderator cannot decide."
     )]
     Next {
-        /// The thread id.
+        /// The thread: its id, a unique prefix of it, or @last.
         thread: String,
         /// Show every condition of the current role, its value, and which transition wins.
         #[arg(long)]
@@ -334,7 +367,7 @@ expression, value, holds, error, taken}]}, and `error` when the moderator cannot
     },
     /// A thread's head: {workflow, thread, head, done}, plus parent and childThreads links.
     Show {
-        /// The thread id.
+        /// The thread: its id, a unique prefix of it, or @last.
         thread: String,
     },
     /// Active threads: [{thread, workflow, head, done}].
@@ -366,17 +399,20 @@ Example: uwf thread stack 8FWKR3TN5V1QA")]
     },
     /// Stop a thread and archive it (a running step is stopped and not applied).
     Kill {
-        /// The thread id.
+        /// The thread: its id, a unique prefix of it, or @last.
         thread: String,
     },
     /// Every step of a thread, oldest first, outputs expanded.
     Steps {
-        /// The thread id.
+        /// The thread: its id, a unique prefix of it, or @last.
         thread: String,
     },
     /// A thread as markdown: the newest steps that fit in the quota.
+    #[command(
+        after_help = "Markdown only: `uwf thread steps` gives the same steps as JSON or YAML."
+    )]
     Read {
-        /// The thread id.
+        /// The thread: its id, a unique prefix of it, or @last.
         thread: String,
         /// Maximum characters of step content.
         #[arg(long, default_value_t = 8000)]
@@ -384,6 +420,23 @@ Example: uwf thread stack 8FWKR3TN5V1QA")]
         /// Only steps before this StepNode (to page back).
         #[arg(long, value_name = "HASH")]
         before: Option<String>,
+    },
+    /// Archive the threads that never took a step: [{thread, workflow, prompt, age}].
+    #[command(after_help = "\
+A thread whose head is still its StartNode (a `thread run` whose first agent
+failed, a `thread start` never stepped) is archived as `pruned`: it leaves
+`thread list` and stays in `thread list --all`. Threads that wait for a person
+or are younger than --older-than are kept, so a step starting right now is
+not pulled from under it.
+
+Example: uwf thread prune --dry-run --older-than 0s")]
+    Prune {
+        /// Only list what would be archived.
+        #[arg(long)]
+        dry_run: bool,
+        /// Keep threads started more recently than this.
+        #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
+        older_than: std::time::Duration,
     },
     /// Start a new thread whose head is an existing StartNode or StepNode.
     Fork {
@@ -415,7 +468,7 @@ Examples:
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("answer").required(true).multiple(false))]
 pub struct AnswerArgs {
-    /// The thread id.
+    /// The thread: its id, a unique prefix of it, or @last.
     pub thread: String,
     /// The role answered (default: the role the thread waits for; given, it must be that one).
     #[arg(long, value_name = "ROLE")]

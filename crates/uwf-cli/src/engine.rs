@@ -110,8 +110,18 @@ pub trait Progress: Send + Sync {
     fn started(&self, role: &str, agent: &str);
     /// A line the agent wrote on stderr.
     fn agent_line(&self, line: &str);
-    /// The agent finished.
+    /// The agent finished and its step passed the checks.
     fn finished(&self, role: &str, elapsed: Duration);
+    /// The attempt failed after `elapsed` (`reason` says how); a retry or
+    /// the step's error follows.
+    fn failed(&self, role: &str, elapsed: Duration, reason: &str) {
+        tracing::info!(
+            role,
+            elapsed_ms = elapsed.as_millis() as u64,
+            reason,
+            "agent failed"
+        );
+    }
     /// The step waits for a slot of `workflow` (its `concurrency` in
     /// config.yaml is reached), with `ahead` waiters before it. Called when
     /// the wait starts and whenever `ahead` changes.
@@ -314,7 +324,6 @@ impl Failed {
             agent: agent.to_string(),
             role: role.to_string(),
             reason,
-            stderr_tail: self.stderr_tail.join("\n"),
         }))
     }
 }
@@ -389,7 +398,6 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, CliError> {
     })?;
     // The agent is done: free the slot before checking its work.
     drop(slot);
-    a.progress.finished(role, finished.elapsed);
     // The kill flag again, now that the agent returned: a thread killed (or
     // moved on) meanwhile never gets this step, and that is what to report,
     // whatever the agent did (it may have failed because of it).
@@ -402,6 +410,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, CliError> {
     let stderr_tail = finished.stderr_tail;
     let elapsed = finished.elapsed;
     let fail = |kind: &'static str, reason: String, exit_code: Option<i32>| {
+        a.progress.failed(role, elapsed, &reason);
         Ok(Tried::Failed(Failed {
             kind,
             reason,
@@ -463,7 +472,10 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, CliError> {
         }
     };
     match check_step(ctx, a.view, role, new) {
-        Ok(loaded) => Ok(Tried::Landed(new, loaded)),
+        Ok(loaded) => {
+            a.progress.finished(role, elapsed);
+            Ok(Tried::Landed(new, loaded))
+        }
         Err(reason) => fail("check", reason, Some(0)),
     }
 }

@@ -110,6 +110,47 @@ pub enum CliError {
         thread: String,
     },
 
+    /// A thread-id prefix that more than one thread starts with.
+    #[error("{prefix:?} is the start of {count} thread ids (newest: {})", matches.join(", "))]
+    #[diagnostic(
+        code(uwf::thread::ambiguous),
+        help("type more characters of the id; `uwf thread list --all` shows every thread")
+    )]
+    AmbiguousThread {
+        /// What was typed.
+        prefix: String,
+        /// How many ids start with it.
+        count: usize,
+        /// The newest of them.
+        matches: Vec<String>,
+    },
+
+    /// `@last` in a root without threads.
+    #[error("@last names the newest top-level thread, and there is none")]
+    #[diagnostic(
+        code(uwf::thread::none),
+        help("start one with `uwf thread run <workflow> -p \"…\"`")
+    )]
+    NoThreads,
+
+    /// A workflow argument that looks like a path to a file that is not there.
+    #[error("no such file: {path}")]
+    #[diagnostic(
+        code(uwf::workflow::no_such_file),
+        help("{}", if known.is_empty() { "check the path (`ls` the directory)".to_string() } else { format!("check the path; or use a registered workflow: {}", known.join(", ")) })
+    )]
+    NoSuchWorkflowFile {
+        /// The path given.
+        path: String,
+        /// Registered workflow names.
+        known: Vec<String>,
+    },
+
+    /// A failure of `thread run` after the thread exists: says which thread.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    InThread(Box<crate::report::InThread>),
+
     /// The thread is archived.
     #[error("thread {thread} is finished (archived); it cannot be stepped or killed")]
     #[diagnostic(
@@ -212,9 +253,23 @@ pub enum CliError {
     )]
     Interrupted,
 
+    /// `thread run <thread>` with a task: a thread already has one.
+    #[error("thread {thread} exists and has its task; -p/--prompt-file only start new threads")]
+    #[diagnostic(
+        code(uwf::thread::prompt_on_resume),
+        help("continue it with `uwf thread run {thread}`, or start a new thread from a workflow")
+    )]
+    PromptOnResume {
+        /// The thread.
+        thread: String,
+    },
+
     /// `-p` missing or empty.
     #[error("the prompt is empty")]
-    #[diagnostic(code(uwf::thread::empty_prompt), help("give the task with -p \"…\""))]
+    #[diagnostic(
+        code(uwf::thread::empty_prompt),
+        help("give the task with -p \"…\", -p - (stdin) or --prompt-file FILE")
+    )]
     EmptyPrompt,
 
     /// A workflow name, hash or file that resolves to nothing.
@@ -294,7 +349,7 @@ pub enum CliError {
     #[error("thread {thread} is not done after {steps} step(s) (--max-steps)")]
     #[diagnostic(
         code(uwf::thread::max_steps),
-        help("continue with `uwf thread run --thread {thread}`")
+        help("continue with `uwf thread run {thread}`")
     )]
     MaxSteps {
         /// The id.
@@ -312,6 +367,18 @@ pub enum CliError {
     Format {
         /// The format.
         format: String,
+    },
+
+    /// `--format json|yaml` for a command whose answer is Markdown.
+    #[error("`uwf {command}` prints Markdown; --format {format} is not available for it")]
+    #[diagnostic(code(uwf::format), help("{instead}"))]
+    TextOnly {
+        /// The command.
+        command: String,
+        /// The format asked for.
+        format: String,
+        /// What gives the same in JSON.
+        instead: String,
     },
 
     /// Output could not be written.
@@ -438,6 +505,7 @@ impl CliError {
             CliError::NoSlot { .. } | CliError::Evicted { .. } => EXIT_NO_SLOT,
             CliError::Killed { .. } | CliError::KilledBeforeStart { .. } => EXIT_KILLED,
             CliError::Waiting { .. } => EXIT_WAITING,
+            CliError::InThread(e) => e.error.exit_code(),
             _ => EXIT_FAILURE,
         }
     }
@@ -465,10 +533,12 @@ pub struct JsonInputError {
 
 /// An agent failed or produced something unusable.
 #[derive(Debug, thiserror::Error, Diagnostic)]
-#[error("agent {agent} (role {role}) {reason}{}", if stderr_tail.is_empty() { String::new() } else { format!("\n--- last lines of its stderr ---\n{stderr_tail}") })]
+#[error("agent {agent} (role {role}) {reason}")]
 #[diagnostic(
     code(uwf::agent::failed),
-    help("the thread is unchanged; fix the agent and run `uwf thread step` again")
+    help(
+        "the thread is unchanged; the agent's stderr is above (`uwf thread show` lists failed attempts, `uwf cas get <attempt>` keeps its last lines); fix the agent and step the thread again"
+    )
 )]
 pub struct AgentFailure {
     /// The agent (alias or command).
@@ -477,8 +547,6 @@ pub struct AgentFailure {
     pub role: String,
     /// What went wrong.
     pub reason: String,
-    /// The end of its stderr.
-    pub stderr_tail: String,
 }
 
 #[cfg(test)]

@@ -9,9 +9,11 @@ mod engine;
 mod error;
 mod human;
 mod input;
+mod lookup;
 mod nested;
 mod output;
 mod progress;
+mod report;
 mod retry;
 
 use std::process::ExitCode;
@@ -24,7 +26,7 @@ use crate::error::CliError;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     uwf_util::trace::init_tracing(cli.global.verbose, cli.global.quiet);
-    install_report_handler();
+    install_report_handler(report::use_color(cli.global.color));
     quiet_expected_panics();
     // Ctrl-C / SIGTERM become a flag: a running agent's process group is
     // stopped instead of orphaned, and `setup` restores the terminal.
@@ -33,7 +35,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             let code = e.exit_code();
-            eprintln!("{:?}", miette::Report::new(e));
+            eprintln!("{:?}", miette::Report::new(report::Shown(e)));
             ExitCode::from(code)
         }
     }
@@ -58,12 +60,18 @@ fn quiet_expected_panics() {
 
 /// Diagnostics wrap to the terminal's width; when stderr is a file or a pipe
 /// they are not wrapped, so logs and scripts can match whole messages.
-fn install_report_handler() {
+/// Colour as `--color` and the environment say ([`report::use_color`]).
+fn install_report_handler(color: bool) {
     use std::io::IsTerminal;
     let tty = std::io::stderr().is_terminal();
     // Fails only if a hook is already set, which cannot happen this early.
     let _ = miette::set_hook(Box::new(move |_| {
-        Box::new(miette::MietteHandlerOpts::new().wrap_lines(tty).build())
+        Box::new(
+            miette::MietteHandlerOpts::new()
+                .wrap_lines(tty)
+                .color(color)
+                .build(),
+        )
     }));
 }
 
@@ -72,7 +80,11 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "uwf", &mut std::io::stdout());
+            // Rendered whole, then written: a reader that goes away
+            // (`uwf completions bash | head -1`) ends it quietly.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "uwf", &mut script);
+            output::print_text(&String::from_utf8_lossy(&script))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Cas(sub) => {

@@ -75,6 +75,12 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
         return Ok((r.hash, r.payload));
     }
     let registry = ctx.state.registry()?;
+    if looks_like_path(arg) && !registry.contains_key(arg) {
+        return Err(CliError::NoSuchWorkflowFile {
+            path: arg.to_string(),
+            known: registry.keys().cloned().collect(),
+        });
+    }
     let hash = match registry.get(arg) {
         Some(h) => h.parse::<Hash>().map_err(|e| CliError::CorruptState {
             path: ctx.state.registry_path(),
@@ -106,6 +112,17 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
     let payload = serde_json::from_value(node.payload)
         .map_err(|_| CliError::NotAWorkflow(hash.to_string()))?;
     Ok((hash, payload))
+}
+
+/// Whether a workflow argument is meant as a file: it has a path separator
+/// or a YAML/JSON extension (workflow names and hashes have neither).
+pub fn looks_like_path(arg: &str) -> bool {
+    let lower = arg.to_ascii_lowercase();
+    arg.contains('/')
+        || arg.contains(std::path::MAIN_SEPARATOR)
+        || [".yaml", ".yml", ".json"]
+            .iter()
+            .any(|ext| lower.ends_with(ext))
 }
 
 /// Runs a `workflow` subcommand.
