@@ -273,7 +273,7 @@ pub enum CliError {
     EmptyPrompt,
 
     /// A workflow name, hash or file that resolves to nothing.
-    #[error("no workflow {name:?}{}", if known.is_empty() { String::new() } else { format!(" (registered: {})", known.join(", ")) })]
+    #[error("no workflow {name:?}{}{}", uwf_moderator::definition::did_you_mean(name, known.iter().map(String::as_str)).map(|g| format!("; did you mean {g:?}?")).unwrap_or_default(), if known.is_empty() { String::new() } else { format!(" (registered: {})", known.join(", ")) })]
     #[diagnostic(
         code(uwf::workflow::unknown),
         help(

@@ -296,3 +296,25 @@ fn colour_follows_the_flag_and_the_environment() {
         .unwrap();
     assert!(!esc(&out));
 }
+
+// ---------------------------------------------------------------- did you mean, carets
+
+#[test]
+fn typos_get_suggestions_and_expressions_a_caret() {
+    let env = Env::new();
+    env.json(&["workflow", "put", &example("solve-issue.yaml")]);
+    let err = env.fails(&["thread", "run", "solve-isue", "-p", "x"]);
+    assert!(err.contains("did you mean \"solve-issue\"?"), "{err}");
+    let err = env.fails(&["eval", "1 + + 2"]);
+    assert!(err.contains("expression: 1 + + 2\n"), "{err}");
+    // The caret sits under the second `+`.
+    let line = err.lines().find(|l| l.trim_end().ends_with('^')).unwrap();
+    let expr = err.lines().find(|l| l.contains("expression: 1")).unwrap();
+    assert_eq!(line.trim_end().len() - 1, expr.rfind('+').unwrap(), "{err}");
+    let bad = env.file(
+        "typo.yaml",
+        "name: t\nroles:\n  a:\n    systemPromt: s\n    outputSchema: { type: object }\ngraph:\n  $START: [{ role: a }]\n  a: [{ role: $END }]\n",
+    );
+    let err = env.fails(&["workflow", "validate", bad.to_str().unwrap()]);
+    assert!(err.contains("did you mean `systemPrompt`?"), "{err}");
+}

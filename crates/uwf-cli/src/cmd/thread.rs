@@ -445,7 +445,17 @@ fn prompt_text(p: &PromptArgs) -> Result<String, CliError> {
         (Some(t), _) if t == "-" => crate::input::read_text("-")?,
         (Some(t), _) => t.clone(),
         (None, Some(f)) => crate::input::read_text(&f.to_string_lossy())?,
-        (None, None) => return Err(CliError::EmptyPrompt),
+        (None, None) => {
+            // A usage error, reported as clap reports a missing argument
+            // (exit status 2); nothing has been written yet.
+            use clap::CommandFactory;
+            crate::cli::Cli::command()
+                .error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "a new thread needs its task: --prompt <PROMPT>, --prompt - (stdin) or --prompt-file <FILE>",
+                )
+                .exit()
+        }
     };
     // A file or a pipe ends its last line; the task does not.
     Ok(text.trim_end_matches(['\n', '\r']).to_string())

@@ -41,7 +41,7 @@ fn register_located<S: uwf_cas::Store>(
 
 fn warn(warnings: &[definition::Finding]) {
     for w in warnings {
-        eprintln!("warning: {}", w.message);
+        eprintln!("warning {w}");
     }
 }
 
@@ -54,7 +54,12 @@ pub fn put_file(ctx: &Ctx, path: &Path) -> Result<(Hash, WorkflowPayload), CliEr
     register_located(&Cas::new(MemStore::new())?, &def, &text, path)?;
     ctx.state.registry()?;
     let registered = definition::register(&ctx.cas, &def)?;
-    warn(&registered.warnings);
+    let mut located = definition::Report {
+        errors: Vec::new(),
+        warnings: registered.warnings.clone(),
+    };
+    located.locate(&text, &path.display().to_string());
+    warn(&located.warnings);
     ctx.state
         .register_workflow(&registered.payload.name, &registered.hash.to_string())?;
     Ok((registered.hash, registered.payload))

@@ -67,6 +67,7 @@ pub(crate) mod expr_checks;
 mod locate;
 mod raw;
 mod register;
+mod suggest;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -78,6 +79,7 @@ pub use error::{DefinitionError, DefinitionErrorDetails};
 pub use expr_checks::IMPURE_FUNCTIONS;
 pub use locate::Position;
 pub use register::{RegisterError, Registered, register};
+pub use suggest::did_you_mean;
 pub use validate::{Finding, Report, validate, validate_payload};
 
 /// A workflow as written, in canonical form (alternative syntax compiled).
