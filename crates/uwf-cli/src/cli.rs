@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap_complete::engine::ArgValueCandidates;
 
 const ABOUT: &str = "A stateless, single-step workflow engine for multi-agent LLM work.";
 
@@ -123,11 +124,28 @@ pub enum Command {
     /// Evaluate a JSONata expression against a thread's moderator context or any JSON.
     #[command(after_help = EVAL_AFTER_HELP)]
     Eval(EvalArgs),
-    /// Print a shell completion script.
-    #[command(after_help = "Example: uwf completions zsh > ~/.zfunc/_uwf")]
+    /// Print a shell completion script (it completes thread ids and workflow names too).
+    #[command(after_help = "\
+The script calls `uwf` while completing (COMPLETE=<shell> uwf -- <words>), so
+thread ids and workflow names come from the storage root of the environment.
+
+Examples:
+  uwf completions bash > ~/.local/share/bash-completion/completions/uwf
+  uwf completions zsh > ~/.zfunc/_uwf
+  uwf completions fish > ~/.config/fish/completions/uwf.fish")]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
+    },
+    /// Print the manual page, or write one per command into a directory.
+    #[command(after_help = "\
+Examples:
+  uwf man | man -l -
+  uwf man --dir ~/.local/share/man/man1     then: man uwf-thread-run")]
+    Man {
+        /// Write uwf.1 and a page per subcommand (uwf-thread-run.1, …) here.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -150,7 +168,7 @@ pub struct EvalArgs {
     #[arg(allow_hyphen_values = true)]
     pub expression: String,
     /// Evaluate against this thread's moderator context ({start, steps}), as its conditions see it.
-    #[arg(long, conflicts_with_all = ["at", "input"])]
+    #[arg(long, conflicts_with_all = ["at", "input"], add = ArgValueCandidates::new(crate::complete::threads))]
     pub thread: Option<String>,
     /// Evaluate against the moderator context of the thread ending at this StepNode (or StartNode).
     #[arg(long, value_name = "STEP_HASH", conflicts_with = "input")]
@@ -268,6 +286,7 @@ pub enum WorkflowCommand {
     /// Print a workflow: {hash, name, type, payload, timestamp}.
     Show {
         /// A registered name or a Workflow node hash.
+        #[arg(add = ArgValueCandidates::new(crate::complete::workflows))]
         workflow: String,
     },
     /// List registered workflows: [{name, hash}].
@@ -278,8 +297,19 @@ pub enum WorkflowCommand {
     )]
     Graph {
         /// A registered name, a Workflow hash, or a YAML file (not registered).
+        #[arg(add = ArgValueCandidates::new(crate::complete::workflows))]
         workflow: String,
     },
+    /// Print the JSON Schema of the workflow YAML (both syntaxes), for editors.
+    #[command(after_help = "\
+For yaml-language-server (VS Code's YAML extension, Neovim, Helix, …):
+
+  uwf workflow schema > workflow.schema.json
+  # then, as the first line of a workflow file:
+  # yaml-language-server: $schema=./workflow.schema.json
+
+The schema checks the shape; `uwf workflow validate` checks the rest.")]
+    Schema,
 }
 
 /// `uwf thread …`
@@ -291,6 +321,7 @@ pub enum ThreadCommand {
     )]
     Start {
         /// A registered name, a Workflow hash, or a YAML file (registered on the way).
+        #[arg(add = ArgValueCandidates::new(crate::complete::workflows))]
         workflow: String,
         #[command(flatten)]
         prompt: PromptArgs,
@@ -312,6 +343,7 @@ is printed and uwf exits with status 4; answer with `uwf thread answer`.
 Example: uwf thread step 01J7K9M2XNPQR5VWBCDF8G3H4T --agent \"uwf-mock scenario.yaml\" --timeout 10m")]
     Step {
         /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
         #[command(flatten)]
         agent: AgentArgs,
@@ -330,12 +362,16 @@ Examples:
     Run {
         /// A registered name, a Workflow hash, or a YAML file; or a thread
         /// (id, unique prefix or @last) to continue.
-        #[arg(required_unless_present = "thread", conflicts_with = "thread")]
+        #[arg(
+            required_unless_present = "thread",
+            conflicts_with = "thread",
+            add = ArgValueCandidates::new(crate::complete::workflows_or_threads)
+        )]
         workflow: Option<String>,
         #[command(flatten)]
         prompt: PromptArgs,
         /// Continue this thread instead of starting one.
-        #[arg(long, value_name = "ID", conflicts_with_all = ["prompt", "prompt_file"])]
+        #[arg(long, value_name = "ID", conflicts_with_all = ["prompt", "prompt_file"], add = ArgValueCandidates::new(crate::complete::threads))]
         thread: Option<String>,
         /// Advanced: when starting, the parentState of the new thread's
         /// StartNode (see `uwf thread start --help`).
@@ -360,6 +396,7 @@ expression, value, holds, error, taken}]}, and `error` when the moderator cannot
     )]
     Next {
         /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
         /// Show every condition of the current role, its value, and which transition wins.
         #[arg(long)]
@@ -368,6 +405,7 @@ expression, value, holds, error, taken}]}, and `error` when the moderator cannot
     /// A thread's head: {workflow, thread, head, done}, plus parent and childThreads links.
     Show {
         /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
     },
     /// Active threads: [{thread, workflow, head, done}].
@@ -400,11 +438,13 @@ Example: uwf thread stack 8FWKR3TN5V1QA")]
     /// Stop a thread and archive it (a running step is stopped and not applied).
     Kill {
         /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
     },
     /// Every step of a thread, oldest first, outputs expanded.
     Steps {
         /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
     },
     /// A thread as markdown: the newest steps that fit in the quota.
@@ -413,6 +453,7 @@ Example: uwf thread stack 8FWKR3TN5V1QA")]
     )]
     Read {
         /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
         /// Maximum characters of step content.
         #[arg(long, default_value_t = 8000)]
@@ -469,6 +510,7 @@ Examples:
 #[command(group = clap::ArgGroup::new("answer").required(true).multiple(false))]
 pub struct AnswerArgs {
     /// The thread: its id, a unique prefix of it, or @last.
+    #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
     pub thread: String,
     /// The role answered (default: the role the thread waits for; given, it must be that one).
     #[arg(long, value_name = "ROLE")]

@@ -5,6 +5,7 @@ mod activity;
 mod agent;
 mod cli;
 mod cmd;
+mod complete;
 mod engine;
 mod error;
 mod human;
@@ -15,6 +16,7 @@ mod output;
 mod progress;
 mod report;
 mod retry;
+mod summary;
 
 use std::process::ExitCode;
 
@@ -24,6 +26,7 @@ use crate::cli::{Cli, Command};
 use crate::error::CliError;
 
 fn main() -> ExitCode {
+    complete::answer_if_asked();
     let cli = Cli::parse();
     uwf_util::trace::init_tracing(cli.global.verbose, cli.global.quiet);
     install_report_handler(report::use_color(cli.global.color));
@@ -79,12 +82,40 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
     let format = cli.global.format;
     match cli.command {
         Command::Completions { shell } => {
-            let mut cmd = Cli::command();
             // Rendered whole, then written: a reader that goes away
             // (`uwf completions bash | head -1`) ends it quietly.
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut cmd, "uwf", &mut script);
-            output::print_text(&String::from_utf8_lossy(&script))?;
+            output::print_text(&complete::script(shell)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir } => {
+            let cmd = Cli::command();
+            match dir {
+                Some(dir) => {
+                    let failed = |e: std::io::Error| {
+                        CliError::Output(format!(
+                            "cannot write man pages to {}: {e}",
+                            dir.display()
+                        ))
+                    };
+                    std::fs::create_dir_all(&dir).map_err(failed)?;
+                    clap_mangen::generate_to(cmd, &dir).map_err(failed)?;
+                    let mut pages: Vec<String> = std::fs::read_dir(&dir)
+                        .map_err(failed)?
+                        .filter_map(|e| e.ok())
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| n.starts_with("uwf") && n.ends_with(".1"))
+                        .collect();
+                    pages.sort();
+                    output::print(format, &serde_json::json!({ "dir": dir, "pages": pages }))?;
+                }
+                None => {
+                    let mut page = Vec::new();
+                    clap_mangen::Man::new(cmd)
+                        .render(&mut page)
+                        .map_err(|e| CliError::Output(e.to_string()))?;
+                    output::print_text(&String::from_utf8_lossy(&page))?;
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Cas(sub) => {
@@ -102,6 +133,11 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
                     Err(CliError::VerifyFailed(problems))
                 }
             }
+        }
+        Command::Workflow(cli::WorkflowCommand::Schema) => {
+            // Needs no storage root.
+            cmd::workflow::print_schema(format)?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Workflow(sub) => {
             let ctx = open(&cli.global)?;

@@ -130,6 +130,13 @@ pub fn looks_like_path(arg: &str) -> bool {
             .any(|ext| lower.ends_with(ext))
 }
 
+/// `workflow schema`: the JSON Schema of the workflow YAML.
+pub fn print_schema(format: Option<Format>) -> Result<(), CliError> {
+    let schema: Value = serde_json::from_str(definition::WORKFLOW_SCHEMA)
+        .map_err(|e| CliError::Output(e.to_string()))?;
+    output::print(format, &schema)
+}
+
 /// Runs a `workflow` subcommand.
 pub fn run(ctx: &Ctx, cmd: WorkflowCommand, format: Option<Format>) -> Result<(), CliError> {
     match cmd {
@@ -168,6 +175,7 @@ pub fn run(ctx: &Ctx, cmd: WorkflowCommand, format: Option<Format>) -> Result<()
                 &json!({ "hash": hash, "name": payload.name, "type": node.type_hash, "payload": node.payload, "timestamp": node.timestamp }),
             )
         }
+        WorkflowCommand::Schema => print_schema(format),
         WorkflowCommand::List => {
             let list: Vec<Value> = ctx
                 .state

@@ -82,6 +82,11 @@ pub use register::{RegisterError, Registered, register};
 pub use suggest::did_you_mean;
 pub use validate::{Finding, Report, validate, validate_payload};
 
+/// The JSON Schema (draft-07) of the workflow YAML, both syntaxes, for
+/// editors (yaml-language-server) and `uwf workflow schema`. It checks the
+/// shape only; [`parse_yaml`] and [`validate`] check the rest.
+pub const WORKFLOW_SCHEMA: &str = include_str!("../../schema/workflow.schema.json");
+
 /// A workflow as written, in canonical form (alternative syntax compiled).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

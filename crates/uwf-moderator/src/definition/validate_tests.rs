@@ -299,7 +299,7 @@ graph:
         .warnings
         .iter()
         .find(|f| f.condition.as_deref() == Some("notApproved"))
-        .unwrap();
+        .unwrap_or_else(|| panic!("no unused notApproved in {r}"));
     assert!(unused.message.contains("uses `notAproved`"), "{unused}");
     assert_eq!((unused.line, unused.column), (Some(6), Some(3)));
     let target = find("unknown-target");
