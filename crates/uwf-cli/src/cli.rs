@@ -115,6 +115,9 @@ pub enum Command {
     /// Inspect and edit the content-addressed store.
     #[command(subcommand)]
     Cas(CasCommand),
+    /// For agents in any language: what to work on, and handing the work in.
+    #[command(subcommand)]
+    Agent(AgentCommand),
     /// Configure a provider, model, API key and default agent (interactive without flags).
     #[command(after_help = SETUP_AFTER_HELP)]
     Setup(SetupArgs),
@@ -176,6 +179,60 @@ pub struct EvalArgs {
     /// Evaluate against this JSON: text, a file, or - for stdin.
     #[arg(long, value_name = "JSON|FILE|-")]
     pub input: Option<String>,
+}
+
+/// `uwf agent …`
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Everything an agent needs for a role, as one JSON object.
+    #[command(after_help = "\
+{thread, role, workflow, task, roleDescription, outputSchema, outputSchemaHash,
+formatInstruction, edgePrompt, systemPrompt, userPrompt, prompt, historyQuota,
+stepCount, steps, head, prev}: `prompt` is systemPrompt, a blank line and
+userPrompt, as the Rust agent kit builds it; `steps` are the newest steps whose
+outputs fit in the history quota. See docs/agent-protocol.md.
+
+Example (inside an agent, which uwf runs as `<agent> <thread> <role>`):
+  uwf agent context \"$1\" \"$2\" | jq -r .prompt")]
+    Context {
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
+        thread: String,
+        /// The role to work as (the one uwf passed the agent).
+        role: String,
+        /// Characters of history [default: $UWF_HISTORY_QUOTA, else the kit's default].
+        #[arg(long, value_name = "CHARS")]
+        quota: Option<usize>,
+    },
+    /// Turn an agent's work into a StepNode and print its hash (the agent's answer to uwf).
+    #[command(after_help = "\
+--output is validated against the role's outputSchema; --text is a frontmatter
+markdown answer, extracted as the kit does (frontmatter, then the LLM fallback
+if configured) and stored as the detail. The StepNode follows the thread's
+head; uwf checks it and moves the head when the agent exits. Prints the hash
+alone (JSON with --format).
+
+Example: uwf agent submit \"$1\" \"$2\" --output '{\"summary\": \"done\"}'")]
+    #[command(group = clap::ArgGroup::new("work").required(true).multiple(false))]
+    Submit {
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
+        thread: String,
+        /// The role worked as.
+        role: String,
+        /// The structured output: JSON text, a file, or - for stdin.
+        #[arg(long, value_name = "JSON|FILE|-", group = "work")]
+        output: Option<String>,
+        /// A frontmatter markdown answer in a file, or - for stdin.
+        #[arg(long, value_name = "FILE|-", group = "work")]
+        text: Option<String>,
+        /// A detail node already stored (default: the answer text, or the output).
+        #[arg(long, value_name = "HASH")]
+        detail: Option<String>,
+        /// The StepNode's `agent` [default: $UWF_AGENT, which uwf sets, else uwf-agent-submit].
+        #[arg(long = "as", value_name = "NAME")]
+        name: Option<String>,
+    },
 }
 
 /// `uwf cas …`

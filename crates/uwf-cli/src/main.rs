@@ -174,6 +174,13 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Agent(sub) => {
+            let ctx = open(&cli.global)?;
+            // An LLM fallback of the extraction reads keys from <root>/.env.
+            ctx.state.load_env()?;
+            cmd::agent::run(&ctx, sub, format)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Thread(sub) => {
             let ctx = open(&cli.global)?;
             // Agents inherit the keys in <root>/.env. Loaded here, before any

@@ -1,5 +1,6 @@
 //! Command implementations.
 
+pub mod agent;
 pub mod cas;
 pub mod config;
 pub mod eval;
