@@ -73,6 +73,7 @@ mod eval;
 mod jsonata;
 mod template;
 pub mod thread;
+mod why;
 
 pub use eval::{
     Decision, Explanation, ExpressionError, ModeratorError, Subject, TransitionReport, evaluate,
@@ -81,3 +82,4 @@ pub use eval::{
 pub use jsonata::{
     MAX_EVAL_DEPTH, MAX_EXPRESSION_BYTES, MAX_INPUT_DEPTH, MAX_RESULT_ITEMS, TIME_LIMIT_MS,
 };
+pub use why::{Why, why_each};
