@@ -193,7 +193,7 @@ pub enum WorkflowAgentError {
     /// A state file could not be read.
     #[error(transparent)]
     #[diagnostic(transparent)]
-    State(#[from] uwf_util::state::StateError),
+    State(#[from] uwf_state::state::StateError),
 }
 
 /// Exit status of uwf-workflow when its child thread waits for a person

@@ -34,7 +34,7 @@ use clap::Parser;
 use uwf_agent_kit::{AgentContext, AgentRun, Invocation};
 use uwf_cas::Hash;
 use uwf_moderator::thread;
-use uwf_util::state::StateDir;
+use uwf_state::state::StateDir;
 
 use crate::error::WorkflowAgentError;
 

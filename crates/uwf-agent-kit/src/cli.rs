@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use uwf_cas::Hash;
-use uwf_util::state::StateDir;
+use uwf_state::state::StateDir;
 
 use crate::{AgentContext, AgentRun, BoxError, KitError, finish};
 

@@ -52,7 +52,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::{Map, Value};
 use uwf_cas::{Cas, CasError, Hash, Store};
-use uwf_util::state::{SplitError, StateDir, split_command_line};
+use uwf_state::state::{SplitError, StateDir, split_command_line};
 
 use crate::{AgentContext, AgentRun, Invocation};
 

@@ -9,8 +9,8 @@ use uwf_moderator::thread::ThreadView;
 use uwf_protocol::{
     RoleDefinition, StartNodePayload, StepContext, WorkflowConfig, WorkflowPayload,
 };
+use uwf_state::state::StateDir;
 use uwf_util::ids::ThreadId;
-use uwf_util::state::StateDir;
 
 use crate::KitError;
 use crate::llm::LlmClient;

@@ -44,7 +44,7 @@ pub enum KitError {
     /// A state file (`threads.yaml`, `.env`, …) could not be read.
     #[error(transparent)]
     #[diagnostic(transparent)]
-    State(#[from] uwf_util::state::StateError),
+    State(#[from] uwf_state::state::StateError),
 
     /// The thread's chain could not be loaded.
     #[error(transparent)]

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use uwf_cas::{Cas, Hash};
 use uwf_moderator::thread::{self, LoadedStep, ThreadView};
 use uwf_protocol::{HistoryEntry, StepNodePayload, StepOutput, WaitingRecord, WorkflowLimits};
-use uwf_util::policy;
-use uwf_util::slots::{SlotError, SlotGuard, Slots};
-use uwf_util::state::{ResolvedAgent, StateDir, StateError};
+use uwf_state::policy;
+use uwf_state::slots::{SlotError, SlotGuard, Slots};
+use uwf_state::state::{ResolvedAgent, StateDir, StateError};
 
 use crate::agent::{self, Ending, Spawn};
 use crate::error::{AgentFailure, CliError};
@@ -184,7 +184,7 @@ impl Stepped {
 /// Runs one cycle of a thread (seed 000 §1.3).
 ///
 /// If config.yaml limits the workflow's concurrency (seed 004), the agent
-/// runs only while the step holds one of its slots ([`uwf_util::slots`]):
+/// runs only while the step holds one of its slots ([`uwf_state::slots`]):
 /// taken after the moderator chose the role, freed when the agent ends.
 /// A role bound to a person (`human: true`) runs nothing: the thread is
 /// recorded as waiting ([`crate::human`]). A failed agent is retried as
@@ -377,7 +377,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, CliError> {
         timeout: a.timeout,
     };
     a.progress.started(role, &agent.label);
-    let started_at = uwf_util::state::now_ms();
+    let started_at = uwf_state::state::now_ms();
     let state = &ctx.state;
     let head_s = head.to_string();
     let sink = Arc::clone(a.progress);

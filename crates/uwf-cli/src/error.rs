@@ -79,7 +79,7 @@ pub enum CliError {
     /// A state file could not be read or written.
     #[error(transparent)]
     #[diagnostic(transparent)]
-    State(#[from] uwf_util::state::StateError),
+    State(#[from] uwf_state::state::StateError),
 
     /// A malformed thread id.
     #[error(transparent)]
@@ -225,7 +225,7 @@ pub enum CliError {
     /// The slot files of a workflow could not be used.
     #[error(transparent)]
     #[diagnostic(transparent)]
-    Slot(uwf_util::slots::SlotError),
+    Slot(uwf_state::slots::SlotError),
 
     /// Another process moved the head while the step ran.
     #[error("thread {thread} moved to {actual} while the step ran; this step was not applied")]
@@ -468,7 +468,7 @@ pub enum CliError {
     /// A `retries` or `timeouts` setting cannot be used.
     #[error(transparent)]
     #[diagnostic(transparent)]
-    Policy(#[from] uwf_util::policy::PolicyError),
+    Policy(#[from] uwf_state::policy::PolicyError),
 
     /// The agent kit failed (reading the thread, extracting or storing an answer).
     #[error(transparent)]

@@ -6,7 +6,7 @@
 //! when that role's workflow agent reported that its child thread waits.
 //! Nothing is added to the chain: the wait is an entry of `waiting.yaml`
 //! that counts only while the thread's head is the one it was recorded at
-//! (see [`uwf_util::side`]), so an answer, a kill or any other move of the
+//! (see [`uwf_state::side`]), so an answer, a kill or any other move of the
 //! head ends it without a second write, and a crash cannot leave a thread
 //! waiting by mistake. `uwf thread step` and `run` print the wait and exit
 //! with [`EXIT_WAITING`](crate::error::EXIT_WAITING).
@@ -21,7 +21,7 @@ use uwf_agent_kit::{AgentContext, AgentRun};
 use uwf_cas::Hash;
 use uwf_moderator::thread::{self, ThreadView};
 use uwf_protocol::{StepOutput, WaitingListItem, WaitingRecord, WorkflowConfig};
-use uwf_util::state::{now_ms, split_command_line};
+use uwf_state::state::{now_ms, split_command_line};
 
 use crate::engine::{self, Ctx};
 use crate::error::CliError;

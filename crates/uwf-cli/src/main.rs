@@ -122,7 +122,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             let root = uwf_util::root::resolve_root(cli.global.root.as_deref())?;
             tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
             let cas = uwf_cas::Cas::open(&root.path)?;
-            let state = uwf_util::state::StateDir::new(&root.path);
+            let state = uwf_state::state::StateDir::new(&root.path);
             match cmd::cas::run(&cas, &state, sub)? {
                 cmd::cas::Outcome::Value(v) => {
                     output::print(format, &v)?;
@@ -147,7 +147,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Setup(args) => {
             let root = uwf_util::root::resolve_root(cli.global.root.as_deref())?;
             tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
-            let state = uwf_util::state::StateDir::new(&root.path);
+            let state = uwf_state::state::StateDir::new(&root.path);
             let report = cmd::setup::run(&state, args)?;
             output::print(format, &report)?;
             Ok(ExitCode::SUCCESS)

@@ -1,19 +1,19 @@
 //! Retries of a step's agent (config.yaml `retries`; see
-//! [`uwf_util::policy`]) and the records of failed attempts.
+//! [`uwf_state::policy`]) and the records of failed attempts.
 //!
 //! Retried: an agent that exits non-zero, is killed by a signal, times out,
 //! prints no hash (or not a hash), or whose StepNode fails the checks
 //! before the head moves. Not retried (the step stops at once): a kill of
 //! the thread, a moved head, an interrupt, an agent that cannot be started,
 //! no slot. Each failed attempt is stored as an `AttemptRecord` node and
-//! linked from `attempts.yaml` ([`uwf_util::side`]), before any retry.
+//! linked from `attempts.yaml` ([`uwf_state::side`]), before any retry.
 //! Between attempts the step sleeps the policy's backoff, watching for an
 //! interrupt and for the kill flag.
 
 use std::time::{Duration, Instant};
 
 use uwf_protocol::{AttemptRecord, attempt_record_schema};
-use uwf_util::policy::RetryPolicy;
+use uwf_state::policy::RetryPolicy;
 
 use crate::agent;
 use crate::engine::{self, Attempt, Failed, Tried};

@@ -1,7 +1,7 @@
 //! The layer rule of the workspace, enforced.
 //!
 //! ```text
-//! uwf-protocol ← uwf-util ← uwf-cas ← uwf-moderator ← uwf-agent-kit ← (agents/*, uwf-cli)
+//! uwf-protocol ← uwf-util ← (uwf-cas, uwf-state) ← uwf-moderator ← uwf-engine ← uwf-agent-kit ← (agents/*, uwf-cli)
 //! uwf-picture ← uwf-jsonata ← uwf-moderator
 //! ```
 //!
@@ -29,13 +29,15 @@ const LAYERS: &[(&str, u8)] = &[
     ("uwf-protocol", 0),
     ("uwf-util", 1),
     ("uwf-cas", 2),
+    ("uwf-state", 2),
     ("uwf-moderator", 3),
-    ("uwf-agent-kit", 4),
-    ("uwf-cli", 5),
+    ("uwf-engine", 4),
+    ("uwf-agent-kit", 5),
+    ("uwf-cli", 6),
 ];
 
 /// The layer of every package whose manifest lives under `agents/`.
-const AGENT_LAYER: u8 = 5;
+const AGENT_LAYER: u8 = 6;
 
 /// The directory (relative to the workspace root) whose packages are agents.
 const AGENTS_DIR: &str = "agents";

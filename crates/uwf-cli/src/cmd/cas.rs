@@ -3,7 +3,7 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 use uwf_cas::{Cas, GcOptions, Hash};
-use uwf_util::state::StateDir;
+use uwf_state::state::StateDir;
 
 use crate::cli::{CasCommand, SchemaCommand};
 use crate::error::CliError;

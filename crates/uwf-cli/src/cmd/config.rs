@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 use uwf_protocol::WorkflowConfig;
+use uwf_state::state::StateDir;
 use uwf_util::root::ResolvedRoot;
-use uwf_util::state::StateDir;
 
 use crate::cli::ConfigCommand;
 use crate::error::CliError;

@@ -31,10 +31,10 @@ use nix::sys::termios::{SetArg, Termios, tcgetattr, tcsetattr};
 use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 use uwf_protocol::WorkflowConfig;
-use uwf_util::atomic::write_atomic;
-use uwf_util::state::{
+use uwf_state::state::{
     CONFIG_FILE, ConfigFiles, ENV_FILE, SplitError, StateDir, StateError, split_command_line,
 };
+use uwf_util::atomic::write_atomic;
 
 use crate::cli::SetupArgs;
 use crate::error::CliError;

@@ -78,7 +78,7 @@ use miette::Diagnostic;
 use thiserror::Error;
 use uwf_protocol::{Overflow, WorkflowLimits};
 
-use crate::lock::{FileLock, LockError};
+use uwf_util::lock::{FileLock, LockError};
 
 /// Directory under the storage root holding every workflow's slots.
 pub const SLOTS_DIR: &str = "slots";

@@ -35,8 +35,8 @@ use serde::de::DeserializeOwned;
 use thiserror::Error;
 use uwf_protocol::{HistoryEntry, ThreadsIndex, WorkflowConfig, WorkflowRegistry};
 
-use crate::atomic::{AtomicError, append_line, write_atomic, write_atomic_with_mode};
-use crate::lock::{FileLock, LockError};
+use uwf_util::atomic::{AtomicError, append_line, write_atomic, write_atomic_with_mode};
+use uwf_util::lock::{FileLock, LockError};
 
 /// File name of the active-threads index.
 pub const THREADS_FILE: &str = "threads.yaml";
@@ -488,10 +488,32 @@ impl StateDir {
     /// threads: changing the environment of a multi-threaded process races
     /// with C code reading it.
     pub fn load_env(&self) -> Result<(), StateError> {
+        let Some((path, text)) = self.env_text()? else {
+            return Ok(());
+        };
+        // Validated by `env_text`, so this cannot fail half-way.
+        dotenvy::from_read(text.as_bytes()).map_err(|e| env_error(&path, &text, text.len(), e))
+    }
+
+    /// The entries of `<root>/.env` as name/value pairs (empty if the file
+    /// is missing), validated like [`load_env`](Self::load_env) but without
+    /// touching the process environment: a long-running process hands them
+    /// to the agents it starts instead.
+    pub fn env_vars(&self) -> Result<Vec<(String, String)>, StateError> {
+        let Some((path, text)) = self.env_text()? else {
+            return Ok(Vec::new());
+        };
+        dotenvy::from_read_iter(text.as_bytes())
+            .map(|item| item.map_err(|e| env_error(&path, &text, text.len(), e)))
+            .collect()
+    }
+
+    /// The text of `.env`, checked; `None` if the file is missing.
+    fn env_text(&self) -> Result<Option<(PathBuf, String)>, StateError> {
         let path = self.env_path();
         let bytes = match fs::read(&path) {
             Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(StateError::Io { path, source }),
         };
         let text = match String::from_utf8(bytes) {
@@ -507,8 +529,7 @@ impl StateDir {
         };
         let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
         validate_env(&path, text)?;
-        // Validated above, so this cannot fail half-way.
-        dotenvy::from_read(text.as_bytes()).map_err(|e| env_error(&path, text, text.len(), e))
+        Ok(Some((path, text.to_owned())))
     }
 
     /// Runs `f` while holding the state lock, so no thread or registry
@@ -1259,7 +1280,7 @@ mod tests {
 
     /// A distinct, valid thread id.
     fn tid(worker: usize, i: usize) -> String {
-        crate::ids::ThreadId::from(ulid::Ulid((worker as u128) << 64 | i as u128)).to_string()
+        uwf_util::ids::ThreadId::from(ulid::Ulid((worker as u128) << 64 | i as u128)).to_string()
     }
 
     fn expect_parse(err: StateError, path: &Path, line: usize) -> (usize, String) {
@@ -2080,7 +2101,7 @@ modelOverrides:
         let leftovers: BTreeSet<_> = fs::read_dir(s.root())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| n.ends_with(crate::atomic::TEMP_SUFFIX))
+            .filter(|n| n.ends_with(uwf_util::atomic::TEMP_SUFFIX))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
     }

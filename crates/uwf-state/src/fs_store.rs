@@ -1,0 +1,144 @@
+//! [`ThreadStore`] for [`StateDir`], the embedded filesystem backend.
+
+use std::time::Duration;
+
+use uwf_protocol::{
+    AttemptsIndex, HistoryEntry, ThreadsIndex, WaitingIndex, WaitingRecord, WorkflowConfig,
+    WorkflowLimits, WorkflowRegistry,
+};
+use uwf_util::lock::LockError;
+
+use crate::slots::{SlotError, SlotGuard, Slots, Waiting};
+use crate::state::{StateDir, StateError};
+use crate::store::{ErrorKind, SlotHold, ThreadStore};
+
+impl SlotHold for SlotGuard {
+    fn index(&self) -> u32 {
+        SlotGuard::index(self)
+    }
+}
+
+impl StateError {
+    /// What kind of failure this is (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            StateError::Conflict { .. } | StateError::ThreadExists { .. } => ErrorKind::Conflict,
+            StateError::NotActive { .. } => ErrorKind::NotFound,
+            StateError::Lock(LockError::Timeout { .. }) => ErrorKind::Unavailable,
+            StateError::Parse { .. } | StateError::Env { .. } => ErrorKind::Corrupt,
+            StateError::NoAgent { .. }
+            | StateError::UnknownAgentAlias { .. }
+            | StateError::AgentCommand { .. } => ErrorKind::Invalid,
+            StateError::Io { .. } | StateError::Lock(_) | StateError::Atomic(_) => ErrorKind::Io,
+        }
+    }
+}
+
+impl ThreadStore for StateDir {
+    fn describe(&self) -> String {
+        self.root().display().to_string()
+    }
+
+    fn thread_head(&self, thread: &str) -> Result<Option<String>, StateError> {
+        StateDir::thread_head(self, thread)
+    }
+
+    fn threads(&self) -> Result<ThreadsIndex, StateError> {
+        StateDir::threads(self)
+    }
+
+    fn insert_thread(&self, thread: &str, head: &str) -> Result<(), StateError> {
+        StateDir::insert_thread(self, thread, head)
+    }
+
+    fn swap_head(&self, thread: &str, expected: &str, new: &str) -> Result<(), StateError> {
+        StateDir::swap_head(self, thread, expected, new)
+    }
+
+    fn archive(
+        &self,
+        thread: &str,
+        workflow: &str,
+        expected_head: Option<&str>,
+        reason: &str,
+    ) -> Result<HistoryEntry, StateError> {
+        StateDir::archive(self, thread, workflow, expected_head, reason)
+    }
+
+    fn history(&self) -> Result<Vec<HistoryEntry>, StateError> {
+        StateDir::history(self)
+    }
+
+    fn find_archived(&self, thread: &str) -> Result<Option<HistoryEntry>, StateError> {
+        StateDir::find_archived(self, thread)
+    }
+
+    fn registry(&self) -> Result<WorkflowRegistry, StateError> {
+        StateDir::registry(self)
+    }
+
+    fn register_workflow(&self, name: &str, hash: &str) -> Result<Option<String>, StateError> {
+        StateDir::register_workflow(self, name, hash)
+    }
+
+    fn config(&self) -> Result<Option<WorkflowConfig>, StateError> {
+        StateDir::config(self)
+    }
+
+    fn secrets(&self) -> Result<Vec<(String, String)>, StateError> {
+        StateDir::env_vars(self)
+    }
+
+    fn waiting(&self) -> Result<WaitingIndex, StateError> {
+        StateDir::waiting(self)
+    }
+
+    fn waiting_of(&self, thread: &str) -> Result<Option<WaitingRecord>, StateError> {
+        StateDir::waiting_of(self, thread)
+    }
+
+    fn mark_waiting(&self, thread: &str, record: WaitingRecord) -> Result<bool, StateError> {
+        StateDir::mark_waiting(self, thread, record)
+    }
+
+    fn attempts(&self) -> Result<AttemptsIndex, StateError> {
+        StateDir::attempts(self)
+    }
+
+    fn attempt_head(&self, thread: &str) -> Result<Option<String>, StateError> {
+        StateDir::attempt_head(self, thread)
+    }
+
+    fn record_attempt(
+        &self,
+        thread: &str,
+        write: &mut dyn FnMut(Option<&str>) -> Result<String, StateError>,
+    ) -> Result<String, StateError> {
+        StateDir::record_attempt(self, thread, write)
+    }
+
+    fn acquire_slot(
+        &self,
+        workflow: &str,
+        limits: WorkflowLimits,
+        poll: Option<Duration>,
+        on_wait: &mut dyn FnMut(&Waiting) -> bool,
+    ) -> Result<Box<dyn SlotHold>, SlotError> {
+        let mut slots = Slots::new(self.root(), workflow, limits);
+        if let Some(poll) = poll {
+            slots = slots.with_poll(poll);
+        }
+        Ok(Box::new(slots.acquire(on_wait)?))
+    }
+
+    fn while_locked(
+        &self,
+        f: &mut dyn FnMut() -> Result<(), StateError>,
+    ) -> Result<(), StateError> {
+        StateDir::while_locked(self, f)
+    }
+
+    fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<String>, StateError> {
+        StateDir::side_table_roots_locked(self, prune)
+    }
+}

@@ -1,0 +1,19 @@
+//! The mutable state of a uwf store: which threads are active and where
+//! their heads are, the archive of finished threads, the workflow registry,
+//! the configuration, the side tables of waiting threads and failed
+//! attempts, and the per-workflow concurrency slots of seed 004.
+//!
+//! Everything else a store holds is immutable and lives in the CAS
+//! (`uwf-cas`). The engine reaches this state through the
+//! [`ThreadStore`] trait; [`StateDir`] is the embedded filesystem backend
+//! (the layout of seed 002, documented in `docs/state.md`).
+
+mod fs_store;
+pub mod policy;
+pub mod side;
+pub mod slots;
+pub mod state;
+pub mod store;
+
+pub use state::{StateDir, StateError};
+pub use store::{ErrorKind, SlotHold, ThreadStore};

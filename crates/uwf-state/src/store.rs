@@ -1,0 +1,177 @@
+//! The storage seam for the mutable state: what the engine needs, as a
+//! trait a backend implements.
+//!
+//! [`StateDir`](crate::StateDir) is the embedded filesystem backend. A
+//! networked backend with real transactions (PostgreSQL) implements the same
+//! trait; nothing here hands out a filesystem path, and every error says
+//! through [`StateError::kind`] whether it is a lost race
+//! ([`ErrorKind::Conflict`]), worth retrying ([`ErrorKind::Unavailable`]) or
+//! damaged data ([`ErrorKind::Corrupt`]).
+
+use std::fmt;
+use std::time::Duration;
+
+use uwf_protocol::{
+    AttemptsIndex, HistoryEntry, ThreadsIndex, WaitingIndex, WaitingRecord, WorkflowConfig,
+    WorkflowLimits, WorkflowRegistry,
+};
+
+use crate::slots::{SlotError, Waiting};
+use crate::state::StateError;
+
+/// What kind of failure a [`StateError`] is, for callers that decide what
+/// to do next (retry, report a race, tell the user to repair the store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A compare-and-swap lost, or the thread is not in the expected state:
+    /// someone else changed it. Re-read and decide again.
+    Conflict,
+    /// The thing asked for does not exist (for example a thread that is not
+    /// active).
+    NotFound,
+    /// The backend cannot be reached or is busy (a lock that was not
+    /// granted in time, a connection that dropped): the same call may
+    /// succeed later.
+    Unavailable,
+    /// Stored data cannot be parsed or contradicts itself; a person must
+    /// look at it. Nothing was overwritten.
+    Corrupt,
+    /// The request itself is wrong (for example an agent configuration that
+    /// names an undefined alias); retrying does not help.
+    Invalid,
+    /// Any other I/O failure.
+    Io,
+}
+
+/// A concurrency slot held while an agent runs (seed 004); dropping it
+/// frees the slot.
+pub trait SlotHold: Send {
+    /// The slot's index within the workflow's `concurrency`.
+    fn index(&self) -> u32;
+}
+
+/// The mutable state of a store, as the engine and the commands use it.
+///
+/// Thread ids and hashes are passed as their canonical text (Crockford
+/// Base32), exactly as they are stored. Implementations must make
+/// [`swap_head`](Self::swap_head), [`archive`](Self::archive) and
+/// [`insert_thread`](Self::insert_thread) atomic with respect to each other
+/// and to every other process using the same store.
+pub trait ThreadStore: Send + Sync + fmt::Debug {
+    /// A short description of where the state lives, for messages (never a
+    /// secret such as a password).
+    fn describe(&self) -> String;
+
+    // ----- threads -------------------------------------------------------
+
+    /// The head of `thread` if it is active. This is also the kill flag of
+    /// seed 004: a running step polls it and stops once the thread is gone
+    /// or its head moved, so it must be cheap.
+    fn thread_head(&self, thread: &str) -> Result<Option<String>, StateError>;
+
+    /// Every active thread and its head.
+    fn threads(&self) -> Result<ThreadsIndex, StateError>;
+
+    /// Adds a new active thread; [`StateError::ThreadExists`] if the id is
+    /// already active.
+    fn insert_thread(&self, thread: &str, head: &str) -> Result<(), StateError>;
+
+    /// Compare-and-swap of a head: succeeds only if the thread is active and
+    /// its head is `expected`; otherwise [`StateError::Conflict`] with the
+    /// current head (or `None` if the thread is no longer active).
+    fn swap_head(&self, thread: &str, expected: &str, new: &str) -> Result<(), StateError>;
+
+    /// Archives an active thread (checking its head against
+    /// `expected_head` if given) and returns the history entry written.
+    fn archive(
+        &self,
+        thread: &str,
+        workflow: &str,
+        expected_head: Option<&str>,
+        reason: &str,
+    ) -> Result<HistoryEntry, StateError>;
+
+    // ----- history -------------------------------------------------------
+
+    /// Every archived-thread record, oldest first.
+    fn history(&self) -> Result<Vec<HistoryEntry>, StateError>;
+
+    /// The latest history entry of `thread`, if it was ever archived.
+    fn find_archived(&self, thread: &str) -> Result<Option<HistoryEntry>, StateError>;
+
+    // ----- registry and configuration -----------------------------------
+
+    /// Workflow name → Workflow node hash.
+    fn registry(&self) -> Result<WorkflowRegistry, StateError>;
+
+    /// Records `name → hash`; returns the previous hash, if any.
+    fn register_workflow(&self, name: &str, hash: &str) -> Result<Option<String>, StateError>;
+
+    /// The configuration (`None` when there is none).
+    fn config(&self) -> Result<Option<WorkflowConfig>, StateError>;
+
+    /// The secrets of the store (`.env` for the filesystem backend) as
+    /// name/value pairs, handed to agents in their environment. Never
+    /// logged.
+    fn secrets(&self) -> Result<Vec<(String, String)>, StateError>;
+
+    // ----- side tables ---------------------------------------------------
+
+    /// The threads waiting for a person now (entries whose thread has moved
+    /// on are left out).
+    fn waiting(&self) -> Result<WaitingIndex, StateError>;
+
+    /// What `thread` waits for now, if anything.
+    fn waiting_of(&self, thread: &str) -> Result<Option<WaitingRecord>, StateError> {
+        Ok(self.waiting()?.remove(thread))
+    }
+
+    /// Records that `thread` waits as `record` says; `true` if this starts
+    /// a wait. [`StateError::Conflict`] unless the thread is active at
+    /// `record.head`.
+    fn mark_waiting(&self, thread: &str, record: WaitingRecord) -> Result<bool, StateError>;
+
+    /// Thread → newest AttemptRecord node, as stored.
+    fn attempts(&self) -> Result<AttemptsIndex, StateError>;
+
+    /// The newest AttemptRecord node of `thread`, if any.
+    fn attempt_head(&self, thread: &str) -> Result<Option<String>, StateError> {
+        Ok(self.attempts()?.remove(thread))
+    }
+
+    /// Adds an attempt record for `thread`: atomically, `write` gets the
+    /// thread's newest record (the new one's `prev`), stores the new node
+    /// and returns its hash, which becomes the thread's newest record.
+    fn record_attempt(
+        &self,
+        thread: &str,
+        write: &mut dyn FnMut(Option<&str>) -> Result<String, StateError>,
+    ) -> Result<String, StateError>;
+
+    // ----- concurrency (seed 004) ----------------------------------------
+
+    /// Takes a slot of `workflow` as `limits` say, calling `on_wait` while
+    /// it waits in the queue (returning `false` gives up with
+    /// [`SlotError::Cancelled`]). `poll` is how often a waiter looks again.
+    fn acquire_slot(
+        &self,
+        workflow: &str,
+        limits: WorkflowLimits,
+        poll: Option<Duration>,
+        on_wait: &mut dyn FnMut(&Waiting) -> bool,
+    ) -> Result<Box<dyn SlotHold>, SlotError>;
+
+    // ----- maintenance ---------------------------------------------------
+
+    /// Runs `f` while no thread, registry or side-table change can happen
+    /// (garbage collection needs a stable set of roots). `f` must not call
+    /// the mutating methods.
+    fn while_locked(&self, f: &mut dyn FnMut() -> Result<(), StateError>)
+    -> Result<(), StateError>;
+
+    /// With [`while_locked`](Self::while_locked) held: the newest attempt
+    /// record of every active thread (roots that keep its records); with
+    /// `prune`, also drops side-table entries of threads that are no longer
+    /// active.
+    fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<String>, StateError>;
+}
