@@ -468,7 +468,7 @@ fn prune(
     dry_run: bool,
     older_than: std::time::Duration,
 ) -> Result<Vec<Value>, CliError> {
-    let now = uwf_util::state::now_ms();
+    let now = uwf_state::state::now_ms();
     let min_age = u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX);
     let mut pruned = Vec::new();
     for (id, head) in ctx.state.threads()? {
@@ -491,7 +491,7 @@ fn prune(
             match ctx.state.archive(&id, &workflow, Some(&head), "pruned") {
                 Ok(_) => {}
                 // It took a step (or was archived) meanwhile: not ours to prune.
-                Err(uwf_util::state::StateError::Conflict { .. }) => continue,
+                Err(uwf_state::state::StateError::Conflict { .. }) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
