@@ -459,13 +459,19 @@ expression, value, holds, error, taken}]}, and `error` when the moderator cannot
         #[arg(long)]
         explain: bool,
     },
-    /// A thread's head: {workflow, thread, head, done}, plus parent and childThreads links.
+    /// A thread's head and state: {workflow, thread, head, done, name, task, state, running, lastStep, …}.
+    #[command(after_help = "\
+`state` is running, waiting, failed (the last attempt at this head failed),
+idle, or for archived threads done, killed or pruned. `running` says what runs
+now (\"running developer for 42 s on host\", pid, log); a marker left by a uwf
+that died shows as `stale` instead. `lastStep.why` is the transition that led
+to the head step.")]
     Show {
         /// The thread: its id, a unique prefix of it, or @last.
         #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
     },
-    /// Active threads: [{thread, workflow, head, done}].
+    /// Active threads: [{thread, name, task, age, state, workflow, head, done}].
     List {
         /// Include archived threads.
         #[arg(long)]
@@ -498,7 +504,32 @@ Example: uwf thread stack 8FWKR3TN5V1QA")]
         #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
     },
-    /// Every step of a thread, oldest first, outputs expanded.
+    /// Follow a thread live: each step as it starts, lands or fails, until the thread ends.
+    #[command(after_help = "\
+Prints a line per event on stdout (a step started, with its agent, host, pid and
+log file; a step landed, with why and how long; a failed attempt; a wait for
+a person) and ends when the thread is archived. Ctrl-C stops watching (not the
+thread). `uwf thread log -f` follows the agents' stderr instead.
+
+Example: uwf thread watch @last")]
+    Watch {
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
+        thread: String,
+    },
+    /// The stderr of a thread's agents (kept in <root>/logs/<thread>.log).
+    #[command(after_help = "\
+With -f, keeps printing what the agents write until the thread is archived
+(Ctrl-C stops following). Example: uwf thread log -f @last")]
+    Log {
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
+        thread: String,
+        /// Follow: print what is written from now on, until the thread ends.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Every step of a thread, oldest first, outputs expanded, with why each ran.
     Steps {
         /// The thread: its id, a unique prefix of it, or @last.
         #[arg(add = ArgValueCandidates::new(crate::complete::threads))]

@@ -380,10 +380,17 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, CliError> {
     let started_at = uwf_state::state::now_ms();
     let state = &ctx.state;
     let head_s = head.to_string();
+    // The marker `thread show`/`list`/`watch` read, and the stderr log.
+    let running =
+        crate::running::Running::start(&ctx.root, id, role, &agent.label, &head_s, started_at);
+    let log = running.sink();
     let sink = Arc::clone(a.progress);
     let finished = agent::run(
         &spec,
-        move |line| sink.agent_line(line),
+        move |line| {
+            log(line);
+            sink.agent_line(line);
+        },
         // The kill flag of seed 004: the thread left threads.yaml, or its head moved.
         || {
             state
@@ -474,6 +481,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, CliError> {
     match check_step(ctx, a.view, role, new) {
         Ok(loaded) => {
             a.progress.finished(role, elapsed);
+            running.landed(&ctx.root, &new.to_string(), elapsed);
             Ok(Tried::Landed(new, loaded))
         }
         Err(reason) => fail("check", reason, Some(0)),

@@ -16,6 +16,7 @@ mod output;
 mod progress;
 mod report;
 mod retry;
+mod running;
 mod summary;
 
 use std::process::ExitCode;

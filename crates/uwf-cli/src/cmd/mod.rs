@@ -5,5 +5,6 @@ pub mod cas;
 pub mod config;
 pub mod eval;
 pub mod setup;
+pub mod story;
 pub mod thread;
 pub mod workflow;

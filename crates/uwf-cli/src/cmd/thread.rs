@@ -234,6 +234,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             let mut v =
                 serde_json::to_value(&shown).map_err(|e| CliError::Output(e.to_string()))?;
             add_waiting_and_attempts(ctx, &id, &mut v)?;
+            crate::cmd::story::add_to_show(ctx, &id, &mut v)?;
             output::print(format, &v)
         }
         ThreadCommand::List { waiting: true, .. } => output::print(format, &human::list(ctx)?),
@@ -259,12 +260,16 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                     done: false,
                 });
             }
+            let mut reasons = HashMap::new();
             if all {
                 // Latest entry per thread; an active thread is never also listed as archived.
                 let mut seen: BTreeSet<String> = active.keys().cloned().collect();
                 let history = ctx.state.history()?;
                 for e in history.into_iter().rev() {
                     if seen.insert(e.thread.clone()) {
+                        if let Some(r) = &e.reason {
+                            reasons.insert(e.thread.clone(), r.clone());
+                        }
                         items.push(ThreadListItem {
                             thread: e.thread,
                             workflow: e.workflow,
@@ -283,7 +288,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 }
                 items = kept;
             }
-            output::print(format, &items)
+            output::print(format, &crate::cmd::story::list_rows(ctx, items, &reasons)?)
         }
         ThreadCommand::Stack { node } => {
             output::print(format, &nested::stack(ctx, parse_hash(&node)?)?)
@@ -298,7 +303,10 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         ThreadCommand::Steps { thread } => {
             let id = crate::lookup::thread(ctx, &thread)?;
             let view = thread::load(&ctx.cas, engine::any_head(ctx, &id)?)?;
-            output::print(format, &steps(&id, &view))
+            let mut v = serde_json::to_value(steps(&id, &view))
+                .map_err(|e| CliError::Output(e.to_string()))?;
+            crate::cmd::story::add_to_steps(ctx, &id, &view, &mut v)?;
+            output::print(format, &v)
         }
         ThreadCommand::Read {
             thread,
@@ -333,11 +341,20 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             } else {
                 activity
             };
-            let mut text = read(&id, &view, quota, before, &children)?;
+            let notes = crate::cmd::story::read_notes(ctx, &id, &view);
+            let mut text = read(&id, &view, quota, before, &children, &notes)?;
             if before.is_none() {
                 text.push_str(&attempts_text(ctx, &id)?);
             }
             output::print_text(&text)
+        }
+        ThreadCommand::Watch { thread } => {
+            let id = crate::lookup::thread(ctx, &thread)?;
+            crate::cmd::story::watch(ctx, &id)
+        }
+        ThreadCommand::Log { thread, follow } => {
+            let id = crate::lookup::thread(ctx, &thread)?;
+            crate::cmd::story::log(ctx, &id, follow)
         }
         ThreadCommand::Prune {
             dry_run,
@@ -478,7 +495,10 @@ fn prune(
             continue;
         }
         let age = now.saturating_sub(node.timestamp);
-        if age < min_age || ctx.state.waiting_of(&id)?.is_some() {
+        if age < min_age
+            || ctx.state.waiting_of(&id)?.is_some()
+            || crate::running::live(&ctx.root, &id).is_some()
+        {
             continue;
         }
         let workflow = node
@@ -565,6 +585,7 @@ fn read(
     quota: usize,
     before: Option<Hash>,
     children: &HashMap<Hash, String>,
+    notes: &HashMap<Hash, String>,
 ) -> Result<String, CliError> {
     let mut steps: Vec<(usize, &uwf_moderator::thread::LoadedStep)> =
         view.steps.iter().enumerate().collect();
@@ -589,6 +610,10 @@ fn read(
             s.payload.record.detail,
             body
         );
+        if let Some(note) = notes.get(&s.hash) {
+            block.push('\n');
+            block.push_str(note);
+        }
         if let Some(summary) = children.get(&s.hash) {
             block.push('\n');
             block.push_str(summary);
