@@ -129,7 +129,7 @@ pub enum Command {
     Eval(EvalArgs),
     /// Print a shell completion script (it completes thread ids and workflow names too).
     #[command(after_help = "\
-The script calls `uwf` while completing (COMPLETE=<shell> uwf -- <words>), so
+The script calls `uwf` while completing (UWF_COMPLETE=<shell> uwf -- <words>), so
 thread ids and workflow names come from the storage root of the environment.
 
 Examples:

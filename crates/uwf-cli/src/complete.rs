@@ -1,5 +1,5 @@
 //! Shell completion: the scripts `uwf completions <shell>` prints call
-//! `uwf` back (`COMPLETE=<shell> uwf -- <words>`, clap_complete's dynamic
+//! `uwf` back (`UWF_COMPLETE=<shell> uwf -- <words>`, clap_complete's dynamic
 //! completion), so thread ids and workflow names come from the storage
 //! root at the moment of completing.
 //!
@@ -18,7 +18,7 @@ use crate::engine::Ctx;
 use crate::error::CliError;
 
 /// The environment variable that switches `uwf` into completing.
-const VAR: &str = "COMPLETE";
+const VAR: &str = "UWF_COMPLETE";
 
 /// Answers a completion request and exits, if this run is one.
 pub fn answer_if_asked() {

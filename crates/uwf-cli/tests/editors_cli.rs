@@ -54,7 +54,7 @@ fn man_pages_come_from_the_command_definitions() {
 fn complete(env: &Env, words: &[&str]) -> Vec<String> {
     let out = env
         .uwf()
-        .env("COMPLETE", "fish")
+        .env("UWF_COMPLETE", "fish")
         .current_dir(common::examples())
         .arg("--")
         .args(words)
@@ -81,7 +81,7 @@ fn thread_ids_and_workflow_names_complete() {
     assert!(threads.contains(&"@last".to_string()), "{threads:?}");
     let out = env
         .uwf()
-        .env("COMPLETE", "fish")
+        .env("UWF_COMPLETE", "fish")
         .args(["--", "uwf", "thread", "read", &id[..6]])
         .output()
         .unwrap();
@@ -96,7 +96,7 @@ fn thread_ids_and_workflow_names_complete() {
     // The script the user installs calls uwf back.
     let script = env.text(&["completions", "bash"]);
     assert!(
-        script.contains("COMPLETE=\"bash\"") || script.contains("COMPLETE=bash"),
+        script.contains("UWF_COMPLETE=\"bash\"") || script.contains("UWF_COMPLETE=bash"),
         "{script}"
     );
 }
