@@ -1,7 +1,7 @@
 //! The typed store.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use jsonschema::Validator;
@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::{CasError, Result};
-use crate::{FsStore, Hash, Node, Ref, Store, cbor, node, refs, schema};
+use crate::{FsStore, Hash, Node, Ref, Store, Stray, cbor, node, refs, schema};
 
 /// Hashes of the schemas of the nodes uwf itself writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -64,19 +64,24 @@ pub struct WalkEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum VerifyIssue {
-    /// A node file that does not hash to its name or does not parse.
+    /// A stored node that does not hash to its name or does not parse.
     Corrupt {
-        /// The name of the file.
+        /// The hash it is stored under.
         hash: Hash,
-        /// The file.
-        path: PathBuf,
+        /// Where the damaged copy is, for people (the file, for the
+        /// filesystem store).
+        location: String,
         /// What is wrong.
         reason: String,
     },
-    /// A file in the object directory that is not named like a node.
+    /// An entry of the store that is not a node (for the filesystem store,
+    /// a file in the object directory not named like a node).
     Stray {
-        /// The file.
-        path: PathBuf,
+        /// The backend's identifier of the entry (the file, for the
+        /// filesystem store); [`Store::remove_stray`] takes it.
+        id: String,
+        /// Why it is not a node.
+        reason: String,
     },
     /// A node whose type is missing, not a schema, or that fails its schema.
     Invalid {
@@ -140,14 +145,19 @@ pub struct GcReport {
 }
 
 /// The typed, validated store. Cheap to share across threads.
-pub struct Cas<S: Store = FsStore> {
+///
+/// Generic over its backend; the default, `Cas` alone, is
+/// `Cas<Arc<dyn Store>>`: any backend behind the [`Store`] trait, chosen at
+/// run time ([`Cas::open`] for the filesystem, [`Cas::with_store`] for any
+/// other).
+pub struct Cas<S: Store = Arc<dyn Store>> {
     store: S,
     types: ProtocolTypes,
     meta_validator: Arc<Validator>,
     validators: Mutex<HashMap<Hash, Arc<Validator>>>,
 }
 
-impl<S: Store + std::fmt::Debug> std::fmt::Debug for Cas<S> {
+impl<S: Store> std::fmt::Debug for Cas<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cas")
             .field("store", &self.store)
@@ -156,11 +166,17 @@ impl<S: Store + std::fmt::Debug> std::fmt::Debug for Cas<S> {
     }
 }
 
-impl Cas<FsStore> {
+impl Cas {
     /// Opens the filesystem store of a storage root (`<root>/cas`), creating
     /// it if needed, and registers the built-in schemas.
     pub fn open(root: &Path) -> Result<Self> {
-        Self::new(FsStore::open(root.join("cas"))?)
+        Self::with_store(Arc::new(FsStore::open(root.join("cas"))?))
+    }
+
+    /// Wraps any backend chosen at run time (a `Box<dyn Store>` converts
+    /// with `Arc::from`); same bootstrap as [`new`](Cas::new).
+    pub fn with_store(store: Arc<dyn Store>) -> Result<Self> {
+        Self::new(store)
     }
 }
 
@@ -174,7 +190,7 @@ impl<S: Store> Cas<S> {
             schema::compile(&meta_payload).map_err(|reason| CasError::UnsupportedSchema {
                 reason: format!("built-in meta-schema: {reason}"),
             })?;
-        if !store.contains(meta)? {
+        if !store.has(meta)? {
             store.insert(
                 meta,
                 &Node {
@@ -203,13 +219,14 @@ impl<S: Store> Cas<S> {
 
     fn ensure_schema(&self, payload: Value) -> Result<Hash> {
         let hash = node::hash_typed(self.types.meta, &payload);
-        if self.store.contains(hash)? {
+        if self.store.has(hash)? {
             return Ok(hash);
         }
         Ok(self.put_schema(payload)?.hash)
     }
 
-    /// The backend.
+    /// The backend (for its listings and its derived-data cache,
+    /// [`Store::cache_get`] and friends).
     pub fn store(&self) -> &S {
         &self.store
     }
@@ -231,7 +248,7 @@ impl<S: Store> Cas<S> {
 
     /// Whether a node is present.
     pub fn has(&self, hash: Hash) -> Result<bool> {
-        self.store.contains(hash)
+        self.store.has(hash)
     }
 
     /// Registers a JSON Schema as a type. Rejects schemas outside the
@@ -387,7 +404,7 @@ impl<S: Store> Cas<S> {
     /// Every schema node with its title, sorted by hash.
     pub fn schemas(&self) -> Result<Vec<SchemaEntry>> {
         let mut out = Vec::new();
-        for hash in self.store.by_type(self.types.meta)? {
+        for hash in self.list_by_type(self.types.meta)? {
             let title = match self.store.get(hash)? {
                 Some(n) => schema::title_of(&n.payload).map(str::to_string),
                 // Indexed but gone (e.g. collected): not a schema any more.
@@ -398,9 +415,12 @@ impl<S: Store> Cas<S> {
         Ok(out)
     }
 
-    /// Hashes of the nodes of one type.
+    /// Hashes of the nodes of one type, sorted. Collects the whole listing:
+    /// use `store().by_type` to stream a large one.
     pub fn list_by_type(&self, type_hash: Hash) -> Result<Vec<Hash>> {
-        self.store.by_type(type_hash)
+        let mut out = self.store.by_type(type_hash).collect::<Result<Vec<_>>>()?;
+        out.sort();
+        Ok(out)
     }
 
     /// Rebuilds the by-type index.
@@ -416,7 +436,7 @@ impl<S: Store> Cas<S> {
     pub fn gc(&self, roots: impl IntoIterator<Item = Hash>, opts: GcOptions) -> Result<GcReport> {
         let mut marked: HashSet<Hash> = HashSet::new();
         let mut queue: VecDeque<Hash> = VecDeque::new();
-        let schemas = self.store.by_type(self.types.meta)?;
+        let schemas = self.list_by_type(self.types.meta)?;
         for h in roots.into_iter().chain(schemas).chain([self.types.meta]) {
             if marked.insert(h) {
                 queue.push_back(h);
@@ -435,18 +455,24 @@ impl<S: Store> Cas<S> {
                 }
             }
         }
-        let all = self.store.hashes()?;
         let now = node::now_ms();
         let mut report = GcReport {
             dry_run: opts.dry_run,
-            nodes: all.len(),
             ..Default::default()
         };
-        for h in all {
+        // Stream the listing; remove only after it ends, so that no backend
+        // has to support deletion under a running listing.
+        let mut unreachable = Vec::new();
+        for h in self.store.hashes() {
+            let h = h?;
+            report.nodes += 1;
             if marked.contains(&h) {
                 report.reachable += 1;
-                continue;
+            } else {
+                unreachable.push(h);
             }
+        }
+        for h in unreachable {
             // An unreadable unreachable file is left for `verify` to report.
             let Ok(Some(node)) = self.store.get(h) else {
                 continue;
@@ -467,20 +493,26 @@ impl<S: Store> Cas<S> {
     /// references. Never stops at the first problem.
     pub fn verify(&self) -> Result<VerifyReport> {
         let mut report = VerifyReport::default();
-        for path in self.store.strays()? {
-            report.issues.push(VerifyIssue::Stray { path });
+        for stray in self.store.strays() {
+            let Stray { id, reason } = stray?;
+            report.issues.push(VerifyIssue::Stray { id, reason });
         }
-        let hashes = self.store.hashes()?;
-        let present: HashSet<Hash> = hashes.iter().copied().collect();
-        for hash in hashes {
+        for hash in self.store.hashes() {
+            let hash = hash?;
             report.nodes += 1;
             let node = match self.store.get(hash) {
                 Ok(Some(n)) => n,
                 Ok(None) => continue, // removed while we ran
-                Err(CasError::Corrupt { hash, path, reason }) => {
-                    report
-                        .issues
-                        .push(VerifyIssue::Corrupt { hash, path, reason });
+                Err(CasError::Corrupt {
+                    hash,
+                    location,
+                    reason,
+                }) => {
+                    report.issues.push(VerifyIssue::Corrupt {
+                        hash,
+                        location,
+                        reason,
+                    });
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -516,7 +548,7 @@ impl<S: Store> Cas<S> {
             match self.refs_of(&node) {
                 Ok(found) => {
                     for r in found {
-                        if !present.contains(&r.hash) && !self.store.contains(r.hash)? {
+                        if !self.store.has(r.hash)? {
                             report.issues.push(VerifyIssue::Dangling {
                                 from: hash,
                                 path: r.path,

@@ -8,7 +8,9 @@
 //!
 //! Layers, bottom up:
 //! * [`cbor`] and [`node`]: the hash function (specified in `docs/cas.md`);
-//! * [`Store`]: backends that keep bytes ([`FsStore`], [`MemStore`]);
+//! * [`Store`]: backends that keep bytes ([`FsStore`], [`MemStore`], or any
+//!   other behind the trait: [`Cas::with_store`]), with streaming listings,
+//!   a derived-data cache and errors classified by [`CasError::kind`];
 //! * [`Cas`]: the typed store — bootstrap of the self-describing meta-schema,
 //!   schema registration, validation, [`refs`](Cas::refs), [`walk`](Cas::walk)
 //!   and [`verify`](Cas::verify).
@@ -41,13 +43,18 @@ pub mod node;
 pub mod refs;
 pub mod schema;
 mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use cas::{
     Cas, GcOptions, GcReport, ProtocolTypes, SchemaEntry, Stored, VerifyIssue, VerifyReport,
     WalkEntry,
 };
-pub use error::{CasError, Result, Violation};
+pub use error::{CasError, Result, StoreErrorKind, Violation};
 pub use hash::{Hash, ParseHashError};
 pub use node::Node;
 pub use refs::Ref;
-pub use store::{FsStore, MemStore, ReindexReport, Store};
+pub use store::{
+    CACHE_KEY_MAX, FsStore, HashIter, MemStore, ReindexReport, Store, Stray, StrayIter,
+    check_cache_key, paged_hashes,
+};

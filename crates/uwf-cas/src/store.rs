@@ -1,42 +1,75 @@
 //! Storage backends: where node bytes live.
 //!
-//! A backend only stores and retrieves nodes by hash and keeps the by-type
-//! index. It never interprets payloads; schemas and validation live in
-//! [`Cas`](crate::Cas).
+//! A backend only stores and retrieves nodes by hash, keeps the by-type
+//! index and a small key-value cache of derived data. It never interprets
+//! payloads; schemas and validation live in [`Cas`](crate::Cas).
+//!
+//! The [`Store`] trait is the seam between uwf and its storage: nothing in it
+//! names a file. Listings are streaming iterators, problems are reported as
+//! opaque identifiers ([`Stray`]), and errors say what they mean through
+//! [`CasError::kind`](crate::CasError::kind), so a networked backend with
+//! transactions fits behind it. The contract every backend must meet is
+//! executable: see [`testing`](crate::testing) (feature `testing`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::ops::Bound;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use uwf_util::atomic;
 
 use crate::error::{CasError, Result};
 use crate::{Hash, Node};
 
+/// A streaming listing of hashes. An `Err` item reports a failure to read
+/// part of the listing; iteration may go on after it.
+pub type HashIter<'a> = Box<dyn Iterator<Item = Result<Hash>> + 'a>;
+
+/// A streaming listing of [`Stray`] entries.
+pub type StrayIter<'a> = Box<dyn Iterator<Item = Result<Stray>> + 'a>;
+
 /// A place nodes are kept.
 ///
 /// Implementations must be safe to use from many processes (filesystem) or
 /// threads at once, and `insert` must be idempotent: inserting a hash that is
 /// already present keeps the first node (and so its timestamp).
-pub trait Store: Send + Sync {
+///
+/// Listings ([`hashes`](Self::hashes), [`by_type`](Self::by_type),
+/// [`strays`](Self::strays)) are lazy: a backend reads them a page at a time,
+/// so memory does not grow with the store. Their order is unspecified (both
+/// built-in backends happen to yield [`hashes`](Self::hashes) in ascending
+/// order). A node inserted or removed while a listing runs may or may not
+/// appear in it; the listing never fails because of that.
+///
+/// No method hands out a filesystem path: entries that are not nodes are
+/// reported as [`Stray`]s with an identifier only the backend interprets.
+pub trait Store: Send + Sync + std::fmt::Debug {
     /// Reads a node, checking that its content hashes to `hash`.
-    /// `Ok(None)` if absent; [`CasError::Corrupt`] if damaged.
+    /// `Ok(None)` if absent; [`CasError::Corrupt`] if damaged. The node's
+    /// `timestamp` is the time of its first store.
     fn get(&self, hash: Hash) -> Result<Option<Node>>;
 
+    /// Reads several nodes at once, in the order asked (one round trip for a
+    /// networked backend). The default calls [`get`](Self::get) for each.
+    fn get_many(&self, hashes: &[Hash]) -> Result<Vec<Option<Node>>> {
+        hashes.iter().map(|h| self.get(*h)).collect()
+    }
+
     /// Whether a node is present (without reading or checking it).
-    fn contains(&self, hash: Hash) -> Result<bool>;
+    fn has(&self, hash: Hash) -> Result<bool>;
 
     /// Stores `node` under `hash` (the caller computed it) unless present.
-    /// Returns the node as stored and whether this call created it.
+    /// Returns the node as stored and whether this call created it. A
+    /// present but corrupt node is replaced (the name fixes the content).
     fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)>;
 
-    /// Every stored hash, sorted.
-    fn hashes(&self) -> Result<Vec<Hash>>;
+    /// Every stored node's hash.
+    fn hashes(&self) -> HashIter<'_>;
 
-    /// Hashes of the nodes of one type, from the index, sorted.
-    fn by_type(&self, type_hash: Hash) -> Result<Vec<Hash>>;
+    /// Hashes of the nodes of one type, from the index.
+    fn by_type(&self, type_hash: Hash) -> HashIter<'_>;
 
     /// Rebuilds the by-type index from the nodes themselves.
     fn reindex(&self) -> Result<ReindexReport>;
@@ -45,14 +78,156 @@ pub trait Store: Send + Sync {
     fn remove(&self, hash: Hash) -> Result<bool>;
 
     /// Entries that are not nodes at all (stray or misnamed files), for
-    /// `verify`. Backends that cannot have any return nothing.
-    fn strays(&self) -> Result<Vec<PathBuf>> {
-        Ok(Vec::new())
+    /// `verify`. Backends that cannot have any return nothing (the default).
+    fn strays(&self) -> StrayIter<'_> {
+        Box::new(std::iter::empty())
     }
 
-    /// Where a node lives, for messages (a path, or `memory:<hash>`).
-    fn location(&self, hash: Hash) -> PathBuf;
+    /// Deletes a stray reported by [`strays`](Self::strays), given its
+    /// [`id`](Stray::id). Returns `false` if no stray has that id (any more).
+    /// Never deletes a node. The default has no strays to remove.
+    fn remove_stray(&self, id: &str) -> Result<bool> {
+        let _ = id;
+        Ok(false)
+    }
+
+    /// Reads a derived-data cache entry. `Ok(None)` if absent.
+    ///
+    /// The cache holds data computed from nodes (e.g. a linearized thread
+    /// context keyed by head hash). It is safe to lose at any time, so a
+    /// caller must check what it reads (the bytes are returned as stored,
+    /// not verified) and must work without it. `key` must pass
+    /// [`check_cache_key`].
+    fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>>;
+
+    /// Writes a cache entry, replacing any previous value atomically: a
+    /// reader sees the old bytes or the new ones, never a mix.
+    fn cache_put(&self, key: &str, bytes: &[u8]) -> Result<()>;
+
+    /// Deletes a cache entry. Returns whether it existed.
+    fn cache_remove(&self, key: &str) -> Result<bool>;
 }
+
+/// An entry in a store that is not a node, as reported by [`Store::strays`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Stray {
+    /// Identifies the entry to the backend that reported it (for
+    /// [`FsStore`], the path of the file); pass it to
+    /// [`Store::remove_stray`]. Meant for people and for that backend only.
+    pub id: String,
+    /// Why it is not a node.
+    pub reason: String,
+}
+
+/// Longest allowed cache key, in bytes.
+pub const CACHE_KEY_MAX: usize = 200;
+
+/// Checks a derived-data cache key: 1 to [`CACHE_KEY_MAX`] characters among
+/// `A-Z a-z 0-9 _ - .`, not starting with `.`. Every backend accepts exactly
+/// these keys, so a key is also a safe file name. Letter case is kept, but a
+/// backend on a case-insensitive filesystem may treat keys that differ only
+/// in case as one entry: do not rely on case alone to tell keys apart.
+pub fn check_cache_key(key: &str) -> Result<()> {
+    let bad = |reason| {
+        Err(CasError::BadCacheKey {
+            key: key.to_string(),
+            reason,
+        })
+    };
+    if key.is_empty() {
+        return bad("it is empty");
+    }
+    if key.len() > CACHE_KEY_MAX {
+        return bad("it is longer than 200 bytes");
+    }
+    if key.starts_with('.') {
+        return bad("it starts with '.'");
+    }
+    if !key
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    {
+        return bad("only A-Z, a-z, 0-9, '_', '-' and '.' are allowed");
+    }
+    Ok(())
+}
+
+/// Turns a page reader into a streaming listing: `page(after)` returns the
+/// next hashes in ascending order strictly after `after` (from the start when
+/// `None`); an empty page ends the listing. This is keyset pagination, the
+/// natural way for a database backend to implement [`Store::hashes`].
+pub fn paged_hashes<'a>(
+    mut page: impl FnMut(Option<Hash>) -> Result<Vec<Hash>> + 'a,
+) -> HashIter<'a> {
+    let mut after: Option<Hash> = None;
+    let mut buf = std::collections::VecDeque::new();
+    let mut done = false;
+    Box::new(std::iter::from_fn(move || {
+        if buf.is_empty() && !done {
+            match page(after) {
+                Ok(v) if v.is_empty() => done = true,
+                Ok(v) => buf.extend(v),
+                Err(e) => {
+                    done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        let h = buf.pop_front()?;
+        after = Some(h);
+        Some(Ok(h))
+    }))
+}
+
+macro_rules! forward_store {
+    ($ty:ty) => {
+        impl<T: Store + ?Sized> Store for $ty {
+            fn get(&self, hash: Hash) -> Result<Option<Node>> {
+                (**self).get(hash)
+            }
+            fn get_many(&self, hashes: &[Hash]) -> Result<Vec<Option<Node>>> {
+                (**self).get_many(hashes)
+            }
+            fn has(&self, hash: Hash) -> Result<bool> {
+                (**self).has(hash)
+            }
+            fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)> {
+                (**self).insert(hash, node)
+            }
+            fn hashes(&self) -> HashIter<'_> {
+                (**self).hashes()
+            }
+            fn by_type(&self, type_hash: Hash) -> HashIter<'_> {
+                (**self).by_type(type_hash)
+            }
+            fn reindex(&self) -> Result<ReindexReport> {
+                (**self).reindex()
+            }
+            fn remove(&self, hash: Hash) -> Result<bool> {
+                (**self).remove(hash)
+            }
+            fn strays(&self) -> StrayIter<'_> {
+                (**self).strays()
+            }
+            fn remove_stray(&self, id: &str) -> Result<bool> {
+                (**self).remove_stray(id)
+            }
+            fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+                (**self).cache_get(key)
+            }
+            fn cache_put(&self, key: &str, bytes: &[u8]) -> Result<()> {
+                (**self).cache_put(key, bytes)
+            }
+            fn cache_remove(&self, key: &str) -> Result<bool> {
+                (**self).cache_remove(key)
+            }
+        }
+    };
+}
+
+forward_store!(Arc<T>);
+forward_store!(Box<T>);
+forward_store!(&T);
 
 /// What [`Store::reindex`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -71,6 +246,9 @@ pub struct ReindexReport {
 
 // ---------------------------------------------------------------------------
 
+/// Hashes read per lock of a [`MemStore`] listing.
+const MEM_PAGE: usize = 512;
+
 /// An in-memory store, for tests and embedding.
 #[derive(Debug, Default)]
 pub struct MemStore {
@@ -80,7 +258,8 @@ pub struct MemStore {
 #[derive(Debug, Default)]
 struct MemInner {
     nodes: BTreeMap<Hash, Node>,
-    index: BTreeMap<Hash, BTreeSet<Hash>>,
+    index: BTreeMap<Hash, BTreeMap<Hash, ()>>,
+    cache: BTreeMap<String, Vec<u8>>,
 }
 
 impl MemStore {
@@ -96,12 +275,26 @@ impl MemStore {
     }
 }
 
+/// Up to [`MEM_PAGE`] keys of `set` after `after`, ascending.
+fn page_after<V>(set: &BTreeMap<Hash, V>, after: Option<Hash>) -> Vec<Hash> {
+    let range = match after {
+        None => set.range(..),
+        Some(a) => set.range((Bound::Excluded(a), Bound::Unbounded)),
+    };
+    range.take(MEM_PAGE).map(|(h, _)| *h).collect()
+}
+
 impl Store for MemStore {
     fn get(&self, hash: Hash) -> Result<Option<Node>> {
         Ok(self.lock().nodes.get(&hash).cloned())
     }
 
-    fn contains(&self, hash: Hash) -> Result<bool> {
+    fn get_many(&self, hashes: &[Hash]) -> Result<Vec<Option<Node>>> {
+        let g = self.lock();
+        Ok(hashes.iter().map(|h| g.nodes.get(h).cloned()).collect())
+    }
+
+    fn has(&self, hash: Hash) -> Result<bool> {
         Ok(self.lock().nodes.contains_key(&hash))
     }
 
@@ -111,28 +304,32 @@ impl Store for MemStore {
             return Ok((existing.clone(), false));
         }
         g.nodes.insert(hash, node.clone());
-        g.index.entry(node.type_hash).or_default().insert(hash);
+        g.index.entry(node.type_hash).or_default().insert(hash, ());
         Ok((node.clone(), true))
     }
 
-    fn hashes(&self) -> Result<Vec<Hash>> {
-        Ok(self.lock().nodes.keys().copied().collect())
+    fn hashes(&self) -> HashIter<'_> {
+        // The lock is held for one page only, so the caller may use the
+        // store (even remove nodes) while it iterates.
+        paged_hashes(move |after| Ok(page_after(&self.lock().nodes, after)))
     }
 
-    fn by_type(&self, type_hash: Hash) -> Result<Vec<Hash>> {
-        Ok(self
-            .lock()
-            .index
-            .get(&type_hash)
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default())
+    fn by_type(&self, type_hash: Hash) -> HashIter<'_> {
+        paged_hashes(move |after| {
+            Ok(self
+                .lock()
+                .index
+                .get(&type_hash)
+                .map(|set| page_after(set, after))
+                .unwrap_or_default())
+        })
     }
 
     fn reindex(&self) -> Result<ReindexReport> {
         let mut g = self.lock();
-        let mut index: BTreeMap<Hash, BTreeSet<Hash>> = BTreeMap::new();
+        let mut index: BTreeMap<Hash, BTreeMap<Hash, ()>> = BTreeMap::new();
         for (h, n) in &g.nodes {
-            index.entry(n.type_hash).or_default().insert(*h);
+            index.entry(n.type_hash).or_default().insert(*h, ());
         }
         let report = ReindexReport {
             nodes: g.nodes.len(),
@@ -156,8 +353,20 @@ impl Store for MemStore {
         }
     }
 
-    fn location(&self, hash: Hash) -> PathBuf {
-        PathBuf::from(format!("memory:{hash}"))
+    fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        check_cache_key(key)?;
+        Ok(self.lock().cache.get(key).cloned())
+    }
+
+    fn cache_put(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        check_cache_key(key)?;
+        self.lock().cache.insert(key.to_string(), bytes.to_vec());
+        Ok(())
+    }
+
+    fn cache_remove(&self, key: &str) -> Result<bool> {
+        check_cache_key(key)?;
+        Ok(self.lock().cache.remove(key).is_some())
     }
 }
 
@@ -171,6 +380,8 @@ impl Store for MemStore {
 /// * `index/<type hash>/<hash>` — empty marker files, one per node, so that
 ///   listing by type is a directory read and concurrent writers never
 ///   contend on a shared index file.
+/// * `cache/<key>` — derived-data cache entries ([`Store::cache_get`]),
+///   created on first use; safe to delete at any time.
 ///
 /// Writes go to a temporary file in the target directory, are fsynced, then
 /// linked into place without replacing an existing file: of two concurrent
@@ -183,6 +394,12 @@ pub struct FsStore {
 /// File extension of node files.
 const EXT: &str = "json";
 
+/// One entry met while scanning `objects/`.
+enum Scanned {
+    Node(Hash),
+    Stray(Stray),
+}
+
 impl FsStore {
     /// Opens (creating if needed) the store in `dir` (usually `<root>/cas`).
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self> {
@@ -193,7 +410,8 @@ impl FsStore {
         Ok(Self { dir })
     }
 
-    /// The store's directory.
+    /// The store's directory (for opening it again, not for reaching into it:
+    /// the layout is the backend's business).
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -212,6 +430,11 @@ impl FsStore {
             .join("index")
             .join(type_hash.to_string())
             .join(hash.to_string())
+    }
+
+    fn cache_path(&self, key: &str) -> Result<PathBuf> {
+        check_cache_key(key)?;
+        Ok(self.dir.join("cache").join(key))
     }
 
     fn ensure_marker(&self, type_hash: Hash, hash: Hash) -> Result<bool> {
@@ -238,7 +461,7 @@ impl FsStore {
         };
         let corrupt = |reason: String| CasError::Corrupt {
             hash,
-            path: path.to_path_buf(),
+            location: path.display().to_string(),
             reason,
         };
         let node: Node =
@@ -258,35 +481,67 @@ impl FsStore {
         Ok(bytes)
     }
 
-    fn each_object(&self, mut f: impl FnMut(std::result::Result<Hash, PathBuf>)) -> Result<()> {
+    /// Scans `objects/` one prefix directory at a time.
+    fn scan(&self) -> Box<dyn Iterator<Item = Result<Scanned>> + '_> {
         let objects = self.dir.join("objects");
-        let mut prefixes: Vec<_> = read_dir_sorted(&objects)?;
-        prefixes.retain(|p| !is_hidden(p));
-        for prefix_dir in prefixes {
-            let prefix = file_name(&prefix_dir);
-            if !prefix_dir.is_dir() || prefix.len() != 2 {
-                f(Err(prefix_dir));
-                continue;
-            }
-            for file in read_dir_sorted(&prefix_dir)? {
-                if is_hidden(&file) {
-                    // A writer's temporary file: in flight, or left by a crash.
-                    continue;
-                }
-                let name = file_name(&file);
-                let parsed = name
-                    .strip_suffix(".json")
-                    .map(|stem| format!("{prefix}{stem}"))
-                    .filter(|full| Hash::is_cas_ref(full))
-                    .and_then(|full| full.parse::<Hash>().ok());
-                match parsed {
-                    Some(h) => f(Ok(h)),
-                    None => f(Err(file)),
-                }
-            }
-        }
-        Ok(())
+        let prefixes = match read_dir_sorted(&objects) {
+            Ok(p) => p,
+            Err(e) => return Box::new(std::iter::once(Err(e))),
+        };
+        Box::new(
+            prefixes
+                .into_iter()
+                .filter(|p| !is_hidden(p))
+                .flat_map(|prefix_dir| scan_prefix(&prefix_dir)),
+        )
     }
+}
+
+/// The entries of one entry of `objects/`.
+fn scan_prefix(prefix_dir: &Path) -> Vec<Result<Scanned>> {
+    let prefix = file_name(prefix_dir);
+    let stray = |p: &Path, reason: &str| {
+        Ok(Scanned::Stray(Stray {
+            id: p.display().to_string(),
+            reason: reason.to_string(),
+        }))
+    };
+    if !is_prefix_dir(prefix_dir) {
+        return vec![stray(
+            prefix_dir,
+            "not a directory named by the first 2 characters of a hash",
+        )];
+    }
+    let files = match read_dir_sorted(prefix_dir) {
+        Ok(f) => f,
+        Err(e) => return vec![Err(e)],
+    };
+    files
+        .into_iter()
+        // A hidden file is a writer's temporary file: in flight, or left by a crash.
+        .filter(|file| !is_hidden(file))
+        .map(|file| match node_file_hash(&prefix, &file) {
+            Some(h) => Ok(Scanned::Node(h)),
+            None => stray(
+                &file,
+                "not named <last 11 characters of a canonical hash>.json",
+            ),
+        })
+        .collect()
+}
+
+/// Whether an entry of `objects/` is a prefix directory (2-character name).
+fn is_prefix_dir(p: &Path) -> bool {
+    p.is_dir() && file_name(p).len() == 2
+}
+
+/// The hash a file in prefix directory `prefix` is named after, if any.
+fn node_file_hash(prefix: &str, file: &Path) -> Option<Hash> {
+    file_name(file)
+        .strip_suffix(".json")
+        .map(|stem| format!("{prefix}{stem}"))
+        .filter(|full| Hash::is_cas_ref(full))
+        .and_then(|full| full.parse::<Hash>().ok())
 }
 
 fn file_name(p: &Path) -> String {
@@ -317,12 +572,21 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// Removes a file; `Ok(false)` if it was not there.
+fn remove_if_present(path: &Path) -> Result<bool> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(CasError::io("remove", path, e)),
+    }
+}
+
 impl Store for FsStore {
     fn get(&self, hash: Hash) -> Result<Option<Node>> {
         self.read_node(hash, &self.object_path(hash))
     }
 
-    fn contains(&self, hash: Hash) -> Result<bool> {
+    fn has(&self, hash: Hash) -> Result<bool> {
         let p = self.object_path(hash);
         match fs::metadata(&p) {
             Ok(m) => Ok(m.is_file()),
@@ -366,30 +630,40 @@ impl Store for FsStore {
         Ok((result, created))
     }
 
-    fn hashes(&self) -> Result<Vec<Hash>> {
-        let mut out = Vec::new();
-        self.each_object(|r| {
-            if let Ok(h) = r {
-                out.push(h);
-            }
-        })?;
-        Ok(out)
+    fn hashes(&self) -> HashIter<'_> {
+        Box::new(self.scan().filter_map(|r| match r {
+            Ok(Scanned::Node(h)) => Some(Ok(h)),
+            Ok(Scanned::Stray(_)) => None,
+            Err(e) => Some(Err(e)),
+        }))
     }
 
-    fn by_type(&self, type_hash: Hash) -> Result<Vec<Hash>> {
+    fn by_type(&self, type_hash: Hash) -> HashIter<'_> {
         let dir = self.dir.join("index").join(type_hash.to_string());
-        let mut out: Vec<Hash> = read_dir_sorted(&dir)?
-            .iter()
-            .filter_map(|p| file_name(p).parse::<Hash>().ok())
-            .collect();
-        out.sort();
-        Ok(out)
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Box::new(std::iter::empty()),
+            Err(e) => {
+                return Box::new(std::iter::once(Err(CasError::io(
+                    "read directory",
+                    &dir,
+                    e,
+                ))));
+            }
+        };
+        // Straight from the directory, unsorted: one type can have millions
+        // of nodes. Entries not named like a hash are not markers.
+        Box::new(rd.filter_map(move |entry| match entry {
+            Ok(e) => e.file_name().to_str()?.parse::<Hash>().ok().map(Ok),
+            Err(e) => Some(Err(CasError::io("read directory", &dir, e))),
+        }))
     }
 
     fn reindex(&self) -> Result<ReindexReport> {
         let mut report = ReindexReport::default();
         let mut type_of: BTreeMap<Hash, Hash> = BTreeMap::new();
-        for h in self.hashes()? {
+        for h in self.hashes() {
+            let h = h?;
             match self.get(h) {
                 Ok(Some(n)) => {
                     report.nodes += 1;
@@ -418,7 +692,7 @@ impl Store for FsStore {
                     Some(actual) => *actual != t,
                     // Unknown to our listing: keep it if the node exists
                     // (written concurrently, or unreadable and reported).
-                    None => !self.contains(h)?,
+                    None => !self.has(h)?,
                 };
                 if stale {
                     fs::remove_file(&marker).map_err(|e| CasError::io("remove", &marker, e))?;
@@ -432,33 +706,121 @@ impl Store for FsStore {
     fn remove(&self, hash: Hash) -> Result<bool> {
         let path = self.object_path(hash);
         let node = self.get(hash).ok().flatten();
-        match fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(CasError::io("remove", &path, e)),
+        if !remove_if_present(&path)? {
+            return Ok(false);
         }
         if let Some(n) = node {
-            let m = self.marker_path(n.type_hash, hash);
-            match fs::remove_file(&m) {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(CasError::io("remove", &m, e)),
-            }
+            remove_if_present(&self.marker_path(n.type_hash, hash))?;
         }
         Ok(true)
     }
 
-    fn strays(&self) -> Result<Vec<PathBuf>> {
-        let mut out = Vec::new();
-        self.each_object(|r| {
-            if let Err(p) = r {
-                out.push(p);
-            }
-        })?;
-        Ok(out)
+    fn strays(&self) -> StrayIter<'_> {
+        Box::new(self.scan().filter_map(|r| match r {
+            Ok(Scanned::Stray(s)) => Some(Ok(s)),
+            Ok(Scanned::Node(_)) => None,
+            Err(e) => Some(Err(e)),
+        }))
     }
 
-    fn location(&self, hash: Hash) -> PathBuf {
-        self.object_path(hash)
+    fn remove_stray(&self, id: &str) -> Result<bool> {
+        // Only what a scan would report right now: the id must name an
+        // entry of `objects/` (or of one of its prefix directories) that is
+        // not a node, a prefix directory or a writer's temporary file.
+        let path = PathBuf::from(id);
+        let objects = self.dir.join("objects");
+        let Some(parent) = path.parent() else {
+            return Ok(false);
+        };
+        // `x/..` has a parent but no file name: never let it through.
+        let plain = path.file_name().is_some()
+            && path
+                .components()
+                .all(|c| !matches!(c, Component::ParentDir | Component::CurDir));
+        if !plain || is_hidden(&path) || fs::symlink_metadata(&path).is_err() {
+            return Ok(false);
+        }
+        let stray = if parent == objects {
+            !is_prefix_dir(&path)
+        } else {
+            parent.parent() == Some(objects.as_path())
+                && is_prefix_dir(parent)
+                && node_file_hash(&file_name(parent), &path).is_none()
+        };
+        if !stray {
+            return Ok(false);
+        }
+        let meta = fs::symlink_metadata(&path).map_err(|e| CasError::io("read", &path, e))?;
+        if meta.is_dir() {
+            // A directory where a prefix directory cannot be: all of it is stray.
+            fs::remove_dir_all(&path).map_err(|e| CasError::io("remove", &path, e))?;
+            Ok(true)
+        } else {
+            remove_if_present(&path)
+        }
+    }
+
+    fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let path = self.cache_path(key)?;
+        match fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(CasError::io("read", &path, e)),
+        }
+    }
+
+    fn cache_put(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let path = self.cache_path(key)?;
+        let dir = self.dir.join("cache");
+        fs::create_dir_all(&dir).map_err(|e| CasError::io("create directory", &dir, e))?;
+        atomic::write_atomic(&path, bytes)?;
+        Ok(())
+    }
+
+    fn cache_remove(&self, key: &str) -> Result<bool> {
+        remove_if_present(&self.cache_path(key)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// An accepted key is one plain path component on every platform.
+        #[test]
+        fn accepted_cache_keys_are_single_safe_file_names(key in "\\PC{0,40}") {
+            if check_cache_key(&key).is_ok() {
+                let comps: Vec<_> = Path::new(&key).components().collect();
+                prop_assert_eq!(comps.len(), 1);
+                prop_assert!(matches!(comps[0], Component::Normal(_)));
+                prop_assert!(!key.starts_with('.'));
+                prop_assert!(!key.contains(['/', '\\', ':']));
+            }
+        }
+
+        /// Every key of the documented charset is accepted.
+        #[test]
+        fn documented_cache_keys_are_accepted(key in "[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}") {
+            prop_assert!(check_cache_key(&key).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_page_error_is_reported_once_and_ends_the_listing() {
+        let mut calls = 0;
+        let items: Vec<_> = paged_hashes(move |after| {
+            calls += 1;
+            match (calls, after) {
+                (1, None) => Ok(vec![Hash::from_u64(1), Hash::from_u64(2)]),
+                (2, Some(h)) if h == Hash::from_u64(2) => Err(CasError::NotFound(h)),
+                _ => panic!("asked again after an error: call {calls}, after {after:?}"),
+            }
+        })
+        .collect();
+        assert_eq!(items.len(), 3);
+        assert!(items[..2].iter().all(Result::is_ok));
+        assert!(items[2].is_err());
     }
 }

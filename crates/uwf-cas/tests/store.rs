@@ -42,8 +42,13 @@ fn note(cas: &Cas) -> Hash {
     cas.put_schema(note_schema()).unwrap().hash
 }
 
-fn object_path(cas: &Cas, hash: Hash) -> PathBuf {
-    cas.store().location(hash)
+/// Where `FsStore` keeps a node: `<root>/cas/objects/<2 chars>/<11 chars>.json`.
+fn object_path(dir: &TempDir, hash: Hash) -> PathBuf {
+    let name = hash.to_string();
+    dir.path()
+        .join("cas/objects")
+        .join(&name[..2])
+        .join(format!("{}.json", &name[2..]))
 }
 
 /// Every file under `dir`, recursively.
@@ -63,25 +68,29 @@ fn files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn assert_corrupt(cas: &Cas, hash: Hash) -> String {
-    let path = object_path(cas, hash);
+fn assert_corrupt(dir: &TempDir, cas: &Cas, hash: Hash) -> String {
+    let path = object_path(dir, hash);
+    let shown = path.display().to_string();
     match cas.get(hash) {
         Err(e @ CasError::Corrupt { .. }) => {
             let msg = e.to_string();
+            assert_eq!(e.kind(), uwf_cas::StoreErrorKind::Corrupt);
             let CasError::Corrupt {
-                hash: h, path: p, ..
+                hash: h,
+                location: l,
+                ..
             } = e
             else {
                 unreachable!()
             };
             assert_eq!(h, hash);
-            assert_eq!(p, path);
-            assert!(msg.contains(&path.display().to_string()), "{msg}");
+            assert_eq!(l, shown);
+            assert!(msg.contains(&shown), "{msg}");
             let report = cas.verify().unwrap();
             assert!(
                 report.issues.iter().any(|i| matches!(
                     i,
-                    VerifyIssue::Corrupt { hash: h, path: p, .. } if *h == hash && *p == path
+                    VerifyIssue::Corrupt { hash: h, location: l, .. } if *h == hash && *l == shown
                 )),
                 "verify missed {hash}: {report:?}"
             );
@@ -115,7 +124,6 @@ fn put_get_round_trip() {
         .join("cas/objects")
         .join(&name[..2])
         .join(format!("{}.json", &name[2..]));
-    assert_eq!(object_path(&cas, s.hash), path);
     let text = fs::read_to_string(&path).unwrap();
     assert!(text.ends_with('\n'));
     let file: Value = serde_json::from_str(&text).unwrap();
@@ -177,7 +185,7 @@ fn integral_floats_dedupe_and_are_stored_as_integers() {
     assert!(!int.created);
     assert_eq!(float.hash, int.hash);
     // `k` is an `integer`: 7.0 is accepted because it is stored as 7.
-    let text = fs::read_to_string(object_path(&cas, float.hash)).unwrap();
+    let text = fs::read_to_string(object_path(&dir, float.hash)).unwrap();
     assert!(text.contains(r#""n":1"#) && !text.contains("1.0"), "{text}");
     assert!(text.contains(r#""k":7"#) && !text.contains("7.0"), "{text}");
     let got = cas.get(float.hash).unwrap();
@@ -194,10 +202,10 @@ fn a_changed_byte_is_detected() {
     let cas = open(&dir);
     let t = note(&cas);
     let s = cas.put(t, json!({ "text": "hello" })).unwrap();
-    let path = object_path(&cas, s.hash);
+    let path = object_path(&dir, s.hash);
     let text = fs::read_to_string(&path).unwrap();
     fs::write(&path, text.replace("hello", "hellp")).unwrap();
-    let msg = assert_corrupt(&cas, s.hash);
+    let msg = assert_corrupt(&dir, &cas, s.hash);
     assert!(msg.contains("content hashes to"), "{msg}");
 }
 
@@ -207,14 +215,14 @@ fn a_truncated_file_is_detected() {
     let cas = open(&dir);
     let t = note(&cas);
     let s = cas.put(t, json!({ "text": "hello" })).unwrap();
-    let path = object_path(&cas, s.hash);
+    let path = object_path(&dir, s.hash);
     let bytes = fs::read(&path).unwrap();
     fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
-    let msg = assert_corrupt(&cas, s.hash);
+    let msg = assert_corrupt(&dir, &cas, s.hash);
     assert!(msg.contains("not a node"), "{msg}");
     // An empty file too.
     fs::write(&path, b"").unwrap();
-    assert_corrupt(&cas, s.hash);
+    assert_corrupt(&dir, &cas, s.hash);
 }
 
 #[test]
@@ -225,17 +233,17 @@ fn a_renamed_file_is_detected() {
     let a = cas.put(t, json!({ "text": "a" })).unwrap().hash;
     // Move the node file to the name of another (valid, absent) hash.
     let b = Hash::from_u64(a.as_u64().wrapping_add(0x0123_4567_89ab_cdef));
-    let to = object_path(&cas, b);
+    let to = object_path(&dir, b);
     fs::create_dir_all(to.parent().unwrap()).unwrap();
-    fs::rename(object_path(&cas, a), &to).unwrap();
-    let msg = assert_corrupt(&cas, b);
+    fs::rename(object_path(&dir, a), &to).unwrap();
+    let msg = assert_corrupt(&dir, &cas, b);
     assert!(msg.contains(&format!("content hashes to {a}")), "{msg}");
     assert!(matches!(cas.get(a), Err(CasError::NotFound(h)) if h == a));
 
     // Or onto another node's name, replacing it.
     let c = cas.put(t, json!({ "text": "c" })).unwrap().hash;
-    fs::rename(&to, object_path(&cas, c)).unwrap();
-    assert_corrupt(&cas, c);
+    fs::rename(&to, object_path(&dir, c)).unwrap();
+    assert_corrupt(&dir, &cas, c);
 }
 
 #[test]
@@ -244,9 +252,9 @@ fn re_putting_a_corrupt_node_repairs_it() {
     let cas = open(&dir);
     let t = note(&cas);
     let s = cas.put(t, json!({ "text": "fix me" })).unwrap();
-    let path = object_path(&cas, s.hash);
+    let path = object_path(&dir, s.hash);
     fs::write(&path, b"{\"type\": \"garbage").unwrap();
-    assert_corrupt(&cas, s.hash);
+    assert_corrupt(&dir, &cas, s.hash);
 
     let again = cas.put(t, json!({ "text": "fix me" })).unwrap();
     assert_eq!(again.hash, s.hash);
@@ -271,7 +279,7 @@ fn verify_reports_strays_but_skips_temp_files() {
     let t = note(&cas);
     let s = cas.put(t, json!({ "text": "x" })).unwrap();
     let objects = dir.path().join("cas/objects");
-    let prefix = object_path(&cas, s.hash).parent().unwrap().to_path_buf();
+    let prefix = object_path(&dir, s.hash).parent().unwrap().to_path_buf();
     let strays = [
         objects.join("README.txt"),
         objects.join("ABC"),
@@ -293,14 +301,92 @@ fn verify_reports_strays_but_skips_temp_files() {
         .issues
         .iter()
         .map(|i| match i {
-            VerifyIssue::Stray { path } => path.clone(),
+            VerifyIssue::Stray { id, reason } => {
+                assert!(!reason.is_empty());
+                PathBuf::from(id)
+            }
             other => panic!("unexpected issue {other:?}"),
         })
         .collect();
     assert_eq!(found, strays.iter().cloned().collect());
     // Strays are not nodes.
     assert_eq!(report.nodes, 6, "meta + 3 protocol schemas + note + node");
-    assert_eq!(cas.store().hashes().unwrap().len(), 6);
+    assert_eq!(cas.store().hashes().count(), 6);
+    // The backend removes what it reported, given the id, and nothing else.
+    assert!(
+        !cas.store()
+            .remove_stray(&prefix.join(".uwf-abc123.tmp").display().to_string())
+            .unwrap()
+    );
+    assert!(
+        !cas.store()
+            .remove_stray(&object_path(&dir, s.hash).display().to_string())
+            .unwrap()
+    );
+    // Ids are not trusted as paths: nothing outside `objects/` goes.
+    let outside = dir.path().join("outside.txt");
+    fs::write(&outside, b"keep").unwrap();
+    for id in [
+        outside.display().to_string(),
+        objects.join("../outside.txt").display().to_string(),
+        prefix.join("../../outside.txt").display().to_string(),
+        objects.join("..").display().to_string(),
+        prefix.join("..").display().to_string(),
+        objects.join("./ABC/..").display().to_string(),
+        objects.display().to_string(),
+        format!("{}/", prefix.display()),
+        "outside.txt".to_string(),
+    ] {
+        assert!(!cas.store().remove_stray(&id).unwrap(), "{id}");
+    }
+    assert!(outside.exists() && objects.exists() && prefix.exists());
+    for p in &strays {
+        assert!(
+            cas.store().remove_stray(&p.display().to_string()).unwrap(),
+            "{p:?}"
+        );
+        assert!(!p.exists(), "{p:?}");
+    }
+    assert!(cas.verify().unwrap().is_ok());
+    assert_eq!(cas.get(s.hash).unwrap().payload, json!({ "text": "x" }));
+}
+
+#[test]
+fn cache_entries_live_under_cas_cache_and_heal_when_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let cas = open(&dir);
+    let cache = dir.path().join("cas/cache");
+    assert!(
+        !cache.exists(),
+        "the cache directory is created on first use"
+    );
+    cas.store().cache_put("ctx-A", b"derived").unwrap();
+    assert_eq!(fs::read(cache.join("ctx-A")).unwrap(), b"derived");
+    // Replaced atomically: no temporary file is left next to it.
+    cas.store().cache_put("ctx-A", b"again").unwrap();
+    assert_eq!(files(&cache), vec![cache.join("ctx-A")]);
+    // Deleting the directory is always safe: the entry is just gone.
+    fs::remove_dir_all(&cache).unwrap();
+    assert_eq!(cas.store().cache_get("ctx-A").unwrap(), None);
+    cas.store().cache_put("ctx-A", b"rebuilt").unwrap();
+    assert_eq!(cas.store().cache_get("ctx-A").unwrap().unwrap(), b"rebuilt");
+    // Cache files are neither nodes nor strays, and verify stays clean.
+    let report = cas.verify().unwrap();
+    assert!(report.is_ok(), "{report:?}");
+}
+
+#[test]
+fn io_errors_are_classified() {
+    let dir = tempfile::tempdir().unwrap();
+    let cas = open(&dir);
+    // A cache directory that is a file: the write fails as an I/O error,
+    // not as corruption, conflict or a retryable condition.
+    fs::write(dir.path().join("cas/cache"), b"not a dir").unwrap();
+    let e = cas.store().cache_put("k", b"v").unwrap_err();
+    assert_eq!(e.kind(), uwf_cas::StoreErrorKind::Io, "{e}");
+    assert!(!e.is_retryable());
+    let e = cas.get(Hash::from_u64(5)).unwrap_err();
+    assert_eq!(e.kind(), uwf_cas::StoreErrorKind::NotFound);
 }
 
 #[test]
@@ -436,7 +522,7 @@ fn reindex_restores_the_index_and_removes_stale_markers() {
     assert!(cas.list_by_type(wrong_type).unwrap().is_empty());
 
     // A corrupt node is reported as unreadable and keeps its marker.
-    fs::write(object_path(&cas, some), b"oops").unwrap();
+    fs::write(object_path(&dir, some), b"oops").unwrap();
     let report = cas.reindex().unwrap();
     assert_eq!(report.unreadable, vec![some]);
     assert_eq!(report.removed, 0);
@@ -899,4 +985,65 @@ fn gc_marks_from_roots_and_sweeps_the_rest() {
         2,
         "index entries of swept nodes are gone"
     );
+}
+
+/// Copies a directory tree.
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Every file under `dir` with its bytes, keyed by the path below `dir`.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    files(dir)
+        .into_iter()
+        .map(|p| {
+            let bytes = fs::read(&p).unwrap();
+            (p.strip_prefix(dir).unwrap().to_path_buf(), bytes)
+        })
+        .collect()
+}
+
+/// `tests/fixtures/store-0.1` is a storage root written by uwf 0.1 (before
+/// the `Store` trait lost its paths): a `note` schema and two notes, made
+/// with `uwf cas schema put` and `uwf cas put`.
+#[test]
+fn a_store_written_by_the_previous_release_still_works() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-0.1"),
+        dir.path(),
+    );
+    let before = snapshot(dir.path());
+    let cas = open(&dir);
+    let t: Hash = "1X6AZ6Y9DJ5F3".parse().unwrap();
+    let a: Hash = "6CBRGB2V6SAQ6".parse().unwrap();
+    let b: Hash = "3XG03BECR3JHZ".parse().unwrap();
+
+    let report = cas.verify().unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(report.nodes, 7);
+    assert_eq!(cas.get(b).unwrap().payload["prev"], a.to_string());
+    assert_eq!(cas.list_by_type(t).unwrap(), vec![b, a]);
+    assert_eq!(cas.walk(b).unwrap().len(), 2);
+    assert_eq!(cas.schemas().unwrap().len(), 5);
+    let again = cas.put(t, json!({"text": "first", "prev": null})).unwrap();
+    assert_eq!((again.hash, again.created), (a, false));
+    // Opening, reading and re-putting wrote nothing.
+    assert_eq!(snapshot(dir.path()), before);
+    // Every node file is exactly what this version would write for that node.
+    for h in cas.store().hashes() {
+        let h = h.unwrap();
+        let mut want = serde_json::to_vec(&cas.get(h).unwrap()).unwrap();
+        want.push(b'\n');
+        assert_eq!(fs::read(object_path(&dir, h)).unwrap(), want, "{h}");
+    }
 }

@@ -282,7 +282,12 @@ Example:
     /// Rebuild the by-type index from the nodes.
     Reindex,
     /// Re-hash every node and check types, schemas and references. Exits 1 if anything is wrong.
-    Verify,
+    Verify {
+        /// First delete the entries of the store that are not nodes (reported
+        /// as "stray"); they are listed under "removedStrays".
+        #[arg(long)]
+        remove_strays: bool,
+    },
     /// Remove nodes nothing needs: keeps everything reachable from active and
     /// archived thread heads, registered workflows and schemas.
     #[command(after_help = "\

@@ -42,7 +42,7 @@ pub fn script(shell: clap_complete::Shell) -> Result<String, CliError> {
 
 fn ctx() -> Option<Ctx> {
     let root = uwf_util::root::resolve_root(None).ok()?;
-    Ctx::open(&root.path).ok()
+    crate::engine::open(&root.path).ok()
 }
 
 /// Thread ids, newest first (active ones with their task as help), and
@@ -55,7 +55,7 @@ pub fn threads() -> Vec<CompletionCandidate> {
     let Some(ctx) = ctx() else {
         return out;
     };
-    let active = ctx.state.threads().unwrap_or_default();
+    let active = ctx.state().threads().unwrap_or_default();
     let Ok(ids) = crate::lookup::all_ids(&ctx) else {
         return out;
     };
@@ -71,8 +71,8 @@ pub fn threads() -> Vec<CompletionCandidate> {
 
 /// The task of the thread whose head is `head`, shortened.
 fn task_of(ctx: &Ctx, head: &str) -> Option<String> {
-    let start = crate::nested::start_of(ctx, head.parse().ok()?).ok()?;
-    let node = ctx.cas.get(start).ok()?;
+    let start = crate::engine::nested::start_of(ctx, head.parse().ok()?).ok()?;
+    let node = ctx.cas().get(start).ok()?;
     let prompt = node.payload.get("prompt")?.as_str()?;
     Some(crate::summary::shorten(prompt, 60))
 }
@@ -81,7 +81,7 @@ fn task_of(ctx: &Ctx, head: &str) -> Option<String> {
 pub fn workflows() -> Vec<CompletionCandidate> {
     let mut out = Vec::new();
     if let Some(ctx) = ctx() {
-        for (name, hash) in ctx.state.registry().unwrap_or_default() {
+        for (name, hash) in ctx.state().registry().unwrap_or_default() {
             out.push(
                 CompletionCandidate::new(name).help(Some(format!("registered, {hash}").into())),
             );

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use miette::{Diagnostic, NamedSource, SourceSpan};
+use uwf_engine::EngineError;
 
 /// Anything a command can fail with.
 #[derive(Debug, thiserror::Error, Diagnostic)]
@@ -76,39 +77,15 @@ pub enum CliError {
     #[diagnostic(transparent)]
     Thread(#[from] uwf_moderator::thread::ThreadError),
 
-    /// A state file could not be read or written.
+    /// An engine operation failed (with the CLI's hints added).
     #[error(transparent)]
     #[diagnostic(transparent)]
-    State(#[from] uwf_state::state::StateError),
+    Engine(Box<EngineFailure>),
 
     /// A malformed thread id.
     #[error(transparent)]
     #[diagnostic(transparent)]
     ThreadId(#[from] uwf_util::ids::ThreadIdError),
-
-    /// A state file holds something that is not what uwf wrote.
-    #[error("{path} is corrupt: {reason}")]
-    #[diagnostic(
-        code(uwf::state::corrupt),
-        help("fix or move the file; uwf never overwrites a file it cannot read")
-    )]
-    CorruptState {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-
-    /// No thread has this id.
-    #[error("no thread {thread}")]
-    #[diagnostic(
-        code(uwf::thread::unknown),
-        help("`uwf thread list --all` shows every thread")
-    )]
-    UnknownThread {
-        /// The id.
-        thread: String,
-    },
 
     /// A thread-id prefix that more than one thread starts with.
     #[error("{prefix:?} is the start of {count} thread ids (newest: {})", matches.join(", "))]
@@ -151,108 +128,6 @@ pub enum CliError {
     #[diagnostic(transparent)]
     InThread(Box<crate::report::InThread>),
 
-    /// The thread is archived.
-    #[error("thread {thread} is finished (archived); it cannot be stepped or killed")]
-    #[diagnostic(
-        code(uwf::thread::finished),
-        help(
-            "fork it from any of its nodes to continue: `uwf thread steps {thread}` lists them, `uwf thread fork <hash>` forks"
-        )
-    )]
-    ThreadFinished {
-        /// The id.
-        thread: String,
-    },
-
-    /// The thread was killed while a step ran.
-    #[error("thread {thread} was killed while the step ran; its result was not applied")]
-    #[diagnostic(code(uwf::thread::killed))]
-    Killed {
-        /// The id.
-        thread: String,
-    },
-
-    /// The thread was killed while the step waited for a slot of its
-    /// workflow, or just before its agent would have started.
-    #[error("thread {thread} was killed before its agent started; nothing was run")]
-    #[diagnostic(code(uwf::thread::killed))]
-    KilledBeforeStart {
-        /// The id.
-        thread: String,
-    },
-
-    /// `overflow: drop` and every slot of the workflow is taken.
-    #[error(
-        "no free slot: workflow {workflow} already runs {concurrency} step(s), its limit with `overflow: drop`; thread {thread} was not stepped"
-    )]
-    #[diagnostic(
-        code(uwf::thread::no_slot),
-        help(
-            "step it again later (`uwf thread step {thread}`), or raise `concurrency` or set `overflow: queue` under `workflows.{workflow}` in config.yaml"
-        )
-    )]
-    NoSlot {
-        /// The id.
-        thread: String,
-        /// The workflow name.
-        workflow: String,
-        /// Its `concurrency`.
-        concurrency: u32,
-    },
-
-    /// The step waited in its workflow's queue and was pushed out, being
-    /// the oldest waiter when a newer one arrived at a full queue.
-    #[error(
-        "thread {thread} was pushed out of the queue of workflow {workflow} after waiting {waited}: a newer step arrived while the queue was full (maxQueue {max_queue}), and the oldest waiter gives way; the thread was not stepped"
-    )]
-    #[diagnostic(
-        code(uwf::thread::evicted),
-        help(
-            "step it again later (`uwf thread step {thread}`), or raise `maxQueue` or `concurrency` under `workflows.{workflow}` in config.yaml"
-        )
-    )]
-    Evicted {
-        /// The id.
-        thread: String,
-        /// The workflow name.
-        workflow: String,
-        /// Its `maxQueue`.
-        max_queue: u32,
-        /// How long the step waited, human-readable.
-        waited: String,
-    },
-
-    /// The slot files of a workflow could not be used.
-    #[error(transparent)]
-    #[diagnostic(transparent)]
-    Slot(uwf_state::slots::SlotError),
-
-    /// Another process moved the head while the step ran.
-    #[error("thread {thread} moved to {actual} while the step ran; this step was not applied")]
-    #[diagnostic(
-        code(uwf::thread::conflict),
-        help(
-            "another `uwf thread step` of the same thread won the race; step again to continue from the new head"
-        )
-    )]
-    HeadMoved {
-        /// The id.
-        thread: String,
-        /// The head it has now.
-        actual: String,
-    },
-
-    /// uwf was interrupted (SIGINT/SIGTERM) while an agent ran, or while
-    /// the step waited for a slot or for its next retry.
-    #[error(
-        "interrupted: the step was stopped (its agent too, if one ran) and nothing was applied"
-    )]
-    #[diagnostic(
-        code(uwf::interrupted),
-        help("the thread is unchanged; step it again to retry")
-    )]
-    Interrupted,
-
     /// `thread run <thread>` with a task: a thread already has one.
     #[error("thread {thread} exists and has its task; -p/--prompt-file only start new threads")]
     #[diagnostic(
@@ -264,13 +139,17 @@ pub enum CliError {
         thread: String,
     },
 
-    /// `-p` missing or empty.
-    #[error("the prompt is empty")]
-    #[diagnostic(
-        code(uwf::thread::empty_prompt),
-        help("give the task with -p \"…\", -p - (stdin) or --prompt-file FILE")
-    )]
-    EmptyPrompt,
+    /// `--format json|yaml` for a command whose answer is Markdown.
+    #[error("`uwf {command}` prints Markdown; --format {format} is not available for it")]
+    #[diagnostic(code(uwf::format), help("{instead}"))]
+    TextOnly {
+        /// The command.
+        command: String,
+        /// The format asked for.
+        format: String,
+        /// What gives the same in JSON.
+        instead: String,
+    },
 
     /// A workflow name, hash or file that resolves to nothing.
     #[error("no workflow {name:?}{}{}", uwf_moderator::definition::did_you_mean(name, known.iter().map(String::as_str)).map(|g| format!("; did you mean {g:?}?")).unwrap_or_default(), if known.is_empty() { String::new() } else { format!(" (registered: {})", known.join(", ")) })]
@@ -292,58 +171,10 @@ pub enum CliError {
     #[diagnostic(code(uwf::workflow::not_a_workflow))]
     NotAWorkflow(String),
 
-    /// A hash that is not a StartNode or StepNode.
-    #[error("{hash} is not a StepNode")]
-    #[diagnostic(
-        code(uwf::thread::not_a_step),
-        help("`uwf thread steps <thread>` lists the steps of a thread")
-    )]
-    NotAStep {
-        /// The hash.
-        hash: String,
-    },
-
-    /// `--parent` names something that is not a thread node.
-    #[error("--parent {hash} is not a usable parent state: {source}")]
-    #[diagnostic(
-        code(uwf::thread::bad_parent),
-        help(
-            "--parent takes the parent thread's head: a StartNode or StepNode of a sound chain (`uwf thread show <parent-thread>` prints it)"
-        )
-    )]
-    BadParent {
-        /// The hash given.
-        hash: String,
-        /// Why it cannot be loaded as a thread.
-        #[source]
-        source: Box<uwf_moderator::thread::ThreadError>,
-    },
-
     /// `workflow validate` found errors (report printed on stdout).
     #[error("the workflow has {0} error(s); see the report on stdout")]
     #[diagnostic(code(uwf::workflow::invalid))]
     InvalidWorkflow(usize),
-
-    /// The agent could not be started.
-    #[error("cannot start agent {command:?}: {source}")]
-    #[diagnostic(
-        code(uwf::agent::spawn),
-        help(
-            "check the agent command: is it installed and on PATH? Configure agents in config.yaml (`uwf setup`) or pass --agent \"<command> [args]\""
-        )
-    )]
-    AgentSpawn {
-        /// The program.
-        command: String,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-
-    /// The agent failed or misbehaved; the thread is unchanged.
-    #[error(transparent)]
-    #[diagnostic(transparent)]
-    Agent(Box<AgentFailure>),
 
     /// `thread run` stopped at --max-steps.
     #[error("thread {thread} is not done after {steps} step(s) (--max-steps)")]
@@ -367,18 +198,6 @@ pub enum CliError {
     Format {
         /// The format.
         format: String,
-    },
-
-    /// `--format json|yaml` for a command whose answer is Markdown.
-    #[error("`uwf {command}` prints Markdown; --format {format} is not available for it")]
-    #[diagnostic(code(uwf::format), help("{instead}"))]
-    TextOnly {
-        /// The command.
-        command: String,
-        /// The format asked for.
-        format: String,
-        /// What gives the same in JSON.
-        instead: String,
     },
 
     /// Output could not be written.
@@ -465,11 +284,6 @@ pub enum CliError {
         reason: String,
     },
 
-    /// A `retries` or `timeouts` setting cannot be used.
-    #[error(transparent)]
-    #[diagnostic(transparent)]
-    Policy(#[from] uwf_state::policy::PolicyError),
-
     /// The agent kit failed (reading the thread, extracting or storing an answer).
     #[error(transparent)]
     #[diagnostic(transparent)]
@@ -502,8 +316,8 @@ impl CliError {
     /// exit 2; clap reports them before any command runs.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::NoSlot { .. } | CliError::Evicted { .. } => EXIT_NO_SLOT,
-            CliError::Killed { .. } | CliError::KilledBeforeStart { .. } => EXIT_KILLED,
+            CliError::Engine(e) if e.0.is_no_slot() => EXIT_NO_SLOT,
+            CliError::Engine(e) if e.0.is_killed() => EXIT_KILLED,
             CliError::Waiting { .. } => EXIT_WAITING,
             CliError::InThread(e) => e.error.exit_code(),
             _ => EXIT_FAILURE,
@@ -531,22 +345,119 @@ pub struct JsonInputError {
     pub span: SourceSpan,
 }
 
-/// An agent failed or produced something unusable.
-#[derive(Debug, thiserror::Error, Diagnostic)]
-#[error("agent {agent} (role {role}) {reason}")]
-#[diagnostic(
-    code(uwf::agent::failed),
-    help(
-        "the thread is unchanged; the agent's stderr is above (`uwf thread show` lists failed attempts, `uwf cas get <attempt>` keeps its last lines); fix the agent and step the thread again"
-    )
-)]
-pub struct AgentFailure {
-    /// The agent (alias or command).
-    pub agent: String,
-    /// The role it ran.
-    pub role: String,
-    /// What went wrong.
-    pub reason: String,
+impl From<EngineError> for CliError {
+    fn from(e: EngineError) -> Self {
+        CliError::Engine(Box::new(EngineFailure(e)))
+    }
+}
+
+impl From<uwf_state::StateError> for CliError {
+    fn from(e: uwf_state::StateError) -> Self {
+        EngineError::State(e).into()
+    }
+}
+
+impl From<uwf_state::policy::PolicyError> for CliError {
+    fn from(e: uwf_state::policy::PolicyError) -> Self {
+        EngineError::Policy(e).into()
+    }
+}
+
+/// An [`EngineError`] as the `uwf` binary reports it: the engine's message
+/// and code, with a hint naming the `uwf` command that helps.
+#[derive(Debug)]
+pub struct EngineFailure(pub EngineError);
+
+impl std::fmt::Display for EngineFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for EngineFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl Diagnostic for EngineFailure {
+    fn code<'a>(&'a self) -> Option<Box<dyn std::fmt::Display + 'a>> {
+        self.0.code()
+    }
+    fn severity(&self) -> Option<miette::Severity> {
+        self.0.severity()
+    }
+    fn help<'a>(&'a self) -> Option<Box<dyn std::fmt::Display + 'a>> {
+        match hint(&self.0) {
+            Some(h) => Some(Box::new(h)),
+            None => self.0.help(),
+        }
+    }
+    fn url<'a>(&'a self) -> Option<Box<dyn std::fmt::Display + 'a>> {
+        self.0.url()
+    }
+    fn source_code(&self) -> Option<&dyn miette::SourceCode> {
+        self.0.source_code()
+    }
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = miette::LabeledSpan> + '_>> {
+        self.0.labels()
+    }
+    fn related<'a>(&'a self) -> Option<Box<dyn Iterator<Item = &'a dyn Diagnostic> + 'a>> {
+        self.0.related()
+    }
+    fn diagnostic_source(&self) -> Option<&dyn Diagnostic> {
+        self.0.diagnostic_source()
+    }
+}
+
+/// The hint `uwf` gives for an engine error: what to run next.
+fn hint(e: &EngineError) -> Option<String> {
+    Some(match e {
+        EngineError::CorruptState { .. } => {
+            "fix or move the file; uwf never overwrites a file it cannot read".into()
+        }
+        EngineError::UnknownThread { .. } => "`uwf thread list --all` shows every thread".into(),
+        EngineError::ThreadFinished { thread } => format!(
+            "fork it from any of its nodes to continue: `uwf thread steps {thread}` lists them, `uwf thread fork <hash>` forks"
+        ),
+        EngineError::NoSlot {
+            thread, workflow, ..
+        } => format!(
+            "step it again later (`uwf thread step {thread}`), or raise `concurrency` or set `overflow: queue` under `workflows.{workflow}` in config.yaml"
+        ),
+        EngineError::Evicted {
+            thread, workflow, ..
+        } => format!(
+            "step it again later (`uwf thread step {thread}`), or raise `maxQueue` or `concurrency` under `workflows.{workflow}` in config.yaml"
+        ),
+        EngineError::HeadMoved { .. } => "another `uwf thread step` of the same thread won the race; step again to continue from the new head".into(),
+        EngineError::Interrupted => "the thread is unchanged; step it again to retry".into(),
+        EngineError::EmptyPrompt => {
+            "give the task with -p \"…\", -p - (stdin) or --prompt-file FILE".into()
+        }
+        EngineError::NotAStep { .. } => {
+            "`uwf thread steps <thread>` lists the steps of a thread".into()
+        }
+        EngineError::BadParent { .. } => "--parent takes the parent thread's head: a StartNode or StepNode of a sound chain (`uwf thread show <parent-thread>` prints it)".into(),
+        EngineError::AgentSpawn { .. } => "check the agent command: is it installed and on PATH? Configure agents in config.yaml (`uwf setup`) or pass --agent \"<command> [args]\"".into(),
+        EngineError::Agent(_) => {
+            "the thread is unchanged; the agent's stderr is above (`uwf thread show` lists failed attempts, `uwf cas get <attempt>` keeps its last lines); fix the agent and step the thread again".into()
+        }
+        EngineError::Rejected { .. } => "the thread is unchanged; try again".into(),
+        EngineError::State(s) => return state_hint(s),
+        _ => return None,
+    })
+}
+
+/// The hint `uwf` gives for a thread-state error.
+pub fn state_hint(e: &uwf_state::StateError) -> Option<String> {
+    use uwf_state::StateError;
+    Some(match e {
+        StateError::Conflict { .. } => "another uwf process advanced or archived this thread; re-read it (`uwf thread show`) and retry".into(),
+        StateError::NotActive { .. } => "`uwf thread list --all` shows active and archived threads; archived threads cannot be changed".into(),
+        StateError::NoAgent { .. } => "run `uwf setup`, set defaultAgent in config.yaml, or pass --agent \"<command>\"".into(),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -557,33 +468,41 @@ mod tests {
     fn exit_codes_tell_no_slot_and_killed_apart() {
         let thread = "T".to_string();
         let workflow = "w".to_string();
-        let no_slot = CliError::NoSlot {
+        let no_slot: CliError = EngineError::NoSlot {
             thread: thread.clone(),
             workflow: workflow.clone(),
             concurrency: 1,
-        };
-        let evicted = CliError::Evicted {
+        }
+        .into();
+        let evicted: CliError = EngineError::Evicted {
             thread: thread.clone(),
             workflow,
             max_queue: 1,
             waited: "1s".into(),
-        };
-        let killed = CliError::Killed {
+        }
+        .into();
+        let killed: CliError = EngineError::Killed {
             thread: thread.clone(),
-        };
-        let before = CliError::KilledBeforeStart {
+        }
+        .into();
+        let before: CliError = EngineError::KilledBeforeStart {
             thread: thread.clone(),
-        };
-        let moved = CliError::HeadMoved {
+        }
+        .into();
+        let moved: CliError = EngineError::HeadMoved {
             thread,
             actual: "X".into(),
-        };
+        }
+        .into();
         assert_eq!(no_slot.exit_code(), EXIT_NO_SLOT);
         assert_eq!(evicted.exit_code(), EXIT_NO_SLOT);
         assert_eq!(killed.exit_code(), EXIT_KILLED);
         assert_eq!(before.exit_code(), EXIT_KILLED);
         assert_eq!(moved.exit_code(), EXIT_FAILURE);
-        assert_eq!(CliError::Interrupted.exit_code(), EXIT_FAILURE);
+        assert_eq!(
+            CliError::from(EngineError::Interrupted).exit_code(),
+            EXIT_FAILURE
+        );
         let waiting = CliError::Waiting {
             thread: "T".into(),
             role: "approver".into(),

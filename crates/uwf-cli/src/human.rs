@@ -1,237 +1,19 @@
-//! People in the loop: roles bound to a person (`human: true` in
-//! config.yaml), the waiting state, `uwf thread answer`, `thread list
-//! --waiting`, and the `notify` hook.
-//!
-//! A thread waits when the moderator's next role is bound to a person, or
-//! when that role's workflow agent reported that its child thread waits.
-//! Nothing is added to the chain: the wait is an entry of `waiting.yaml`
-//! that counts only while the thread's head is the one it was recorded at
-//! (see [`uwf_state::side`]), so an answer, a kill or any other move of the
-//! head ends it without a second write, and a crash cannot leave a thread
-//! waiting by mistake. `uwf thread step` and `run` print the wait and exit
-//! with [`EXIT_WAITING`](crate::error::EXIT_WAITING).
+//! `uwf thread answer`: a person's answer to a thread that waits for one
+//! (see [`uwf_engine::human`] for the waits themselves). The answer becomes
+//! a StepNode exactly as an agent's would (the agent kit writes it), and
+//! the engine applies it with the same checks.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use serde_json::Value;
 use uwf_agent_kit::{AgentContext, AgentRun};
-use uwf_cas::Hash;
-use uwf_moderator::thread::{self, ThreadView};
-use uwf_protocol::{StepOutput, WaitingListItem, WaitingRecord, WorkflowConfig};
+use uwf_moderator::thread;
+use uwf_protocol::StepOutput;
 use uwf_state::state::{now_ms, split_command_line};
 
 use crate::engine::{self, Ctx};
 use crate::error::CliError;
-
-/// How long the `notify` command may run before it is left behind.
-const NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The deepest chain of child waits followed (a guard against cycles).
-const MAX_NESTING: usize = 64;
-
-/// What a person is asked for `role`: the edge prompt of the moderator's
-/// decision, else the role's system prompt.
-fn prompt_of(view: &ThreadView, role: &str, edge: Option<&str>) -> String {
-    match edge {
-        Some(p) if !p.trim().is_empty() => p.to_string(),
-        _ => view
-            .workflow
-            .roles
-            .get(role)
-            .map(|r| r.system_prompt.clone())
-            .unwrap_or_default(),
-    }
-}
-
-/// Records that thread `id` (loaded as `view`) waits for a person on
-/// `role`, bound to the human alias `agent`; runs the `notify` hook when
-/// the wait is new. Returns the wait as recorded (an earlier record of the
-/// same wait keeps its `since`).
-pub fn wait(
-    ctx: &Ctx,
-    id: &str,
-    view: &ThreadView,
-    role: &str,
-    edge_prompt: Option<&str>,
-    agent: &str,
-    config: Option<&WorkflowConfig>,
-) -> Result<WaitingRecord, CliError> {
-    let record = WaitingRecord {
-        head: view.head.to_string(),
-        role: role.to_string(),
-        prompt: prompt_of(view, role, edge_prompt),
-        agent: agent.to_string(),
-        since: now_ms(),
-        child: None,
-    };
-    let new = ctx
-        .state
-        .mark_waiting(id, record.clone())
-        .map_err(|e| engine::conflict_or(e, id))?;
-    if new && let Some(command) = config.and_then(|c| c.notify.as_deref()) {
-        notify(command, id, &view.workflow.name, &record);
-    }
-    Ok(ctx.state.waiting_of(id)?.unwrap_or(record))
-}
-
-/// After a workflow agent exited with the waiting status: the wait of its
-/// child thread (an active thread started from `view`'s head that waits),
-/// now also recorded for thread `id`. `None` if no such child waits (the
-/// exit status then counts as an ordinary failure).
-pub fn child_waits(
-    ctx: &Ctx,
-    id: &str,
-    view: &ThreadView,
-    role: &str,
-    agent: &str,
-) -> Result<Option<WaitingRecord>, CliError> {
-    let head = view.head.to_string();
-    let mut found = None;
-    for (child, record) in ctx.state.waiting()? {
-        if child == id {
-            continue;
-        }
-        let Ok(child_head) = record.head.parse::<Hash>() else {
-            continue;
-        };
-        if crate::nested::parent_of(ctx, child_head)?.as_deref() == Some(head.as_str()) {
-            found = Some((child, record));
-            break;
-        }
-    }
-    let Some((child, inner)) = found else {
-        return Ok(None);
-    };
-    let record = WaitingRecord {
-        head,
-        role: role.to_string(),
-        prompt: inner.prompt,
-        agent: agent.to_string(),
-        since: now_ms(),
-        child: Some(child),
-    };
-    ctx.state
-        .mark_waiting(id, record.clone())
-        .map_err(|e| engine::conflict_or(e, id))?;
-    Ok(Some(ctx.state.waiting_of(id)?.unwrap_or(record)))
-}
-
-/// Runs the `notify` hook: `<command> <args…> <thread> <role> <prompt>`,
-/// with `UWF_THREAD`, `UWF_WORKFLOW`, `UWF_ROLE` and `UWF_PROMPT` set. Best
-/// effort: a failure is a warning, never the step's failure. Its stdout
-/// goes to uwf's stderr, so uwf's own stdout stays the step's JSON.
-fn notify(command: &str, id: &str, workflow: &str, record: &WaitingRecord) {
-    let mut words = match split_command_line(command) {
-        Ok(w) if !w.is_empty() => w,
-        Ok(_) => return,
-        Err(e) => {
-            tracing::warn!("config.yaml `notify` {command:?} cannot be split: {e}");
-            return;
-        }
-    };
-    let program = words.remove(0);
-    let mut cmd = Command::new(&program);
-    cmd.args(&words)
-        .arg(id)
-        .arg(&record.role)
-        .arg(&record.prompt)
-        .env("UWF_THREAD", id)
-        .env("UWF_WORKFLOW", workflow)
-        .env("UWF_ROLE", &record.role)
-        .env("UWF_PROMPT", &record.prompt)
-        .stdin(Stdio::null());
-    match stderr_fd() {
-        Some(err) => cmd.stdout(err),
-        None => cmd.stdout(Stdio::null()),
-    };
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("warning: the notify command {program:?} cannot be started: {e}");
-            return;
-        }
-    };
-    let until = Instant::now() + NOTIFY_TIMEOUT;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => return,
-            Ok(Some(status)) => {
-                eprintln!("warning: the notify command {program:?} failed ({status})");
-                return;
-            }
-            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
-            Ok(None) => {
-                eprintln!(
-                    "warning: the notify command {program:?} still runs after {}s; not waiting for it",
-                    NOTIFY_TIMEOUT.as_secs()
-                );
-                return;
-            }
-            Err(e) => {
-                eprintln!("warning: cannot wait for the notify command {program:?}: {e}");
-                return;
-            }
-        }
-    }
-}
-
-/// A duplicate of uwf's stderr, to give a child process as its stdout so
-/// that uwf's own stdout carries only its answer.
-fn stderr_fd() -> Option<std::os::fd::OwnedFd> {
-    use std::os::fd::AsFd;
-    std::io::stderr().as_fd().try_clone_to_owned().ok()
-}
-
-/// Follows child waits from thread `id` to the thread a person answers.
-pub fn innermost(ctx: &Ctx, id: &str, record: &WaitingRecord) -> Result<String, CliError> {
-    let mut thread = id.to_string();
-    let mut child = record.child.clone();
-    for _ in 0..MAX_NESTING {
-        let Some(c) = child else { break };
-        thread = c;
-        child = ctx.state.waiting_of(&thread)?.and_then(|r| r.child);
-    }
-    Ok(thread)
-}
-
-/// `uwf thread list --waiting`: every thread waiting now, with the thread
-/// to answer and its call stack.
-pub fn list(ctx: &Ctx) -> Result<Vec<WaitingListItem>, CliError> {
-    let mut items = Vec::new();
-    for (id, record) in ctx.state.waiting()? {
-        let answer = innermost(ctx, &id, &record)?;
-        let head: Hash = match ctx.state.thread_head(&answer)? {
-            Some(h) => h
-                .parse()
-                .map_err(|e: uwf_cas::ParseHashError| CliError::CorruptState {
-                    path: ctx.state.threads_path(),
-                    reason: e.to_string(),
-                })?,
-            None => continue,
-        };
-        let view = thread::load(
-            &ctx.cas,
-            record
-                .head
-                .parse()
-                .map_err(|e: uwf_cas::ParseHashError| CliError::CorruptState {
-                    path: ctx.state.waiting_path(),
-                    reason: e.to_string(),
-                })?,
-        )?;
-        items.push(WaitingListItem {
-            thread: id,
-            workflow: view.workflow_hash.to_string(),
-            waiting: record,
-            answer,
-            stack: crate::nested::stack(ctx, head)?,
-        });
-    }
-    Ok(items)
-}
 
 /// Where a person's answer comes from.
 pub enum AnswerInput {
@@ -253,7 +35,7 @@ pub fn answer(
     name: Option<&str>,
 ) -> Result<StepOutput, CliError> {
     let head = engine::active_head(ctx, id)?;
-    let view = thread::load(&ctx.cas, head)?;
+    let view = thread::load(ctx.cas(), head)?;
     let decision = view.decide()?;
     if decision.is_end() {
         return Err(CliError::NotWaiting {
@@ -270,12 +52,12 @@ pub fn answer(
             reason: format!("it waits for role {next:?}, not {r:?}"),
         });
     }
-    let config = ctx.state.config()?;
-    let agent = ctx
-        .state
-        .resolve_agent_with(config.as_ref(), None, &view.workflow.name, &next)?;
+    let config = ctx.state().config()?;
+    let agent =
+        ctx.state()
+            .resolve_agent_with(config.as_ref(), None, &view.workflow.name, &next)?;
     if !agent.human {
-        let reason = match ctx.state.waiting_of(id)?.and_then(|r| r.child) {
+        let reason = match ctx.state().waiting_of(id)?.and_then(|r| r.child) {
             Some(child) => format!(
                 "role {next:?} is run by agent {}, whose child thread {child} waits; answer that thread",
                 agent.label
@@ -292,10 +74,11 @@ pub fn answer(
     }
     let ctx_agent = AgentContext::load(&ctx.root, id, &next).map_err(CliError::kit)?;
     if ctx_agent.head() != head {
-        return Err(CliError::HeadMoved {
+        return Err(engine::EngineError::HeadMoved {
             thread: id.to_string(),
             actual: ctx_agent.head().to_string(),
-        });
+        }
+        .into());
     }
     let run = match input {
         AnswerInput::Output(arg) => AgentRun::output(crate::input::read_json("--output", &arg)?),
@@ -307,12 +90,13 @@ pub fn answer(
     let label = person(name);
     let new = uwf_agent_kit::write_step(ctx_agent.store(), &ctx_agent, output, detail, &label)
         .map_err(CliError::kit)?;
-    let loaded =
-        engine::check_step(ctx, &view, &next, new).map_err(|reason| CliError::AnswerRejected {
-            thread: id.to_string(),
-            reason,
-        })?;
-    engine::apply(ctx, id, view, &next, new, loaded)
+    engine::apply_offered(ctx, id, head, &next, new).map_err(|e| match e {
+        engine::EngineError::Rejected { thread, rejection } => CliError::AnswerRejected {
+            thread,
+            reason: rejection.to_string(),
+        },
+        other => other.into(),
+    })
 }
 
 /// The StepNode's `agent` for a person: `human:<name>`, the name from
@@ -418,7 +202,7 @@ fn run_editor(path: &Path) -> Result<(), CliError> {
     cmd.args(&words).arg(path);
     // stdout carries only uwf's answer: an editor gets the terminal, or stderr.
     if !std::io::stdout().is_terminal()
-        && let Some(err) = stderr_fd()
+        && let Some(err) = engine::human::stderr_fd()
     {
         cmd.stdout(err);
     }
@@ -433,18 +217,4 @@ fn run_editor(path: &Path) -> Result<(), CliError> {
         });
     }
     Ok(())
-}
-
-/// The `waiting` part of `thread show`: the wait of thread `id` now.
-pub fn show(ctx: &Ctx, id: &str) -> Result<Option<Value>, CliError> {
-    Ok(match ctx.state.waiting_of(id)? {
-        Some(record) => {
-            let answer = innermost(ctx, id, &record)?;
-            let mut v =
-                serde_json::to_value(&record).map_err(|e| CliError::Output(e.to_string()))?;
-            v["answer"] = Value::String(answer);
-            Some(v)
-        }
-        None => None,
-    })
 }

@@ -12,8 +12,8 @@ pub const LAST: &str = "@last";
 /// Every thread id the root knows, active or archived, sorted (ULIDs sort
 /// by creation time, so the last is the newest).
 pub fn all_ids(ctx: &Ctx) -> Result<BTreeSet<String>, CliError> {
-    let mut ids: BTreeSet<String> = ctx.state.threads()?.keys().cloned().collect();
-    ids.extend(ctx.state.history()?.into_iter().map(|e| e.thread));
+    let mut ids: BTreeSet<String> = ctx.state().threads()?.keys().cloned().collect();
+    ids.extend(ctx.state().history()?.into_iter().map(|e| e.thread));
     Ok(ids)
 }
 
@@ -38,9 +38,10 @@ pub fn thread(ctx: &Ctx, arg: &str) -> Result<String, CliError> {
         .filter(|id| id.starts_with(&prefix))
         .collect();
     match matches.len() {
-        0 => Err(CliError::UnknownThread {
+        0 => Err(engine::EngineError::UnknownThread {
             thread: arg.to_string(),
-        }),
+        }
+        .into()),
         1 => Ok(matches.into_iter().next().unwrap_or_default()),
         n => Err(CliError::AmbiguousThread {
             prefix: arg.to_string(),
@@ -63,7 +64,7 @@ fn last(ctx: &Ctx) -> Result<String, CliError> {
         let Ok(head) = engine::any_head(ctx, &id) else {
             continue;
         };
-        match crate::nested::parent_of(ctx, head) {
+        match crate::engine::nested::parent_of(ctx, head) {
             Ok(None) => return Ok(id),
             Ok(Some(_)) => {}
             Err(e) => tracing::debug!(thread = %id, error = %e, "skipped by @last"),

@@ -2,7 +2,7 @@
 //! reporting; everything else lives in the library crates.
 
 mod activity;
-mod agent;
+mod child_view;
 mod cli;
 mod cmd;
 mod complete;
@@ -11,12 +11,9 @@ mod error;
 mod human;
 mod input;
 mod lookup;
-mod nested;
 mod output;
 mod progress;
 mod report;
-mod retry;
-mod running;
 mod summary;
 
 use std::process::ExitCode;
@@ -34,7 +31,7 @@ fn main() -> ExitCode {
     quiet_expected_panics();
     // Ctrl-C / SIGTERM become a flag: a running agent's process group is
     // stopped instead of orphaned, and `setup` restores the terminal.
-    agent::forward_interrupts();
+    engine::forward_interrupts();
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -176,17 +173,14 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Agent(sub) => {
+            // Run by uwf, the agent has the keys of <root>/.env in its
+            // environment already (for an LLM fallback of the extraction).
             let ctx = open(&cli.global)?;
-            // An LLM fallback of the extraction reads keys from <root>/.env.
-            ctx.state.load_env()?;
             cmd::agent::run(&ctx, sub, format)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Thread(sub) => {
             let ctx = open(&cli.global)?;
-            // Agents inherit the keys in <root>/.env. Loaded here, before any
-            // thread exists, because it changes the process environment.
-            ctx.state.load_env()?;
             cmd::thread::run(&ctx, sub, format)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -196,5 +190,5 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
 fn open(global: &cli::Global) -> Result<engine::Ctx, CliError> {
     let root = uwf_util::root::resolve_root(global.root.as_deref())?;
     tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
-    engine::Ctx::open(&root.path)
+    engine::open(&root.path)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::engine::Progress;
+use uwf_engine::Progress;
 
 /// Progress for one thread.
 pub struct Live {
@@ -92,6 +92,23 @@ impl Progress for Live {
         );
     }
 
+    fn waiting(&self, workflow: &str, ahead: usize) {
+        let s = self.lock();
+        let line = format!("waiting for a slot of workflow {workflow} ({ahead} ahead)");
+        match &s.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    fn warning(&self, message: &str) {
+        let s = self.lock();
+        match &s.bar {
+            Some(bar) => bar.println(format!("warning: {message}")),
+            None => eprintln!("warning: {message}"),
+        }
+    }
+
     fn failed(&self, role: &str, elapsed: Duration, reason: &str) {
         let mut s = self.lock();
         if let Some(bar) = s.bar.take() {
@@ -114,5 +131,30 @@ impl Progress for Live {
             s.step,
             elapsed.as_secs_f64()
         );
+    }
+}
+
+/// `thread step`: agent stderr streamed straight through, waits, retries
+/// and warnings as plain lines; starts and ends only in the log.
+pub struct Plain;
+
+impl Progress for Plain {
+    fn agent_line(&self, line: &str) {
+        eprintln!("{line}");
+    }
+
+    fn waiting(&self, workflow: &str, ahead: usize) {
+        eprintln!("waiting for a slot of workflow {workflow} ({ahead} ahead)");
+    }
+
+    fn retrying(&self, n: u32, max: u32, delay: Duration, role: &str, reason: &str) {
+        eprintln!(
+            "retry {n}/{max} in {}: {role} {reason}",
+            humantime::format_duration(delay)
+        );
+    }
+
+    fn warning(&self, message: &str) {
+        eprintln!("warning: {message}");
     }
 }

@@ -83,10 +83,14 @@ impl Diagnostic for Shown {
 /// The code of a failure whose library error does not classify itself.
 fn fallback_code(e: &CliError) -> &'static str {
     match e {
-        CliError::State(_) => "uwf::state",
+        CliError::Engine(e) => match &e.0 {
+            crate::engine::EngineError::State(_) => "uwf::state",
+            crate::engine::EngineError::Slot(_) => "uwf::slot",
+            crate::engine::EngineError::ThreadId(_) => "uwf::thread::bad_id",
+            _ => "uwf::engine",
+        },
         CliError::Root(_) => "uwf::root",
         CliError::ThreadId(_) => "uwf::thread::bad_id",
-        CliError::Slot(_) => "uwf::slot",
         CliError::InThread(t) => fallback_code(&t.error),
         _ => "uwf::error",
     }
@@ -210,7 +214,7 @@ mod tests {
             shown.code().map(|c| c.to_string()).as_deref(),
             Some("uwf::thread::bad_id")
         );
-        let run = CliError::Interrupted.in_thread("T");
+        let run = CliError::from(crate::engine::EngineError::Interrupted).in_thread("T");
         assert!(run.to_string().starts_with("thread T: "));
         assert!(
             run.help()

@@ -370,6 +370,16 @@ fn stray_files_are_reported_by_verify() {
     assert_eq!(out.status.code(), Some(1));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["issues"][0]["kind"], "stray");
+    let id = report["issues"][0]["id"].as_str().unwrap().to_string();
+    assert!(id.ends_with("notanode.txt"), "{report}");
+    assert!(report["issues"][0]["reason"].is_string(), "{report}");
+
+    let v = env.json(&["cas", "verify", "--remove-strays"]);
+    assert_eq!(v["issues"], json!([]), "{v}");
+    assert_eq!(v["removedStrays"][0]["id"], id.as_str(), "{v}");
+    assert!(!env.root().join("cas/objects/00/notanode.txt").exists());
+    let v = env.json(&["cas", "verify", "--remove-strays"]);
+    assert_eq!(v["removedStrays"], json!([]), "{v}");
 }
 
 #[test]

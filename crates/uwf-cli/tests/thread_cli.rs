@@ -108,7 +108,7 @@ fn step(env: &Env, id: &str, agent: &str) -> Value {
 }
 
 /// Runs `thread step` expecting an agent failure: non-zero exit, nothing on
-/// stdout, threads.yaml/history.jsonl/registry.yaml byte-identical and the
+/// stdout, the head files, history.jsonl and registry.yaml byte-identical and the
 /// head where it was. Returns stderr.
 fn agent_fails(env: &Env, id: &str, agent: &str, extra: &[&str]) -> String {
     let before = env.state_snapshot();
@@ -148,11 +148,19 @@ fn history(env: &Env) -> Vec<Value> {
         .collect()
 }
 
+/// The active threads (id → head) as their head files under `threads/` say.
 fn threads_yaml(env: &Env) -> Value {
-    match std::fs::read(env.root().join("threads.yaml")) {
-        Ok(b) => serde_yaml::from_slice(&b).unwrap(),
-        Err(_) => json!({}),
-    }
+    env.heads()
+        .into_iter()
+        .map(|(id, head)| {
+            assert!(
+                head.ends_with('\n') && head.lines().count() == 1,
+                "{head:?}"
+            );
+            (id, Value::String(head.trim_end().to_string()))
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 fn config(env: &Env, yaml: &str) -> PathBuf {
@@ -849,9 +857,34 @@ fn unknown_alias_in_config_is_an_error() {
 // ---------------------------------------------------------------- corrupt state
 
 #[test]
+fn a_corrupt_head_file_is_reported_and_never_rewritten() {
+    let (env, id) = started();
+    let other = start(&env, "solve-issue");
+    let solve = solve_agent(&env, "0ms");
+    std::fs::write(env.root().join("threads").join(&id), b"\xff oops\n").unwrap();
+    let before = env.snapshot();
+    for args in [
+        &["thread", "list"][..],
+        &["thread", "show", id.as_str()],
+        &["thread", "step", id.as_str(), "--agent", solve.as_str()],
+        &["thread", "kill", id.as_str()],
+    ] {
+        let err = env.fails(args);
+        contains_all(&err, &[&format!("threads/{id}"), "never overwrites"]);
+    }
+    assert_eq!(env.snapshot(), before, "a corrupt head file was touched");
+    // Other threads are not affected by it.
+    env.json(&["thread", "show", other.as_str()]);
+    env.json(&["thread", "start", "solve-issue", "-p", "x"]);
+}
+
+/// A store of uwf 0.1.0 (threads.yaml, no threads/) whose index is corrupt:
+/// every command that needs it stops, and nothing is migrated or rewritten.
+#[test]
 fn corrupt_threads_yaml_is_reported_and_never_rewritten() {
     let (env, id) = started();
     let solve = solve_agent(&env, "0ms");
+    std::fs::remove_dir_all(env.root().join("threads")).unwrap();
     std::fs::write(
         env.root().join("threads.yaml"),
         format!("{id}: 0000000000000\n  oops: [\n"),

@@ -9,7 +9,7 @@ use uwf_protocol::{
 use uwf_util::lock::LockError;
 
 use crate::slots::{SlotError, SlotGuard, Slots, Waiting};
-use crate::state::{StateDir, StateError};
+use crate::state::{ResolvedAgent, StateDir, StateError};
 use crate::store::{ErrorKind, SlotHold, ThreadStore};
 
 impl SlotHold for SlotGuard {
@@ -26,7 +26,8 @@ impl StateError {
             StateError::NotActive { .. } => ErrorKind::NotFound,
             StateError::Lock(LockError::Timeout { .. }) => ErrorKind::Unavailable,
             StateError::Parse { .. } | StateError::Env { .. } => ErrorKind::Corrupt,
-            StateError::NoAgent { .. }
+            StateError::BadThreadId { .. }
+            | StateError::NoAgent { .. }
             | StateError::UnknownAgentAlias { .. }
             | StateError::AgentCommand { .. } => ErrorKind::Invalid,
             StateError::Io { .. } | StateError::Lock(_) | StateError::Atomic(_) => ErrorKind::Io,
@@ -83,6 +84,16 @@ impl ThreadStore for StateDir {
 
     fn config(&self) -> Result<Option<WorkflowConfig>, StateError> {
         StateDir::config(self)
+    }
+
+    fn resolve_agent_with(
+        &self,
+        config: Option<&WorkflowConfig>,
+        explicit: Option<&str>,
+        workflow: &str,
+        role: &str,
+    ) -> Result<ResolvedAgent, StateError> {
+        StateDir::resolve_agent_with(self, config, explicit, workflow, role)
     }
 
     fn secrets(&self) -> Result<Vec<(String, String)>, StateError> {

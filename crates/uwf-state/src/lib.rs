@@ -9,6 +9,7 @@
 //! (the layout of seed 002, documented in `docs/state.md`).
 
 mod fs_store;
+pub mod heads;
 pub mod policy;
 pub mod side;
 pub mod slots;

@@ -47,10 +47,15 @@ impl StateDir {
     /// The threads waiting now: the entries of `waiting.yaml` whose thread
     /// is active at the entry's head (stale ones are left out).
     pub fn waiting(&self) -> Result<WaitingIndex, StateError> {
-        let mut all: WaitingIndex = load_yaml(&self.waiting_path())?.unwrap_or_default();
-        let threads = self.threads()?;
-        all.retain(|thread, record| current(&threads, thread, record));
-        Ok(all)
+        let all: WaitingIndex = load_yaml(&self.waiting_path())?.unwrap_or_default();
+        // Only the waiting threads' heads are read, not every thread's.
+        let mut out = WaitingIndex::new();
+        for (thread, record) in all {
+            if self.thread_head(&thread)?.as_deref() == Some(record.head.as_str()) {
+                out.insert(thread, record);
+            }
+        }
+        Ok(out)
     }
 
     /// What `thread` waits for now, if anything.
@@ -67,7 +72,7 @@ impl StateDir {
     /// Stale entries are dropped on the way.
     pub fn mark_waiting(&self, thread: &str, record: WaitingRecord) -> Result<bool, StateError> {
         self.locked(|| {
-            let threads: ThreadsIndex = load_yaml(&self.threads_path())?.unwrap_or_default();
+            let threads: ThreadsIndex = self.threads()?;
             if threads.get(thread) != Some(&record.head) {
                 return Err(StateError::Conflict {
                     thread: thread.to_owned(),
@@ -132,7 +137,7 @@ impl StateDir {
     /// `prune` (not for a dry run), also drops the entries of threads that
     /// are no longer active from both tables, and stale waiting entries.
     pub fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<String>, StateError> {
-        let threads: ThreadsIndex = load_yaml(&self.threads_path())?.unwrap_or_default();
+        let threads: ThreadsIndex = self.threads()?;
         let path = self.attempts_path();
         let mut attempts: AttemptsIndex = load_yaml(&path)?.unwrap_or_default();
         let before = attempts.len();

@@ -105,9 +105,6 @@ pub enum StateError {
         "thread {thread} changed concurrently: expected head {expected}, {}",
         Actual(actual)
     )]
-    #[diagnostic(help(
-        "another uwf process advanced or archived this thread; re-read it (`uwf thread show`) and retry"
-    ))]
     Conflict {
         /// The thread id.
         thread: String,
@@ -116,20 +113,20 @@ pub enum StateError {
         /// The head found, or `None` if the thread is no longer active.
         actual: Option<String>,
     },
-    /// The thread is not in `threads.yaml`.
+    /// A thread id that cannot name a thread (not ASCII letters and digits).
+    #[error("{thread:?} is not a thread id")]
+    BadThreadId {
+        /// The text given.
+        thread: String,
+    },
+    /// The thread is not active.
     #[error("thread {thread} is not active")]
-    #[diagnostic(help(
-        "`uwf thread list --all` shows active and archived threads; archived threads cannot be changed"
-    ))]
     NotActive {
         /// The thread id.
         thread: String,
     },
     /// Nothing says which agent runs a role.
     #[error("no agent configured for role {role:?} of workflow {workflow:?}")]
-    #[diagnostic(help(
-        "run `uwf setup`, set defaultAgent in config.yaml, or pass --agent \"<command>\""
-    ))]
     NoAgent {
         /// The workflow name.
         workflow: String,
@@ -268,29 +265,27 @@ impl StateDir {
 
     // ----- threads -------------------------------------------------------
 
-    /// The active threads (empty if `threads.yaml` is missing).
+    /// The active threads and their heads.
     pub fn threads(&self) -> Result<ThreadsIndex, StateError> {
-        load_yaml(&self.threads_path()).map(Option::unwrap_or_default)
+        self.read_heads()
     }
 
     /// The head of `thread` if it is active.
     pub fn thread_head(&self, thread: &str) -> Result<Option<String>, StateError> {
-        Ok(self.threads()?.remove(thread))
+        self.read_head(thread)
     }
 
     /// Adds a new active thread; [`StateError::ThreadExists`] if the id is
     /// already active.
     pub fn insert_thread(&self, thread: &str, head: &str) -> Result<(), StateError> {
         self.locked(|| {
-            let path = self.threads_path();
-            let mut threads: ThreadsIndex = load_yaml(&path)?.unwrap_or_default();
-            if threads.contains_key(thread) {
+            self.migrate_heads_locked()?;
+            if self.read_head(thread)?.is_some() {
                 return Err(StateError::ThreadExists {
                     thread: thread.to_owned(),
                 });
             }
-            threads.insert(thread.to_owned(), head.to_owned());
-            store_yaml(&path, &threads)
+            self.write_head_locked(thread, head)
         })
     }
 
@@ -301,14 +296,12 @@ impl StateDir {
     /// head, or `None` if the thread is no longer active.
     pub fn swap_head(&self, thread: &str, expected: &str, new: &str) -> Result<(), StateError> {
         self.locked(|| {
-            let path = self.threads_path();
-            let mut threads: ThreadsIndex = load_yaml(&path)?.unwrap_or_default();
-            check_head(&threads, thread, Some(expected))?;
+            self.migrate_heads_locked()?;
+            check_head(self.read_head(thread)?, thread, Some(expected))?;
             if expected == new {
                 return Ok(());
             }
-            threads.insert(thread.to_owned(), new.to_owned());
-            store_yaml(&path, &threads)
+            self.write_head_locked(thread, new)
         })
     }
 
@@ -334,13 +327,11 @@ impl StateDir {
         reason: &str,
     ) -> Result<HistoryEntry, StateError> {
         self.locked(|| {
-            let threads_path = self.threads_path();
-            let mut threads: ThreadsIndex = load_yaml(&threads_path)?.unwrap_or_default();
-            let head = check_head(&threads, thread, expected_head)?;
+            self.migrate_heads_locked()?;
+            let head = check_head(self.read_head(thread)?, thread, expected_head)?;
 
             let history_path = self.history_path();
-            let history = load_history(&history_path)?;
-            match history.tail {
+            match history_tail(&history_path)? {
                 Tail::Clean => {}
                 Tail::Unterminated => {
                     // A complete record missing only its newline: end it.
@@ -375,8 +366,7 @@ impl StateDir {
             #[cfg(test)]
             tests::crash_point()?;
 
-            threads.remove(thread);
-            store_yaml(&threads_path, &threads)?;
+            self.remove_head_locked(thread)?;
             Ok(entry)
         })
     }
@@ -565,19 +555,20 @@ impl StateDir {
     }
 }
 
-/// The current head of `thread`, checked against `expected` if given.
+/// The current head of `thread` (`current`), checked against `expected`
+/// if given.
 fn check_head(
-    threads: &ThreadsIndex,
+    current: Option<String>,
     thread: &str,
     expected: Option<&str>,
 ) -> Result<String, StateError> {
-    match (threads.get(thread), expected) {
+    match (current, expected) {
         (Some(actual), Some(expected)) if actual != expected => Err(StateError::Conflict {
             thread: thread.to_owned(),
             expected: expected.to_owned(),
-            actual: Some(actual.clone()),
+            actual: Some(actual),
         }),
-        (Some(actual), _) => Ok(actual.clone()),
+        (Some(actual), _) => Ok(actual),
         (None, Some(expected)) => Err(StateError::Conflict {
             thread: thread.to_owned(),
             expected: expected.to_owned(),
@@ -714,6 +705,59 @@ enum Tail {
 struct History {
     entries: Vec<HistoryEntry>,
     tail: Tail,
+}
+
+/// How `history.jsonl` ends, reading only its last lines: archiving costs
+/// the same however long the history is. A last complete line that does
+/// not parse is reported like [`StateDir::history`] reports it (then the
+/// whole file is read, to name its line).
+fn history_tail(path: &Path) -> Result<Tail, StateError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let err = |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Tail::Clean),
+        Err(e) => return Err(err(e)),
+    };
+    let len = file.metadata().map_err(err)?.len();
+    // Read backwards until the chunk holds the last two line ends (or the
+    // whole file).
+    let mut chunk = 4096u64;
+    let (start, bytes) = loop {
+        let start = len.saturating_sub(chunk);
+        file.seek(SeekFrom::Start(start)).map_err(err)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(err)?;
+        if start == 0 || bytes.iter().filter(|&&b| b == b'\n').count() >= 2 {
+            break (start, bytes);
+        }
+        chunk *= 4;
+    };
+    let cut = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let fragment = &bytes[cut..];
+    let fragment = fragment.strip_suffix(b"\r").unwrap_or(fragment);
+    if !fragment.iter().all(u8::is_ascii_whitespace) {
+        return Ok(match serde_json::from_slice::<HistoryEntry>(fragment) {
+            Ok(_) => Tail::Unterminated,
+            Err(_) => Tail::Torn {
+                offset: usize::try_from(start).unwrap_or(usize::MAX) + cut,
+            },
+        });
+    }
+    // The last complete line must be a record (or blank).
+    let body = &bytes[..cut.saturating_sub(1)];
+    let from = body.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let last = &body[from..];
+    let last = last.strip_suffix(b"\r").unwrap_or(last);
+    if !last.iter().all(u8::is_ascii_whitespace)
+        && serde_json::from_slice::<HistoryEntry>(last).is_err()
+    {
+        load_history(path)?;
+    }
+    Ok(Tail::Clean)
 }
 
 fn load_history(path: &Path) -> Result<History, StateError> {
@@ -1366,9 +1410,10 @@ mod tests {
         assert_eq!(threads.len(), 2);
         assert_eq!(threads[T1], H0);
         assert_eq!(threads[T2], H1);
-        // The file is the documented plain mapping.
-        let text = fs::read_to_string(s.threads_path()).unwrap();
-        assert_eq!(text, format!("{T1}: {H0}\n{T2}: {H1}\n"));
+        // One file per thread holding the head and a newline (docs/state.md).
+        let text = fs::read_to_string(s.heads_dir().join(T1)).unwrap();
+        assert_eq!(text, format!("{H0}\n"));
+        assert!(!s.threads_path().exists(), "no threads.yaml in a new store");
         // A fresh instance sees the same.
         assert_eq!(StateDir::new(s.root()).threads().unwrap(), threads);
 
@@ -1539,14 +1584,14 @@ mod tests {
     fn archive_writes_history_before_touching_threads() {
         let (_d, s) = setup();
         s.insert_thread(T1, H0).unwrap();
-        let threads_before = fs::read(s.threads_path()).unwrap();
+        let threads_before = fs::read(s.heads_dir().join(T1)).unwrap();
         CRASH.with(|c| c.set(true));
         let result = s.archive(T1, WF, Some(H0), "done");
         CRASH.with(|c| c.set(false));
         assert!(matches!(result, Err(StateError::Io { .. })), "{result:?}");
         // The crash left the thread in both places, not in neither.
         assert_eq!(s.history().unwrap().len(), 1, "history written first");
-        assert_eq!(fs::read(s.threads_path()).unwrap(), threads_before);
+        assert_eq!(fs::read(s.heads_dir().join(T1)).unwrap(), threads_before);
         assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H0));
         // And the lock was released.
         let entry = s.archive(T1, WF, Some(H0), "done").unwrap();
@@ -1613,7 +1658,16 @@ mod tests {
     }
 
     #[test]
-    fn corrupt_history_line_is_an_error_and_blocks_archive() {
+    fn corrupt_history_line_is_an_error_and_never_rewritten() {
+        fn entry_len(appended: &[u8]) -> usize {
+            let line = std::str::from_utf8(appended).unwrap();
+            assert!(
+                line.ends_with('\n') && line.matches('\n').count() == 1,
+                "{line:?}"
+            );
+            serde_json::from_str::<HistoryEntry>(line.trim_end()).unwrap();
+            appended.len()
+        }
         let (_d, s) = setup();
         let content = format!(
             "{}\n\n{{\"thread\": oops}}\n{}\n",
@@ -1627,12 +1681,22 @@ mod tests {
         let err = s.find_archived(T1).unwrap_err();
         expect_parse(err, &s.history_path(), 3);
 
+        // Archiving reads only the last line (its cost must not grow with
+        // the history): it appends after the damage and rewrites nothing,
+        // and readers still report the bad line.
         s.insert_thread(tid(1, 1).as_str(), H0).unwrap();
-        let threads_before = fs::read(s.threads_path()).unwrap();
-        let err = s.archive(&tid(1, 1), WF, Some(H0), "done").unwrap_err();
-        expect_parse(err, &s.history_path(), 3);
-        assert_eq!(fs::read(s.history_path()).unwrap(), content.as_bytes());
-        assert_eq!(fs::read(s.threads_path()).unwrap(), threads_before);
+        s.archive(&tid(1, 1), WF, Some(H0), "done").unwrap();
+        let after = fs::read(s.history_path()).unwrap();
+        assert!(
+            after.starts_with(content.as_bytes()),
+            "the old lines are untouched"
+        );
+        assert_eq!(
+            after.len() - content.len(),
+            entry_len(&after[content.len()..])
+        );
+        expect_parse(s.history().unwrap_err(), &s.history_path(), 3);
+        assert_eq!(s.thread_head(&tid(1, 1)).unwrap(), None);
 
         // A terminated last line is not "torn": it is an error too.
         fs::write(s.history_path(), format!("{}\nnope\n", entry_line(T1, 1))).unwrap();

@@ -17,7 +17,7 @@ use uwf_protocol::{
 };
 
 use crate::slots::{SlotError, Waiting};
-use crate::state::StateError;
+use crate::state::{ResolvedAgent, StateError};
 
 /// What kind of failure a [`StateError`] is, for callers that decide what
 /// to do next (retry, report a race, tell the user to repair the store).
@@ -109,6 +109,19 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
 
     /// The configuration (`None` when there is none).
     fn config(&self) -> Result<Option<WorkflowConfig>, StateError>;
+
+    /// Which agent runs `role` of `workflow` (`explicit` overrides the
+    /// configuration), as [`resolve_agent`](crate::state::resolve_agent)
+    /// says; a backend may name where its configuration lives in errors.
+    fn resolve_agent_with(
+        &self,
+        config: Option<&WorkflowConfig>,
+        explicit: Option<&str>,
+        workflow: &str,
+        role: &str,
+    ) -> Result<ResolvedAgent, StateError> {
+        crate::state::resolve_agent(config, explicit, workflow, role)
+    }
 
     /// The secrets of the store (`.env` for the filesystem backend) as
     /// name/value pairs, handed to agents in their environment. Never

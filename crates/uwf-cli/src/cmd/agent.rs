@@ -44,7 +44,7 @@ pub fn run(ctx: &Ctx, cmd: AgentCommand, format: Option<Format>) -> Result<(), C
                 (Some(o), _) => AgentRun::output(crate::input::read_json("--output", &o)?),
                 (None, Some(t)) => AgentRun::text(crate::input::read_text(&t)?),
                 // clap requires one of them.
-                (None, None) => return Err(CliError::EmptyPrompt),
+                (None, None) => return Err(crate::engine::EngineError::EmptyPrompt.into()),
             };
             if let Some(d) = detail {
                 let hash = d.parse::<Hash>().map_err(|e| CliError::Cas(e.into()))?;

@@ -25,6 +25,19 @@ fn parse_hash(s: &str) -> Result<Hash, CliError> {
     s.parse::<Hash>().map_err(|e| CliError::Cas(e.into()))
 }
 
+/// Deletes every entry of the store that is not a node; returns them.
+fn remove_all_strays(cas: &Cas) -> Result<Vec<uwf_cas::Stray>, CliError> {
+    // List first, then delete: no backend has to delete under a listing.
+    let strays = cas.store().strays().collect::<Result<Vec<_>, _>>()?;
+    let mut removed = Vec::new();
+    for stray in strays {
+        if cas.store().remove_stray(&stray.id)? {
+            removed.push(stray);
+        }
+    }
+    Ok(removed)
+}
+
 /// Runs a `cas` subcommand against an opened store.
 pub fn run(cas: &Cas, state: &StateDir, cmd: CasCommand) -> Result<Outcome, CliError> {
     let value = match cmd {
@@ -38,9 +51,12 @@ pub fn run(cas: &Cas, state: &StateDir, cmd: CasCommand) -> Result<Outcome, CliE
             let report = state.while_locked(|| -> Result<_, CliError> {
                 let mut roots = Vec::new();
                 let parse = |s: &str, file: std::path::PathBuf| {
-                    s.parse::<Hash>().map_err(|e| CliError::CorruptState {
-                        path: file,
-                        reason: e.to_string(),
+                    s.parse::<Hash>().map_err(|e| -> CliError {
+                        uwf_engine::EngineError::CorruptState {
+                            what: file,
+                            reason: e.to_string(),
+                        }
+                        .into()
                     })
                 };
                 for head in state.threads()?.values() {
@@ -85,10 +101,18 @@ pub fn run(cas: &Cas, state: &StateDir, cmd: CasCommand) -> Result<Outcome, CliE
         CasCommand::Refs { hash } => to_value(cas.refs(parse_hash(&hash)?)?)?,
         CasCommand::Walk { hash } => to_value(cas.walk(parse_hash(&hash)?)?)?,
         CasCommand::Reindex => to_value(cas.reindex()?)?,
-        CasCommand::Verify => {
+        CasCommand::Verify { remove_strays } => {
+            let removed = if remove_strays {
+                remove_all_strays(cas)?
+            } else {
+                Vec::new()
+            };
             let report = cas.verify()?;
             let problems = report.issues.len();
-            let v = to_value(&report)?;
+            let mut v = to_value(&report)?;
+            if remove_strays {
+                v["removedStrays"] = to_value(removed)?;
+            }
             return Ok(if problems == 0 {
                 Outcome::Value(v)
             } else {

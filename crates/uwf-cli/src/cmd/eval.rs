@@ -37,6 +37,6 @@ pub fn run(ctx: Option<&Ctx>, args: &EvalArgs) -> Result<Option<Value>, CliError
 
 /// The moderator context of the thread ending at `head`, as JSON.
 fn context_at(ctx: &Ctx, head: Hash) -> Result<Value, CliError> {
-    let view = thread::load(&ctx.cas, head)?;
+    let view = thread::load(ctx.cas(), head)?;
     serde_json::to_value(view.context()).map_err(|e| CliError::Output(e.to_string()))
 }

@@ -1222,7 +1222,7 @@ fn ask(state: &StateDir, files: &ConfigFiles) -> Result<Request, CliError> {
     let prompt_err = |e: dialoguer::Error| {
         // Ctrl-C in a menu arrives as a read error (the flag may lag).
         let dialoguer::Error::IO(io) = &e;
-        if io.kind() == std::io::ErrorKind::Interrupted || crate::agent::interrupted() {
+        if io.kind() == std::io::ErrorKind::Interrupted || crate::engine::interrupted() {
             cancel();
         }
         SetupError::Prompt(e.to_string())
@@ -1411,7 +1411,7 @@ fn ask(state: &StateDir, files: &ConfigFiles) -> Result<Request, CliError> {
 /// Makes Ctrl-C cancel the questions.
 ///
 /// uwf's SIGINT handler (installed for agents by
-/// [`crate::agent::forward_interrupts`]) only raises a flag, and the read at
+/// [`crate::engine::forward_interrupts`]) only raises a flag, and the read at
 /// the hidden key prompt would simply restart. So while the questions are
 /// open a watcher turns the flag into [`cancel`]; dropping the guard ends
 /// the watch before anything is written.
@@ -1435,7 +1435,7 @@ impl CancelOnInterrupt {
             .name("uwf-setup-interrupt".to_owned())
             .spawn(move || {
                 while watching.load(Ordering::SeqCst) {
-                    if crate::agent::interrupted() {
+                    if crate::engine::interrupted() {
                         cancel();
                     }
                     std::thread::sleep(Duration::from_millis(25));

@@ -12,9 +12,9 @@ use uwf_moderator::thread::ThreadView;
 use uwf_moderator::{Why, why_each};
 use uwf_protocol::ThreadListItem;
 
+use crate::engine::running::{self, Found, Marker};
 use crate::engine::{self, Ctx, Status};
 use crate::error::CliError;
-use crate::running::{self, Found, Marker};
 use crate::summary::shorten;
 
 /// How often `watch` and `log -f` look again.
@@ -29,6 +29,11 @@ pub fn coarse(ms: u64) -> String {
         3600..86400 => format!("{}h", s / 3600),
         _ => format!("{}d", s / 86400),
     }
+}
+
+/// The live marker of thread `id`, if an agent of it runs now.
+pub fn running_now(ctx: &Ctx, id: &str) -> Option<Marker> {
+    running::live(&ctx.root, id)
 }
 
 /// "running developer for 42 s on host".
@@ -52,8 +57,8 @@ fn marker_json(m: &Marker) -> Value {
 
 /// The start node of a thread whose head is `head`: (prompt, timestamp).
 fn start_of(ctx: &Ctx, head: &str) -> Option<(String, u64)> {
-    let start = crate::nested::start_of(ctx, head.parse().ok()?).ok()?;
-    let node = ctx.cas.get(start).ok()?;
+    let start = crate::engine::nested::start_of(ctx, head.parse().ok()?).ok()?;
+    let node = ctx.cas().get(start).ok()?;
     let prompt = node.payload.get("prompt")?.as_str()?.to_string();
     Some((prompt, node.timestamp))
 }
@@ -65,7 +70,7 @@ fn workflow_name(ctx: &Ctx, workflow: &str, names: &mut HashMap<String, String>)
     let name = workflow
         .parse::<Hash>()
         .ok()
-        .and_then(|h| ctx.cas.get(h).ok())
+        .and_then(|h| ctx.cas().get(h).ok())
         .and_then(|n| n.payload.get("name")?.as_str().map(str::to_string))
         .unwrap_or_default();
     names.insert(workflow.to_string(), name.clone());
@@ -79,10 +84,10 @@ fn active_state(ctx: &Ctx, id: &str, head: &str) -> Result<&'static str, CliErro
     if running::live(&ctx.root, id).is_some() {
         return Ok("running");
     }
-    if ctx.state.waiting_of(id)?.is_some() {
+    if ctx.state().waiting_of(id)?.is_some() {
         return Ok("waiting");
     }
-    let failed = crate::retry::attempts(ctx, id, 1)?
+    let failed = crate::engine::retry::attempts(ctx, id, 1)?
         .first()
         .is_some_and(|(_, r)| r.head == head);
     Ok(if failed { "failed" } else { "idle" })
@@ -129,7 +134,7 @@ pub fn list_rows(
 pub fn add_to_show(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), CliError> {
     let head = v["head"].as_str().unwrap_or_default().to_string();
     let view = uwf_moderator::thread::load(
-        &ctx.cas,
+        ctx.cas(),
         head.parse()
             .map_err(|e| CliError::Cas(uwf_cas::CasError::from(e)))?,
     )?;
@@ -180,7 +185,7 @@ pub fn add_to_steps(ctx: &Ctx, id: &str, view: &ThreadView, v: &mut Value) -> Re
     let whys = why_each(&view.workflow, &view.context());
     let timings = running::timings(&ctx.root, id);
     let mut failed: HashMap<String, Vec<Value>> = HashMap::new();
-    for (hash, r) in crate::retry::attempts(ctx, id, 200)? {
+    for (hash, r) in crate::engine::retry::attempts(ctx, id, 200)? {
         failed.entry(r.head.clone()).or_default().push(json!({
             "hash": hash,
             "attempt": r.attempt,
@@ -250,7 +255,7 @@ pub fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     let mut last_head = None;
     let mut last_marker: Option<Marker> = None;
     let mut last_state = String::new();
-    let mut seen_attempt = crate::retry::attempts(ctx, id, 1)?
+    let mut seen_attempt = crate::engine::retry::attempts(ctx, id, 1)?
         .first()
         .map(|(h, _)| h.clone());
     loop {
@@ -280,7 +285,9 @@ pub fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
             }
             last_marker = marker;
         }
-        let newest = crate::retry::attempts(ctx, id, 1)?.into_iter().next();
+        let newest = crate::engine::retry::attempts(ctx, id, 1)?
+            .into_iter()
+            .next();
         if let Some((hash, r)) = newest
             && seen_attempt.as_deref() != Some(hash.as_str())
         {
@@ -309,7 +316,7 @@ pub fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
             ));
         }
         last_state = state.to_string();
-        if crate::agent::interrupted() {
+        if crate::engine::interrupted() {
             return Ok(());
         }
         std::thread::sleep(POLL);
@@ -318,7 +325,7 @@ pub fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
 
 fn describe_head(ctx: &Ctx, id: &str, head: &str) -> Result<String, CliError> {
     let view = uwf_moderator::thread::load(
-        &ctx.cas,
+        ctx.cas(),
         head.parse()
             .map_err(|e| CliError::Cas(uwf_cas::CasError::from(e)))?,
     )?;
@@ -383,7 +390,7 @@ pub fn log(ctx: &Ctx, id: &str, follow: bool) -> Result<(), CliError> {
                 }
             }
         }
-        if !follow || crate::agent::interrupted() {
+        if !follow || crate::engine::interrupted() {
             return Ok(());
         }
         if matches!(engine::status(ctx, id)?, Status::Archived(_))

@@ -8,18 +8,18 @@ use serde_json::{Value, json};
 use uwf_cas::Hash;
 use uwf_moderator::thread::{self, ThreadView};
 use uwf_protocol::{
-    ForkedFrom, StartEntry, StartNodePayload, StartOutput, StepEntry, StepOutput, ThreadForkOutput,
-    ThreadListItem, ThreadShowOutput, ThreadStepsEntry, ThreadStepsOutput,
+    ForkedFrom, StartEntry, StartOutput, StepEntry, StepOutput, ThreadForkOutput, ThreadListItem,
+    ThreadShowOutput, ThreadStepsEntry, ThreadStepsOutput,
 };
 
 use crate::cli::{Format, PromptArgs, ThreadCommand};
 use crate::cmd::workflow;
-use crate::engine::{self, Ctx, Plain, Progress, Status, StepOptions};
+use crate::engine::nested::{self, ThreadIndex};
+use crate::engine::{self, Ctx, Progress, Status, StepOptions};
 use crate::error::CliError;
 use crate::human;
-use crate::nested::{self, ThreadIndex};
 use crate::output;
-use crate::progress::Live;
+use crate::progress::{Live, Plain};
 
 fn parse_hash(s: &str) -> Result<Hash, CliError> {
     s.parse::<Hash>().map_err(|e| CliError::Cas(e.into()))
@@ -35,56 +35,23 @@ fn start(
     parent: Option<&str>,
 ) -> Result<StartOutput, CliError> {
     if prompt.trim().is_empty() {
-        return Err(CliError::EmptyPrompt);
+        return Err(engine::EngineError::EmptyPrompt.into());
     }
-    // A threads.yaml that cannot be updated must stop us before anything
-    // (a registration, a StartNode) is written.
-    ctx.state.threads()?;
-    let parent_state = parent
-        .map(|p| -> Result<String, CliError> {
-            let hash = parse_hash(p)?;
-            thread::load(&ctx.cas, hash).map_err(|e| CliError::BadParent {
-                hash: hash.to_string(),
-                source: Box::new(e),
-            })?;
-            Ok(hash.to_string())
-        })
-        .transpose()?;
+    // Nothing (a registration, a StartNode) is written unless the thread can
+    // be added.
+    engine::ready_to_start(ctx)?;
+    let parent = parent.map(parse_hash).transpose()?;
     let (hash, _) = workflow::resolve(ctx, workflow_arg, true)?;
-    let payload = StartNodePayload {
-        workflow: hash.to_string(),
-        prompt: prompt.to_string(),
-        parent_state,
-    };
-    let start = ctx.cas.put_value(ctx.cas.types().start_node, &payload)?;
-    let id = uwf_util::ids::ThreadId::new().to_string();
-    ctx.state.insert_thread(&id, &start.hash.to_string())?;
+    let started = engine::start(ctx, hash, prompt, parent)?;
     Ok(StartOutput {
         workflow: hash.to_string(),
-        thread: id,
+        thread: started.thread,
     })
 }
 
 /// The workflow hash of a thread whose head is `head`.
 fn workflow_of(ctx: &Ctx, head: Hash) -> Result<String, CliError> {
-    let types = ctx.cas.types();
-    let node = ctx.cas.get(head)?;
-    let start = if node.type_hash == types.step_node {
-        let s = node
-            .payload
-            .get("start")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        ctx.cas.get(parse_hash(s)?)?
-    } else {
-        node
-    };
-    Ok(start
-        .payload
-        .get("workflow")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string())
+    Ok(engine::workflow_of(ctx, head)?)
 }
 
 fn show(ctx: &Ctx, id: &str) -> Result<ThreadShowOutput, CliError> {
@@ -104,7 +71,7 @@ fn show(ctx: &Ctx, id: &str) -> Result<ThreadShowOutput, CliError> {
 
 /// Fills in `parent`, `parentThread` and `childThreads` (seed 001 links).
 fn add_links(ctx: &Ctx, out: &mut ThreadShowOutput) -> Result<(), CliError> {
-    let view = thread::load(&ctx.cas, parse_hash(&out.head.head)?)?;
+    let view = thread::load(ctx.cas(), parse_hash(&out.head.head)?)?;
     out.parent = view.start.parent_state.clone();
     if out.parent.is_none() && !nested::has_children(&view) {
         return Ok(());
@@ -156,6 +123,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             let opts = StepOptions {
                 agent: agent.agent.as_deref(),
                 timeout: agent.timeout,
+                cancel: engine::cancel_token().clone(),
             };
             let progress: Arc<dyn Progress> = Arc::new(Plain);
             let stepped = engine::step(ctx, &id, &opts, &progress)?;
@@ -185,17 +153,18 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                         start(ctx, &w, &prompt, parent.as_deref())?.thread
                     }
                 },
-                (None, None) => return Err(CliError::EmptyPrompt),
+                (None, None) => return Err(engine::EngineError::EmptyPrompt.into()),
             };
             let opts = StepOptions {
                 agent: agent.agent.as_deref(),
                 timeout: agent.timeout,
+                cancel: engine::cancel_token().clone(),
             };
             run_steps(ctx, &id, &opts, max_steps, format).map_err(|e| e.in_thread(&id))
         }
         ThreadCommand::Next { thread, explain } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            let view = thread::load(&ctx.cas, engine::active_head(ctx, &id)?)?;
+            let view = thread::load(ctx.cas(), engine::active_head(ctx, &id)?)?;
             let decision = view.decide();
             if !explain {
                 let d = decision?;
@@ -237,7 +206,9 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             crate::cmd::story::add_to_show(ctx, &id, &mut v)?;
             output::print(format, &v)
         }
-        ThreadCommand::List { waiting: true, .. } => output::print(format, &human::list(ctx)?),
+        ThreadCommand::List { waiting: true, .. } => {
+            output::print(format, &engine::human::list(ctx)?)
+        }
         ThreadCommand::Answer(args) => {
             let id = crate::lookup::thread(ctx, &args.thread)?;
             let input = match (args.output, args.text) {
@@ -250,7 +221,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::List { all, top_level, .. } => {
             let mut items = Vec::new();
-            let active = ctx.state.threads()?;
+            let active = ctx.state().threads()?;
             for (id, head) in &active {
                 let workflow = workflow_of(ctx, parse_hash(head)?)?;
                 items.push(ThreadListItem {
@@ -264,7 +235,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             if all {
                 // Latest entry per thread; an active thread is never also listed as archived.
                 let mut seen: BTreeSet<String> = active.keys().cloned().collect();
-                let history = ctx.state.history()?;
+                let history = ctx.state().history()?;
                 for e in history.into_iter().rev() {
                     if seen.insert(e.thread.clone()) {
                         if let Some(r) = &e.reason {
@@ -295,14 +266,12 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::Kill { thread } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            let head = engine::active_head(ctx, &id)?;
-            let workflow = workflow_of(ctx, head)?;
-            ctx.state.archive(&id, &workflow, None, "killed")?;
+            engine::kill(ctx, &id)?;
             output::print(format, &json!({ "thread": id, "archived": true }))
         }
         ThreadCommand::Steps { thread } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            let view = thread::load(&ctx.cas, engine::any_head(ctx, &id)?)?;
+            let view = thread::load(ctx.cas(), engine::any_head(ctx, &id)?)?;
             let mut v = serde_json::to_value(steps(&id, &view))
                 .map_err(|e| CliError::Output(e.to_string()))?;
             crate::cmd::story::add_to_steps(ctx, &id, &view, &mut v)?;
@@ -314,27 +283,27 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             before,
         } => {
             if let Some(f @ (Format::Json | Format::Yaml)) = format {
+                let name = format!("{f:?}").to_lowercase();
                 return Err(CliError::TextOnly {
                     command: "thread read".into(),
-                    format: format!("{f:?}").to_lowercase(),
                     instead: format!(
-                        "`uwf --format {} thread steps {thread}` prints every step as data",
-                        format!("{f:?}").to_lowercase()
+                        "`uwf --format {name} thread steps {thread}` prints every step as data"
                     ),
+                    format: name,
                 });
             }
             let id = crate::lookup::thread(ctx, &thread)?;
-            let view = thread::load(&ctx.cas, engine::any_head(ctx, &id)?)?;
+            let view = thread::load(ctx.cas(), engine::any_head(ctx, &id)?)?;
             let before = before.map(|b| parse_hash(&b)).transpose()?;
             // What each step's agent did (tool calls of its transcript).
-            let activity = crate::activity::summaries(&ctx.cas, &view);
+            let activity = crate::activity::summaries(ctx.cas(), &view);
             let children: HashMap<Hash, String> = if nested::has_children(&view) {
                 let index = ThreadIndex::load(ctx)?;
                 let links = nested::child_links(ctx, &view, &index)
                     .iter()
                     .filter_map(|c| {
                         let step = c.link.step.parse::<Hash>().ok()?;
-                        Some((step, nested::child_summary(c)))
+                        Some((step, crate::child_view::child_summary(c)))
                     })
                     .collect();
                 crate::activity::merge(links, activity)
@@ -362,14 +331,11 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         } => output::print(format, &prune(ctx, dry_run, older_than)?),
         ThreadCommand::Fork { node } => {
             let hash = parse_hash(&node)?;
-            // Loading proves it is a StartNode or StepNode of a sound chain.
-            thread::load(&ctx.cas, hash)?;
-            let id = uwf_util::ids::ThreadId::new().to_string();
-            ctx.state.insert_thread(&id, &hash.to_string())?;
+            let forked = engine::fork(ctx, hash)?;
             output::print(
                 format,
                 &ThreadForkOutput {
-                    thread: id,
+                    thread: forked.thread,
                     forked_from: ForkedFrom {
                         step: hash.to_string(),
                     },
@@ -378,11 +344,12 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::StepDetails { step } => {
             let hash = parse_hash(&step)?;
-            let node = ctx.cas.get(hash)?;
-            if node.type_hash != ctx.cas.types().step_node {
-                return Err(CliError::NotAStep {
+            let node = ctx.cas().get(hash)?;
+            if node.type_hash != ctx.cas().types().step_node {
+                return Err(engine::EngineError::NotAStep {
                     hash: hash.to_string(),
-                });
+                }
+                .into());
             }
             let detail = parse_hash(
                 node.payload
@@ -433,7 +400,7 @@ fn run_steps(
 fn resume_target(ctx: &Ctx, arg: &str, prompt: &PromptArgs) -> Result<Option<String>, CliError> {
     let looks_like_thread = arg == crate::lookup::LAST || engine::thread_id(arg).is_ok();
     let is_workflow = !looks_like_thread
-        && (std::path::Path::new(arg).exists() || ctx.state.registry()?.contains_key(arg));
+        && (std::path::Path::new(arg).exists() || ctx.state().registry()?.contains_key(arg));
     if is_workflow {
         return Ok(None);
     }
@@ -443,9 +410,9 @@ fn resume_target(ctx: &Ctx, arg: &str, prompt: &PromptArgs) -> Result<Option<Str
     if !looks_like_thread
         && let Ok(hash) = arg.parse::<Hash>()
         && ctx
-            .cas
+            .cas()
             .try_get(hash)?
-            .is_some_and(|n| n.type_hash == ctx.cas.types().workflow)
+            .is_some_and(|n| n.type_hash == ctx.cas().types().workflow)
     {
         return Ok(None);
     }
@@ -488,16 +455,16 @@ fn prune(
     let now = uwf_state::state::now_ms();
     let min_age = u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX);
     let mut pruned = Vec::new();
-    for (id, head) in ctx.state.threads()? {
+    for (id, head) in ctx.state().threads()? {
         let hash = parse_hash(&head)?;
-        let node = ctx.cas.get(hash)?;
-        if node.type_hash != ctx.cas.types().start_node {
+        let node = ctx.cas().get(hash)?;
+        if node.type_hash != ctx.cas().types().start_node {
             continue;
         }
         let age = now.saturating_sub(node.timestamp);
         if age < min_age
-            || ctx.state.waiting_of(&id)?.is_some()
-            || crate::running::live(&ctx.root, &id).is_some()
+            || ctx.state().waiting_of(&id)?.is_some()
+            || crate::cmd::story::running_now(ctx, &id).is_some()
         {
             continue;
         }
@@ -508,10 +475,10 @@ fn prune(
             .unwrap_or_default()
             .to_string();
         if !dry_run {
-            match ctx.state.archive(&id, &workflow, Some(&head), "pruned") {
+            match ctx.state().archive(&id, &workflow, Some(&head), "pruned") {
                 Ok(_) => {}
                 // It took a step (or was archived) meanwhile: not ours to prune.
-                Err(uwf_state::state::StateError::Conflict { .. }) => continue,
+                Err(uwf_state::StateError::Conflict { .. }) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -557,13 +524,13 @@ fn expand(
     visiting: &mut BTreeSet<Hash>,
     depth: usize,
 ) -> Result<Value, CliError> {
-    let node = ctx.cas.get(hash)?;
+    let node = ctx.cas().get(hash)?;
     if depth >= 16 || !visiting.insert(hash) {
         return Ok(Value::String(hash.to_string()));
     }
     let mut payload = node.payload.clone();
-    for r in ctx.cas.refs_of(&node)? {
-        let child = match ctx.cas.try_get(r.hash)? {
+    for r in ctx.cas().refs_of(&node)? {
+        let child = match ctx.cas().try_get(r.hash)? {
             Some(_) => expand(ctx, r.hash, visiting, depth + 1)?,
             None => continue,
         };
@@ -591,9 +558,10 @@ fn read(
         view.steps.iter().enumerate().collect();
     if let Some(b) = before {
         let Some(pos) = steps.iter().position(|(_, s)| s.hash == b) else {
-            return Err(CliError::NotAStep {
+            return Err(engine::EngineError::NotAStep {
                 hash: format!("{b} (in thread {id})"),
-            });
+            }
+            .into());
         };
         steps.truncate(pos);
     }
@@ -671,7 +639,7 @@ fn waits(
     waiting: uwf_protocol::WaitingRecord,
 ) -> Result<(), CliError> {
     let thread = head.thread.clone();
-    let answer = human::innermost(ctx, &thread, &waiting)?;
+    let answer = engine::human::innermost(ctx, &thread, &waiting)?;
     let (role, agent) = (waiting.role.clone(), waiting.agent.clone());
     output::print(format, &uwf_protocol::WaitingOutput { head, waiting })?;
     Err(CliError::Waiting {
@@ -685,11 +653,11 @@ fn waits(
 /// `thread show`'s `waiting` (what the thread waits for now) and
 /// `attempts` (its failed attempts, newest first), when there are any.
 fn add_waiting_and_attempts(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), CliError> {
-    if let Some(w) = human::show(ctx, id)? {
+    if let Some(w) = engine::human::show(ctx, id)? {
         v["waiting"] = w;
     }
     let attempts: Vec<uwf_protocol::AttemptSummary> =
-        crate::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?
+        engine::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?
             .into_iter()
             .map(|(hash, r)| uwf_protocol::AttemptSummary {
                 hash,
@@ -709,7 +677,7 @@ fn add_waiting_and_attempts(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), Cl
 
 /// The failed attempts section of `thread read` ("" when there are none).
 fn attempts_text(ctx: &Ctx, id: &str) -> Result<String, CliError> {
-    let attempts = crate::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?;
+    let attempts = engine::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?;
     if attempts.is_empty() {
         return Ok(String::new());
     }

@@ -52,15 +52,15 @@ pub fn put_file(ctx: &Ctx, path: &Path) -> Result<(Hash, WorkflowPayload), CliEr
     // CAS refuses does not leave the roles before it stored, and make sure
     // registry.yaml can be updated before writing any node.
     register_located(&Cas::new(MemStore::new())?, &def, &text, path)?;
-    ctx.state.registry()?;
-    let registered = definition::register(&ctx.cas, &def)?;
+    ctx.state().registry()?;
+    let registered = definition::register(ctx.cas(), &def)?;
     let mut located = definition::Report {
         errors: Vec::new(),
         warnings: registered.warnings.clone(),
     };
     located.locate(&text, &path.display().to_string());
     warn(&located.warnings);
-    ctx.state
+    ctx.state()
         .register_workflow(&registered.payload.name, &registered.hash.to_string())?;
     Ok((registered.hash, registered.payload))
 }
@@ -79,7 +79,7 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
         let r = register_located(&mem, &def, &text, path)?;
         return Ok((r.hash, r.payload));
     }
-    let registry = ctx.state.registry()?;
+    let registry = ctx.state().registry()?;
     if looks_like_path(arg) && !registry.contains_key(arg) {
         return Err(CliError::NoSuchWorkflowFile {
             path: arg.to_string(),
@@ -87,9 +87,12 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
         });
     }
     let hash = match registry.get(arg) {
-        Some(h) => h.parse::<Hash>().map_err(|e| CliError::CorruptState {
-            path: ctx.state.registry_path(),
-            reason: format!("entry {arg}: {e}"),
+        Some(h) => h.parse::<Hash>().map_err(|e| -> CliError {
+            crate::engine::EngineError::CorruptState {
+                what: "the workflow registry".into(),
+                reason: format!("entry {arg}: {e}"),
+            }
+            .into()
         })?,
         None => match arg.parse::<Hash>() {
             Ok(h) => h,
@@ -101,7 +104,7 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
             }
         },
     };
-    let node = match ctx.cas.try_get(hash)? {
+    let node = match ctx.cas().try_get(hash)? {
         Some(n) => n,
         None if registry.contains_key(arg) => return Err(uwf_cas::CasError::NotFound(hash).into()),
         None => {
@@ -111,7 +114,7 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
             });
         }
     };
-    if node.type_hash != ctx.cas.types().workflow {
+    if node.type_hash != ctx.cas().types().workflow {
         return Err(CliError::NotAWorkflow(hash.to_string()));
     }
     let payload = serde_json::from_value(node.payload)
@@ -161,13 +164,13 @@ pub fn run(ctx: &Ctx, cmd: WorkflowCommand, format: Option<Format>) -> Result<()
         }
         WorkflowCommand::Show { workflow } => {
             let (hash, payload) = resolve(ctx, &workflow, false)?;
-            let Some(node) = ctx.cas.try_get(hash)? else {
+            let Some(node) = ctx.cas().try_get(hash)? else {
                 // A file that is not registered: show what `put` would store.
                 let payload_json =
                     serde_json::to_value(&payload).map_err(|e| CliError::Output(e.to_string()))?;
                 return output::print(
                     format,
-                    &json!({ "hash": hash, "name": payload.name, "type": ctx.cas.types().workflow, "payload": payload_json, "timestamp": null, "registered": false }),
+                    &json!({ "hash": hash, "name": payload.name, "type": ctx.cas().types().workflow, "payload": payload_json, "timestamp": null, "registered": false }),
                 );
             };
             output::print(
@@ -178,7 +181,7 @@ pub fn run(ctx: &Ctx, cmd: WorkflowCommand, format: Option<Format>) -> Result<()
         WorkflowCommand::Schema => print_schema(format),
         WorkflowCommand::List => {
             let list: Vec<Value> = ctx
-                .state
+                .state()
                 .registry()?
                 .into_iter()
                 .map(|(name, hash)| json!({ "name": name, "hash": hash }))

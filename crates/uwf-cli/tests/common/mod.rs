@@ -187,8 +187,9 @@ pub fn mock_agent(scenario: &Path) -> String {
     format!("'{}' '{}'", mock_bin().display(), scenario.display())
 }
 
-/// The state files that agent failures must leave alone.
-pub const STATE_FILES: [&str; 3] = ["threads.yaml", "history.jsonl", "registry.yaml"];
+/// The state files that agent failures must leave alone, besides the
+/// per-thread head files under `threads/`.
+pub const STATE_FILES: [&str; 2] = ["history.jsonl", "registry.yaml"];
 
 impl Env {
     /// Writes `text` to `name` in the temporary directory (outside the root).
@@ -198,12 +199,32 @@ impl Env {
         p
     }
 
-    /// The bytes of `threads.yaml`, `history.jsonl` and `registry.yaml`
-    /// (`None` when missing).
-    pub fn state_snapshot(&self) -> BTreeMap<&'static str, Option<Vec<u8>>> {
-        STATE_FILES
+    /// The bytes of every head file (`threads/<id>`), `history.jsonl` and
+    /// `registry.yaml` (`None` when missing).
+    pub fn state_snapshot(&self) -> BTreeMap<String, Option<Vec<u8>>> {
+        let mut out: BTreeMap<String, Option<Vec<u8>>> = STATE_FILES
             .iter()
-            .map(|f| (*f, std::fs::read(self.root().join(f)).ok()))
+            .map(|f| (f.to_string(), std::fs::read(self.root().join(f)).ok()))
+            .collect();
+        for (id, head) in self.heads() {
+            out.insert(format!("threads/{id}"), Some(head.into_bytes()));
+        }
+        out
+    }
+
+    /// The active threads as their head files say: id → head file content.
+    pub fn heads(&self) -> BTreeMap<String, String> {
+        let Ok(rd) = std::fs::read_dir(self.root().join("threads")) else {
+            return BTreeMap::new();
+        };
+        rd.map(|e| e.unwrap())
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read_to_string(e.path()).unwrap(),
+                )
+            })
             .collect()
     }
 

@@ -15,16 +15,16 @@ use std::time::{Duration, Instant};
 use uwf_protocol::{AttemptRecord, attempt_record_schema};
 use uwf_state::policy::RetryPolicy;
 
-use crate::agent;
-use crate::engine::{self, Attempt, Failed, Tried};
-use crate::error::CliError;
+use crate::Engine;
+use crate::error::EngineError;
+use crate::step::{self as engine, Attempt, Failed, Tried};
 
 /// How often the backoff checks for an interrupt and the kill flag.
 const POLL: Duration = Duration::from_millis(100);
 
 /// Runs attempts until one lands, waits for a child, or the policy gives
 /// up (then the last failure is the error).
-pub fn run(a: &Attempt<'_>, policy: &RetryPolicy) -> Result<Tried, CliError> {
+pub fn run(a: &Attempt<'_>, policy: &RetryPolicy) -> Result<Tried, EngineError> {
     let mut n: u32 = 1;
     loop {
         let failed = match engine::attempt(a)? {
@@ -49,12 +49,12 @@ pub fn run(a: &Attempt<'_>, policy: &RetryPolicy) -> Result<Tried, CliError> {
 
 /// Sleeps `delay`, stopping early with the step's error on an interrupt
 /// or when the thread is killed or moves on.
-fn backoff(a: &Attempt<'_>, delay: Duration) -> Result<(), CliError> {
+fn backoff(a: &Attempt<'_>, delay: Duration) -> Result<(), EngineError> {
     let until = Instant::now() + delay;
     let head = a.head.to_string();
     loop {
-        if agent::interrupted() {
-            return Err(CliError::Interrupted);
+        if a.cancel.is_cancelled() {
+            return Err(EngineError::Interrupted);
         }
         if let Some(e) = engine::moved(a.ctx, a.id, &head, false)? {
             return Err(e);
@@ -68,36 +68,51 @@ fn backoff(a: &Attempt<'_>, delay: Duration) -> Result<(), CliError> {
 }
 
 /// Stores attempt `n`'s record and makes it the thread's newest.
-fn record(a: &Attempt<'_>, n: u32, f: &Failed) -> Result<String, CliError> {
+fn record(a: &Attempt<'_>, n: u32, f: &Failed) -> Result<String, EngineError> {
     let cas = &a.ctx.cas;
     let schema = cas.put_schema(attempt_record_schema())?.hash;
-    a.ctx
-        .state
-        .record_attempt(a.id, |prev| -> Result<String, CliError> {
-            let record = AttemptRecord {
-                thread: a.id.to_string(),
-                head: a.head.to_string(),
-                prev: prev.map(str::to_string),
-                role: a.role.to_string(),
-                attempt: n,
-                agent: a.agent.label.clone(),
-                kind: f.kind.to_string(),
-                reason: f.reason.clone(),
-                exit_code: f.exit_code,
-                stderr_tail: f.stderr_tail.join("\n"),
-                duration_ms: u64::try_from(f.elapsed.as_millis()).unwrap_or(u64::MAX),
-                started_at: f.started_at,
-            };
-            Ok(cas.put_value(schema, &record)?.hash.to_string())
+    let mut failure: Option<EngineError> = None;
+    let write = |prev: Option<&str>| -> Result<String, EngineError> {
+        let record = AttemptRecord {
+            thread: a.id.to_string(),
+            head: a.head.to_string(),
+            prev: prev.map(str::to_string),
+            role: a.role.to_string(),
+            attempt: n,
+            agent: a.agent.label.clone(),
+            kind: f.kind.to_string(),
+            reason: f.reason.clone(),
+            exit_code: f.exit_code,
+            stderr_tail: f.stderr_tail.join("\n"),
+            duration_ms: u64::try_from(f.elapsed.as_millis()).unwrap_or(u64::MAX),
+            started_at: f.started_at,
+        };
+        Ok(cas.put_value(schema, &record)?.hash.to_string())
+    };
+    let written = a.ctx.state.record_attempt(a.id, &mut |prev| {
+        write(prev).map_err(|e| {
+            // The state backend only carries its own errors; keep ours.
+            let message = e.to_string();
+            failure = Some(e);
+            uwf_state::StateError::Io {
+                path: "attempt record".into(),
+                source: std::io::Error::other(message),
+            }
         })
+    });
+    match (written, failure) {
+        (_, Some(e)) => Err(e),
+        (Ok(hash), None) => Ok(hash),
+        (Err(e), None) => Err(e.into()),
+    }
 }
 
 /// The failed attempts of thread `id`, newest first (at most `limit`).
 pub fn attempts(
-    ctx: &engine::Ctx,
+    ctx: &Engine,
     id: &str,
     limit: usize,
-) -> Result<Vec<(String, AttemptRecord)>, CliError> {
+) -> Result<Vec<(String, AttemptRecord)>, EngineError> {
     let mut out = Vec::new();
     let mut next = ctx.state.attempt_head(id)?;
     while let Some(h) = next {
@@ -106,8 +121,8 @@ pub fn attempts(
         }
         let hash: uwf_cas::Hash =
             h.parse()
-                .map_err(|e: uwf_cas::ParseHashError| CliError::CorruptState {
-                    path: ctx.state.attempts_path(),
+                .map_err(|e: uwf_cas::ParseHashError| EngineError::CorruptState {
+                    what: format!("the attempt records of thread {id}").into(),
                     reason: e.to_string(),
                 })?;
         // A record already collected by gc ends the list quietly.
@@ -115,8 +130,8 @@ pub fn attempts(
             break;
         };
         let record: AttemptRecord =
-            serde_json::from_value(node.payload).map_err(|e| CliError::CorruptState {
-                path: ctx.state.attempts_path(),
+            serde_json::from_value(node.payload).map_err(|e| EngineError::CorruptState {
+                what: format!("the attempt records of thread {id}").into(),
                 reason: format!("{hash} is not an AttemptRecord: {e}"),
             })?;
         next = record.prev.clone();

@@ -10,15 +10,14 @@
 //! step that claims a child thread.
 
 use std::collections::{BTreeSet, HashMap};
-use std::fmt::Write as _;
 
 use serde_json::Value;
 use uwf_cas::Hash;
 use uwf_moderator::thread::{self, ThreadView};
-use uwf_protocol::{ChildThreadLink, StackFrame, StepNodePayload};
+use uwf_protocol::{ChildThreadLink, StackFrame};
 
-use crate::engine::Ctx;
-use crate::error::CliError;
+use crate::Engine as Ctx;
+use crate::error::EngineError;
 
 /// Thread ids by the nodes they start from and stand at, read from
 /// `threads.yaml` and `history.jsonl`, to name the threads of a call stack.
@@ -36,7 +35,7 @@ impl ThreadIndex {
     /// Reads both state files. Entries whose head cannot be read are left
     /// out (with a debug log): the index only names threads, it never fails
     /// a command because of an unrelated broken thread.
-    pub fn load(ctx: &Ctx) -> Result<Self, CliError> {
+    pub fn load(ctx: &Ctx) -> Result<Self, EngineError> {
         let mut index = Self {
             by_start: HashMap::new(),
             by_head: HashMap::new(),
@@ -85,7 +84,7 @@ impl ThreadIndex {
 }
 
 /// The StartNode of the thread `node` (a StartNode or StepNode) belongs to.
-pub fn start_of(ctx: &Ctx, node: Hash) -> Result<Hash, CliError> {
+pub fn start_of(ctx: &Ctx, node: Hash) -> Result<Hash, EngineError> {
     let n = ctx.cas.get(node)?;
     if n.type_hash == ctx.cas.types().step_node {
         let start = n
@@ -93,14 +92,16 @@ pub fn start_of(ctx: &Ctx, node: Hash) -> Result<Hash, CliError> {
             .get("start")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        return start.parse::<Hash>().map_err(|e| CliError::Cas(e.into()));
+        return start
+            .parse::<Hash>()
+            .map_err(|e| EngineError::Cas(e.into()));
     }
     Ok(node)
 }
 
 /// The `parentState` of the thread `head` belongs to (`None` for a
 /// top-level thread).
-pub fn parent_of(ctx: &Ctx, head: Hash) -> Result<Option<String>, CliError> {
+pub fn parent_of(ctx: &Ctx, head: Hash) -> Result<Option<String>, EngineError> {
     let start = ctx.cas.get(start_of(ctx, head)?)?;
     Ok(start
         .payload
@@ -111,7 +112,7 @@ pub fn parent_of(ctx: &Ctx, head: Hash) -> Result<Option<String>, CliError> {
 
 /// `uwf thread stack`: the frames from `node` up to the top-level thread,
 /// innermost first.
-pub fn stack(ctx: &Ctx, node: Hash) -> Result<Vec<StackFrame>, CliError> {
+pub fn stack(ctx: &Ctx, node: Hash) -> Result<Vec<StackFrame>, EngineError> {
     let frames = thread::call_stack(&ctx.cas, node)?;
     let index = ThreadIndex::load(ctx)?;
     Ok(frames
@@ -156,7 +157,7 @@ pub fn child_links(ctx: &Ctx, view: &ThreadView, index: &ThreadIndex) -> Vec<Chi
         };
         let loaded = child
             .parse::<Hash>()
-            .map_err(|e| CliError::Cas(e.into()))
+            .map_err(|e| EngineError::Cas(e.into()))
             .and_then(|h| Ok((h, thread::load(&ctx.cas, h)?)));
         let view = match loaded {
             Ok((h, cv)) => {
@@ -179,119 +180,4 @@ pub fn child_links(ctx: &Ctx, view: &ThreadView, index: &ThreadIndex) -> Vec<Chi
 /// Whether any step of `view` was done by a child thread.
 pub fn has_children(view: &ThreadView) -> bool {
     view.steps.iter().any(|s| s.payload.child_thread.is_some())
-}
-
-/// The collapsible summary of a child thread that `thread read` puts in the
-/// parent's step: a `<details>` element whose summary names the child
-/// thread, its step count and workflow, holding one line per child step
-/// (role, agent, hash, output cut to one line) and the command that reads
-/// it in full.
-pub fn child_summary(child: &ChildLink) -> String {
-    let link = &child.link;
-    let mut out = String::new();
-    let who = link
-        .thread
-        .as_deref()
-        .map_or_else(|| format!("`{}`", link.child_thread), str::to_string);
-    let workflow = if link.workflow_name.is_empty() {
-        "?"
-    } else {
-        link.workflow_name.as_str()
-    };
-    let _ = writeln!(
-        out,
-        "<details><summary>child thread {who} ({} step{}, workflow {workflow})</summary>\n",
-        link.steps,
-        if link.steps == 1 { "" } else { "s" },
-    );
-    match &child.view {
-        Some(view) => {
-            for (i, s) in view.steps.iter().enumerate() {
-                let output = serde_json::to_string(&s.output).unwrap_or_default();
-                let cut: String = output.chars().take(SUMMARY_OUTPUT_CHARS).collect();
-                let more = if output.chars().count() > SUMMARY_OUTPUT_CHARS {
-                    "…"
-                } else {
-                    ""
-                };
-                let _ = writeln!(
-                    out,
-                    "{}. {} ({}) · `{}` · `{cut}{more}`",
-                    i + 1,
-                    s.payload.record.role,
-                    s.payload.record.agent,
-                    s.hash
-                );
-            }
-        }
-        None => {
-            let _ = writeln!(out, "_The child thread cannot be read._");
-        }
-    }
-    let _ = writeln!(out, "\nTerminal step `{}`.", link.child_thread);
-    match &link.thread {
-        Some(id) => {
-            let _ = writeln!(out, "Read it in full: `uwf thread read {id}`");
-        }
-        None => {
-            let _ = writeln!(
-                out,
-                "Its thread id is in neither threads.yaml nor history.jsonl; \
-                 `uwf thread stack {c}` and `uwf cas walk {c}` show it.",
-                c = link.child_thread
-            );
-        }
-    }
-    out.push_str("\n</details>\n");
-    out
-}
-
-/// Characters of a child step's output shown in [`child_summary`].
-const SUMMARY_OUTPUT_CHARS: usize = 120;
-
-/// Checks a StepNode's `childThread` before uwf applies the step (the
-/// child-thread cases of seed 004's role-result validation): when present,
-/// it must be a StepNode in the store whose thread loads, has ended (its
-/// moderator says `$END`), and was started from this thread's head
-/// (`parentState` = the head the step was run from).
-pub fn check_child_thread(
-    ctx: &Ctx,
-    view: &ThreadView,
-    new: Hash,
-    step: &StepNodePayload,
-) -> Result<(), String> {
-    let Some(child) = &step.child_thread else {
-        return Ok(());
-    };
-    let child: Hash = child
-        .parse()
-        .map_err(|e| format!("childThread reference is malformed: {e}"))?;
-    let cv = thread::load(&ctx.cas, child).map_err(|e| {
-        format!("StepNode {new} has childThread {child}, which is not a usable thread: {e}")
-    })?;
-    if cv.steps.last().map(|s| s.hash) != Some(child) {
-        return Err(format!(
-            "StepNode {new} has childThread {child}, which is a StartNode, not a child thread's terminal StepNode"
-        ));
-    }
-    if cv.start.parent_state.as_deref() != Some(view.head.to_string().as_str()) {
-        return Err(format!(
-            "StepNode {new} has childThread {child}, whose thread was started from {} (its parentState), not from this thread's head {}",
-            cv.start
-                .parent_state
-                .as_deref()
-                .unwrap_or("nothing (it is a top-level thread)"),
-            view.head
-        ));
-    }
-    match cv.decide() {
-        Ok(d) if d.is_end() => Ok(()),
-        Ok(d) => Err(format!(
-            "StepNode {new} has childThread {child}, but that child thread has not ended (its next role would be {:?})",
-            d.next
-        )),
-        Err(e) => Err(format!(
-            "StepNode {new} has childThread {child}, whose workflow cannot decide whether it has ended: {e}"
-        )),
-    }
 }

@@ -1,6 +1,6 @@
 //! Running one agent process: spawn, stream its stderr, capture its stdout,
-//! and stop it (its whole process group) on timeout or when the thread is
-//! killed by another `uwf` process.
+//! and stop it (its whole process group) on timeout, on cancellation, or
+//! when the thread is killed by another process.
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+use crate::CancelToken;
+
 /// Lines of the agent's stderr kept for error messages.
 const TAIL_LINES: usize = 20;
 /// Largest stdout we keep: the protocol needs one line.
@@ -21,21 +23,6 @@ const STDOUT_CAP: usize = 1 << 20;
 const GRACE: Duration = Duration::from_secs(2);
 /// How long an exited agent's leftovers may hold its pipes open.
 const LINGER: Duration = Duration::from_secs(2);
-
-static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Makes SIGINT/SIGTERM/SIGHUP to `uwf` stop a running agent (its whole
-/// process group, which does not get the terminal's signals) instead of
-/// leaving it orphaned. Call once, early.
-pub fn forward_interrupts() {
-    // Fails only if a handler is already installed: then keep that one.
-    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst));
-}
-
-/// Whether uwf was asked to stop.
-pub fn interrupted() -> bool {
-    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
-}
 
 /// How a finished agent ended.
 #[derive(Debug)]
@@ -51,7 +38,7 @@ pub enum Ending {
     TimedOut,
     /// `should_stop` asked to stop it (e.g. the thread was killed).
     Stopped,
-    /// `uwf` itself got SIGINT/SIGTERM and stopped it.
+    /// The caller's [`CancelToken`] was cancelled and the agent was stopped.
     Interrupted,
 }
 
@@ -79,11 +66,13 @@ pub struct Spawn<'a> {
 }
 
 /// Runs an agent to completion. `on_stderr` receives each stderr line as it
-/// arrives (to stream it to the user); `should_stop` is polled a few times a
-/// second and stops the agent when it returns true.
+/// arrives (to stream it to the user); `cancel` stops it at once;
+/// `should_stop` is polled a few times a second and stops the agent when it
+/// returns true.
 pub fn run(
     spec: &Spawn<'_>,
     on_stderr: impl Fn(&str) + Send + Sync + 'static,
+    cancel: &CancelToken,
     mut should_stop: impl FnMut() -> bool,
 ) -> std::io::Result<Finished> {
     let started = Instant::now();
@@ -136,7 +125,7 @@ pub fn run(
             stop(&mut child);
             break Ending::TimedOut;
         }
-        if interrupted() {
+        if cancel.is_cancelled() {
             stop(&mut child);
             break Ending::Interrupted;
         }
@@ -235,7 +224,7 @@ mod tests {
             env: vec![],
             timeout,
         };
-        run(&spec, |_| {}, || false).unwrap_or_else(|e| panic!("{e}"))
+        run(&spec, |_| {}, &CancelToken::new(), || false).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
@@ -273,6 +262,7 @@ mod tests {
         let f = run(
             &spec,
             |_| {},
+            &CancelToken::new(),
             || start.elapsed() > Duration::from_millis(300),
         )
         .unwrap_or_else(|e| panic!("{e}"));

@@ -1,0 +1,230 @@
+//! The engine's errors: what went wrong and the facts of it (thread, head,
+//! workflow, agent). Each has a stable diagnostic code; hints that name a
+//! command of some front end (`uwf thread step …`) are that front end's to
+//! add (the `uwf` binary does, by code).
+
+use std::path::PathBuf;
+
+use miette::Diagnostic;
+use thiserror::Error;
+
+use crate::check::Rejection;
+
+/// A failure of an engine operation. Whatever it is, the store and the
+/// thread state are as valid as before: nodes an agent wrote may be left
+/// unreferenced, nothing else changed.
+#[derive(Debug, Error, Diagnostic)]
+pub enum EngineError {
+    /// The object store failed.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Cas(#[from] uwf_cas::CasError),
+
+    /// The moderator could not decide (a condition failed, …).
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Moderator(#[from] uwf_moderator::ModeratorError),
+
+    /// A thread's chain could not be loaded.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Thread(#[from] uwf_moderator::thread::ThreadError),
+
+    /// The thread state failed.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    State(#[from] uwf_state::StateError),
+
+    /// A malformed thread id.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    ThreadId(#[from] uwf_util::ids::ThreadIdError),
+
+    /// A `retries` or `timeouts` setting cannot be used.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Policy(#[from] uwf_state::policy::PolicyError),
+
+    /// The state holds something that is not what uwf wrote.
+    #[error("{what} is corrupt: {reason}")]
+    #[diagnostic(code(uwf::state::corrupt))]
+    CorruptState {
+        /// Which record (a file of the filesystem backend, …).
+        what: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// No thread has this id.
+    #[error("no thread {thread}")]
+    #[diagnostic(code(uwf::thread::unknown))]
+    UnknownThread {
+        /// The id.
+        thread: String,
+    },
+
+    /// The thread is archived.
+    #[error("thread {thread} is finished (archived); it cannot be stepped or killed")]
+    #[diagnostic(code(uwf::thread::finished))]
+    ThreadFinished {
+        /// The id.
+        thread: String,
+    },
+
+    /// The thread was killed while a step ran.
+    #[error("thread {thread} was killed while the step ran; its result was not applied")]
+    #[diagnostic(code(uwf::thread::killed))]
+    Killed {
+        /// The id.
+        thread: String,
+    },
+
+    /// The thread was killed while the step waited for a slot of its
+    /// workflow, or just before its agent would have started.
+    #[error("thread {thread} was killed before its agent started; nothing was run")]
+    #[diagnostic(code(uwf::thread::killed))]
+    KilledBeforeStart {
+        /// The id.
+        thread: String,
+    },
+
+    /// `overflow: drop` and every slot of the workflow is taken.
+    #[error(
+        "no free slot: workflow {workflow} already runs {concurrency} step(s), its limit with `overflow: drop`; thread {thread} was not stepped"
+    )]
+    #[diagnostic(code(uwf::thread::no_slot))]
+    NoSlot {
+        /// The id.
+        thread: String,
+        /// The workflow name.
+        workflow: String,
+        /// Its `concurrency`.
+        concurrency: u32,
+    },
+
+    /// The step waited in its workflow's queue and was pushed out, being
+    /// the oldest waiter when a newer one arrived at a full queue.
+    #[error(
+        "thread {thread} was pushed out of the queue of workflow {workflow} after waiting {waited}: a newer step arrived while the queue was full (maxQueue {max_queue}), and the oldest waiter gives way; the thread was not stepped"
+    )]
+    #[diagnostic(code(uwf::thread::evicted))]
+    Evicted {
+        /// The id.
+        thread: String,
+        /// The workflow name.
+        workflow: String,
+        /// Its `maxQueue`.
+        max_queue: u32,
+        /// How long the step waited, human-readable.
+        waited: String,
+    },
+
+    /// The concurrency slots of a workflow could not be used.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Slot(uwf_state::slots::SlotError),
+
+    /// Another process moved the head while the step ran.
+    #[error("thread {thread} moved to {actual} while the step ran; this step was not applied")]
+    #[diagnostic(code(uwf::thread::conflict))]
+    HeadMoved {
+        /// The id.
+        thread: String,
+        /// The head it has now.
+        actual: String,
+    },
+
+    /// The step was cancelled (the caller's [`CancelToken`](crate::CancelToken))
+    /// while an agent ran, or while it waited for a slot or a retry.
+    #[error(
+        "interrupted: the step was stopped (its agent too, if one ran) and nothing was applied"
+    )]
+    #[diagnostic(code(uwf::interrupted))]
+    Interrupted,
+
+    /// A thread was started with an empty task.
+    #[error("the prompt is empty")]
+    #[diagnostic(code(uwf::thread::empty_prompt))]
+    EmptyPrompt,
+
+    /// A hash that is not a StartNode or StepNode where one was needed.
+    #[error("{hash} is not a StepNode")]
+    #[diagnostic(code(uwf::thread::not_a_step))]
+    NotAStep {
+        /// The hash.
+        hash: String,
+    },
+
+    /// A parent state that is not a thread node.
+    #[error("--parent {hash} is not a usable parent state: {source}")]
+    #[diagnostic(code(uwf::thread::bad_parent))]
+    BadParent {
+        /// The hash given.
+        hash: String,
+        /// Why it cannot be loaded as a thread.
+        #[source]
+        source: Box<uwf_moderator::thread::ThreadError>,
+    },
+
+    /// The agent could not be started.
+    #[error("cannot start agent {command:?}: {source}")]
+    #[diagnostic(code(uwf::agent::spawn))]
+    AgentSpawn {
+        /// The program.
+        command: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The agent failed or misbehaved; the thread is unchanged.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Agent(Box<AgentFailure>),
+
+    /// A StepNode offered for a thread (by a person's answer, …) failed the
+    /// checks before the head may move; the thread is unchanged.
+    #[error("the step offered for thread {thread} was not applied: {rejection}")]
+    #[diagnostic(code(uwf::thread::rejected))]
+    Rejected {
+        /// The thread.
+        thread: String,
+        /// Why.
+        rejection: Rejection,
+    },
+}
+
+impl EngineError {
+    /// Whether the step ended because its thread was killed.
+    pub fn is_killed(&self) -> bool {
+        matches!(
+            self,
+            EngineError::Killed { .. } | EngineError::KilledBeforeStart { .. }
+        )
+    }
+
+    /// Whether the step did not run for lack of a concurrency slot.
+    pub fn is_no_slot(&self) -> bool {
+        matches!(
+            self,
+            EngineError::NoSlot { .. } | EngineError::Evicted { .. }
+        )
+    }
+}
+
+/// An agent failed or produced something unusable.
+#[derive(Debug, Error, Diagnostic)]
+// The stderr was streamed as the agent ran (`Progress::agent_line`): the
+// report does not repeat it; the tail stays here and in the attempt record.
+#[error("agent {agent} (role {role}) {reason}")]
+#[diagnostic(code(uwf::agent::failed))]
+pub struct AgentFailure {
+    /// The agent (alias or command).
+    pub agent: String,
+    /// The role it ran.
+    pub role: String,
+    /// What went wrong.
+    pub reason: String,
+    /// The end of its stderr.
+    pub stderr_tail: String,
+}

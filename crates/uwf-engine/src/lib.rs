@@ -1,0 +1,149 @@
+//! The uwf engine as a library: start a thread, run one step of it (seed 000
+//! §1.3 with the rules of seed 004), run it to the end, fork it, kill it.
+//!
+//! The engine owns the whole step cycle: it resolves the head, asks the
+//! moderator for the next role, resolves the agent, takes a concurrency
+//! slot, runs and supervises the agent (timeouts, retries, the kill flag,
+//! cancellation), checks the StepNode the agent offers ([`check`]), moves
+//! the head by compare-and-swap and archives the thread at `$END`. It keeps
+//! no state of its own: everything lives in the object store ([`Cas`]) and
+//! the thread state ([`ThreadStore`]), so any number of engines, in any
+//! number of processes, can share a store.
+//!
+//! Front ends (the `uwf` binary, a worker, a test) create an [`Engine`] over
+//! the stores, pass [`StepOptions`] (with a [`CancelToken`] they control and
+//! a [`Progress`] sink of their own) and render what comes back.
+//!
+//! `examples/embed.rs` is a complete program: it starts a thread of a
+//! workflow and steps it to `$END` with a closure as the agent.
+
+pub mod check;
+mod error;
+pub mod human;
+pub mod nested;
+mod ops;
+mod progress;
+pub mod retry;
+pub mod running;
+pub mod spawn;
+mod step;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use error::{AgentFailure, EngineError};
+pub use ops::{Ran, Started, apply_offered, fork, kill, ready_to_start, run, start, workflow_of};
+pub use progress::{NoProgress, Progress};
+pub use step::*;
+use uwf_cas::Cas;
+use uwf_state::{StateDir, ThreadStore};
+
+/// Environment variable telling an agent how uwf names it (its alias or
+/// command line); the StepNode records it as `agent`.
+pub const AGENT_ENV: &str = "UWF_AGENT";
+
+/// Environment variable giving an agent the head its step starts from, so
+/// it needs no lookup of the thread's head.
+pub const HEAD_ENV: &str = "UWF_HEAD";
+
+/// A cancellation flag the caller owns: set it (from a signal handler,
+/// another thread, a shutdown path) and the running step stops its agent,
+/// applies nothing and returns [`EngineError::Interrupted`].
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    /// A token that is not cancelled.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Cancels every step that holds a clone of this token.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`cancel`](Self::cancel) was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// An engine over one store: the object store and the thread state.
+pub struct Engine {
+    pub(crate) cas: Cas,
+    pub(crate) state: Arc<dyn ThreadStore>,
+    /// What an agent needs in its environment to open the same store.
+    pub(crate) store_env: Vec<(String, OsString)>,
+    /// Prepended to an agent's `PATH` (where agents installed beside the
+    /// front end's binary are found).
+    pub(crate) agent_dir: Option<PathBuf>,
+    /// Where running markers, agent logs and step timings go
+    /// ([`running`]); `None`: not kept.
+    pub(crate) run_dir: Option<PathBuf>,
+}
+
+impl Engine {
+    /// The embedded default: the filesystem store under `root` (seed 002's
+    /// layout). Agents get `root` in their environment.
+    pub fn open(root: &Path) -> Result<Self, EngineError> {
+        Ok(Self {
+            cas: Cas::open(root)?,
+            state: Arc::new(StateDir::new(root)),
+            store_env: vec![(
+                uwf_util::root::ENV_ROOT.to_string(),
+                root.as_os_str().to_owned(),
+            )],
+            agent_dir: None,
+            run_dir: Some(root.to_path_buf()),
+        })
+    }
+
+    /// An engine over any stores. `store_env` is what an agent needs in its
+    /// environment to open the same store (for the filesystem store:
+    /// [`uwf_util::root::ENV_ROOT`] and the root).
+    pub fn with_stores(
+        cas: Cas,
+        state: Arc<dyn ThreadStore>,
+        store_env: Vec<(String, OsString)>,
+    ) -> Self {
+        Self {
+            cas,
+            state,
+            store_env,
+            agent_dir: None,
+            run_dir: None,
+        }
+    }
+
+    /// Keeps running markers, agent logs and step timings under `dir`
+    /// ([`running`]); [`Engine::open`] keeps them under its root.
+    pub fn with_run_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.run_dir = Some(dir.into());
+        self
+    }
+
+    /// Where running markers, agent logs and step timings are kept, if anywhere.
+    pub fn run_dir(&self) -> Option<&Path> {
+        self.run_dir.as_deref()
+    }
+
+    /// Agents are looked up in `dir` first (for example the directory of the
+    /// front end's own binary, where uwf's agents are installed).
+    pub fn with_agent_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.agent_dir = Some(dir.into());
+        self
+    }
+
+    /// The object store.
+    pub fn cas(&self) -> &Cas {
+        &self.cas
+    }
+
+    /// The thread state.
+    pub fn state(&self) -> &dyn ThreadStore {
+        self.state.as_ref()
+    }
+}

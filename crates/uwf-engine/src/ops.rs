@@ -1,0 +1,182 @@
+//! Thread operations around the step: start, fork, kill, run to the end,
+//! and applying a step someone else wrote (a person's answer).
+
+use std::sync::Arc;
+
+use uwf_cas::Hash;
+use uwf_moderator::thread;
+use uwf_protocol::{HistoryEntry, StartNodePayload, StepOutput};
+use uwf_util::ids::ThreadId;
+
+use crate::check::{CheckError, check_step};
+use crate::error::EngineError;
+use crate::step::{StepOptions, Stepped, active_head, apply, conflict_or, step};
+use crate::{Engine, Progress};
+
+/// A thread that was started or forked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    /// The new thread's id.
+    pub thread: String,
+    /// Its head: the StartNode, or the node a fork starts from.
+    pub head: Hash,
+}
+
+/// How [`run`] ended.
+#[derive(Debug)]
+pub enum Ran {
+    /// The thread reached `$END` (or was already there).
+    Done(StepOutput),
+    /// A role waits for a person: the last step did not run.
+    Waiting(Stepped),
+    /// `max_steps` steps ran and the thread is not done.
+    MaxSteps {
+        /// Where it stands.
+        output: Option<StepOutput>,
+        /// How many steps ran.
+        steps: usize,
+    },
+}
+
+/// Fails if no thread can be added now (the thread index of a store not yet
+/// migrated is corrupt), so a front end can check before it writes anything
+/// for a new thread (a workflow registration, …).
+pub fn ready_to_start(engine: &Engine) -> Result<(), EngineError> {
+    engine.state.thread_head(&ThreadId::new().to_string())?;
+    Ok(())
+}
+
+/// Starts a thread of the Workflow node `workflow` with the task `prompt`:
+/// stores its StartNode (with `parent` as `parentState`, for a child
+/// thread) and makes it active. `parent` must be a StartNode or StepNode of
+/// a sound chain.
+pub fn start(
+    engine: &Engine,
+    workflow: Hash,
+    prompt: &str,
+    parent: Option<Hash>,
+) -> Result<Started, EngineError> {
+    if prompt.trim().is_empty() {
+        return Err(EngineError::EmptyPrompt);
+    }
+    ready_to_start(engine)?;
+    let id = ThreadId::new().to_string();
+    if let Some(p) = parent {
+        thread::load(&engine.cas, p).map_err(|e| EngineError::BadParent {
+            hash: p.to_string(),
+            source: Box::new(e),
+        })?;
+    }
+    let payload = StartNodePayload {
+        workflow: workflow.to_string(),
+        prompt: prompt.to_string(),
+        parent_state: parent.map(|p| p.to_string()),
+    };
+    let start = engine
+        .cas
+        .put_value(engine.cas.types().start_node, &payload)?;
+    engine.state.insert_thread(&id, &start.hash.to_string())?;
+    Ok(Started {
+        thread: id,
+        head: start.hash,
+    })
+}
+
+/// Starts a new thread at `node`, a StartNode or StepNode of a sound chain
+/// (of any thread, active or archived): it continues from there.
+pub fn fork(engine: &Engine, node: Hash) -> Result<Started, EngineError> {
+    // Loading proves it is a StartNode or StepNode of a sound chain.
+    thread::load(&engine.cas, node)?;
+    let id = ThreadId::new().to_string();
+    engine.state.insert_thread(&id, &node.to_string())?;
+    Ok(Started {
+        thread: id,
+        head: node,
+    })
+}
+
+/// Kills an active thread: archives it with reason `killed`. A step of it
+/// that is running notices (the kill flag) and stops its agent.
+pub fn kill(engine: &Engine, id: &str) -> Result<HistoryEntry, EngineError> {
+    let head = active_head(engine, id)?;
+    let view_workflow = workflow_of(engine, head)?;
+    Ok(engine.state.archive(id, &view_workflow, None, "killed")?)
+}
+
+/// The workflow hash of the thread whose head is `head`.
+pub fn workflow_of(engine: &Engine, head: Hash) -> Result<String, EngineError> {
+    let types = engine.cas.types();
+    let node = engine.cas.get(head)?;
+    if node.type_hash == types.start_node {
+        let start: StartNodePayload =
+            serde_json::from_value(node.payload).map_err(|e| EngineError::CorruptState {
+                what: format!("StartNode {head}").into(),
+                reason: e.to_string(),
+            })?;
+        return Ok(start.workflow);
+    }
+    let start = node
+        .payload
+        .get("start")
+        .and_then(serde_json::Value::as_str)
+        .and_then(|s| s.parse::<Hash>().ok())
+        .ok_or_else(|| EngineError::NotAStep {
+            hash: head.to_string(),
+        })?;
+    workflow_of(engine, start)
+}
+
+/// Steps thread `id` until it ends, a role waits for a person, or
+/// `max_steps` steps ran. Errors stop it at once (the thread stays where
+/// the last landed step left it).
+pub fn run(
+    engine: &Engine,
+    id: &str,
+    opts: &StepOptions<'_>,
+    progress: &Arc<dyn Progress>,
+    max_steps: usize,
+) -> Result<Ran, EngineError> {
+    let mut last = None;
+    for _ in 0..max_steps {
+        let stepped = step(engine, id, opts, progress)?;
+        if stepped.waiting.is_some() {
+            return Ok(Ran::Waiting(stepped));
+        }
+        if stepped.output.done {
+            return Ok(Ran::Done(stepped.output));
+        }
+        last = Some(stepped.output);
+    }
+    Ok(Ran::MaxSteps {
+        output: last,
+        steps: max_steps,
+    })
+}
+
+/// Applies a StepNode written outside an agent run (a person's answer) to
+/// thread `id` for `role`, which must be the role the moderator chooses at
+/// the thread's current head: the same checks as an agent's step, then the
+/// compare-and-swap of the head, then the archive at `$END`.
+pub fn apply_offered(
+    engine: &Engine,
+    id: &str,
+    expected_head: Hash,
+    role: &str,
+    new: Hash,
+) -> Result<StepOutput, EngineError> {
+    let view = thread::load(&engine.cas, expected_head)?;
+    let loaded = match check_step(&engine.cas, &view, role, new) {
+        Ok(l) => l,
+        Err(CheckError::Rejected(rejection)) => {
+            return Err(EngineError::Rejected {
+                thread: id.to_string(),
+                rejection,
+            });
+        }
+        Err(CheckError::Store(e)) => return Err(e),
+    };
+    apply(engine, id, view, role, new, loaded).map_err(|e| match e {
+        EngineError::State(s) => conflict_or(s, id),
+        other => other,
+    })
+}

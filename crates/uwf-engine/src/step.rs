@@ -1,0 +1,614 @@
+//! One step of a thread: moderator → slot (for a workflow with a
+//! concurrency limit) → agent → checks → compare-and-swap of the head.
+//! Also the thread lookups the commands share.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use uwf_cas::Hash;
+use uwf_moderator::thread::{self, LoadedStep, ThreadView};
+use uwf_protocol::{HistoryEntry, StepOutput, WaitingRecord, WorkflowLimits};
+use uwf_state::SlotHold;
+use uwf_state::policy;
+use uwf_state::slots::SlotError;
+use uwf_state::state::{ResolvedAgent, StateError};
+
+use crate::check::CheckError;
+use crate::error::{AgentFailure, EngineError};
+use crate::spawn::{self, Ending, Spawn};
+use crate::{AGENT_ENV, CancelToken, Engine, HEAD_ENV, Progress};
+
+/// Where a thread stands.
+pub enum Status {
+    /// Listed in threads.yaml.
+    Active {
+        /// Its head.
+        head: Hash,
+    },
+    /// Archived in history.jsonl.
+    Archived(HistoryEntry),
+}
+
+/// Parses and canonicalises a thread id.
+pub fn thread_id(s: &str) -> Result<String, EngineError> {
+    Ok(s.parse::<uwf_util::ids::ThreadId>()?.to_string())
+}
+
+fn stored_hash(s: &str, what: &str) -> Result<Hash, EngineError> {
+    s.parse::<Hash>().map_err(|e| EngineError::CorruptState {
+        what: PathBuf::from(what),
+        reason: e.to_string(),
+    })
+}
+
+/// Looks a thread up; unknown ids are an error.
+pub fn status(ctx: &Engine, id: &str) -> Result<Status, EngineError> {
+    if let Some(head) = ctx.state.thread_head(id)? {
+        return Ok(Status::Active {
+            head: stored_hash(&head, &format!("the head of thread {id}"))?,
+        });
+    }
+    match ctx.state.find_archived(id)? {
+        Some(entry) => Ok(Status::Archived(entry)),
+        None => Err(EngineError::UnknownThread {
+            thread: id.to_string(),
+        }),
+    }
+}
+
+/// The head of an active thread; archived and unknown threads are errors.
+pub fn active_head(ctx: &Engine, id: &str) -> Result<Hash, EngineError> {
+    match status(ctx, id)? {
+        Status::Active { head } => Ok(head),
+        Status::Archived(_) => Err(EngineError::ThreadFinished {
+            thread: id.to_string(),
+        }),
+    }
+}
+
+/// The head of a thread, active or archived.
+pub fn any_head(ctx: &Engine, id: &str) -> Result<Hash, EngineError> {
+    match status(ctx, id)? {
+        Status::Active { head } => Ok(head),
+        Status::Archived(e) => stored_hash(&e.head, &format!("the history entry of thread {id}")),
+    }
+}
+
+/// Options of a step.
+#[derive(Debug, Clone, Default)]
+pub struct StepOptions<'a> {
+    /// An agent command line that overrides the configuration for every
+    /// role (`--agent`).
+    pub agent: Option<&'a str>,
+    /// Stop the agent after this long (overrides the configured timeout).
+    pub timeout: Option<Duration>,
+    /// Cancels the step: its agent is stopped and nothing is applied.
+    pub cancel: CancelToken,
+}
+
+/// What a step did.
+#[derive(Debug, Clone)]
+pub struct Stepped {
+    /// The JSON answer.
+    pub output: StepOutput,
+    /// Set when the step did not run because the role waits for a person
+    /// (directly, or through a child thread): the head did not move.
+    pub waiting: Option<WaitingRecord>,
+}
+
+impl Stepped {
+    /// A step that did not run: thread `id` (at `head`) waits as `record` says.
+    fn waiting(workflow: String, id: &str, head: Hash, record: WaitingRecord) -> Self {
+        Stepped {
+            output: StepOutput {
+                workflow,
+                thread: id.to_string(),
+                head: head.to_string(),
+                done: false,
+            },
+            waiting: Some(record),
+        }
+    }
+}
+
+/// Runs one cycle of a thread (seed 000 §1.3).
+///
+/// If config.yaml limits the workflow's concurrency (seed 004), the agent
+/// runs only while the step holds one of its slots ([`uwf_state::slots`]):
+/// taken after the moderator chose the role, freed when the agent ends.
+/// A role bound to a person (`human: true`) runs nothing: the thread is
+/// recorded as waiting ([`crate::human`]). A failed agent is retried as
+/// config.yaml's `retries` say ([`crate::retry`]).
+pub fn step(
+    ctx: &Engine,
+    id: &str,
+    opts: &StepOptions<'_>,
+    progress: &Arc<dyn Progress>,
+) -> Result<Stepped, EngineError> {
+    let head = active_head(ctx, id)?;
+    let view = thread::load(&ctx.cas, head)?;
+    let workflow = view.workflow_hash.to_string();
+    let decision = view.decide()?;
+    if decision.is_end() {
+        ctx.state
+            .archive(id, &workflow, Some(&head.to_string()), "done")
+            .map_err(|e| conflict_or(e, id))?;
+        return Ok(Stepped {
+            output: StepOutput {
+                workflow,
+                thread: id.to_string(),
+                head: head.to_string(),
+                done: true,
+            },
+            waiting: None,
+        });
+    }
+    let role = decision.next.clone();
+    // Read once: it gives the agent, the workflow's limits and the policies.
+    let config = ctx.state.config()?;
+    let agent =
+        ctx.state
+            .resolve_agent_with(config.as_ref(), opts.agent, &view.workflow.name, &role)?;
+    if agent.human {
+        let ask = crate::human::Ask {
+            role: &role,
+            edge_prompt: decision.prompt.as_deref(),
+            agent: &agent.label,
+        };
+        let record = crate::human::wait(ctx, id, &view, ask, config.as_ref(), progress.as_ref())?;
+        return Ok(Stepped::waiting(workflow, id, head, record));
+    }
+    let name = &view.workflow.name;
+    let policy = policy::retry_policy(config.as_ref(), name, &role)?;
+    let timeout = match opts.timeout {
+        Some(t) => Some(t),
+        None => policy::timeout(config.as_ref(), name, &role)?,
+    };
+    let attempt = Attempt {
+        ctx,
+        id,
+        view: &view,
+        head,
+        role: &role,
+        agent: &agent,
+        timeout,
+        limits: config.as_ref().and_then(|c| c.limits(name)),
+        progress,
+        cancel: &opts.cancel,
+    };
+    let (new, loaded) = match crate::retry::run(&attempt, &policy)? {
+        Tried::Landed(new, loaded) => (new, loaded),
+        Tried::ChildWaiting(record) => return Ok(Stepped::waiting(workflow, id, head, record)),
+        // `retry::run` turns the last failure into an error.
+        Tried::Failed(f) => return Err(f.into_error(&agent.label, &role, None)),
+    };
+    Ok(Stepped {
+        output: apply(ctx, id, view, &role, new, loaded)?,
+        waiting: None,
+    })
+}
+
+/// One attempt of a step: everything the agent run needs.
+pub struct Attempt<'a> {
+    /// The root.
+    pub ctx: &'a Engine,
+    /// The thread id.
+    pub id: &'a str,
+    /// The thread as loaded at the start of the step.
+    pub view: &'a ThreadView,
+    /// Its head.
+    pub head: Hash,
+    /// The role the moderator chose.
+    pub role: &'a str,
+    /// The agent that runs it.
+    pub agent: &'a ResolvedAgent,
+    /// Stop the agent after this long.
+    pub timeout: Option<Duration>,
+    /// The workflow's concurrency limits, if any.
+    pub limits: Option<WorkflowLimits>,
+    /// Progress callbacks.
+    pub progress: &'a Arc<dyn Progress>,
+    /// Cancels the attempt.
+    pub cancel: &'a CancelToken,
+}
+
+/// How an attempt ended, when nothing stops the whole step.
+pub enum Tried {
+    /// The agent wrote a StepNode that passed the checks (the head has not moved yet).
+    Landed(Hash, LoadedStep),
+    /// The agent failed in a way worth retrying.
+    Failed(Failed),
+    /// The agent (a workflow agent) reported that its child thread waits
+    /// for a person; the thread is now recorded as waiting too.
+    ChildWaiting(WaitingRecord),
+}
+
+/// A failed attempt: what [`crate::retry`] records and reports.
+pub struct Failed {
+    /// `exit`, `signal`, `timeout`, `no-hash`, `bad-hash` or `check`.
+    pub kind: &'static str,
+    /// The failure in words.
+    pub reason: String,
+    /// The exit status, if it exited.
+    pub exit_code: Option<i32>,
+    /// The last lines of its stderr.
+    pub stderr_tail: Vec<String>,
+    /// How long it ran.
+    pub elapsed: Duration,
+    /// When it started (ms since the Unix epoch).
+    pub started_at: u64,
+}
+
+impl Failed {
+    /// The error reported when no retry is left; `attempts` adds how many
+    /// were made (when there were retries).
+    pub fn into_error(self, agent: &str, role: &str, attempts: Option<u32>) -> EngineError {
+        let reason = match attempts {
+            Some(n) if n > 1 => format!(
+                "{} (attempt {n} of {n}; `uwf thread show` lists the failed attempts)",
+                self.reason
+            ),
+            _ => self.reason,
+        };
+        EngineError::Agent(Box::new(AgentFailure {
+            agent: agent.to_string(),
+            role: role.to_string(),
+            reason,
+            stderr_tail: self.stderr_tail.join("\n"),
+        }))
+    }
+}
+
+/// Runs the agent once: slot → kill flag → agent → checks. Errors are what
+/// stops the step at once (a kill, a head conflict, an interrupt, an agent
+/// that cannot be started, no slot); failures worth a retry are
+/// [`Tried::Failed`].
+pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
+    let (ctx, id, head, role, agent) = (a.ctx, a.id, a.head, a.role, a.agent);
+    // Seed 004: a slot of the workflow, held while the agent runs.
+    let slot = match a.limits {
+        Some(limits) => Some(acquire_slot(
+            ctx,
+            id,
+            head,
+            &a.view.workflow.name,
+            limits,
+            a.progress.as_ref(),
+            a.cancel,
+        )?),
+        None => None,
+    };
+    // The kill flag (seed 004), checked once more just before the agent
+    // starts: the thread may have been killed or moved on meanwhile.
+    if let Some(e) = moved(ctx, id, &head.to_string(), false)? {
+        return Err(e);
+    }
+
+    let mut args = agent.args.clone();
+    args.push(id.to_string());
+    args.push(role.to_string());
+    let env = agent_env(ctx, &agent.label, head)?;
+    let spec = Spawn {
+        command: &agent.command,
+        args: &args,
+        env,
+        timeout: a.timeout,
+    };
+    a.progress.started(role, &agent.label);
+    let started_at = uwf_state::state::now_ms();
+    let cancel = a.cancel.clone();
+    let state = &ctx.state;
+    let head_s = head.to_string();
+    // The marker `thread show`/`list`/`watch` read, and the stderr log.
+    let running = ctx.run_dir.as_deref().map(|dir| {
+        crate::running::Running::start(dir, id, role, &agent.label, &head_s, started_at)
+    });
+    let log = running.as_ref().map(crate::running::Running::sink);
+    let sink = Arc::clone(a.progress);
+    let finished = spawn::run(
+        &spec,
+        move |line| {
+            if let Some(log) = &log {
+                log(line);
+            }
+            sink.agent_line(line);
+        },
+        &cancel,
+        // The kill flag of seed 004: the thread left threads.yaml, or its head moved.
+        || {
+            state
+                .thread_head(id)
+                .map(|h| h.as_deref() != Some(head_s.as_str()))
+                .unwrap_or(false)
+        },
+    )
+    .map_err(|source| EngineError::AgentSpawn {
+        command: agent.command.clone(),
+        source,
+    })?;
+    // The agent is done: free the slot before checking its work.
+    drop(slot);
+    // The kill flag again, now that the agent returned: a thread killed (or
+    // moved on) meanwhile never gets this step, and that is what to report,
+    // whatever the agent did (it may have failed because of it).
+    if !matches!(finished.ending, Ending::Interrupted)
+        && let Some(e) = moved(ctx, id, &head_s, true)?
+    {
+        return Err(e);
+    }
+
+    let stderr_tail = finished.stderr_tail;
+    let elapsed = finished.elapsed;
+    let fail = |kind: &'static str, reason: String, exit_code: Option<i32>| {
+        a.progress.failed(role, elapsed, &reason);
+        Ok(Tried::Failed(Failed {
+            kind,
+            reason,
+            exit_code,
+            stderr_tail: stderr_tail.clone(),
+            elapsed,
+            started_at,
+        }))
+    };
+    let stdout = match finished.ending {
+        Ending::Exited {
+            code: Some(0),
+            stdout,
+        } => stdout,
+        Ending::Exited { code: Some(c), .. } => {
+            if c == i32::from(crate::human::EXIT_WAITING)
+                && let Some(record) =
+                    crate::human::child_waits(ctx, id, a.view, role, &agent.label)?
+            {
+                return Ok(Tried::ChildWaiting(record));
+            }
+            return fail("exit", format!("exited with status {c}"), Some(c));
+        }
+        Ending::Exited { code: None, .. } => {
+            return fail("signal", "was killed by a signal".into(), None);
+        }
+        Ending::TimedOut => {
+            let t = a
+                .timeout
+                .map(|t| humantime::format_duration(t).to_string())
+                .unwrap_or_default();
+            return fail(
+                "timeout",
+                format!("did not finish within {t} and was stopped"),
+                None,
+            );
+        }
+        Ending::Stopped => return Err(interrupted(ctx, id)?),
+        Ending::Interrupted => return Err(EngineError::Interrupted),
+    };
+    let Some(line) = spawn::last_line(&stdout) else {
+        return fail(
+            "no-hash",
+            "printed nothing on stdout (expected the new StepNode's hash)".into(),
+            Some(0),
+        );
+    };
+    let new: Hash = match line.parse() {
+        Ok(h) => h,
+        Err(_) => {
+            return fail(
+                "bad-hash",
+                format!(
+                    "printed {:?} on stdout, which is not a CAS hash",
+                    line.chars().take(80).collect::<String>()
+                ),
+                Some(0),
+            );
+        }
+    };
+    match crate::check::check_step(&ctx.cas, a.view, role, new) {
+        Ok(loaded) => {
+            a.progress.finished(role, elapsed);
+            if let (Some(r), Some(dir)) = (&running, ctx.run_dir.as_deref()) {
+                r.landed(dir, &new.to_string(), elapsed);
+            }
+            Ok(Tried::Landed(new, loaded))
+        }
+        Err(CheckError::Rejected(r)) => fail("check", r.to_string(), Some(0)),
+        // The store failing is not the agent's fault: stop, never retry.
+        Err(CheckError::Store(e)) => Err(e),
+    }
+}
+
+/// Moves thread `id` from the head `view` was loaded at to `new` (a checked
+/// StepNode of `role`, loaded as `loaded`) by compare-and-swap, then asks
+/// the moderator whether the thread is done and archives it if so
+/// (seed 000 §1.3, steps 7 and 8).
+pub fn apply(
+    ctx: &Engine,
+    id: &str,
+    view: ThreadView,
+    role: &str,
+    new: Hash,
+    loaded: LoadedStep,
+) -> Result<StepOutput, EngineError> {
+    let head = view.head;
+    let workflow = view.workflow_hash.to_string();
+    debug_assert_eq!(loaded.payload.record.role, role);
+    ctx.state
+        .swap_head(id, &head.to_string(), &new.to_string())
+        .map_err(|e| conflict_or(e, id))?;
+
+    // Step 8: does the new step end the thread? The chain is the one loaded
+    // at the start plus the step just checked: no need to read it again.
+    let mut view = view;
+    view.steps.push(loaded);
+    view.head = new;
+    let done = match view.decide() {
+        Ok(d) if d.is_end() => {
+            match ctx
+                .state
+                .archive(id, &workflow, Some(&new.to_string()), "done")
+            {
+                Ok(_) => true,
+                // Killed (archived with this very head) right after the step
+                // landed: the step stands and the thread is over either way.
+                Err(StateError::Conflict { actual: None, .. }) => {
+                    tracing::warn!("thread {id} was killed just after this step was recorded");
+                    true
+                }
+                Err(e) => return Err(conflict_or(e, id)),
+            }
+        }
+        Ok(_) => false,
+        Err(e) => {
+            // The step itself landed; the next `step` will report this properly.
+            tracing::warn!(
+                "the step was recorded, but the moderator cannot decide what comes next: {e}"
+            );
+            false
+        }
+    };
+    Ok(StepOutput {
+        workflow,
+        thread: id.to_string(),
+        head: new.to_string(),
+        done,
+    })
+}
+
+/// How often a queued step re-reads `threads.yaml` for the kill flag.
+const KILL_POLL: Duration = Duration::from_millis(200);
+
+/// Takes a slot of `workflow` for a step of thread `id` at `head`, as its
+/// `limits` say: at once or [`EngineError::NoSlot`] (`overflow: drop`), or
+/// after waiting in the workflow's queue (`overflow: queue`), reporting the
+/// wait through `progress`; [`EngineError::Evicted`] if the queue pushes the
+/// step out. While waiting, an interrupt stops it, and so does the kill
+/// flag (the thread archived, or its head moved).
+fn acquire_slot(
+    ctx: &Engine,
+    id: &str,
+    head: Hash,
+    workflow: &str,
+    limits: WorkflowLimits,
+    progress: &dyn Progress,
+    cancel: &CancelToken,
+) -> Result<Box<dyn SlotHold>, EngineError> {
+    let head = head.to_string();
+    let mut stop = None;
+    let mut last_check = Instant::now();
+    let mut shown = None;
+    let got = ctx.state.acquire_slot(workflow, limits, None, &mut |w| {
+        if cancel.is_cancelled() {
+            stop = Some(EngineError::Interrupted);
+            return false;
+        }
+        if last_check.elapsed() >= KILL_POLL {
+            last_check = Instant::now();
+            if let Some(e) = moved(ctx, id, &head, false).unwrap_or_else(Some) {
+                stop = Some(e);
+                return false;
+            }
+        }
+        if shown != Some(w.ahead) {
+            shown = Some(w.ahead);
+            progress.waiting(workflow, w.ahead);
+        }
+        true
+    });
+    let guard = match got {
+        Ok(guard) => guard,
+        Err(SlotError::Full { concurrency, .. }) => {
+            return Err(EngineError::NoSlot {
+                thread: id.to_string(),
+                workflow: workflow.to_string(),
+                concurrency,
+            });
+        }
+        Err(SlotError::Evicted {
+            max_queue, waited, ..
+        }) => {
+            let waited = Duration::from_millis(u64::try_from(waited.as_millis()).unwrap_or(0));
+            return Err(EngineError::Evicted {
+                thread: id.to_string(),
+                workflow: workflow.to_string(),
+                max_queue,
+                waited: humantime::format_duration(waited).to_string(),
+            });
+        }
+        Err(SlotError::Cancelled { .. }) => return Err(stop.unwrap_or(EngineError::Interrupted)),
+        Err(e) => return Err(EngineError::Slot(e)),
+    };
+    Ok(guard)
+}
+
+/// `None` while thread `id`'s head is still `head`; otherwise the error of
+/// a step that must stop: the thread was killed (before or after its agent
+/// started, as `agent_ran` says), or moved on.
+pub fn moved(
+    ctx: &Engine,
+    id: &str,
+    head: &str,
+    agent_ran: bool,
+) -> Result<Option<EngineError>, EngineError> {
+    let thread = id.to_string();
+    Ok(match ctx.state.thread_head(id)? {
+        Some(h) if h == head => None,
+        Some(actual) => Some(EngineError::HeadMoved { thread, actual }),
+        None if agent_ran => Some(EngineError::Killed { thread }),
+        None => Some(EngineError::KilledBeforeStart { thread }),
+    })
+}
+
+/// The agent was stopped because the thread changed under it.
+fn interrupted(ctx: &Engine, id: &str) -> Result<EngineError, EngineError> {
+    Ok(match ctx.state.thread_head(id)? {
+        None => EngineError::Killed {
+            thread: id.to_string(),
+        },
+        Some(actual) => EngineError::HeadMoved {
+            thread: id.to_string(),
+            actual,
+        },
+    })
+}
+
+/// The engine error for a lost compare-and-swap of thread `id`: killed
+/// (no longer active) or moved on; other state errors pass through.
+pub fn conflict_or(e: StateError, id: &str) -> EngineError {
+    match e {
+        StateError::Conflict { actual: None, .. } => EngineError::Killed {
+            thread: id.to_string(),
+        },
+        StateError::Conflict {
+            actual: Some(actual),
+            ..
+        } => EngineError::HeadMoved {
+            thread: id.to_string(),
+            actual,
+        },
+        other => other.into(),
+    }
+}
+
+/// The environment of an agent: where the store is, how uwf names the
+/// agent, the head its step starts from, `PATH` with the engine's agent
+/// directory first, and the store's secrets (`.env`) that the engine's own
+/// environment does not set already. Nothing is written into the engine's
+/// process environment.
+fn agent_env(
+    ctx: &Engine,
+    label: &str,
+    head: Hash,
+) -> Result<Vec<(String, std::ffi::OsString)>, EngineError> {
+    let mut env = ctx.store_env.clone();
+    // What the StepNode records as `agent` (seed 000: the agent command used).
+    env.push((AGENT_ENV.to_string(), label.into()));
+    env.push((HEAD_ENV.to_string(), head.to_string().into()));
+    if let Some(dir) = &ctx.agent_dir {
+        env.push(("PATH".to_string(), spawn::path_with(dir)));
+    }
+    for (key, value) in ctx.state.secrets()? {
+        if std::env::var_os(&key).is_none() {
+            env.push((key, value.into()));
+        }
+    }
+    Ok(env)
+}

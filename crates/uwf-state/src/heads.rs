@@ -1,0 +1,243 @@
+//! Thread heads, one small file per active thread: `threads/<thread-id>`
+//! holds the head hash and a newline.
+//!
+//! One file per thread keeps a step's cost independent of how many threads
+//! are open: reading a head (and the kill flag a running step polls) reads
+//! one file, and a compare-and-swap rewrites one file. The single
+//! `threads.yaml` of uwf 0.1.0 was rewritten whole on every step.
+//!
+//! A store written by uwf 0.1.0 has `threads.yaml` and no `threads/`. Reads
+//! use it as it is; the first change (under the state lock) migrates it:
+//! the heads are written into a temporary directory, which is renamed to
+//! `threads/` in one step, and `threads.yaml` is then renamed to
+//! `threads.yaml.migrated` (kept for reference, never read again). A crash
+//! at any point leaves either the old layout or the complete new one.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use uwf_protocol::ThreadsIndex;
+use uwf_util::atomic::{TEMP_PREFIX, TEMP_SUFFIX, sync_dir, write_atomic};
+
+use crate::state::{StateDir, StateError, THREADS_FILE, load_yaml};
+
+/// Directory of the per-thread head files.
+pub const THREADS_DIR: &str = "threads";
+/// What `threads.yaml` of uwf 0.1.0 is renamed to once migrated.
+pub const MIGRATED_THREADS_FILE: &str = "threads.yaml.migrated";
+
+/// Longest thread id accepted as a file name (ULIDs have 26 characters).
+const MAX_ID: usize = 64;
+
+/// Whether `id` can name a head file: ASCII letters and digits only, so an
+/// id can never be a path (`..`, `/`) or a hidden or temporary file.
+fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_ID && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
+    move |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl StateDir {
+    /// `<root>/threads/`, the per-thread head files.
+    pub fn heads_dir(&self) -> PathBuf {
+        self.root().join(THREADS_DIR)
+    }
+
+    fn head_file(&self, thread: &str) -> Result<PathBuf, StateError> {
+        if !valid_id(thread) {
+            return Err(StateError::BadThreadId {
+                thread: thread.to_owned(),
+            });
+        }
+        Ok(self.heads_dir().join(thread))
+    }
+
+    /// Whether the store uses the per-thread layout (it is migrated, or new).
+    fn migrated(&self) -> bool {
+        self.heads_dir().is_dir()
+    }
+
+    /// The head recorded in `path`, `None` if there is no such file.
+    fn read_head_file(path: &Path) -> Result<Option<String>, StateError> {
+        let text = match fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(path)(e)),
+        };
+        let head = std::str::from_utf8(&text).ok().map(str::trim_end);
+        match head {
+            Some(h) if !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()) => {
+                Ok(Some(h.to_owned()))
+            }
+            _ => Err(StateError::Parse {
+                path: path.to_path_buf(),
+                line: 1,
+                column: 1,
+                message: "a head file holds one hash and a newline".to_owned(),
+            }),
+        }
+    }
+
+    /// The head of `thread` if it is active (no lock: the file is replaced
+    /// atomically, so a read sees the old or the new head).
+    pub(crate) fn read_head(&self, thread: &str) -> Result<Option<String>, StateError> {
+        let path = self.head_file(thread)?;
+        if let Some(head) = Self::read_head_file(&path)? {
+            return Ok(Some(head));
+        }
+        if self.migrated() {
+            // The directory may have appeared (a migration) after the read
+            // above failed; now that it exists, a second read is the answer.
+            return Self::read_head_file(&path);
+        }
+        let legacy: ThreadsIndex = load_yaml(&self.threads_path())?.unwrap_or_default();
+        Ok(legacy.get(thread).cloned())
+    }
+
+    /// Every active thread and its head.
+    pub(crate) fn read_heads(&self) -> Result<ThreadsIndex, StateError> {
+        let dir = self.heads_dir();
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return load_yaml(&self.threads_path()).map(Option::unwrap_or_default);
+            }
+            Err(e) => return Err(io_err(&dir)(e)),
+        };
+        let mut out = ThreadsIndex::new();
+        for entry in entries {
+            let entry = entry.map_err(io_err(&dir))?;
+            let name = entry.file_name();
+            let Some(id) = name.to_str().filter(|n| valid_id(n)) else {
+                // Temporary files of an interrupted write, or foreign files.
+                continue;
+            };
+            // A thread archived between the listing and this read is gone.
+            if let Some(head) = Self::read_head_file(&entry.path())? {
+                out.insert(id.to_owned(), head);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Converts a store of uwf 0.1.0 to the per-thread layout. Call with the
+    /// state lock held, before any change of a head.
+    pub(crate) fn migrate_heads_locked(&self) -> Result<(), StateError> {
+        if self.migrated() {
+            return Ok(());
+        }
+        let legacy_path = self.threads_path();
+        let legacy: ThreadsIndex = load_yaml(&legacy_path)?.unwrap_or_default();
+        let tmp = self.root().join(format!(
+            "{TEMP_PREFIX}threads-{}{TEMP_SUFFIX}",
+            std::process::id()
+        ));
+        match fs::remove_dir_all(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&tmp)(e)),
+        }
+        fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+        for (id, head) in &legacy {
+            if !valid_id(id) {
+                return Err(StateError::Parse {
+                    path: legacy_path.clone(),
+                    line: 0,
+                    column: 0,
+                    message: format!("{id:?} is not a thread id"),
+                });
+            }
+            write_atomic(&tmp.join(id), format!("{head}\n").as_bytes())?;
+        }
+        sync_dir(&tmp)?;
+        fs::rename(&tmp, self.heads_dir()).map_err(io_err(&tmp))?;
+        sync_dir(self.root())?;
+        if legacy_path.exists() {
+            let kept = self.root().join(MIGRATED_THREADS_FILE);
+            fs::rename(&legacy_path, &kept).map_err(io_err(&legacy_path))?;
+            sync_dir(self.root())?;
+            tracing::info!(
+                threads = legacy.len(),
+                "moved the thread heads of {THREADS_FILE} into {THREADS_DIR}/ (one file per thread)"
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes the head of `thread` (state lock held, layout migrated).
+    pub(crate) fn write_head_locked(&self, thread: &str, head: &str) -> Result<(), StateError> {
+        let path = self.head_file(thread)?;
+        write_atomic(&path, format!("{head}\n").as_bytes())?;
+        Ok(())
+    }
+
+    /// Removes the head file of `thread` (state lock held, layout migrated).
+    pub(crate) fn remove_head_locked(&self, thread: &str) -> Result<(), StateError> {
+        let path = self.head_file(thread)?;
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+        sync_dir(&self.heads_dir())?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn ids_that_could_be_paths_are_refused() {
+        for bad in ["", "..", "a/b", ".uwf-x.tmp", "a b", &"A".repeat(65)] {
+            assert!(!valid_id(bad), "{bad:?}");
+        }
+        assert!(valid_id("01M85H61WDYS2METW4Y8QBVMRN"));
+    }
+
+    #[test]
+    fn a_legacy_index_is_read_then_migrated_on_the_first_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path());
+        fs::write(state.threads_path(), "AAA: H1\nBBB: H2\n").unwrap();
+        assert_eq!(state.read_head("AAA").unwrap().as_deref(), Some("H1"));
+        assert_eq!(state.read_heads().unwrap().len(), 2);
+        state.swap_head("AAA", "H1", "H3").unwrap();
+        assert!(state.heads_dir().is_dir());
+        assert!(!state.threads_path().exists());
+        assert!(dir.path().join(MIGRATED_THREADS_FILE).exists());
+        assert_eq!(state.read_head("AAA").unwrap().as_deref(), Some("H3"));
+        assert_eq!(state.read_head("BBB").unwrap().as_deref(), Some("H2"));
+    }
+
+    #[test]
+    fn a_damaged_head_file_is_a_parse_error_not_a_missing_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path());
+        state.insert_thread("AAA", "H1").unwrap();
+        fs::write(state.heads_dir().join("AAA"), b"\xff\n").unwrap();
+        assert!(matches!(
+            state.read_head("AAA"),
+            Err(StateError::Parse { .. })
+        ));
+    }
+
+    #[test]
+    fn temporary_files_in_the_directory_are_not_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path());
+        state.insert_thread("AAA", "H1").unwrap();
+        fs::write(state.heads_dir().join(".uwf-AAA.tmp"), b"H9\n").unwrap();
+        let heads = state.read_heads().unwrap();
+        assert_eq!(heads.len(), 1);
+    }
+}
