@@ -242,3 +242,19 @@ fn watch_and_log_follow_a_thread_to_its_end() {
     assert!(text.contains("planner at work"), "{text}");
     assert!(text.contains("── reviewer · "), "{text}");
 }
+
+#[test]
+fn watch_stops_when_its_reader_goes_away() {
+    let env = Env::new();
+    let id = start(&env);
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    // The thread never moves: only a reader that went away ends the watch.
+    let out = env
+        .uwf_process()
+        .args(["thread", "watch", &id])
+        .stdout(std::process::Stdio::from(writer))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}

@@ -316,7 +316,7 @@ pub fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
             ));
         }
         last_state = state.to_string();
-        if crate::engine::interrupted() {
+        if crate::engine::interrupted() || crate::output::reader_gone() {
             return Ok(());
         }
         std::thread::sleep(POLL);
@@ -390,7 +390,7 @@ pub fn log(ctx: &Ctx, id: &str, follow: bool) -> Result<(), CliError> {
                 }
             }
         }
-        if !follow || crate::engine::interrupted() {
+        if !follow || crate::engine::interrupted() || crate::output::reader_gone() {
             return Ok(());
         }
         if matches!(engine::status(ctx, id)?, Status::Archived(_))
