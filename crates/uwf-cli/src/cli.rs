@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap_complete::engine::ArgValueCandidates;
 
 const ABOUT: &str = "A stateless, single-step workflow engine for multi-agent LLM work.";
 
@@ -57,6 +58,37 @@ pub struct Global {
     /// Only errors on stderr.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
+
+    /// Colour on stderr: auto follows NO_COLOR, CLICOLOR_FORCE, CLICOLOR and whether stderr is a terminal.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    pub color: ColorChoice,
+}
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// Colour when stderr is a terminal and the environment does not say otherwise.
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+/// The task of a new thread: `-p TEXT`, `-p -` (stdin) or `--prompt-file FILE`.
+#[derive(Debug, Args)]
+pub struct PromptArgs {
+    /// The task; - reads it from stdin.
+    #[arg(
+        short,
+        long,
+        allow_hyphen_values = true,
+        conflicts_with = "prompt_file"
+    )]
+    pub prompt: Option<String>,
+    /// Read the task from this file (- for stdin).
+    #[arg(long, value_name = "FILE")]
+    pub prompt_file: Option<PathBuf>,
 }
 
 /// Output formats.
@@ -84,6 +116,9 @@ pub enum Command {
     /// Inspect and edit the content-addressed store.
     #[command(subcommand)]
     Cas(CasCommand),
+    /// For agents in any language: what to work on, and handing the work in.
+    #[command(subcommand)]
+    Agent(AgentCommand),
     /// Configure a provider, model, API key and default agent (interactive without flags).
     #[command(after_help = SETUP_AFTER_HELP)]
     Setup(SetupArgs),
@@ -93,11 +128,28 @@ pub enum Command {
     /// Evaluate a JSONata expression against a thread's moderator context or any JSON.
     #[command(after_help = EVAL_AFTER_HELP)]
     Eval(EvalArgs),
-    /// Print a shell completion script.
-    #[command(after_help = "Example: uwf completions zsh > ~/.zfunc/_uwf")]
+    /// Print a shell completion script (it completes thread ids and workflow names too).
+    #[command(after_help = "\
+The script calls `uwf` while completing (UWF_COMPLETE=<shell> uwf -- <words>), so
+thread ids and workflow names come from the storage root of the environment.
+
+Examples:
+  uwf completions bash > ~/.local/share/bash-completion/completions/uwf
+  uwf completions zsh > ~/.zfunc/_uwf
+  uwf completions fish > ~/.config/fish/completions/uwf.fish")]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
+    },
+    /// Print the manual page, or write one per command into a directory.
+    #[command(after_help = "\
+Examples:
+  uwf man | man -l -
+  uwf man --dir ~/.local/share/man/man1     then: man uwf-thread-run")]
+    Man {
+        /// Write uwf.1 and a page per subcommand (uwf-thread-run.1, …) here.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -120,7 +172,7 @@ pub struct EvalArgs {
     #[arg(allow_hyphen_values = true)]
     pub expression: String,
     /// Evaluate against this thread's moderator context ({start, steps}), as its conditions see it.
-    #[arg(long, conflicts_with_all = ["at", "input"])]
+    #[arg(long, conflicts_with_all = ["at", "input"], add = ArgValueCandidates::new(crate::complete::threads))]
     pub thread: Option<String>,
     /// Evaluate against the moderator context of the thread ending at this StepNode (or StartNode).
     #[arg(long, value_name = "STEP_HASH", conflicts_with = "input")]
@@ -128,6 +180,60 @@ pub struct EvalArgs {
     /// Evaluate against this JSON: text, a file, or - for stdin.
     #[arg(long, value_name = "JSON|FILE|-")]
     pub input: Option<String>,
+}
+
+/// `uwf agent …`
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Everything an agent needs for a role, as one JSON object.
+    #[command(after_help = "\
+{thread, role, workflow, task, roleDescription, outputSchema, outputSchemaHash,
+formatInstruction, edgePrompt, systemPrompt, userPrompt, prompt, historyQuota,
+stepCount, steps, head, prev}: `prompt` is systemPrompt, a blank line and
+userPrompt, as the Rust agent kit builds it; `steps` are the newest steps whose
+outputs fit in the history quota. See docs/agent-protocol.md.
+
+Example (inside an agent, which uwf runs as `<agent> <thread> <role>`):
+  uwf agent context \"$1\" \"$2\" | jq -r .prompt")]
+    Context {
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
+        thread: String,
+        /// The role to work as (the one uwf passed the agent).
+        role: String,
+        /// Characters of history [default: $UWF_HISTORY_QUOTA, else the kit's default].
+        #[arg(long, value_name = "CHARS")]
+        quota: Option<usize>,
+    },
+    /// Turn an agent's work into a StepNode and print its hash (the agent's answer to uwf).
+    #[command(after_help = "\
+--output is validated against the role's outputSchema; --text is a frontmatter
+markdown answer, extracted as the kit does (frontmatter, then the LLM fallback
+if configured) and stored as the detail. The StepNode follows the thread's
+head; uwf checks it and moves the head when the agent exits. Prints the hash
+alone (JSON with --format).
+
+Example: uwf agent submit \"$1\" \"$2\" --output '{\"summary\": \"done\"}'")]
+    #[command(group = clap::ArgGroup::new("work").required(true).multiple(false))]
+    Submit {
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
+        thread: String,
+        /// The role worked as.
+        role: String,
+        /// The structured output: JSON text, a file, or - for stdin.
+        #[arg(long, value_name = "JSON|FILE|-", group = "work")]
+        output: Option<String>,
+        /// A frontmatter markdown answer in a file, or - for stdin.
+        #[arg(long, value_name = "FILE|-", group = "work")]
+        text: Option<String>,
+        /// A detail node already stored (default: the answer text, or the output).
+        #[arg(long, value_name = "HASH")]
+        detail: Option<String>,
+        /// The StepNode's `agent` [default: $UWF_AGENT, which uwf sets, else uwf-agent-submit].
+        #[arg(long = "as", value_name = "NAME")]
+        name: Option<String>,
+    },
 }
 
 /// `uwf cas …`
@@ -243,6 +349,7 @@ pub enum WorkflowCommand {
     /// Print a workflow: {hash, name, type, payload, timestamp}.
     Show {
         /// A registered name or a Workflow node hash.
+        #[arg(add = ArgValueCandidates::new(crate::complete::workflows))]
         workflow: String,
     },
     /// List registered workflows: [{name, hash}].
@@ -253,25 +360,42 @@ pub enum WorkflowCommand {
     )]
     Graph {
         /// A registered name, a Workflow hash, or a YAML file (not registered).
-        #[arg(required_unless_present = "thread", conflicts_with = "thread")]
+        #[arg(
+            required_unless_present = "thread",
+            conflicts_with = "thread",
+            add = ArgValueCandidates::new(crate::complete::workflows)
+        )]
         workflow: Option<String>,
         /// Draw this thread's workflow with the thread's path on it: visit
         /// counts on the roles, taken transitions thick with how often.
-        #[arg(long, value_name = "ID")]
+        #[arg(long, value_name = "ID", add = ArgValueCandidates::new(crate::complete::threads))]
         thread: Option<String>,
     },
+    /// Print the JSON Schema of the workflow YAML (both syntaxes), for editors.
+    #[command(after_help = "\
+For yaml-language-server (VS Code's YAML extension, Neovim, Helix, …):
+
+  uwf workflow schema > workflow.schema.json
+  # then, as the first line of a workflow file:
+  # yaml-language-server: $schema=./workflow.schema.json
+
+The schema checks the shape; `uwf workflow validate` checks the rest.")]
+    Schema,
 }
 
 /// `uwf thread …`
 #[derive(Debug, Subcommand)]
 pub enum ThreadCommand {
     /// Create a thread (no step runs): {workflow, thread}.
+    #[command(
+        after_help = "Example: uwf thread start examples/solve-issue.yaml --prompt-file task.md"
+    )]
     Start {
         /// A registered name, a Workflow hash, or a YAML file (registered on the way).
+        #[arg(add = ArgValueCandidates::new(crate::complete::workflows))]
         workflow: String,
-        /// The task.
-        #[arg(short, long)]
-        prompt: String,
+        #[command(flatten)]
+        prompt: PromptArgs,
         /// Advanced: start a child thread whose StartNode's parentState is
         /// this node (a StartNode or StepNode of the calling thread; see
         /// docs/nested-workflows.md). `uwf-workflow` uses it.
@@ -289,7 +413,8 @@ is printed and uwf exits with status 4; answer with `uwf thread answer`.
 
 Example: uwf thread step 01J7K9M2XNPQR5VWBCDF8G3H4T --agent \"uwf-mock scenario.yaml\" --timeout 10m")]
     Step {
-        /// The thread id.
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
         #[command(flatten)]
         agent: AgentArgs,
@@ -297,23 +422,27 @@ Example: uwf thread step 01J7K9M2XNPQR5VWBCDF8G3H4T --agent \"uwf-mock scenario.
     /// Start (or continue) a thread and step it until it is done.
     #[command(after_help = "\
 Progress goes to stderr; the final answer is the last step's JSON. A role that
-waits for a person stops the run: the wait is printed, exit status 4.
+waits for a person stops the run: the wait is printed, exit status 4. Any
+other failure prints nothing on stdout and names the thread, which
+`uwf thread run <thread-id>` continues.
 
-Example: uwf thread run examples/solve-issue.yaml -p \"Fix the login bug\" --agent \"uwf-mock examples/solve-issue.mock.yaml\"")]
+Examples:
+  uwf thread run examples/solve-issue.yaml -p \"Fix the login bug\" --agent \"uwf-mock examples/solve-issue.mock.yaml\"
+  git log -1 --format=%B | uwf thread run solve-issue -p -
+  uwf thread run @last            continue the newest thread")]
     Run {
-        /// A registered name, a Workflow hash, or a YAML file (not with --thread).
-        #[arg(required_unless_present = "thread", conflicts_with = "thread")]
-        workflow: Option<String>,
-        /// The task (required when starting).
+        /// A registered name, a Workflow hash, or a YAML file; or a thread
+        /// (id, unique prefix or @last) to continue.
         #[arg(
-            short,
-            long,
             required_unless_present = "thread",
-            conflicts_with = "thread"
+            conflicts_with = "thread",
+            add = ArgValueCandidates::new(crate::complete::workflows_or_threads)
         )]
-        prompt: Option<String>,
+        workflow: Option<String>,
+        #[command(flatten)]
+        prompt: PromptArgs,
         /// Continue this thread instead of starting one.
-        #[arg(long, value_name = "ID")]
+        #[arg(long, value_name = "ID", conflicts_with_all = ["prompt", "prompt_file"], add = ArgValueCandidates::new(crate::complete::threads))]
         thread: Option<String>,
         /// Advanced: when starting, the parentState of the new thread's
         /// StartNode (see `uwf thread start --help`).
@@ -337,18 +466,26 @@ condition's value: {thread, role, done, prompt, from, transitions: [{index, role
 expression, value, holds, error, taken}]}, and `error` when the moderator cannot decide."
     )]
     Next {
-        /// The thread id.
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
         /// Show every condition of the current role, its value, and which transition wins.
         #[arg(long)]
         explain: bool,
     },
-    /// A thread's head: {workflow, thread, head, done}, plus parent and childThreads links.
+    /// A thread's head and state: {workflow, thread, head, done, name, task, state, running, lastStep, …}.
+    #[command(after_help = "\
+`state` is running, waiting, failed (the last attempt at this head failed),
+idle, or for archived threads done, killed or pruned. `running` says what runs
+now (\"running developer for 42 s on host\", pid, log); a marker left by a uwf
+that died shows as `stale` instead. `lastStep.why` is the transition that led
+to the head step.")]
     Show {
-        /// The thread id.
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
     },
-    /// Active threads: [{thread, workflow, head, done}].
+    /// Active threads: [{thread, name, task, age, state, workflow, head, done}].
     List {
         /// Include archived threads.
         #[arg(long)]
@@ -391,17 +528,48 @@ Example: uwf thread stack 8FWKR3TN5V1QA")]
     },
     /// Stop a thread and archive it (a running step is stopped and not applied).
     Kill {
-        /// The thread id.
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
     },
-    /// Every step of a thread, oldest first, outputs expanded.
+    /// Follow a thread live: each step as it starts, lands or fails, until the thread ends.
+    #[command(after_help = "\
+Prints a line per event on stdout (a step started, with its agent, host, pid and
+log file; a step landed, with why and how long; a failed attempt; a wait for
+a person) and ends when the thread is archived. Ctrl-C stops watching (not the
+thread). `uwf thread log -f` follows the agents' stderr instead.
+
+Example: uwf thread watch @last")]
+    Watch {
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
+        thread: String,
+    },
+    /// The stderr of a thread's agents (kept in <root>/logs/<thread>.log).
+    #[command(after_help = "\
+With -f, keeps printing what the agents write until the thread is archived
+(Ctrl-C stops following). Example: uwf thread log -f @last")]
+    Log {
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
+        thread: String,
+        /// Follow: print what is written from now on, until the thread ends.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Every step of a thread, oldest first, outputs expanded, with why each ran.
     Steps {
-        /// The thread id.
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
     },
     /// A thread as markdown: the newest steps that fit in the quota.
+    #[command(
+        after_help = "Markdown only: `uwf thread steps` gives the same steps as JSON or YAML."
+    )]
     Read {
-        /// The thread id.
+        /// The thread: its id, a unique prefix of it, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
         /// Maximum characters of step content (a positive integer).
         #[arg(long, default_value_t = 8000, value_parser = positive_quota)]
@@ -409,6 +577,23 @@ Example: uwf thread stack 8FWKR3TN5V1QA")]
         /// Only steps before this StepNode (to page back).
         #[arg(long, value_name = "HASH")]
         before: Option<String>,
+    },
+    /// Archive the threads that never took a step: [{thread, workflow, prompt, age}].
+    #[command(after_help = "\
+A thread whose head is still its StartNode (a `thread run` whose first agent
+failed, a `thread start` never stepped) is archived as `pruned`: it leaves
+`thread list` and stays in `thread list --all`. Threads that wait for a person
+or are younger than --older-than are kept, so a step starting right now is
+not pulled from under it.
+
+Example: uwf thread prune --dry-run --older-than 0s")]
+    Prune {
+        /// Only list what would be archived.
+        #[arg(long)]
+        dry_run: bool,
+        /// Keep threads started more recently than this.
+        #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
+        older_than: std::time::Duration,
     },
     /// Start a new thread whose head is an existing StartNode or StepNode.
     Fork {
@@ -457,7 +642,8 @@ Examples:
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("answer").required(true).multiple(false))]
 pub struct AnswerArgs {
-    /// The thread id.
+    /// The thread: its id, a unique prefix of it, or @last.
+    #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
     pub thread: String,
     /// The role answered (default: the role the thread waits for; given, it must be that one).
     #[arg(long, value_name = "ROLE")]

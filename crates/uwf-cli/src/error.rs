@@ -87,8 +87,72 @@ pub enum CliError {
     #[diagnostic(transparent)]
     ThreadId(#[from] uwf_util::ids::ThreadIdError),
 
+    /// A thread-id prefix that more than one thread starts with.
+    #[error("{prefix:?} is the start of {count} thread ids (newest: {})", matches.join(", "))]
+    #[diagnostic(
+        code(uwf::thread::ambiguous),
+        help("type more characters of the id; `uwf thread list --all` shows every thread")
+    )]
+    AmbiguousThread {
+        /// What was typed.
+        prefix: String,
+        /// How many ids start with it.
+        count: usize,
+        /// The newest of them.
+        matches: Vec<String>,
+    },
+
+    /// `@last` in a root without threads.
+    #[error("@last names the newest top-level thread, and there is none")]
+    #[diagnostic(
+        code(uwf::thread::none),
+        help("start one with `uwf thread run <workflow> -p \"…\"`")
+    )]
+    NoThreads,
+
+    /// A workflow argument that looks like a path to a file that is not there.
+    #[error("no such file: {path}")]
+    #[diagnostic(
+        code(uwf::workflow::no_such_file),
+        help("{}", if known.is_empty() { "check the path (`ls` the directory)".to_string() } else { format!("check the path; or use a registered workflow: {}", known.join(", ")) })
+    )]
+    NoSuchWorkflowFile {
+        /// The path given.
+        path: String,
+        /// Registered workflow names.
+        known: Vec<String>,
+    },
+
+    /// A failure of `thread run` after the thread exists: says which thread.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    InThread(Box<crate::report::InThread>),
+
+    /// `thread run <thread>` with a task: a thread already has one.
+    #[error("thread {thread} exists and has its task; -p/--prompt-file only start new threads")]
+    #[diagnostic(
+        code(uwf::thread::prompt_on_resume),
+        help("continue it with `uwf thread run {thread}`, or start a new thread from a workflow")
+    )]
+    PromptOnResume {
+        /// The thread.
+        thread: String,
+    },
+
+    /// `--format json|yaml` for a command whose answer is Markdown.
+    #[error("`uwf {command}` prints Markdown; --format {format} is not available for it")]
+    #[diagnostic(code(uwf::format), help("{instead}"))]
+    TextOnly {
+        /// The command.
+        command: String,
+        /// The format asked for.
+        format: String,
+        /// What gives the same in JSON.
+        instead: String,
+    },
+
     /// A workflow name, hash or file that resolves to nothing.
-    #[error("no workflow {name:?}{}", if known.is_empty() { String::new() } else { format!(" (registered: {})", known.join(", ")) })]
+    #[error("no workflow {name:?}{}{}", uwf_moderator::definition::did_you_mean(name, known.iter().map(String::as_str)).map(|g| format!("; did you mean {g:?}?")).unwrap_or_default(), if known.is_empty() { String::new() } else { format!(" (registered: {})", known.join(", ")) })]
     #[diagnostic(
         code(uwf::workflow::unknown),
         help(
@@ -116,7 +180,7 @@ pub enum CliError {
     #[error("thread {thread} is not done after {steps} step(s) (--max-steps)")]
     #[diagnostic(
         code(uwf::thread::max_steps),
-        help("continue with `uwf thread run --thread {thread}`")
+        help("continue with `uwf thread run {thread}`")
     )]
     MaxSteps {
         /// The id.
@@ -276,6 +340,7 @@ impl CliError {
             CliError::Engine(e) if e.0.is_no_slot() => EXIT_NO_SLOT,
             CliError::Engine(e) if e.0.is_killed() => EXIT_KILLED,
             CliError::Waiting { .. } | CliError::Suspended { .. } => EXIT_WAITING,
+            CliError::InThread(e) => e.error.exit_code(),
             _ => EXIT_FAILURE,
         }
     }
@@ -388,14 +453,16 @@ fn hint(e: &EngineError) -> Option<String> {
         ),
         EngineError::HeadMoved { .. } => "another `uwf thread step` of the same thread won the race; step again to continue from the new head".into(),
         EngineError::Interrupted => "the thread is unchanged; step it again to retry".into(),
-        EngineError::EmptyPrompt => "give the task with -p \"…\"".into(),
+        EngineError::EmptyPrompt => {
+            "give the task with -p \"…\", -p - (stdin) or --prompt-file FILE".into()
+        }
         EngineError::NotAStep { .. } => {
             "`uwf thread steps <thread>` lists the steps of a thread".into()
         }
         EngineError::BadParent { .. } => "--parent takes the parent thread's head: a StartNode or StepNode of a sound chain (`uwf thread show <parent-thread>` prints it)".into(),
         EngineError::AgentSpawn { .. } => "check the agent command: is it installed and on PATH? Configure agents in config.yaml (`uwf setup`) or pass --agent \"<command> [args]\"".into(),
         EngineError::Agent(_) => {
-            "the thread is unchanged; fix the agent and run `uwf thread step` again".into()
+            "the thread is unchanged; the agent's stderr is above (`uwf thread show` lists failed attempts, `uwf cas get <attempt>` keeps its last lines); fix the agent and step the thread again".into()
         }
         EngineError::Rejected { .. } => "the thread is unchanged; try again".into(),
         EngineError::NotSuspended { thread, .. } => format!(

@@ -5,13 +5,17 @@ mod activity;
 mod child_view;
 mod cli;
 mod cmd;
+mod complete;
 mod engine;
 mod error;
 mod human;
 mod input;
+mod lookup;
 mod output;
 mod progress;
 mod read_content;
+mod report;
+mod summary;
 
 use std::process::ExitCode;
 
@@ -21,9 +25,10 @@ use crate::cli::{Cli, Command};
 use crate::error::CliError;
 
 fn main() -> ExitCode {
+    complete::answer_if_asked();
     let cli = Cli::parse();
     uwf_util::trace::init_tracing(cli.global.verbose, cli.global.quiet);
-    install_report_handler();
+    install_report_handler(report::use_color(cli.global.color));
     quiet_expected_panics();
     // Ctrl-C / SIGTERM become a flag: a running agent's process group is
     // stopped instead of orphaned, and `setup` restores the terminal.
@@ -32,7 +37,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             let code = e.exit_code();
-            eprintln!("{:?}", miette::Report::new(e));
+            eprintln!("{:?}", miette::Report::new(report::Shown(e)));
             ExitCode::from(code)
         }
     }
@@ -57,12 +62,18 @@ fn quiet_expected_panics() {
 
 /// Diagnostics wrap to the terminal's width; when stderr is a file or a pipe
 /// they are not wrapped, so logs and scripts can match whole messages.
-fn install_report_handler() {
+/// Colour as `--color` and the environment say ([`report::use_color`]).
+fn install_report_handler(color: bool) {
     use std::io::IsTerminal;
     let tty = std::io::stderr().is_terminal();
     // Fails only if a hook is already set, which cannot happen this early.
     let _ = miette::set_hook(Box::new(move |_| {
-        Box::new(miette::MietteHandlerOpts::new().wrap_lines(tty).build())
+        Box::new(
+            miette::MietteHandlerOpts::new()
+                .wrap_lines(tty)
+                .color(color)
+                .build(),
+        )
     }));
 }
 
@@ -70,8 +81,40 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
     let format = cli.global.format;
     match cli.command {
         Command::Completions { shell } => {
-            let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "uwf", &mut std::io::stdout());
+            // Rendered whole, then written: a reader that goes away
+            // (`uwf completions bash | head -1`) ends it quietly.
+            output::print_text(&complete::script(shell)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir } => {
+            let cmd = Cli::command();
+            match dir {
+                Some(dir) => {
+                    let failed = |e: std::io::Error| {
+                        CliError::Output(format!(
+                            "cannot write man pages to {}: {e}",
+                            dir.display()
+                        ))
+                    };
+                    std::fs::create_dir_all(&dir).map_err(failed)?;
+                    clap_mangen::generate_to(cmd, &dir).map_err(failed)?;
+                    let mut pages: Vec<String> = std::fs::read_dir(&dir)
+                        .map_err(failed)?
+                        .filter_map(|e| e.ok())
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| n.starts_with("uwf") && n.ends_with(".1"))
+                        .collect();
+                    pages.sort();
+                    output::print(format, &serde_json::json!({ "dir": dir, "pages": pages }))?;
+                }
+                None => {
+                    let mut page = Vec::new();
+                    clap_mangen::Man::new(cmd)
+                        .render(&mut page)
+                        .map_err(|e| CliError::Output(e.to_string()))?;
+                    output::print_text(&String::from_utf8_lossy(&page))?;
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Cas(sub) => {
@@ -89,6 +132,11 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
                     Err(CliError::VerifyFailed(problems))
                 }
             }
+        }
+        Command::Workflow(cli::WorkflowCommand::Schema) => {
+            // Needs no storage root.
+            cmd::workflow::print_schema(format)?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Workflow(sub) => {
             let ctx = open(&cli.global)?;
@@ -123,6 +171,13 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
                 }
                 None => {}
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Agent(sub) => {
+            // Run by uwf, the agent has the keys of <root>/.env in its
+            // environment already (for an LLM fallback of the extraction).
+            let ctx = open(&cli.global)?;
+            cmd::agent::run(&ctx, sub, format)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Thread(sub) => {

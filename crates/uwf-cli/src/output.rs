@@ -26,6 +26,14 @@ pub fn print<T: Serialize + ?Sized>(format: Option<Format>, value: &T) -> Result
     print_text(&text)
 }
 
+static READER_GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a write found stdout's reader gone: a command that keeps
+/// printing (`thread watch`, `thread log -f`) stops then.
+pub fn reader_gone() -> bool {
+    READER_GONE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Writes text to stdout in one go, ending it with a newline.
 pub fn print_text(text: &str) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
@@ -37,7 +45,10 @@ pub fn print_text(text: &str) -> Result<(), CliError> {
     {
         Ok(()) => Ok(()),
         // The reader went away (`uwf … | head`): not our failure.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            READER_GONE.store(true, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }
         Err(e) => Err(CliError::Output(e.to_string())),
     }
 }

@@ -109,6 +109,18 @@ impl Progress for Live {
         }
     }
 
+    fn failed(&self, role: &str, elapsed: Duration, reason: &str) {
+        let mut s = self.lock();
+        if let Some(bar) = s.bar.take() {
+            bar.finish_and_clear();
+        }
+        eprintln!(
+            "step {}: {role} failed after {:.1}s: {reason}",
+            s.step,
+            elapsed.as_secs_f64()
+        );
+    }
+
     fn finished(&self, role: &str, elapsed: Duration) {
         let mut s = self.lock();
         if let Some(bar) = s.bar.take() {

@@ -139,7 +139,13 @@ fn warnings_do_not_refuse_a_put() {
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("warning:") && err.contains("can never be taken"),
+        err.contains("warning ") && err.contains("can never be taken"),
+        "{err}"
+    );
+    // Placed in the file, with the line and a caret.
+    assert!(
+        err.contains("dead.yaml:14:29: [dead-transition]")
+            && err.contains("    14 |     - { role: a, condition: big }"),
         "{err}"
     );
 }

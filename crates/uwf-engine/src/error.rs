@@ -225,7 +225,9 @@ impl EngineError {
 
 /// An agent failed or produced something unusable.
 #[derive(Debug, Error, Diagnostic)]
-#[error("agent {agent} (role {role}) {reason}{}", if stderr_tail.is_empty() { String::new() } else { format!("\n--- last lines of its stderr ---\n{stderr_tail}") })]
+// The stderr was streamed as the agent ran (`Progress::agent_line`): the
+// report does not repeat it; the tail stays here and in the attempt record.
+#[error("agent {agent} (role {role}) {reason}")]
 #[diagnostic(code(uwf::agent::failed))]
 pub struct AgentFailure {
     /// The agent (alias or command).

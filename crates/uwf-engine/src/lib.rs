@@ -24,6 +24,7 @@ pub mod nested;
 mod ops;
 mod progress;
 pub mod retry;
+pub mod running;
 pub mod spawn;
 mod step;
 pub mod suspend;
@@ -80,6 +81,9 @@ pub struct Engine {
     /// Prepended to an agent's `PATH` (where agents installed beside the
     /// front end's binary are found).
     pub(crate) agent_dir: Option<PathBuf>,
+    /// Where running markers, agent logs and step timings go
+    /// ([`running`]); `None`: not kept.
+    pub(crate) run_dir: Option<PathBuf>,
 }
 
 impl Engine {
@@ -94,6 +98,7 @@ impl Engine {
                 root.as_os_str().to_owned(),
             )],
             agent_dir: None,
+            run_dir: Some(root.to_path_buf()),
         })
     }
 
@@ -110,7 +115,20 @@ impl Engine {
             state,
             store_env,
             agent_dir: None,
+            run_dir: None,
         }
+    }
+
+    /// Keeps running markers, agent logs and step timings under `dir`
+    /// ([`running`]); [`Engine::open`] keeps them under its root.
+    pub fn with_run_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.run_dir = Some(dir.into());
+        self
+    }
+
+    /// Where running markers, agent logs and step timings are kept, if anywhere.
+    pub fn run_dir(&self) -> Option<&Path> {
+        self.run_dir.as_deref()
     }
 
     /// Agents are looked up in `dir` first (for example the directory of the

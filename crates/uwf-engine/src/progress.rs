@@ -15,7 +15,19 @@ pub trait Progress: Send + Sync {
         tracing::debug!(line, "agent");
     }
 
-    /// The agent finished (whatever its outcome).
+    /// The attempt failed after `elapsed` (`reason` says how); a retry or
+    /// the step's error follows. [`finished`](Self::finished) is not called
+    /// for it.
+    fn failed(&self, role: &str, elapsed: Duration, reason: &str) {
+        tracing::info!(
+            role,
+            elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            reason,
+            "agent failed"
+        );
+    }
+
+    /// The agent finished and its step passed the checks.
     fn finished(&self, role: &str, elapsed: Duration) {
         tracing::info!(
             role,

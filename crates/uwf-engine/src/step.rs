@@ -359,10 +359,20 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     let cancel = a.cancel.clone();
     let state = &ctx.state;
     let head_s = head.to_string();
+    // The marker `thread show`/`list`/`watch` read, and the stderr log.
+    let running = ctx.run_dir.as_deref().map(|dir| {
+        crate::running::Running::start(dir, id, role, &agent.label, &head_s, started_at)
+    });
+    let log = running.as_ref().map(crate::running::Running::sink);
     let sink = Arc::clone(a.progress);
     let finished = spawn::run(
         &spec,
-        move |line| sink.agent_line(line),
+        move |line| {
+            if let Some(log) = &log {
+                log(line);
+            }
+            sink.agent_line(line);
+        },
         &cancel,
         // The kill flag of seed 004: the thread left threads.yaml, or its head moved.
         || {
@@ -378,7 +388,6 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     })?;
     // The agent is done: free the slot before checking its work.
     drop(slot);
-    a.progress.finished(role, finished.elapsed);
     // The kill flag again, now that the agent returned: a thread killed (or
     // moved on) meanwhile never gets this step, and that is what to report,
     // whatever the agent did (it may have failed because of it).
@@ -391,6 +400,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     let stderr_tail = finished.stderr_tail;
     let elapsed = finished.elapsed;
     let fail = |kind: &'static str, reason: String, exit_code: Option<i32>| {
+        a.progress.failed(role, elapsed, &reason);
         Ok(Tried::Failed(Failed {
             kind,
             reason,
@@ -452,7 +462,13 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         }
     };
     match crate::check::check_step(&ctx.cas, a.view, role, new) {
-        Ok(loaded) => Ok(Tried::Landed(new, loaded)),
+        Ok(loaded) => {
+            a.progress.finished(role, elapsed);
+            if let (Some(r), Some(dir)) = (&running, ctx.run_dir.as_deref()) {
+                r.landed(dir, &new.to_string(), elapsed);
+            }
+            Ok(Tried::Landed(new, loaded))
+        }
         Err(CheckError::Rejected(r)) => fail("check", r.to_string(), Some(0)),
         // The store failing is not the agent's fault: stop, never retry.
         Err(CheckError::Store(e)) => Err(e),
@@ -481,16 +497,17 @@ fn attempt_in_process(
     });
     drop(slot);
     let elapsed = started.elapsed();
-    a.progress.finished(role, elapsed);
     if let Some(e) = moved(ctx, id, &a.head.to_string(), true)? {
         return Err(e);
     }
     let new = match answer {
         Ok(h) => h,
         Err(reason) => {
+            let reason = format!("failed: {reason}");
+            a.progress.failed(role, elapsed, &reason);
             return Ok(Tried::Failed(Failed {
                 kind: "exit",
-                reason: format!("failed: {reason}"),
+                reason,
                 exit_code: None,
                 stderr_tail: Vec::new(),
                 elapsed,
@@ -499,15 +516,22 @@ fn attempt_in_process(
         }
     };
     match crate::check::check_step(&ctx.cas, a.view, role, new) {
-        Ok(loaded) => Ok(Tried::Landed(new, loaded)),
-        Err(CheckError::Rejected(r)) => Ok(Tried::Failed(Failed {
-            kind: "check",
-            reason: r.to_string(),
-            exit_code: None,
-            stderr_tail: Vec::new(),
-            elapsed,
-            started_at,
-        })),
+        Ok(loaded) => {
+            a.progress.finished(role, elapsed);
+            Ok(Tried::Landed(new, loaded))
+        }
+        Err(CheckError::Rejected(r)) => {
+            let reason = r.to_string();
+            a.progress.failed(role, elapsed, &reason);
+            Ok(Tried::Failed(Failed {
+                kind: "check",
+                reason,
+                exit_code: None,
+                stderr_tail: Vec::new(),
+                elapsed,
+                started_at,
+            }))
+        }
         Err(CheckError::Store(e)) => Err(e),
     }
 }

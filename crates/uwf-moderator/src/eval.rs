@@ -61,7 +61,8 @@ impl fmt::Display for Subject {
         match self {
             Self::Condition { name } => write!(f, "condition `{name}`"),
             Self::EdgePrompt { target, index } => {
-                write!(f, "the prompt of transition #{index} (to `{target}`)")
+                // Counted from #1, as docs/workflow.md does.
+                write!(f, "the prompt of transition #{} (to `{target}`)", index + 1)
             }
             Self::Template => f.write_str("the prompt template"),
             Self::Expression => f.write_str("the expression"),
@@ -104,6 +105,25 @@ pub struct ExpressionError {
     pub expression: String,
     /// The parser's or evaluator's message.
     pub message: String,
+    /// Byte offset of a syntax error in `expression`, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<usize>,
+}
+
+/// A line with a caret under byte `offset` of `expression`, to follow the
+/// line `  expression: <expression>`; empty when there is no offset or the
+/// expression spans several lines.
+fn caret(expression: &str, offset: Option<usize>) -> String {
+    match offset {
+        Some(at) if !expression.contains('\n') && at <= expression.len() => {
+            let width = expression
+                .char_indices()
+                .take_while(|(i, _)| *i < at)
+                .count();
+            format!("\n  {}^", " ".repeat("expression: ".len() + width))
+        }
+        _ => String::new(),
+    }
 }
 
 /// Why the moderator could not decide.
@@ -128,7 +148,7 @@ pub enum ModeratorError {
 
     /// A transition names a condition the workflow does not define.
     #[error(
-        "workflow `{workflow}`, role `{role}`: transition #{index} uses condition `{condition}`, which is not defined"
+        "workflow `{workflow}`, role `{role}`: transition #{} uses condition `{condition}`, which is not defined", .index + 1
     )]
     #[diagnostic(
         code(uwf::moderator::unknown_condition),
@@ -146,7 +166,7 @@ pub enum ModeratorError {
     },
 
     /// An expression does not parse.
-    #[error("{}{} is not valid JSONata: {}\n  expression: {}", site(&.0.workflow, &.0.role), .0.subject, .0.message, .0.expression)]
+    #[error("{}{} is not valid JSONata: {}\n  expression: {}{}", site(&.0.workflow, &.0.role), .0.subject, .0.message, .0.expression, caret(&.0.expression, .0.offset))]
     #[diagnostic(
         code(uwf::moderator::syntax),
         help(
@@ -219,18 +239,19 @@ impl ModeratorError {
         subject: Subject,
         expression: &str,
     ) -> Self {
-        let detail = |message| {
+        let detail = |message, offset| {
             Box::new(ExpressionError {
                 workflow: workflow.into(),
                 role: role.into(),
                 subject,
                 expression: expression.into(),
                 message,
+                offset,
             })
         };
         match failure {
-            Failure::Syntax(m, _) => Self::Syntax(detail(m)),
-            Failure::Runtime(m) => Self::Evaluation(detail(m)),
+            Failure::Syntax(m, at) => Self::Syntax(detail(m, at)),
+            Failure::Runtime(m) => Self::Evaluation(detail(m, None)),
         }
     }
 

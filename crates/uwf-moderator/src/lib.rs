@@ -81,6 +81,7 @@ mod template;
 pub mod thread;
 mod upstream_template;
 mod view_cache;
+mod why;
 
 pub use eval::{
     Decision, Explanation, ExpressionError, ModeratorError, Subject, TransitionReport, evaluate,
@@ -89,3 +90,4 @@ pub use eval::{
 pub use jsonata::{
     MAX_EVAL_DEPTH, MAX_EXPRESSION_BYTES, MAX_INPUT_DEPTH, MAX_RESULT_ITEMS, TIME_LIMIT_MS,
 };
+pub use why::{Why, why_each};

@@ -19,7 +19,7 @@ pub fn needs_store(args: &EvalArgs) -> bool {
 pub fn run(ctx: Option<&Ctx>, args: &EvalArgs) -> Result<Option<Value>, CliError> {
     let input = match (ctx, &args.thread, &args.at, &args.input) {
         (Some(ctx), Some(id), _, _) => {
-            let id = engine::thread_id(id)?;
+            let id = crate::lookup::thread(ctx, id)?;
             Some(context_at(ctx, engine::any_head(ctx, &id)?)?)
         }
         (Some(ctx), None, Some(at), _) => {

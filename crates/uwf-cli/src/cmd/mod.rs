@@ -1,9 +1,11 @@
 //! Command implementations.
 
+pub mod agent;
 pub mod cas;
 pub mod config;
 pub mod eval;
 pub mod setup;
+pub mod story;
 pub mod thread;
 pub mod view;
 pub mod workflow;

@@ -12,7 +12,7 @@ use uwf_protocol::{
     ThreadShowOutput, ThreadStepsEntry, ThreadStepsOutput,
 };
 
-use crate::cli::{Format, ThreadCommand};
+use crate::cli::{Format, PromptArgs, ThreadCommand};
 use crate::cmd::workflow;
 use crate::engine::nested::{self, ThreadIndex};
 use crate::engine::{self, Ctx, Progress, Status, StepOptions};
@@ -114,9 +114,12 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             workflow,
             prompt,
             parent,
-        } => output::print(format, &start(ctx, &workflow, &prompt, parent.as_deref())?),
+        } => {
+            let prompt = prompt_text(&prompt)?;
+            output::print(format, &start(ctx, &workflow, &prompt, parent.as_deref())?)
+        }
         ThreadCommand::Step { thread, agent } => {
-            let id = engine::thread_id(&thread)?;
+            let id = crate::lookup::thread(ctx, &thread)?;
             let opts = StepOptions {
                 agent: agent.agent.as_deref(),
                 timeout: agent.timeout,
@@ -157,19 +160,17 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         } => {
             let id = match (thread, workflow) {
                 (Some(t), _) => {
-                    let id = engine::thread_id(&t)?;
+                    let id = crate::lookup::thread(ctx, &t)?;
                     engine::active_head(ctx, &id)?;
                     id
                 }
-                (None, Some(w)) => {
-                    start(
-                        ctx,
-                        &w,
-                        prompt.as_deref().unwrap_or_default(),
-                        parent.as_deref(),
-                    )?
-                    .thread
-                }
+                (None, Some(w)) => match resume_target(ctx, &w, &prompt)? {
+                    Some(id) => id,
+                    None => {
+                        let prompt = prompt_text(&prompt)?;
+                        start(ctx, &w, &prompt, parent.as_deref())?.thread
+                    }
+                },
                 (None, None) => return Err(engine::EngineError::EmptyPrompt.into()),
             };
             let opts = StepOptions {
@@ -179,38 +180,10 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 in_process: None,
                 resume: false,
             };
-            let live = Arc::new(Live::new(&id));
-            let progress: Arc<dyn Progress> = live.clone();
-            let mut last = None;
-            for _ in 0..max_steps {
-                let stepped = engine::step(ctx, &id, &opts, &progress)?;
-                if let Some(waiting) = stepped.waiting {
-                    return waits(ctx, format, stepped.output, waiting);
-                }
-                let done = stepped.output.done;
-                last = Some(stepped.output);
-                if done {
-                    live.done();
-                    break;
-                }
-            }
-            match last {
-                Some(out) if out.done => output::print(format, &out),
-                Some(out) => {
-                    output::print(format, &out)?;
-                    Err(CliError::MaxSteps {
-                        thread: id,
-                        steps: max_steps,
-                    })
-                }
-                None => Err(CliError::MaxSteps {
-                    thread: id,
-                    steps: 0,
-                }),
-            }
+            run_steps(ctx, &id, &opts, max_steps, format).map_err(|e| e.in_thread(&id))
         }
         ThreadCommand::Next { thread, explain } => {
-            let id = engine::thread_id(&thread)?;
+            let id = crate::lookup::thread(ctx, &thread)?;
             let view = thread::load(ctx.cas(), engine::active_head(ctx, &id)?)?;
             let decision = view.decide();
             if !explain {
@@ -245,18 +218,19 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             output::print(format, &v)
         }
         ThreadCommand::Show { thread } => {
-            let id = engine::thread_id(&thread)?;
+            let id = crate::lookup::thread(ctx, &thread)?;
             let shown = show(ctx, &id)?;
             let mut v =
                 serde_json::to_value(&shown).map_err(|e| CliError::Output(e.to_string()))?;
             add_waiting_and_attempts(ctx, &id, &mut v)?;
+            crate::cmd::story::add_to_show(ctx, &id, &mut v)?;
             output::print(format, &v)
         }
         ThreadCommand::List { waiting: true, .. } => {
             output::print(format, &engine::human::list(ctx)?)
         }
         ThreadCommand::Answer(args) => {
-            let id = engine::thread_id(&args.thread)?;
+            let id = crate::lookup::thread(ctx, &args.thread)?;
             let input = match (args.output, args.text) {
                 (Some(o), _) => human::AnswerInput::Output(o),
                 (None, Some(t)) => human::AnswerInput::Text(t),
@@ -277,12 +251,16 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                     done: false,
                 });
             }
+            let mut reasons = HashMap::new();
             if all {
                 // Latest entry per thread; an active thread is never also listed as archived.
                 let mut seen: BTreeSet<String> = active.keys().cloned().collect();
                 let history = ctx.state().history()?;
                 for e in history.into_iter().rev() {
                     if seen.insert(e.thread.clone()) {
+                        if let Some(r) = &e.reason {
+                            reasons.insert(e.thread.clone(), r.clone());
+                        }
                         items.push(ThreadListItem {
                             thread: e.thread,
                             workflow: e.workflow,
@@ -301,27 +279,40 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 }
                 items = kept;
             }
-            output::print(format, &items)
+            output::print(format, &crate::cmd::story::list_rows(ctx, items, &reasons)?)
         }
         ThreadCommand::Stack { node } => {
             output::print(format, &nested::stack(ctx, parse_hash(&node)?)?)
         }
         ThreadCommand::Kill { thread } => {
-            let id = engine::thread_id(&thread)?;
+            let id = crate::lookup::thread(ctx, &thread)?;
             engine::kill(ctx, &id)?;
             output::print(format, &json!({ "thread": id, "archived": true }))
         }
         ThreadCommand::Steps { thread } => {
-            let id = engine::thread_id(&thread)?;
+            let id = crate::lookup::thread(ctx, &thread)?;
             let view = thread::load(ctx.cas(), engine::any_head(ctx, &id)?)?;
-            output::print(format, &steps(&id, &view))
+            let mut v = serde_json::to_value(steps(&id, &view))
+                .map_err(|e| CliError::Output(e.to_string()))?;
+            crate::cmd::story::add_to_steps(ctx, &id, &view, &mut v)?;
+            output::print(format, &v)
         }
         ThreadCommand::Read {
             thread,
             quota,
             before,
         } => {
-            let id = engine::thread_id(&thread)?;
+            if let Some(f @ (Format::Json | Format::Yaml)) = format {
+                let name = format!("{f:?}").to_lowercase();
+                return Err(CliError::TextOnly {
+                    command: "thread read".into(),
+                    instead: format!(
+                        "`uwf --format {name} thread steps {thread}` prints every step as data"
+                    ),
+                    format: name,
+                });
+            }
+            let id = crate::lookup::thread(ctx, &thread)?;
             let view = thread::load(ctx.cas(), engine::any_head(ctx, &id)?)?;
             let before = before.map(|b| parse_hash(&b)).transpose()?;
             // What each step's agent did (tool calls of its transcript).
@@ -340,12 +331,25 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 activity
             };
             let contents = crate::read_content::contents(ctx.cas(), &view);
-            let mut text = read(&id, &view, quota, before, &children, &contents)?;
+            let notes = crate::cmd::story::read_notes(ctx, &id, &view);
+            let mut text = read(&id, &view, quota, before, &children, &contents, &notes)?;
             if before.is_none() {
                 text.push_str(&attempts_text(ctx, &id)?);
             }
             output::print_text(&text)
         }
+        ThreadCommand::Watch { thread } => {
+            let id = crate::lookup::thread(ctx, &thread)?;
+            crate::cmd::story::watch(ctx, &id)
+        }
+        ThreadCommand::Log { thread, follow } => {
+            let id = crate::lookup::thread(ctx, &thread)?;
+            crate::cmd::story::log(ctx, &id, follow)
+        }
+        ThreadCommand::Prune {
+            dry_run,
+            older_than,
+        } => output::print(format, &prune(ctx, dry_run, older_than)?),
         ThreadCommand::Fork { node } => {
             let hash = parse_hash(&node)?;
             let forked = engine::fork(ctx, hash)?;
@@ -385,6 +389,131 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             )
         }
     }
+}
+
+/// The steps of `thread run` on thread `id`, until it is done, waits, fails
+/// or has run `max_steps` steps. Only a finished thread or a wait prints
+/// anything on stdout.
+fn run_steps(
+    ctx: &Ctx,
+    id: &str,
+    opts: &StepOptions<'_>,
+    max_steps: usize,
+    format: Option<Format>,
+) -> Result<(), CliError> {
+    let live = Arc::new(Live::new(id));
+    let progress: Arc<dyn Progress> = live.clone();
+    for _ in 0..max_steps {
+        let stepped = engine::step(ctx, id, opts, &progress)?;
+        if let Some(waiting) = stepped.waiting {
+            return waits(ctx, format, stepped.output, waiting);
+        }
+        if stepped.output.done {
+            live.done();
+            return output::print(format, &stepped.output);
+        }
+    }
+    Err(CliError::MaxSteps {
+        thread: id.to_string(),
+        steps: max_steps,
+    })
+}
+
+/// `thread run <arg>` continues a thread when `arg` is not a workflow (a
+/// file, a registered name, a Workflow node) but names a known thread.
+fn resume_target(ctx: &Ctx, arg: &str, prompt: &PromptArgs) -> Result<Option<String>, CliError> {
+    let looks_like_thread = arg == crate::lookup::LAST || engine::thread_id(arg).is_ok();
+    let is_workflow = !looks_like_thread
+        && (std::path::Path::new(arg).exists() || ctx.state().registry()?.contains_key(arg));
+    if is_workflow {
+        return Ok(None);
+    }
+    let Some(id) = crate::lookup::known_thread(ctx, arg) else {
+        return Ok(None);
+    };
+    if !looks_like_thread
+        && let Ok(hash) = arg.parse::<Hash>()
+        && ctx
+            .cas()
+            .try_get(hash)?
+            .is_some_and(|n| n.type_hash == ctx.cas().types().workflow)
+    {
+        return Ok(None);
+    }
+    if prompt.prompt.is_some() || prompt.prompt_file.is_some() {
+        return Err(CliError::PromptOnResume { thread: id });
+    }
+    engine::active_head(ctx, &id)?;
+    Ok(Some(id))
+}
+
+/// The task from `-p TEXT`, `-p -` (stdin) or `--prompt-file FILE|-`.
+fn prompt_text(p: &PromptArgs) -> Result<String, CliError> {
+    let text = match (&p.prompt, &p.prompt_file) {
+        (Some(t), _) if t == "-" => crate::input::read_text("-")?,
+        (Some(t), _) => t.clone(),
+        (None, Some(f)) => crate::input::read_text(&f.to_string_lossy())?,
+        (None, None) => {
+            // A usage error, reported as clap reports a missing argument
+            // (exit status 2); nothing has been written yet.
+            use clap::CommandFactory;
+            crate::cli::Cli::command()
+                .error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "a new thread needs its task: --prompt <PROMPT>, --prompt - (stdin) or --prompt-file <FILE>",
+                )
+                .exit()
+        }
+    };
+    // A file or a pipe ends its last line; the task does not.
+    Ok(text.trim_end_matches(['\n', '\r']).to_string())
+}
+
+/// `thread prune`: archives the active threads whose head is their
+/// StartNode, that wait for nobody and are older than `older_than`.
+fn prune(
+    ctx: &Ctx,
+    dry_run: bool,
+    older_than: std::time::Duration,
+) -> Result<Vec<Value>, CliError> {
+    let now = uwf_state::state::now_ms();
+    let min_age = u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX);
+    let mut pruned = Vec::new();
+    for (id, head) in ctx.state().threads()? {
+        let hash = parse_hash(&head)?;
+        let node = ctx.cas().get(hash)?;
+        if node.type_hash != ctx.cas().types().start_node {
+            continue;
+        }
+        let age = now.saturating_sub(node.timestamp);
+        if age < min_age
+            || ctx.state().waiting_of(&id)?.is_some()
+            || crate::cmd::story::running_now(ctx, &id).is_some()
+        {
+            continue;
+        }
+        let workflow = node
+            .payload
+            .get("workflow")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if !dry_run {
+            match ctx.state().archive(&id, &workflow, Some(&head), "pruned") {
+                Ok(_) => {}
+                // It took a step (or was archived) meanwhile: not ours to prune.
+                Err(uwf_state::StateError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        pruned.push(json!({
+            "thread": id,
+            "workflow": workflow,
+            "prompt": node.payload.get("prompt").cloned().unwrap_or(Value::Null),
+            "age": humantime::format_duration(std::time::Duration::from_secs(age / 1000)).to_string(),
+        }));
+    }
+    Ok(pruned)
 }
 
 fn steps(id: &str, view: &ThreadView) -> ThreadStepsOutput {
@@ -448,6 +577,7 @@ fn read(
     before: Option<Hash>,
     children: &HashMap<Hash, String>,
     contents: &HashMap<Hash, String>,
+    notes: &HashMap<Hash, String>,
 ) -> Result<String, CliError> {
     let mut steps: Vec<(usize, &uwf_moderator::thread::LoadedStep)> =
         view.steps.iter().enumerate().collect();
@@ -473,6 +603,10 @@ fn read(
             s.payload.record.detail,
             body
         );
+        if let Some(note) = notes.get(&s.hash) {
+            block.push('\n');
+            block.push_str(note);
+        }
         if let Some(content) = contents.get(&s.hash) {
             let _ = write!(block, "\n### Content\n\n{}\n", content.trim_end());
         }

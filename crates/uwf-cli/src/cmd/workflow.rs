@@ -41,7 +41,7 @@ fn register_located<S: uwf_cas::Store>(
 
 fn warn(warnings: &[definition::Finding]) {
     for w in warnings {
-        eprintln!("warning: {}", w.message);
+        eprintln!("warning {w}");
     }
 }
 
@@ -54,7 +54,12 @@ pub fn put_file(ctx: &Ctx, path: &Path) -> Result<(Hash, WorkflowPayload), CliEr
     register_located(&Cas::new(MemStore::new())?, &def, &text, path)?;
     ctx.state().registry()?;
     let registered = definition::register(ctx.cas(), &def)?;
-    warn(&registered.warnings);
+    let mut located = definition::Report {
+        errors: Vec::new(),
+        warnings: registered.warnings.clone(),
+    };
+    located.locate(&text, &path.display().to_string());
+    warn(&located.warnings);
     ctx.state()
         .register_workflow(&registered.payload.name, &registered.hash.to_string())?;
     Ok((registered.hash, registered.payload))
@@ -75,6 +80,12 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
         return Ok((r.hash, r.payload));
     }
     let registry = ctx.state().registry()?;
+    if looks_like_path(arg) && !registry.contains_key(arg) {
+        return Err(CliError::NoSuchWorkflowFile {
+            path: arg.to_string(),
+            known: registry.keys().cloned().collect(),
+        });
+    }
     let hash = match registry.get(arg) {
         Some(h) => h.parse::<Hash>().map_err(|e| -> CliError {
             crate::engine::EngineError::CorruptState {
@@ -109,6 +120,24 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
     let payload = serde_json::from_value(node.payload)
         .map_err(|_| CliError::NotAWorkflow(hash.to_string()))?;
     Ok((hash, payload))
+}
+
+/// Whether a workflow argument is meant as a file: it has a path separator
+/// or a YAML/JSON extension (workflow names and hashes have neither).
+pub fn looks_like_path(arg: &str) -> bool {
+    let lower = arg.to_ascii_lowercase();
+    arg.contains('/')
+        || arg.contains(std::path::MAIN_SEPARATOR)
+        || [".yaml", ".yml", ".json"]
+            .iter()
+            .any(|ext| lower.ends_with(ext))
+}
+
+/// `workflow schema`: the JSON Schema of the workflow YAML.
+pub fn print_schema(format: Option<Format>) -> Result<(), CliError> {
+    let schema: Value = serde_json::from_str(definition::WORKFLOW_SCHEMA)
+        .map_err(|e| CliError::Output(e.to_string()))?;
+    output::print(format, &schema)
 }
 
 /// Runs a `workflow` subcommand.
@@ -149,6 +178,7 @@ pub fn run(ctx: &Ctx, cmd: WorkflowCommand, format: Option<Format>) -> Result<()
                 &json!({ "hash": hash, "name": payload.name, "type": node.type_hash, "payload": node.payload, "timestamp": node.timestamp }),
             )
         }
+        WorkflowCommand::Schema => print_schema(format),
         WorkflowCommand::List => {
             let list: Vec<Value> = ctx
                 .state()

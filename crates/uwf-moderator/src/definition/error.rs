@@ -90,10 +90,13 @@ impl DefinitionError {
                 full.replace_range(at..at + suffix.len(), "");
             }
         }
-        let (message, help) = match full.split_once(HELP_SEPARATOR) {
+        let (message, mut help) = match full.split_once(HELP_SEPARATOR) {
             Some((m, h)) => (m.to_string(), h.to_string()),
             None => (full, DEFAULT_HELP.to_string()),
         };
+        if let Some(guess) = misspelt_key(&message) {
+            help = format!("did you mean `{guess}`? {help}");
+        }
         let (line, column) = match &loc {
             Some(l) => (Some(l.line()), Some(l.column())),
             None => (None, None),
@@ -109,6 +112,15 @@ impl DefinitionError {
             span,
         }))
     }
+}
+
+/// For serde's "unknown field `x`, expected one of `a`, `b`" (or
+/// "expected `a` or `b`"), the expected key closest to `x`.
+fn misspelt_key(message: &str) -> Option<String> {
+    let rest = message.split_once("unknown field `")?.1;
+    let (key, expected) = rest.split_once('`')?;
+    let candidates: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    super::suggest::did_you_mean(key, candidates).map(str::to_string)
 }
 
 /// The span of the token at a 1-based line and (character) column; falls
@@ -138,6 +150,16 @@ fn span_at(text: &str, line: usize, column: usize, index: usize) -> SourceSpan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn misspelt_keys_are_matched_to_the_expected_ones() {
+        let m = "roles.a: unknown field `systemPromt`, expected one of `description`, `systemPrompt`, `outputSchema`";
+        assert_eq!(misspelt_key(m).as_deref(), Some("systemPrompt"));
+        let m = "unknown field `grpah`, expected `graph` or `roles`";
+        assert_eq!(misspelt_key(m).as_deref(), Some("graph"));
+        assert_eq!(misspelt_key("unknown field `zzz`, expected `graph`"), None);
+        assert_eq!(misspelt_key("missing field `graph`"), None);
+    }
 
     #[test]
     fn span_points_at_the_token() {

@@ -104,6 +104,9 @@ pub(crate) fn locate(
     expr: &str,
     offset: Option<usize>,
 ) -> Option<Position> {
+    if key.is_empty() {
+        return find_top_level_key(text, section).map(|at| position_of(text, at));
+    }
     let (section_start, key_start) = key_offset(text, section, key)?;
     // A multi-line expression is looked for by its first line.
     let first_line = |s: &str| s.lines().next().unwrap_or("").to_string();

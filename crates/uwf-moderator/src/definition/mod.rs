@@ -82,6 +82,7 @@ mod locate;
 mod raw;
 mod register;
 mod schema_checks;
+mod suggest;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -93,7 +94,13 @@ pub use error::{DefinitionError, DefinitionErrorDetails};
 pub use expr_checks::IMPURE_FUNCTIONS;
 pub use locate::Position;
 pub use register::{RegisterError, Registered, register};
+pub use suggest::did_you_mean;
 pub use validate::{Finding, Report, validate, validate_payload};
+
+/// The JSON Schema (draft-07) of the workflow YAML, both syntaxes, for
+/// editors (yaml-language-server) and `uwf workflow schema`. It checks the
+/// shape only; [`parse_yaml`] and [`validate`] check the rest.
+pub const WORKFLOW_SCHEMA: &str = include_str!("../../schema/workflow.schema.json");
 
 /// A workflow as written, in canonical form (alternative syntax compiled).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

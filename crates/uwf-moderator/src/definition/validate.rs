@@ -38,6 +38,9 @@ pub struct Finding {
     /// The file name given to [`Report::locate`], for display.
     #[serde(skip)]
     source: Option<String>,
+    /// The located source line, shown with a caret under the column.
+    #[serde(skip)]
+    excerpt: Option<String>,
 }
 
 /// The expression a finding is about, for [`Report::locate`].
@@ -61,7 +64,17 @@ impl fmt::Display for Finding {
             }
             write!(f, "{l}:{c}: ")?;
         }
-        write!(f, "[{}] {}", self.code, self.message)
+        write!(f, "[{}] {}", self.code, self.message)?;
+        if let (Some(l), Some(c), Some(text)) = (self.line, self.column, &self.excerpt) {
+            let number = l.to_string();
+            write!(
+                f,
+                "\n    {number} | {text}\n    {} | {}^",
+                " ".repeat(number.len()),
+                " ".repeat(c.saturating_sub(1))
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -93,6 +106,10 @@ impl Report {
             {
                 f.line = Some(line);
                 f.column = Some(column);
+                f.excerpt = text
+                    .lines()
+                    .nth(line - 1)
+                    .map(|l| l.trim_end().replace('\t', " "));
             }
         }
     }
@@ -110,8 +127,9 @@ impl Report {
         message: String,
         role: Option<&str>,
         cond: Option<&str>,
+        at: Anchor,
     ) {
-        self.errors.push(finding(code, message, role, cond));
+        self.push_anchored(finding(code, message, role, cond), at);
     }
 
     fn warning(
@@ -120,8 +138,23 @@ impl Report {
         message: String,
         role: Option<&str>,
         cond: Option<&str>,
+        at: Anchor,
     ) {
-        self.warnings.push(finding(code, message, role, cond));
+        self.warnings.push(Finding {
+            anchor: Some(at),
+            ..finding(code, message, role, cond)
+        });
+    }
+}
+
+/// A finding's place: the entry `key` of the top-level `section` (the
+/// section's own line when `key` is empty), and within it `text` when given.
+fn at(section: &'static str, key: &str, text: &str) -> Anchor {
+    Anchor {
+        section,
+        key: key.to_string(),
+        text: text.to_string(),
+        offset: None,
     }
 }
 
@@ -135,6 +168,7 @@ fn finding(code: &'static str, message: String, role: Option<&str>, cond: Option
         column: None,
         anchor: None,
         source: None,
+        excerpt: None,
     }
 }
 
@@ -235,6 +269,7 @@ pub fn validate(def: &WorkflowDefinition) -> Report {
                     ),
                     Some(role),
                     None,
+                    at("roles", role, ""),
                 );
             } else if let Some(meta) = &meta
                 && let Err(e) = uwf_cas::schema::check_subset(meta, &draft.output_schema)
@@ -244,6 +279,7 @@ pub fn validate(def: &WorkflowDefinition) -> Report {
                     format!("the output schema of role `{role}`: {e}"),
                     Some(role),
                     None,
+                    at("roles", role, ""),
                 );
             }
         }
@@ -311,6 +347,13 @@ fn kind_of(v: &serde_json::Value) -> &'static str {
     }
 }
 
+/// "; did you mean `x`?" when one of `candidates` is close to `word`.
+fn suggestion<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    super::suggest::did_you_mean(word, candidates)
+        .map(|g| format!("; did you mean `{g}`?"))
+        .unwrap_or_default()
+}
+
 /// Index of the first unconditional transition, after which nothing is live.
 fn live(transitions: &[Transition]) -> &[Transition] {
     match transitions.iter().position(|t| t.condition.is_none()) {
@@ -326,7 +369,13 @@ fn check_graph(
     report: &mut Report,
 ) {
     if roles.is_empty() {
-        report.error("no-roles", "the workflow has no roles".into(), None, None);
+        report.error(
+            "no-roles",
+            "the workflow has no roles".into(),
+            None,
+            None,
+            at("roles", "", ""),
+        );
     }
     for role in &roles {
         if role.is_empty() || role.starts_with('$') || role.starts_with('-') {
@@ -337,6 +386,7 @@ fn check_graph(
                 ),
                 Some(role),
                 None,
+                at("roles", role, ""),
             );
         }
     }
@@ -346,6 +396,7 @@ fn check_graph(
             "the graph has no `$START` entry, so no role can run first".into(),
             Some(START),
             None,
+            at("graph", "", ""),
         );
     }
     for source in graph.keys() {
@@ -355,13 +406,18 @@ fn check_graph(
                 "`$END` has transitions, but a thread stops at `$END`".into(),
                 Some(END),
                 None,
+                at("graph", END, ""),
             );
         } else if source != START && !roles.contains(source.as_str()) {
             report.error(
                 "unknown-source",
-                format!("the graph has transitions for `{source}`, which is not a role"),
+                format!(
+                    "the graph has transitions for `{source}`, which is not a role{}",
+                    suggestion(source, roles.iter().copied())
+                ),
                 Some(source),
                 None,
+                at("graph", source, ""),
             );
         }
     }
@@ -373,55 +429,60 @@ fn check_graph(
                 format!("`{role}` has no outgoing transitions; end it with `{{role: $END, condition: null}}`"),
                 Some(role),
                 None,
+                if role == START {
+                    at("graph", START, "")
+                } else {
+                    at("roles", role, "")
+                },
             );
         }
     }
 
     let mut used = BTreeSet::new();
+    let mut unknown = Vec::new();
     for (source, transitions) in graph {
         let mut unconditional: Option<usize> = None;
         for (i, t) in transitions.iter().enumerate() {
-            let here = format!("`{source}` → `{}` (transition #{i})", t.role);
+            // Counted from #1, as docs/workflow.md does.
+            let here = format!("`{source}` → `{}` (transition #{})", t.role, i + 1);
             if t.role == START {
                 report.error(
                     "unknown-target",
                     format!("{here}: `$START` cannot be a target"),
                     Some(source),
                     t.condition.as_deref(),
+                    at("graph", source, START),
                 );
             } else if t.role != END && t.role != SUSPEND && !roles.contains(t.role.as_str()) {
                 report.error(
                     "unknown-target",
                     format!(
-                        "{here}: `{}` is neither a role nor `$END` (nor `$SUSPEND`)",
-                        t.role
+                        "{here}: `{}` is neither a role nor `$END` (nor `$SUSPEND`){}",
+                        t.role,
+                        suggestion(&t.role, roles.iter().copied().chain([END, crate::SUSPEND]))
                     ),
                     Some(source),
                     t.condition.as_deref(),
+                    at("graph", source, &t.role),
                 );
             }
             if let Some(c) = &t.condition {
                 if conditions.contains_key(c) {
                     used.insert(c.as_str());
                 } else {
-                    report.error(
-                        "unknown-condition",
-                        format!(
-                            "{here} uses condition `{c}`, which is not defined in `conditions`"
-                        ),
-                        Some(source),
-                        Some(c),
-                    );
+                    unknown.push((here.clone(), source.as_str(), c.as_str()));
                 }
             }
             if let Some(first) = unconditional {
                 report.warning(
                     "dead-transition",
                     format!(
-                        "{here} can never be taken: transition #{first} before it is unconditional"
+                        "{here} can never be taken: transition #{} before it is unconditional",
+                        first + 1
                     ),
                     Some(source),
                     t.condition.as_deref(),
+                    at("graph", source, t.condition.as_deref().unwrap_or(&t.role)),
                 );
             } else if t.condition.is_none() {
                 unconditional = Some(i);
@@ -453,8 +514,39 @@ fn check_graph(
                 ),
                 Some(source),
                 None,
+                at("graph", source, ""),
             );
         }
+    }
+
+    // An unknown condition is most likely a typo of a defined one that no
+    // transition uses: say so on both findings.
+    let unused: Vec<&str> = conditions
+        .keys()
+        .map(String::as_str)
+        .filter(|c| !used.contains(c))
+        .collect();
+    let mut meant: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (here, source, c) in unknown {
+        let guess = super::suggest::did_you_mean(c, unused.iter().copied())
+            .or_else(|| super::suggest::did_you_mean(c, conditions.keys().map(String::as_str)));
+        let hint = match guess {
+            Some(g) => {
+                meant
+                    .entry(g)
+                    .or_default()
+                    .push(format!("{here} uses `{c}`"));
+                format!("; did you mean `{g}`?")
+            }
+            None => String::new(),
+        };
+        report.error(
+            "unknown-condition",
+            format!("{here} uses condition `{c}`, which is not defined in `conditions`{hint}"),
+            Some(source),
+            Some(c),
+            at("graph", source, c),
+        );
     }
 
     for (name, cond) in conditions {
@@ -483,11 +575,16 @@ fn check_graph(
             );
         }
         if !used.contains(name.as_str()) {
+            let typo = match meant.get(name.as_str()) {
+                Some(uses) => format!(" ({}: probably meant to be this one)", uses.join("; ")),
+                None => String::new(),
+            };
             report.warning(
                 "unused-condition",
-                format!("condition `{name}` is not used by any transition"),
+                format!("condition `{name}` is not used by any transition{typo}"),
                 None,
                 Some(name),
+                at("conditions", name, ""),
             );
         }
     }
@@ -539,6 +636,7 @@ fn check_paths(
                 format!("role `{role}` can never run: no path leads to it from `$START`"),
                 Some(role),
                 None,
+                at("roles", role, ""),
             );
         }
     }
@@ -564,6 +662,7 @@ fn check_paths(
             "no path leads from `$START` to `$END`: every thread would run forever or fail".into(),
             Some(START),
             None,
+            at("graph", START, ""),
         );
         return;
     }
@@ -574,6 +673,7 @@ fn check_paths(
                 format!("once `{role}` runs, `$END` can never be reached"),
                 Some(role),
                 None,
+                at("roles", role, ""),
             );
         }
     }

@@ -262,3 +262,61 @@ graph:
         "{r}"
     );
 }
+
+#[test]
+fn typos_are_connected_to_what_they_probably_meant_and_every_finding_is_placed() {
+    let yaml = r#"name: typo
+roles:
+  writer: { systemPrompt: s, outputSchema: { type: object } }
+  critic: { systemPrompt: s, outputSchema: { type: object } }
+conditions:
+  notApproved: "steps[-1].output.approved = false"
+  bad: "steps[ = 1"
+graph:
+  $START: [{ role: writer }]
+  writer: [{ role: critc }, { role: critic }]
+  critic:
+    - { role: writer, condition: notAproved }
+    - { role: $END }
+"#;
+    let mut r = validate(&def(yaml));
+    r.locate(yaml, "typo.yaml");
+    let find = |code: &str| {
+        r.errors
+            .iter()
+            .chain(&r.warnings)
+            .find(|f| f.code == code)
+            .unwrap_or_else(|| panic!("no {code} in {r}"))
+    };
+    let unknown = find("unknown-condition");
+    assert!(
+        unknown.message.contains("did you mean `notApproved`?"),
+        "{unknown}"
+    );
+    assert!(unknown.message.contains("(transition #1)"), "{unknown}");
+    assert_eq!((unknown.line, unknown.column), (Some(12), Some(34)));
+    let unused = r
+        .warnings
+        .iter()
+        .find(|f| f.condition.as_deref() == Some("notApproved"))
+        .unwrap_or_else(|| panic!("no unused notApproved in {r}"));
+    assert!(unused.message.contains("uses `notAproved`"), "{unused}");
+    assert_eq!((unused.line, unused.column), (Some(6), Some(3)));
+    let target = find("unknown-target");
+    assert!(
+        target.message.contains("did you mean `critic`?"),
+        "{target}"
+    );
+    assert_eq!(target.line, Some(10));
+    // Every finding has a place, and its display a caret under it.
+    for f in r.errors.iter().chain(&r.warnings) {
+        assert!(f.line.is_some(), "not placed: {f}");
+    }
+    let syntax = find("condition-syntax").to_string();
+    assert!(syntax.starts_with("typo.yaml:7:"), "{syntax}");
+    assert!(
+        syntax.contains("\n    7 |   bad: \"steps[ = 1\"\n      | "),
+        "{syntax}"
+    );
+    assert!(syntax.ends_with('^'), "{syntax}");
+}

@@ -1,0 +1,408 @@
+//! A thread's story for people: why each step ran, how long it took, what
+//! runs now (`thread show`, `list`, `steps`, `read`), and following a
+//! thread live (`thread watch`, `thread log -f`).
+
+use std::collections::HashMap;
+use std::io::{Read as _, Seek as _, SeekFrom};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use uwf_cas::Hash;
+use uwf_moderator::thread::ThreadView;
+use uwf_moderator::{Why, why_each};
+use uwf_protocol::ThreadListItem;
+
+use crate::engine::running::{self, Found, Marker};
+use crate::engine::{self, Ctx, Status};
+use crate::error::CliError;
+use crate::summary::shorten;
+
+/// How often `watch` and `log -f` look again.
+const POLL: Duration = Duration::from_millis(200);
+
+/// A duration in its largest whole unit: `42s`, `3m`, `5h`, `2d`.
+pub fn coarse(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+/// The live marker of thread `id`, if an agent of it runs now.
+pub fn running_now(ctx: &Ctx, id: &str) -> Option<Marker> {
+    running::live(&ctx.root, id)
+}
+
+/// "running developer for 42 s on host".
+fn running_text(m: &Marker) -> String {
+    let secs = uwf_state::state::now_ms().saturating_sub(m.started_at) / 1000;
+    format!("running {} for {secs} s on {}", m.role, m.host)
+}
+
+fn marker_json(m: &Marker) -> Value {
+    json!({
+        "role": m.role,
+        "agent": m.agent,
+        "pid": m.pid,
+        "host": m.host,
+        "startedAt": m.started_at,
+        "head": m.head,
+        "log": m.log,
+        "text": running_text(m),
+    })
+}
+
+/// The start node of a thread whose head is `head`: (prompt, timestamp).
+fn start_of(ctx: &Ctx, head: &str) -> Option<(String, u64)> {
+    let start = crate::engine::nested::start_of(ctx, head.parse().ok()?).ok()?;
+    let node = ctx.cas().get(start).ok()?;
+    let prompt = node.payload.get("prompt")?.as_str()?.to_string();
+    Some((prompt, node.timestamp))
+}
+
+fn workflow_name(ctx: &Ctx, workflow: &str, names: &mut HashMap<String, String>) -> String {
+    if let Some(n) = names.get(workflow) {
+        return n.clone();
+    }
+    let name = workflow
+        .parse::<Hash>()
+        .ok()
+        .and_then(|h| ctx.cas().get(h).ok())
+        .and_then(|n| n.payload.get("name")?.as_str().map(str::to_string))
+        .unwrap_or_default();
+    names.insert(workflow.to_string(), name.clone());
+    name
+}
+
+/// The state of an active thread: `running` (a live marker), `waiting`
+/// (for a person), `failed` (its last attempt at this head failed),
+/// else `idle`.
+fn active_state(ctx: &Ctx, id: &str, head: &str) -> Result<&'static str, CliError> {
+    if running::live(&ctx.root, id).is_some() {
+        return Ok("running");
+    }
+    if ctx.state().waiting_of(id)?.is_some() {
+        return Ok("waiting");
+    }
+    let failed = crate::engine::retry::attempts(ctx, id, 1)?
+        .first()
+        .is_some_and(|(_, r)| r.head == head);
+    Ok(if failed { "failed" } else { "idle" })
+}
+
+/// `thread list` rows: the ids and heads, with the workflow's name, the
+/// task (shortened), the age and the state (running, waiting, idle,
+/// failed; archived threads: done, killed, pruned).
+pub fn list_rows(
+    ctx: &Ctx,
+    items: Vec<ThreadListItem>,
+    reasons: &HashMap<String, String>,
+) -> Result<Vec<Value>, CliError> {
+    let now = uwf_state::state::now_ms();
+    let mut names = HashMap::new();
+    let mut rows = Vec::with_capacity(items.len());
+    for item in items {
+        let (task, started) = start_of(ctx, &item.head).unwrap_or_default();
+        let state = if item.done {
+            reasons
+                .get(&item.thread)
+                .cloned()
+                .unwrap_or_else(|| "done".into())
+        } else {
+            active_state(ctx, &item.thread, &item.head)?.to_string()
+        };
+        rows.push(json!({
+            "thread": item.thread,
+            "name": workflow_name(ctx, &item.workflow, &mut names),
+            "task": shorten(&task, 60),
+            "age": coarse(now.saturating_sub(started)),
+            "state": state,
+            "workflow": item.workflow,
+            "head": item.head,
+            "done": item.done,
+        }));
+    }
+    Ok(rows)
+}
+
+/// Adds to `thread show`'s answer: `name`, `task`, `state`, `running` (or
+/// `stale`: a marker whose process is gone), and `lastStep` (the head
+/// step's role, why it ran, how long it took).
+pub fn add_to_show(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), CliError> {
+    let head = v["head"].as_str().unwrap_or_default().to_string();
+    let view = uwf_moderator::thread::load(
+        ctx.cas(),
+        head.parse()
+            .map_err(|e| CliError::Cas(uwf_cas::CasError::from(e)))?,
+    )?;
+    v["name"] = json!(view.workflow.name);
+    v["task"] = json!(view.start.prompt);
+    let done = v["done"].as_bool().unwrap_or(false);
+    v["state"] = json!(if done {
+        match engine::status(ctx, id)? {
+            Status::Archived(e) => e.reason.unwrap_or_else(|| "done".into()),
+            Status::Active { .. } => "done".into(),
+        }
+    } else {
+        active_state(ctx, id, &head)?.to_string()
+    });
+    match running::find(&ctx.root, id) {
+        Some(Found::Live(m)) => v["running"] = marker_json(&m),
+        Some(Found::Stale(m, why)) => {
+            let mut s = marker_json(&m);
+            s["text"] = json!(format!("stale: {why}"));
+            v["stale"] = s;
+        }
+        None => {}
+    }
+    if let Some(last) = view.steps.last() {
+        let whys = why_each(&view.workflow, &view.context());
+        let timings = running::timings(&ctx.root, id);
+        let mut step = json!({ "hash": last.hash, "role": last.payload.record.role });
+        if let Some(why) = whys.last() {
+            step["why"] = why_json(why, &last.payload.record.role);
+        }
+        if let Some(t) = timings.get(&last.hash.to_string()) {
+            step["durationMs"] = json!(t.duration_ms);
+        }
+        v["lastStep"] = step;
+    }
+    Ok(())
+}
+
+fn why_json(why: &Why, role: &str) -> Value {
+    let mut v = serde_json::to_value(why).unwrap_or(Value::Null);
+    v["text"] = json!(why.summary(role));
+    v
+}
+
+/// Adds `why`, `durationMs` and `failedAttempts` (the attempts that failed
+/// before it, with their exit status) to every step of `thread steps`.
+pub fn add_to_steps(ctx: &Ctx, id: &str, view: &ThreadView, v: &mut Value) -> Result<(), CliError> {
+    let whys = why_each(&view.workflow, &view.context());
+    let timings = running::timings(&ctx.root, id);
+    let mut failed: HashMap<String, Vec<Value>> = HashMap::new();
+    for (hash, r) in crate::engine::retry::attempts(ctx, id, 200)? {
+        failed.entry(r.head.clone()).or_default().push(json!({
+            "hash": hash,
+            "attempt": r.attempt,
+            "agent": r.agent,
+            "reason": r.reason,
+            "exitStatus": r.exit_code,
+            "durationMs": r.duration_ms,
+        }));
+    }
+    let Some(entries) = v["steps"].as_array_mut() else {
+        return Ok(());
+    };
+    // entries[0] is the StartNode; entries[i + 1] is view.steps[i].
+    for (i, s) in view.steps.iter().enumerate() {
+        let Some(entry) = entries.get_mut(i + 1) else {
+            break;
+        };
+        if let Some(why) = whys.get(i) {
+            entry["why"] = why_json(why, &s.payload.record.role);
+        }
+        if let Some(t) = timings.get(&s.hash.to_string()) {
+            entry["durationMs"] = json!(t.duration_ms);
+        }
+        let before = if i == 0 {
+            view.start_hash.to_string()
+        } else {
+            view.steps[i - 1].hash.to_string()
+        };
+        if let Some(mut f) = failed.remove(&before) {
+            f.reverse();
+            entry["failedAttempts"] = json!(f);
+        }
+    }
+    Ok(())
+}
+
+/// The Markdown lines `thread read` adds to each step: why it ran, its
+/// edge prompt, and how long it took.
+pub fn read_notes(ctx: &Ctx, id: &str, view: &ThreadView) -> HashMap<Hash, String> {
+    let whys = why_each(&view.workflow, &view.context());
+    let timings = running::timings(&ctx.root, id);
+    let mut out = HashMap::new();
+    for (s, why) in view.steps.iter().zip(&whys) {
+        let mut text = format!("**Why:** {}", why.summary(&s.payload.record.role));
+        if let Some(t) = timings.get(&s.hash.to_string()) {
+            text.push_str(&format!(
+                " · took {:.1} s",
+                Duration::from_millis(t.duration_ms).as_secs_f64()
+            ));
+        }
+        text.push('\n');
+        if let Some(p) = &why.prompt {
+            text.push_str(&format!(
+                "\n> **Edge prompt:** {}\n",
+                p.replace('\n', "\n> ")
+            ));
+        }
+        out.insert(s.hash, text);
+    }
+    out
+}
+
+/// `thread watch`: prints what happens to thread `id` as it happens (a
+/// step starts, lands, fails, waits), until the thread is archived or
+/// uwf is interrupted.
+pub fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
+    let mut last_head = None;
+    let mut last_marker: Option<Marker> = None;
+    let mut last_state = String::new();
+    let mut seen_attempt = crate::engine::retry::attempts(ctx, id, 1)?
+        .first()
+        .map(|(h, _)| h.clone());
+    loop {
+        let status = engine::status(ctx, id)?;
+        let (head, archived) = match &status {
+            Status::Active { head } => (head.to_string(), None),
+            Status::Archived(e) => (e.head.clone(), Some(e.reason.clone().unwrap_or_default())),
+        };
+        if last_head.as_deref() != Some(head.as_str()) {
+            if last_head.is_some() || archived.is_none() {
+                line(&describe_head(ctx, id, &head)?);
+            }
+            last_head = Some(head.clone());
+        }
+        let marker = running::live(&ctx.root, id);
+        if marker != last_marker {
+            if let Some(m) = &marker {
+                line(&format!(
+                    "{}: {} started ({}) on {}, pid {}; stderr: {}",
+                    now_text(),
+                    m.role,
+                    m.agent,
+                    m.host,
+                    m.pid,
+                    m.log.display()
+                ));
+            }
+            last_marker = marker;
+        }
+        let newest = crate::engine::retry::attempts(ctx, id, 1)?
+            .into_iter()
+            .next();
+        if let Some((hash, r)) = newest
+            && seen_attempt.as_deref() != Some(hash.as_str())
+        {
+            line(&format!(
+                "{}: {} failed (attempt {}): {}",
+                now_text(),
+                r.role,
+                r.attempt,
+                r.reason
+            ));
+            seen_attempt = Some(hash);
+        }
+        if let Some(reason) = archived {
+            line(&format!(
+                "{}: thread {id} {}",
+                now_text(),
+                if reason.is_empty() { "done" } else { &reason }
+            ));
+            return Ok(());
+        }
+        let state = active_state(ctx, id, &head)?;
+        if state == "waiting" && last_state != "waiting" {
+            line(&format!(
+                "{}: waits for a person (`uwf thread answer {id}`)",
+                now_text()
+            ));
+        }
+        last_state = state.to_string();
+        if crate::engine::interrupted() || crate::output::reader_gone() {
+            return Ok(());
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+fn describe_head(ctx: &Ctx, id: &str, head: &str) -> Result<String, CliError> {
+    let view = uwf_moderator::thread::load(
+        ctx.cas(),
+        head.parse()
+            .map_err(|e| CliError::Cas(uwf_cas::CasError::from(e)))?,
+    )?;
+    let Some(last) = view.steps.last() else {
+        return Ok(format!(
+            "{}: thread {id} · {} · {}",
+            now_text(),
+            view.workflow.name,
+            shorten(&view.start.prompt, 60)
+        ));
+    };
+    let role = &last.payload.record.role;
+    let why = why_each(&view.workflow, &view.context());
+    let mut text = format!(
+        "{}: step {} {role} landed ({})",
+        now_text(),
+        view.steps.len(),
+        last.hash
+    );
+    if let Some(t) = running::timings(&ctx.root, id).get(&last.hash.to_string()) {
+        text.push_str(&format!(" in {:.1} s", t.duration_ms as f64 / 1000.0));
+    }
+    if let Some(w) = why.last() {
+        text.push_str(&format!(" · {}", w.summary(role)));
+    }
+    Ok(text)
+}
+
+fn now_text() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// Prints one line on stdout at once; a reader that went away is ignored.
+fn line(text: &str) {
+    let _ = crate::output::print_text(text);
+}
+
+/// `thread log [-f]`: the stderr of thread `id`'s agents; with `follow`,
+/// then what they write, until the thread is archived or uwf is
+/// interrupted.
+pub fn log(ctx: &Ctx, id: &str, follow: bool) -> Result<(), CliError> {
+    engine::status(ctx, id)?;
+    let path = running::log_path(&ctx.root, id);
+    let mut offset = 0u64;
+    loop {
+        if let Ok(mut f) = std::fs::File::open(&path) {
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            if len > offset && f.seek(SeekFrom::Start(offset)).is_ok() {
+                let mut buf = Vec::new();
+                if f.read_to_end(&mut buf).is_ok() {
+                    // Whole lines only; the rest comes with the next read.
+                    let end = if follow {
+                        buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+                    } else {
+                        buf.len()
+                    };
+                    if end > 0 {
+                        let text = String::from_utf8_lossy(&buf[..end]);
+                        crate::output::print_text(&text)?;
+                        offset += end as u64;
+                    }
+                }
+            }
+        }
+        if !follow || crate::engine::interrupted() || crate::output::reader_gone() {
+            return Ok(());
+        }
+        if matches!(engine::status(ctx, id)?, Status::Archived(_))
+            && running::live(&ctx.root, id).is_none()
+        {
+            // One last read for what the last agent wrote.
+            let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            if len <= offset {
+                return Ok(());
+            }
+            continue;
+        }
+        std::thread::sleep(POLL);
+    }
+}

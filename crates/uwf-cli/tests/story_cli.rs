@@ -1,0 +1,260 @@
+//! What happened and what runs (issue 13 §1, §2): why each step ran, how
+//! long it took, running markers (live and stale), `thread watch` and
+//! `thread log -f`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Env, example, mock_agent};
+use serde_json::Value;
+
+/// solve-issue: planner, developer, reviewer (rejects), developer, reviewer.
+const SOLVE: &str = r#"roles:
+  planner:
+    - output: { plan: "the plan", steps: ["one"] }
+      delay: {delay}
+      stderr: "planner at work"
+  developer:
+    - output: { filesChanged: ["a.rs"], summary: "first try" }
+      delay: {delay}
+    - output: { filesChanged: ["a.rs", "b.rs"], summary: "second try" }
+      delay: {delay}
+  reviewer:
+    - output: { approved: false, comments: "add a test" }
+      delay: {delay}
+    - output: { approved: true, comments: "LGTM" }
+      delay: {delay}
+"#;
+
+fn solve(env: &Env, delay: &str) -> String {
+    mock_agent(&env.file(
+        &format!("solve-{delay}.yaml"),
+        &SOLVE.replace("{delay}", delay),
+    ))
+}
+
+fn start(env: &Env) -> String {
+    env.json(&[
+        "thread",
+        "start",
+        &example("solve-issue.yaml"),
+        "-p",
+        "Fix the login bug",
+    ])["thread"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Polls `thread show` until `pred` holds (a wait, not a timing assert).
+fn show_until(env: &Env, id: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = env.json(&["thread", "show", id]);
+        if pred(&v) {
+            return v;
+        }
+        assert!(Instant::now() < until, "gave up waiting; last: {v:#}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn every_step_says_why_it_ran_and_how_long_it_took() {
+    let env = Env::new();
+    let id = start(&env);
+    // A failed first attempt, then the run.
+    let fail = mock_agent(&env.file("fail.yaml", "roles:\n  planner:\n    - exit: 3\n"));
+    env.fails(&["thread", "step", &id, "--agent", &fail]);
+    env.json(&["thread", "run", &id, "--agent", &solve(&env, "0ms")]);
+
+    let steps = env.json(&["thread", "steps", &id]);
+    let steps = steps["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 6);
+    let planner = &steps[1];
+    assert_eq!(planner["why"]["from"], "$START");
+    assert_eq!(planner["why"]["transition"], 1);
+    assert_eq!(planner["failedAttempts"][0]["exitStatus"], 3);
+    assert!(planner["durationMs"].is_u64(), "{planner:#}");
+    let again = &steps[4];
+    assert_eq!(again["role"], "developer");
+    assert_eq!(again["why"]["from"], "reviewer");
+    assert_eq!(again["why"]["condition"], "notApproved");
+    assert_eq!(again["why"]["value"], true);
+    for s in &steps[1..] {
+        assert!(s["why"]["text"].is_string(), "{s:#}");
+        assert!(s["durationMs"].is_u64(), "{s:#}");
+    }
+
+    let read = env.text(&["thread", "read", &id]);
+    assert!(
+        read.contains(
+            "**Why:** reviewer → developer: transition #1, condition `notApproved` = true"
+        ),
+        "{read}"
+    );
+    assert!(read.contains(" · took "), "{read}");
+
+    let show = env.json(&["thread", "show", &id]);
+    assert_eq!(show["state"], "done");
+    assert_eq!(show["name"], "solve-issue");
+    assert_eq!(show["lastStep"]["role"], "reviewer");
+    assert_eq!(
+        show["lastStep"]["why"]["text"],
+        "developer → reviewer: transition #1, unconditional"
+    );
+}
+
+#[test]
+fn thread_read_shows_the_edge_prompt_each_step_was_given() {
+    let env = Env::new();
+    let done = env.json(&[
+        "thread",
+        "run",
+        &example("develop.yaml"),
+        "-p",
+        "Add a flag",
+        "--agent",
+        &mock_agent(&common::examples().join("develop.mock.yaml")),
+    ]);
+    let id = done["thread"].as_str().unwrap();
+    let steps = env.json(&["thread", "steps", id]);
+    let prompted: Vec<&Value> = steps["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["why"]["prompt"].is_string())
+        .collect();
+    assert!(!prompted.is_empty(), "{steps:#}");
+    let read = env.text(&["thread", "read", id, "--quota", "100000"]);
+    let first = prompted[0]["why"]["prompt"].as_str().unwrap();
+    let first_line = first.lines().next().unwrap();
+    assert!(
+        read.contains(&format!("> **Edge prompt:** {first_line}")),
+        "{read}"
+    );
+}
+
+#[test]
+fn a_running_step_shows_in_show_and_list_until_it_ends() {
+    let env = Env::new();
+    let id = start(&env);
+    // Writes to stderr at once, then works for a minute.
+    let script = env.file("slow.sh", "echo \"planner at work\" >&2\nexec sleep 60\n");
+    let slow = format!("sh {}", script.display());
+    let child = env
+        .uwf_process()
+        .args(["thread", "step", &id, "--agent", &slow])
+        .spawn()
+        .unwrap();
+    let show = show_until(&env, &id, |v| v["state"] == "running");
+    let text = show["running"]["text"].as_str().unwrap();
+    assert!(text.starts_with("running planner for "), "{text}");
+    assert!(text.contains(" s on "), "{text}");
+    assert_eq!(show["running"]["pid"], child.id());
+    let list = env.json(&["thread", "list"]);
+    assert_eq!(list[0]["state"], "running");
+    assert_eq!(list[0]["task"], "Fix the login bug");
+    assert_eq!(list[0]["name"], "solve-issue");
+    // A running thread is not pruned, however old.
+    assert_eq!(
+        env.json(&["thread", "prune", "--older-than", "0s"]),
+        serde_json::json!([])
+    );
+    // The log has the agent's stderr while it runs.
+    let until = Instant::now() + Duration::from_secs(60);
+    while !env
+        .text(&["thread", "log", &id])
+        .contains("planner at work")
+    {
+        assert!(Instant::now() < until, "no stderr in the log");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    env.json(&["thread", "kill", &id]);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    let show = env.json(&["thread", "show", &id]);
+    assert!(show.get("running").is_none(), "{show:#}");
+    assert_eq!(show["state"], "killed");
+}
+
+#[test]
+fn a_marker_of_a_dead_process_is_stale() {
+    let env = Env::new();
+    let id = start(&env);
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    let dir = env.root().join("running");
+    std::fs::create_dir_all(&dir).unwrap();
+    let host = env.json(&["thread", "show", &id]); // any command: the host is ours
+    let _ = host;
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let marker = serde_json::json!({
+        "thread": id, "role": "planner", "agent": "x", "pid": pid, "host": hostname,
+        "startedAt": 1, "head": "0000000000000", "log": "/nonexistent"
+    });
+    std::fs::write(dir.join(format!("{id}.json")), marker.to_string()).unwrap();
+    let show = env.json(&["thread", "show", &id]);
+    assert_eq!(show["state"], "idle", "{show:#}");
+    assert!(show.get("running").is_none(), "{show:#}");
+    assert!(
+        show["stale"]["text"].as_str().unwrap().contains("is gone"),
+        "{show:#}"
+    );
+}
+
+#[test]
+fn watch_and_log_follow_a_thread_to_its_end() {
+    let env = Env::new();
+    let id = start(&env);
+    let watch = env
+        .uwf_process()
+        .args(["thread", "watch", &id])
+        .spawn()
+        .unwrap();
+    let log = env
+        .uwf_process()
+        .args(["thread", "log", "-f", &id])
+        .spawn()
+        .unwrap();
+    let run = env.json(&["thread", "run", &id, "--agent", &solve(&env, "1s")]);
+    assert_eq!(run["done"], true);
+    let watched = watch.wait_with_output().unwrap();
+    assert!(watched.status.success(), "{watched:?}");
+    let text = String::from_utf8(watched.stdout).unwrap();
+    for part in [
+        "planner started (",
+        "step 1 planner landed",
+        "step 4 developer landed",
+        "condition `notApproved` = true",
+        &format!("thread {id} done"),
+    ] {
+        assert!(text.contains(part), "{part:?} not in:\n{text}");
+    }
+    let logged = log.wait_with_output().unwrap();
+    assert!(logged.status.success(), "{logged:?}");
+    let text = String::from_utf8(logged.stdout).unwrap();
+    assert!(text.contains("planner at work"), "{text}");
+    assert!(text.contains("── reviewer · "), "{text}");
+}
+
+#[test]
+fn watch_stops_when_its_reader_goes_away() {
+    let env = Env::new();
+    let id = start(&env);
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    // The thread never moves: only a reader that went away ends the watch.
+    let out = env
+        .uwf_process()
+        .args(["thread", "watch", &id])
+        .stdout(std::process::Stdio::from(writer))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}

@@ -1,0 +1,338 @@
+//! What is running: a marker file per thread while its agent works, the
+//! agent's stderr in a log beside it, and the time each landed step took.
+//!
+//! ```text
+//! <root>/running/<thread>.json   the marker, while an agent runs (atomic write)
+//! <root>/logs/<thread>.log       every agent's stderr, with a header per run
+//! <root>/logs/<thread>.jsonl     one line per landed step: {step, role, agent, host, startedAt, durationMs}
+//! ```
+//!
+//! The marker is removed when the agent ends. A `uwf` that dies leaves it
+//! behind: a reader never trusts it blindly but checks that the process
+//! it names is alive (and, on Linux, is the same process: its start time
+//! matches), and reports a marker that fails the check as stale.
+
+use std::fs::OpenOptions;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The marker of a running agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Marker {
+    /// The thread.
+    pub thread: String,
+    /// The role its agent works on.
+    pub role: String,
+    /// The agent (alias or command line).
+    pub agent: String,
+    /// The `uwf` process running the step (the agent is its child).
+    pub pid: u32,
+    /// That process's start time in clock ticks since boot (Linux), to
+    /// tell it from a later process that reuses the pid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_start: Option<u64>,
+    /// The machine.
+    pub host: String,
+    /// When the agent started (ms since the Unix epoch).
+    pub started_at: u64,
+    /// The head the step started from.
+    pub head: String,
+    /// Where the agent's stderr goes: this log file, and the terminal of
+    /// the `uwf` that runs it.
+    pub log: PathBuf,
+}
+
+/// A marker as a reader finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// Its process is alive (or on another host, where it cannot be checked).
+    Live(Marker),
+    /// Its process is gone: left by a `uwf` that died.
+    Stale(Marker, String),
+}
+
+/// One landed step's timing, a line of `<root>/logs/<thread>.jsonl`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Timing {
+    /// The StepNode.
+    pub step: String,
+    /// Its role.
+    pub role: String,
+    /// The agent.
+    pub agent: String,
+    /// Where it ran.
+    pub host: String,
+    /// When the agent started (ms since the Unix epoch).
+    pub started_at: u64,
+    /// How long the agent ran.
+    pub duration_ms: u64,
+}
+
+fn marker_path(root: &Path, thread: &str) -> PathBuf {
+    root.join("running").join(format!("{thread}.json"))
+}
+
+/// The stderr log of a thread's agents.
+pub fn log_path(root: &Path, thread: &str) -> PathBuf {
+    root.join("logs").join(format!("{thread}.log"))
+}
+
+fn timings_path(root: &Path, thread: &str) -> PathBuf {
+    root.join("logs").join(format!("{thread}.jsonl"))
+}
+
+/// This machine's name.
+pub fn host() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// A process's start time (field 22 of `/proc/<pid>/stat`), when readable.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether process `pid` (started at `start`, if known) still runs here.
+fn alive(pid: u32, start: Option<u64>) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None) {
+        Ok(()) | Err(nix::errno::Errno::EPERM) => {}
+        Err(_) => return false,
+    }
+    match (start, process_start(pid)) {
+        (Some(want), Some(now)) => want == now,
+        _ => true,
+    }
+}
+
+/// The marker of `thread`, checked; `None` when no agent of it runs (or
+/// the marker cannot be read).
+pub fn find(root: &Path, thread: &str) -> Option<Found> {
+    let text = std::fs::read(marker_path(root, thread)).ok()?;
+    let marker: Marker = serde_json::from_slice(&text).ok()?;
+    if marker.host != host() {
+        return Some(Found::Live(marker));
+    }
+    if alive(marker.pid, marker.pid_start) {
+        Some(Found::Live(marker))
+    } else {
+        let why = format!(
+            "process {} on {} is gone; the step it ran was never applied",
+            marker.pid, marker.host
+        );
+        Some(Found::Stale(marker, why))
+    }
+}
+
+/// The live marker of `thread`, if an agent of it runs now.
+pub fn live(root: &Path, thread: &str) -> Option<Marker> {
+    match find(root, thread)? {
+        Found::Live(m) => Some(m),
+        Found::Stale(..) => None,
+    }
+}
+
+/// The timings of a thread's landed steps, by StepNode.
+pub fn timings(root: &Path, thread: &str) -> std::collections::HashMap<String, Timing> {
+    let Ok(text) = std::fs::read_to_string(timings_path(root, thread)) else {
+        return Default::default();
+    };
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Timing>(l).ok())
+        .map(|t| (t.step.clone(), t))
+        .collect()
+}
+
+/// A running agent's marker and log, held for as long as it runs: written
+/// by [`Running::start`], removed when dropped.
+pub struct Running {
+    marker: Marker,
+    path: PathBuf,
+    log: Arc<Mutex<Option<std::fs::File>>>,
+}
+
+impl Running {
+    /// Marks `thread` as running `role` with `agent` from `head`, and opens
+    /// its stderr log. Failing to write them does not stop the step: the
+    /// agent runs unobserved (a warning says so).
+    pub fn start(
+        root: &Path,
+        thread: &str,
+        role: &str,
+        agent: &str,
+        head: &str,
+        started_at: u64,
+    ) -> Running {
+        let pid = std::process::id();
+        let marker = Marker {
+            thread: thread.to_string(),
+            role: role.to_string(),
+            agent: agent.to_string(),
+            pid,
+            pid_start: process_start(pid),
+            host: host(),
+            started_at,
+            head: head.to_string(),
+            log: log_path(root, thread),
+        };
+        let path = marker_path(root, thread);
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .map_err(|e| e.to_string())
+            .and_then(|()| serde_json::to_vec_pretty(&marker).map_err(|e| e.to_string()))
+            .and_then(|bytes| {
+                uwf_util::atomic::write_atomic(&path, &bytes).map_err(|e| e.to_string())
+            });
+        if let Err(e) = written {
+            tracing::warn!("cannot write the running marker {}: {e}", path.display());
+        }
+        let log = open_log(&marker.log).map(|mut f| {
+            let _ = writeln!(
+                f,
+                "── {role} · {agent} · started {} on {} (uwf pid {pid}) ──",
+                humantime::format_rfc3339_seconds(
+                    std::time::UNIX_EPOCH + Duration::from_millis(started_at)
+                ),
+                marker.host
+            );
+            f
+        });
+        Running {
+            marker,
+            path,
+            log: Arc::new(Mutex::new(log)),
+        }
+    }
+
+    /// Something that appends a stderr line to the log, for the agent's
+    /// stderr callback.
+    pub fn sink(&self) -> impl Fn(&str) + Send + Sync + 'static {
+        let log = Arc::clone(&self.log);
+        move |line: &str| {
+            let mut guard = log
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(f) = guard.as_mut()
+                && writeln!(f, "{line}").is_err()
+            {
+                *guard = None;
+            }
+        }
+    }
+
+    /// The step landed as `step` after `elapsed`: its timing is recorded.
+    pub fn landed(&self, root: &Path, step: &str, elapsed: Duration) {
+        let timing = Timing {
+            step: step.to_string(),
+            role: self.marker.role.clone(),
+            agent: self.marker.agent.clone(),
+            host: self.marker.host.clone(),
+            started_at: self.marker.started_at,
+            duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        };
+        let path = timings_path(root, &self.marker.thread);
+        let line = serde_json::to_string(&timing).unwrap_or_default();
+        if let Err(e) = uwf_util::atomic::append_line(&path, &line) {
+            tracing::warn!("cannot record the step's duration: {e}");
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Only our own marker: a later step of the thread may have replaced it.
+        let ours = std::fs::read(&self.path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Marker>(&b).ok())
+            .is_some_and(|m| m == self.marker);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn open_log(path: &Path) -> Option<std::fs::File> {
+    let dir = path.parent()?;
+    std::fs::create_dir_all(dir).ok()?;
+    OpenOptions::new().create(true).append(true).open(path).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_marker_lives_while_held_and_a_dead_process_is_stale() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = dir.path();
+        {
+            let running = Running::start(root, "T", "developer", "agent", "H", 1);
+            running.sink()("a line");
+            match find(root, "T") {
+                Some(Found::Live(m)) => assert_eq!(m.role, "developer"),
+                other => panic!("{other:?}"),
+            }
+            running.landed(root, "STEP", Duration::from_millis(1500));
+        }
+        assert_eq!(find(root, "T"), None);
+        assert_eq!(timings(root, "T")["STEP"].duration_ms, 1500);
+        let log = std::fs::read_to_string(log_path(root, "T")).unwrap_or_default();
+        assert!(log.contains("developer · agent · started") && log.ends_with("a line\n"));
+
+        // A marker left by a process that is gone.
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let pid = child.id();
+        let _ = child.wait();
+        let marker = Marker {
+            thread: "U".into(),
+            role: "r".into(),
+            agent: "a".into(),
+            pid,
+            pid_start: None,
+            host: host(),
+            started_at: 1,
+            head: "H".into(),
+            log: log_path(root, "U"),
+        };
+        std::fs::write(
+            marker_path(root, "U"),
+            serde_json::to_vec(&marker).unwrap_or_default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(find(root, "U"), Some(Found::Stale(..))));
+        assert_eq!(live(root, "U"), None);
+        // Our own process, but a different start time: a reused pid.
+        let reused = Marker {
+            pid: std::process::id(),
+            pid_start: process_start(std::process::id()).map(|s| s + 1),
+            ..marker
+        };
+        std::fs::write(
+            marker_path(root, "U"),
+            serde_json::to_vec(&reused).unwrap_or_default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let expect_stale = reused.pid_start.is_some();
+        assert_eq!(
+            matches!(find(root, "U"), Some(Found::Stale(..))),
+            expect_stale
+        );
+    }
+}
