@@ -31,6 +31,12 @@ deny *checks="licenses bans sources":
 doc:
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
+# Whole-process cost of a step against thread length and active threads
+# (docs/performance.md); UWF_BENCH_SAMPLES=N for more samples.
+bench-step:
+    cargo build --release --locked -p uwf-cli -p uwf-mock
+    cargo bench --locked -p uwf-engine --bench step
+
 # Run the full CI gate locally.
 ci:
     bash .ci/run

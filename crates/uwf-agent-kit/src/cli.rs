@@ -43,7 +43,7 @@ where
 /// Loads the [`AgentContext`] of `role` on `thread` from the storage root
 /// `root`, calls `f`, and turns its [`AgentRun`] into an output node, a
 /// detail node and a StepNode whose `agent` is `name` (see [`finish`]).
-/// Returns the StepNode's hash. Never touches `threads.yaml`: moving the
+/// Returns the StepNode's hash. Never moves the thread's head: moving the
 /// head is `uwf`'s job.
 pub fn execute<F>(name: &str, root: &Path, thread: &str, role: &str, f: F) -> Result<Hash, KitError>
 where

@@ -57,7 +57,7 @@ impl std::fmt::Debug for AgentContext {
 impl AgentContext {
     /// Loads the context of `role` on `thread` from the storage root `root`.
     ///
-    /// Validates the thread id, reads the thread's head from `threads.yaml`
+    /// Validates the thread id, reads the thread's head from the thread state
     /// ([`KitError::NotActive`] when absent), loads the chain, checks the
     /// role ([`KitError::UnknownRole`]) and asks the moderator for the edge
     /// prompt. The edge prompt is kept only when the moderator would pick

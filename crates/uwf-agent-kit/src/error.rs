@@ -41,7 +41,7 @@ pub enum KitError {
     #[diagnostic(transparent)]
     Cas(#[from] uwf_cas::CasError),
 
-    /// A state file (`threads.yaml`, `.env`, …) could not be read.
+    /// A state file (a head file, `.env`, …) could not be read.
     #[error(transparent)]
     #[diagnostic(transparent)]
     State(#[from] uwf_state::state::StateError),
@@ -51,7 +51,7 @@ pub enum KitError {
     #[diagnostic(transparent)]
     Thread(#[from] uwf_moderator::thread::ThreadError),
 
-    /// The thread is not in `threads.yaml`.
+    /// The thread is not active.
     #[error("thread {thread} is not active")]
     #[diagnostic(
         code(uwf::agent::not_active),

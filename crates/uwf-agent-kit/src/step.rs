@@ -99,7 +99,7 @@ pub fn put_detail(ctx: &AgentContext, run: &AgentRun) -> Result<Hash, KitError> 
 
 /// Turns `run` into a StepNode of the context's role: output node, detail
 /// node, then the StepNode chained after the thread's last step. Returns the
-/// StepNode's hash. `threads.yaml` is not touched.
+/// StepNode's hash. The thread's head is not touched.
 pub fn finish(ctx: &AgentContext, agent: &str, run: AgentRun) -> Result<Hash, KitError> {
     let (payload, extracted) = output_of(ctx, &run)?;
     let output = store_output(ctx, payload)?;

@@ -62,7 +62,7 @@ pub fn child_summary(child: &ChildLink) -> String {
         None => {
             let _ = writeln!(
                 out,
-                "Its thread id is in neither threads.yaml nor history.jsonl; \
+                "Its thread id is neither active nor in history.jsonl; \
                  `uwf thread stack {c}` and `uwf cas walk {c}` show it.",
                 c = link.child_thread
             );

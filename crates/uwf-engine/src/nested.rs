@@ -20,7 +20,7 @@ use crate::Engine as Ctx;
 use crate::error::EngineError;
 
 /// Thread ids by the nodes they start from and stand at, read from
-/// `threads.yaml` and `history.jsonl`, to name the threads of a call stack.
+/// the active threads and `history.jsonl`, to name the threads of a call stack.
 ///
 /// Several threads can share a StartNode (forks): a head that is the node
 /// asked about wins, then an active thread, then the newest archived one.

@@ -22,7 +22,7 @@ use crate::{AGENT_ENV, CancelToken, Engine, HEAD_ENV, Progress};
 
 /// Where a thread stands.
 pub enum Status {
-    /// Listed in threads.yaml.
+    /// Active (it has a head).
     Active {
         /// Its head.
         head: Hash,
@@ -374,7 +374,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
             sink.agent_line(line);
         },
         &cancel,
-        // The kill flag of seed 004: the thread left threads.yaml, or its head moved.
+        // The kill flag of seed 004: the thread is no longer active, or its head moved.
         || {
             state
                 .thread_head(id)
@@ -593,7 +593,7 @@ pub fn apply(
     })
 }
 
-/// How often a queued step re-reads `threads.yaml` for the kill flag.
+/// How often a queued step re-reads the thread's head for the kill flag.
 const KILL_POLL: Duration = Duration::from_millis(200);
 
 /// Takes a slot of `workflow` for a step of thread `id` at `head`, as its

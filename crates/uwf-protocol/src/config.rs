@@ -294,7 +294,8 @@ impl WorkflowLimits {
     }
 }
 
-/// `threads.yaml`: active thread id → head hash.
+/// The active threads: thread id → head hash (the head files under
+/// `threads/`, or the `threads.yaml` of a store of uwf 0.1.0).
 pub type ThreadsIndex = BTreeMap<ThreadId, CasRef>;
 
 /// `registry.yaml`: workflow name → Workflow node hash.

@@ -120,7 +120,7 @@ pub struct ThreadShowOutput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<CasRef>,
     /// The id of the thread [`parent`](Self::parent) belongs to, when it is
-    /// in `threads.yaml` or `history.jsonl`.
+    /// active or in `history.jsonl`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_thread: Option<ThreadId>,
     /// The steps of this thread that were run by a child workflow, oldest
@@ -145,7 +145,7 @@ pub struct ChildThreadLink {
     pub workflow_name: String,
     /// How many steps the child thread ran.
     pub steps: usize,
-    /// The child thread's id, when it is in `threads.yaml` or `history.jsonl`.
+    /// The child thread's id, when it is active or in `history.jsonl`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread: Option<ThreadId>,
 }
@@ -170,7 +170,7 @@ pub struct StackFrame {
     pub role: Option<String>,
     /// 0 for the top-level thread, 1 for a child it called, and so on.
     pub depth: usize,
-    /// The thread's id, when it is in `threads.yaml` or `history.jsonl`.
+    /// The thread's id, when it is active or in `history.jsonl`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread: Option<ThreadId>,
 }

@@ -71,8 +71,8 @@ pub enum TimeoutsEntry {
 }
 
 /// `waiting.yaml`: the threads that wait for a person, directly or through
-/// a child thread. An entry counts only while its thread is active in
-/// `threads.yaml` with the entry's `head`; any other entry is stale and
+/// a child thread. An entry counts only while its thread is active with
+/// the entry's `head`; any other entry is stale and
 /// ignored (and dropped by the next write).
 pub type WaitingIndex = BTreeMap<ThreadId, WaitingRecord>;
 

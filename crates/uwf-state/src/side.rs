@@ -4,7 +4,7 @@
 //! Both follow the rules of [`crate::state`]: every change happens under
 //! the state lock and rewrites the file atomically; reads take no lock.
 //! Neither is ever the truth about a thread's progress, which stays in
-//! `threads.yaml` and the CAS:
+//! the head files and the CAS:
 //!
 //! - a waiting entry counts only while its thread is active **with the
 //!   entry's head**; once the head moves (an answer, a fork's own id, a

@@ -13,7 +13,7 @@ use crate::trace::{Trace, trace};
 /// How deep child threads are followed (a guard against cycles).
 pub const MAX_DEPTH: usize = 8;
 
-/// What the page needs from the state files (`threads.yaml`,
+/// What the page needs from the state files (the heads,
 /// `history.jsonl`, `waiting.yaml`, `attempts.yaml`); the CLI implements it.
 pub trait ThreadState {
     /// The id of the thread standing at `node` or started from `start`.
