@@ -1,185 +1,166 @@
-//! Running the child thread with the real `uwf`.
+//! Running the child thread through the engine library, in this process.
 //!
-//! Two commands, so the child thread's id is known even when its run fails:
-//! `uwf --root <root> thread start <workflow> --parent <head> --prompt=<task>`,
-//! then `uwf --root <root> thread run --thread <id> --max-steps <n>`. Both
-//! get [`CALL_DEPTH_ENV`] = the child's depth, which every agent of the
-//! child inherits. No `--agent` is passed: the child's roles get their
-//! agents from `config.yaml`, exactly like a top-level run.
+//! Two operations, so the child thread's id is known even when its run
+//! fails: start it (its StartNode's `parentState` is the parent's head),
+//! then run it to its end with [`uwf_engine::run`] — the same step cycle as
+//! `uwf thread run`: the child's roles get their agents from `config.yaml`,
+//! like a top-level run, and every agent of the child gets
+//! [`CALL_DEPTH_ENV`] = the child's depth. The child's progress and its
+//! agents' stderr are passed on to this agent's stderr, each line prefixed
+//! with [`NESTED_PREFIX`].
 
-use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use serde::de::DeserializeOwned;
+use uwf_cas::Hash;
+use uwf_engine::{CancelToken, Engine, EngineError, Progress, Ran, StepOptions};
 use uwf_protocol::{StartOutput, StepOutput};
 
+use crate::CALL_DEPTH_ENV;
 use crate::error::{DEPTH_MARKER, WorkflowAgentError};
-use crate::{CALL_DEPTH_ENV, UWF_BIN_ENV};
 
-/// Lines of a child's stderr kept for the report.
+/// Lines of the child's progress kept for the report.
 const TAIL_LINES: usize = 12;
 
 /// Prefix of the child's stderr lines when they are passed on, so nested
 /// progress reads as nested.
 pub const NESTED_PREFIX: &str = "│ ";
 
-/// How to run `uwf` for the child.
-#[derive(Debug, Clone)]
-pub struct Uwf {
-    program: OsString,
-    root: PathBuf,
-    depth: usize,
+/// The engine the child thread runs on.
+pub struct Child {
+    engine: Engine,
+    cancel: CancelToken,
 }
 
-impl Uwf {
-    /// `$UWF_BIN` if set and not empty, else `uwf` from `PATH`; the child
-    /// runs in `root` at `depth`.
-    pub fn from_env(root: PathBuf, depth: usize) -> Self {
-        let program = std::env::var_os(UWF_BIN_ENV)
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| OsString::from("uwf"));
-        Self {
-            program,
-            root,
-            depth,
+impl Child {
+    /// The engine over the storage root `root`, for a child at `depth`.
+    /// `cancel` stops the child's running step (this agent's SIGTERM).
+    pub fn open(
+        root: &Path,
+        depth: usize,
+        cancel: CancelToken,
+    ) -> Result<Self, WorkflowAgentError> {
+        let mut engine = Engine::open(root)
+            .map_err(Box::new)?
+            .with_agent_env(CALL_DEPTH_ENV, OsString::from(depth.to_string()));
+        // Agents installed beside this binary (as uwf does for its own).
+        if let Some(dir) = std::env::current_exe()
+            .ok()
+            .as_deref()
+            .and_then(Path::parent)
+        {
+            engine = engine.with_agent_dir(dir);
         }
+        Ok(Self { engine, cancel })
     }
 
-    fn command(&self) -> Command {
-        let mut c = Command::new(&self.program);
-        c.arg("--root")
-            .arg(&self.root)
-            .env(CALL_DEPTH_ENV, self.depth.to_string())
-            .stdin(Stdio::null());
-        c
-    }
-
-    fn spawn_error(&self, source: std::io::Error) -> WorkflowAgentError {
-        WorkflowAgentError::Spawn {
-            program: self.program.to_string_lossy().into_owned(),
-            source,
-        }
-    }
-
-    /// `uwf thread start <workflow> --parent <parent> --prompt=<prompt>`:
-    /// the new child thread.
+    /// Starts the child thread of `workflow` (a registered name, a Workflow
+    /// hash, or a workflow YAML file, registered on the way) with the task
+    /// `prompt`, from the parent's head `parent`.
     pub fn start(
         &self,
         workflow: &str,
         parent: &str,
         prompt: &str,
     ) -> Result<StartOutput, WorkflowAgentError> {
-        // `--prompt=…` in one word: a task starting with `-` stays a value.
-        let out = self
-            .command()
-            .args(["thread", "start", workflow, "--parent", parent])
-            .arg(format!("--prompt={prompt}"))
-            .output()
-            .map_err(|e| self.spawn_error(e))?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() {
-            let lines: Vec<&str> = stderr.lines().collect();
-            return Err(WorkflowAgentError::ChildStart {
-                workflow: workflow.to_owned(),
-                cause: cause_of(&lines)
-                    .unwrap_or_else(|| format!("uwf thread start {}", status_text(out.status))),
-                tail: tail_text(&lines),
-            });
-        }
-        parse_answer("thread start", &out.stdout)
+        let failed = |cause: String| WorkflowAgentError::ChildStart {
+            workflow: workflow.to_owned(),
+            cause,
+            tail: String::new(),
+        };
+        let hash = self.resolve(workflow).map_err(failed)?;
+        let parent: Hash = parent
+            .parse()
+            .map_err(|e: uwf_cas::ParseHashError| failed(e.to_string()))?;
+        let started = uwf_engine::start(&self.engine, hash, prompt, Some(parent))
+            .map_err(|e| failed(e.to_string()))?;
+        Ok(StartOutput {
+            workflow: hash.to_string(),
+            thread: started.thread,
+        })
     }
 
-    /// `uwf thread run --thread <thread> --max-steps <n>`: runs the child
-    /// to its end, passing its stderr on (each line prefixed with
-    /// [`NESTED_PREFIX`]). Returns its final answer (`done: true`, `head` =
-    /// the terminal StepNode).
+    /// The Workflow node `arg` names.
+    fn resolve(&self, arg: &str) -> Result<Hash, String> {
+        let state = self.engine.state();
+        if let Some(h) = state.registry().map_err(|e| e.to_string())?.get(arg) {
+            return h
+                .parse()
+                .map_err(|e: uwf_cas::ParseHashError| e.to_string());
+        }
+        let path = Path::new(arg);
+        if path.is_file() {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let def =
+                uwf_moderator::definition::parse_yaml(&text, arg).map_err(|e| e.to_string())?;
+            let registered = uwf_moderator::definition::register(self.engine.cas(), &def)
+                .map_err(|e| e.to_string())?;
+            state
+                .register_workflow(&registered.payload.name, &registered.hash.to_string())
+                .map_err(|e| e.to_string())?;
+            return Ok(registered.hash);
+        }
+        if let Ok(hash) = arg.parse::<Hash>() {
+            let node = self.engine.cas().try_get(hash).map_err(|e| e.to_string())?;
+            return match node {
+                Some(n) if n.type_hash == self.engine.cas().types().workflow => Ok(hash),
+                Some(_) => Err(format!("{hash} is not a Workflow node")),
+                None => Err(format!("no node {hash} in the store")),
+            };
+        }
+        Err(format!(
+            "no workflow {arg:?} is registered, and it is not a file"
+        ))
+    }
+
+    /// Runs the child thread to its end (at most `max_steps` steps).
+    /// Returns its final answer (`done: true`, `head` = the terminal
+    /// StepNode).
     pub fn run(
         &self,
         thread: &str,
         workflow: &str,
         max_steps: usize,
     ) -> Result<StepOutput, WorkflowAgentError> {
-        let mut child = self
-            .command()
-            .args(["thread", "run", "--thread", thread, "--max-steps"])
-            .arg(max_steps.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| self.spawn_error(e))?;
-        let stderr = child.stderr.take();
-        let forward = std::thread::spawn(move || {
-            let mut tail: VecDeque<String> = VecDeque::new();
-            let Some(stderr) = stderr else {
-                return tail;
-            };
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                eprintln!("{NESTED_PREFIX}{line}");
-                if tail.len() == TAIL_LINES {
-                    tail.pop_front();
-                }
-                tail.push_back(line);
-            }
-            tail
-        });
-        let mut stdout = Vec::new();
-        if let Some(mut out) = child.stdout.take() {
-            // A read error only loses the answer, which is reported below.
-            let _ = out.read_to_end(&mut stdout);
-        }
-        let status = child.wait().map_err(|e| self.spawn_error(e))?;
-        let tail: Vec<String> = forward.join().unwrap_or_default().into();
-        let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
-        if status.code() == Some(i32::from(crate::error::EXIT_WAITING)) {
-            return Err(WorkflowAgentError::ChildWaiting {
+        let progress = Arc::new(Nested::default());
+        let sink: Arc<dyn Progress> = progress.clone();
+        let opts = StepOptions {
+            cancel: self.cancel.clone(),
+            ..StepOptions::default()
+        };
+        let failed = |cause: String| WorkflowAgentError::ChildFailed {
+            thread: thread.to_owned(),
+            workflow: workflow.to_owned(),
+            cause,
+            tail: String::new(),
+        };
+        match uwf_engine::run(&self.engine, thread, &opts, &sink, max_steps) {
+            Ok(Ran::Done(out)) => Ok(out),
+            Ok(Ran::Waiting(_)) => Err(WorkflowAgentError::ChildWaiting {
                 thread: thread.to_owned(),
                 workflow: workflow.to_owned(),
-            });
+            }),
+            Ok(Ran::MaxSteps { steps, .. }) => Err(failed(format!(
+                "not done after {steps} step(s) (--max-steps)"
+            ))),
+            Err(e) => Err(failed(cause_of_error(&e, &progress.tail()))),
         }
-        if !status.success() {
-            // Its stderr was passed on line by line already: the report
-            // names the cause only, so nested failures do not repeat it all.
-            return Err(WorkflowAgentError::ChildFailed {
-                thread: thread.to_owned(),
-                workflow: workflow.to_owned(),
-                cause: cause_of(&lines)
-                    .unwrap_or_else(|| format!("uwf thread run {}", status_text(status))),
-                tail: String::new(),
-            });
-        }
-        let answer: StepOutput = parse_answer("thread run", &stdout)?;
-        if !answer.done {
-            return Err(WorkflowAgentError::ChildFailed {
-                thread: thread.to_owned(),
-                workflow: workflow.to_owned(),
-                cause: "uwf thread run succeeded but the thread is not done".to_owned(),
-                tail: String::new(),
-            });
-        }
-        Ok(answer)
     }
 }
 
-fn status_text(status: std::process::ExitStatus) -> String {
-    match status.code() {
-        Some(c) => format!("exited with status {c}"),
-        None => "was killed by a signal".to_owned(),
-    }
-}
-
-fn parse_answer<T: DeserializeOwned>(
-    command: &'static str,
-    stdout: &[u8],
-) -> Result<T, WorkflowAgentError> {
-    serde_json::from_slice(stdout).map_err(|e| WorkflowAgentError::ChildAnswer {
-        command,
-        printed: String::from_utf8_lossy(stdout).chars().take(200).collect(),
-        reason: e.to_string(),
-    })
+/// The innermost cause of a failed child run: a depth-limit report from
+/// any depth wins (so runaway recursion is reported as such at the top);
+/// otherwise the engine's own message.
+fn cause_of_error(e: &EngineError, tail: &[String]) -> String {
+    let text = e.to_string();
+    let lines: Vec<&str> = text
+        .lines()
+        .chain(tail.iter().map(String::as_str))
+        .collect();
+    depth_cause(&lines).unwrap_or_else(|| text.lines().next().unwrap_or_default().to_owned())
 }
 
 /// Strips the decoration miette and [`NESTED_PREFIX`] put before a line.
@@ -188,38 +169,107 @@ fn undecorated(line: &str) -> &str {
         .trim_end()
 }
 
-/// The innermost cause in a failed `uwf`'s stderr: a depth-limit report
-/// from any depth wins (so runaway recursion is reported as such at the
-/// top); otherwise the headline (`× …`) of uwf's own report.
-pub fn cause_of(lines: &[&str]) -> Option<String> {
-    if let Some(l) = lines.iter().rev().find(|l| l.contains(DEPTH_MARKER)) {
-        let l = undecorated(l);
-        // Keep the innermost report: drop the wrappers before the marker.
-        let from = l.find(DEPTH_MARKER).unwrap_or(0);
-        return Some(l[from..].to_owned());
-    }
-    lines
-        .iter()
-        .rev()
-        .find(|l| l.trim_start().starts_with('×'))
-        .map(|l| undecorated(l).to_owned())
+/// The innermost depth-limit report among `lines`, if any.
+pub fn depth_cause(lines: &[&str]) -> Option<String> {
+    let l = lines.iter().rev().find(|l| l.contains(DEPTH_MARKER))?;
+    let l = undecorated(l);
+    // Keep the innermost report: drop the wrappers before the marker.
+    let from = l.find(DEPTH_MARKER).unwrap_or(0);
+    Some(l[from..].to_owned())
 }
 
-/// The last lines of a child's stderr as a report section ("" when empty).
-fn tail_text(lines: &[&str]) -> String {
-    let start = lines.len().saturating_sub(TAIL_LINES);
-    let kept: Vec<&str> = lines[start..]
-        .iter()
-        .copied()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    if kept.is_empty() {
-        return String::new();
+/// The child's progress on this agent's stderr, nested.
+#[derive(Default)]
+struct Nested {
+    state: Mutex<NestedState>,
+}
+
+#[derive(Default)]
+struct NestedState {
+    step: usize,
+    tail: Vec<String>,
+}
+
+impl Nested {
+    fn line(&self, line: String) {
+        eprintln!("{NESTED_PREFIX}{line}");
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.tail.push(line);
+        if s.tail.len() > TAIL_LINES {
+            s.tail.remove(0);
+        }
     }
-    format!(
-        "\n--- last lines of the child's stderr ---\n{}",
-        kept.join("\n")
-    )
+
+    fn tail(&self) -> Vec<String> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .tail
+            .clone()
+    }
+
+    fn next_step(&self) -> usize {
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.step += 1;
+        s.step
+    }
+
+    fn current_step(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .step
+    }
+}
+
+impl Progress for Nested {
+    fn started(&self, role: &str, agent: &str) {
+        let n = self.next_step();
+        self.line(format!("step {n}: {role} ({agent}) started"));
+    }
+
+    fn agent_line(&self, line: &str) {
+        self.line(line.to_owned());
+    }
+
+    fn finished(&self, role: &str, elapsed: Duration) {
+        let n = self.current_step();
+        self.line(format!(
+            "step {n}: {role} finished in {:.1}s",
+            elapsed.as_secs_f64()
+        ));
+    }
+
+    fn failed(&self, role: &str, elapsed: Duration, reason: &str) {
+        let n = self.current_step();
+        self.line(format!(
+            "step {n}: {role} failed after {:.1}s: {reason}",
+            elapsed.as_secs_f64()
+        ));
+    }
+
+    fn waiting(&self, workflow: &str, ahead: usize) {
+        self.line(format!(
+            "waiting for a slot of workflow {workflow} ({ahead} ahead)"
+        ));
+    }
+
+    fn retrying(&self, n: u32, max: u32, delay: Duration, role: &str, reason: &str) {
+        self.line(format!(
+            "retry {n}/{max} in {:.1}s: {role} {reason}",
+            delay.as_secs_f64()
+        ));
+    }
+
+    fn warning(&self, message: &str) {
+        self.line(format!("warning: {message}"));
+    }
 }
 
 #[cfg(test)]
@@ -229,29 +279,14 @@ mod tests {
     #[test]
     fn the_depth_report_wins_at_any_nesting() {
         let lines = [
-            "step 1: worker (wf) started",
-            "│ │   × child thread 01X (workflow r) failed: call depth limit reached: role \"worker\" …",
-            "  × agent wf (role worker) exited with status 1",
+            "step 1: planner started",
+            "│ │ × call depth limit reached: role \"dev\" of thread X would start …",
+            "× child thread Y failed: agent exited with status 1",
         ];
         assert_eq!(
-            cause_of(&lines).as_deref(),
-            Some("call depth limit reached: role \"worker\" …")
+            depth_cause(&lines).as_deref(),
+            Some("call depth limit reached: role \"dev\" of thread X would start …")
         );
-    }
-
-    #[test]
-    fn otherwise_the_headline_of_the_report() {
-        let lines = [
-            "step 1: coder (mock) started",
-            "  × agent mock (role coder) exited with status 3",
-            "  help: the thread is unchanged",
-        ];
-        assert_eq!(
-            cause_of(&lines).as_deref(),
-            Some("agent mock (role coder) exited with status 3")
-        );
-        assert_eq!(cause_of(&["plain"]), None);
-        assert!(tail_text(&lines).contains("exited with status 3"));
-        assert_eq!(tail_text(&[]), "");
+        assert_eq!(depth_cause(&["× something else"]), None);
     }
 }

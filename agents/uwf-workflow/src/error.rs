@@ -2,7 +2,7 @@
 
 use uwf_agent_kit::KitError;
 
-use crate::{CALL_DEPTH_ENV, MAX_DEPTH_ENV, UWF_BIN_ENV};
+use crate::{CALL_DEPTH_ENV, MAX_DEPTH_ENV};
 
 /// The text every depth-limit report contains. uwf-workflow looks for it in
 /// a failed child's stderr, so the innermost cause of a runaway recursion
@@ -51,23 +51,7 @@ pub enum WorkflowAgentError {
         stack: String,
     },
 
-    /// `uwf` could not be started.
-    #[error("cannot run {program}: {source}")]
-    #[diagnostic(
-        code(uwf::workflow_agent::spawn),
-        help(
-            "uwf-workflow runs the child workflow with `uwf`: put uwf on PATH (uwf puts its own directory first on PATH for its agents) or set {UWF_BIN_ENV} to its path"
-        )
-    )]
-    Spawn {
-        /// The program.
-        program: String,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-
-    /// `uwf thread start` failed: no child thread exists.
+    /// The child thread could not be started: no child thread exists.
     #[error("the child thread of workflow {workflow:?} could not be started: {cause}{tail}")]
     #[diagnostic(
         code(uwf::workflow_agent::child_start),
@@ -103,8 +87,7 @@ pub enum WorkflowAgentError {
         tail: String,
     },
 
-    /// The child thread waits for a person (`uwf thread run` exited with
-    /// status 4). The parent step waits too: uwf-workflow exits with
+    /// The child thread waits for a person. The parent step waits too: uwf-workflow exits with
     /// [`EXIT_WAITING`], and the next step of the parent continues this
     /// child instead of starting another.
     #[error("child thread {thread} (workflow {workflow}) waits for a person")]
@@ -121,14 +104,10 @@ pub enum WorkflowAgentError {
         workflow: String,
     },
 
-    /// `uwf` answered with something that is not the JSON it prints.
-    #[error(
-        "`uwf {command}` succeeded but printed {printed:?}, which is not its JSON answer: {reason}"
-    )]
-    #[diagnostic(
-        code(uwf::workflow_agent::child_answer),
-        help("is {UWF_BIN_ENV} (or `uwf` on PATH) really uwf?")
-    )]
+    /// The child run ended with something that cannot be the child's
+    /// terminal StepNode.
+    #[error("`{command}` of the child ended at {printed:?}, which is not a node hash: {reason}")]
+    #[diagnostic(code(uwf::workflow_agent::child_answer))]
     ChildAnswer {
         /// The subcommand.
         command: &'static str,
@@ -194,8 +173,13 @@ pub enum WorkflowAgentError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     State(#[from] uwf_state::state::StateError),
+
+    /// The engine failed outside the child's run (opening the store, …).
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Engine(#[from] Box<uwf_engine::EngineError>),
 }
 
 /// Exit status of uwf-workflow when its child thread waits for a person
 /// (the same status `uwf thread step` uses for a wait).
-pub const EXIT_WAITING: u8 = 4;
+pub const EXIT_WAITING: u8 = uwf_engine::human::EXIT_WAITING;

@@ -7,12 +7,11 @@
 //!    must not exceed `--max-depth` / `$UWF_MAX_CALL_DEPTH` (default 8). A
 //!    workflow calling itself is stopped here, before a child is started.
 //! 2. Builds the child's task from the parent's ([`prompt`]).
-//! 3. Starts the child thread with `uwf thread start <child-workflow>
-//!    --parent <parent head> --prompt=<task>` — the child's StartNode gets
-//!    `parentState` = the parent thread's head (its StartNode if no step
-//!    ran yet) — and runs it with `uwf thread run --thread <child>
-//!    --max-steps N` ([`child`]), with `$UWF_CALL_DEPTH` = the child's
-//!    depth. The child's roles get their agents from `config.yaml`.
+//! 3. Starts the child thread — its StartNode gets `parentState` = the
+//!    parent thread's head (its StartNode if no step ran yet) — and runs it
+//!    to its end through the engine library ([`child`]), with
+//!    `$UWF_CALL_DEPTH` = the child's depth for its agents. The child's
+//!    roles get their agents from `config.yaml`.
 //! 4. Maps the child's final output onto the parent role's schema
 //!    ([`mapping`]) and writes the parent's StepNode with `detail` and
 //!    `childThread` = the child's terminal StepNode.
@@ -49,10 +48,6 @@ pub const CALL_DEPTH_ENV: &str = "UWF_CALL_DEPTH";
 /// Environment variable with the depth limit (when `--max-depth` is not given).
 pub const MAX_DEPTH_ENV: &str = "UWF_MAX_CALL_DEPTH";
 
-/// Environment variable naming the `uwf` binary to run the child with
-/// (default: `uwf` on `PATH`).
-pub const UWF_BIN_ENV: &str = "UWF_BIN";
-
 /// The depth limit when neither `--max-depth` nor [`MAX_DEPTH_ENV`] says.
 pub const DEFAULT_MAX_DEPTH: usize = 8;
 
@@ -71,7 +66,6 @@ The child's roles get their agents from config.yaml, as in a top-level run.
 Environment:
   UWF_CALL_DEPTH        depth of the calling thread (set for the child by uwf-workflow)
   UWF_MAX_CALL_DEPTH    depth limit when --max-depth is not given [default: 8]
-  UWF_BIN               the uwf binary [default: uwf on PATH]
   UNCAGED_WORKFLOW_STORAGE_ROOT   the storage root (uwf passes it)
 
 See docs/nested-workflows.md.";
@@ -191,7 +185,13 @@ fn run(args: &Args) -> Result<Hash, WorkflowAgentError> {
 
     let task = prompt::child_prompt(&ctx, args.context_quota);
     let state = StateDir::new(&root.path);
-    let uwf = child::Uwf::from_env(root.path, depth);
+    // SIGINT/SIGTERM (the parent engine stopping this agent) stop the
+    // child's running step and its agent's process group.
+    let cancel = uwf_engine::CancelToken::new();
+    let token = cancel.clone();
+    // Fails only if a handler is already installed: then keep that one.
+    let _ = ctrlc::set_handler(move || token.cancel());
+    let uwf = child::Child::open(&root.path, depth, cancel)?;
     let parent = ctx.head().to_string();
     let (child, ended) = match waiting_child(&state, &ctx)? {
         Some((child, ended)) => {

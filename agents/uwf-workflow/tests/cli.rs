@@ -1,100 +1,75 @@
-//! The `uwf-workflow` binary against a kit fixture root, with a scripted
-//! stand-in for `uwf` (`UWF_BIN`): argv handling, the depth limit, how the
-//! child is started, output mapping, and every failure leaving nothing on
-//! stdout. The real `uwf` drives it in crates/uwf-cli/tests/nested_cli.rs.
+//! The `uwf-workflow` binary against a kit fixture root: argv handling, the
+//! depth limit, the child thread it starts and runs through the engine (its
+//! roles run by `uwf-mock` as config.yaml says), output mapping, and every
+//! failure leaving nothing on stdout. The real `uwf` drives it in
+//! crates/uwf-cli/tests/nested_cli.rs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
-use serde_json::{Value, json};
+use serde_json::json;
 use uwf_agent_kit::testing::Fixture;
-use uwf_agent_kit::{AgentRun, execute};
 use uwf_cas::Hash;
-use uwf_protocol::{StartNodePayload, StepNodePayload};
-
-/// A stand-in for `uwf`: logs its arguments and `UWF_CALL_DEPTH`, answers
-/// `thread start` with `$FAKE_THREAD` and `thread run` with `$FAKE_HEAD`
-/// (or fails with `$FAKE_RUN_EXIT`, printing `$FAKE_RUN_ERR` on stderr).
-const FAKE_UWF: &str = r#"#!/bin/sh
-printf '%s\n' "depth=$UWF_CALL_DEPTH" "$@" >> "$FAKE_LOG"
-case "$4" in
-  start) printf '{"workflow": "W", "thread": "%s"}\n' "$FAKE_THREAD" ;;
-  run)
-    if [ -n "$FAKE_RUN_EXIT" ]; then
-      printf 'step 1: planner started\n%s\n' "$FAKE_RUN_ERR" >&2
-      exit "$FAKE_RUN_EXIT"
-    fi
-    printf '%s\n' "$FAKE_RUN_OUT" ;;
-esac
-"#;
+use uwf_protocol::StepNodePayload;
 
 struct Env {
     fx: Fixture,
     thread: String,
     start: Hash,
-    fake: PathBuf,
-    log: PathBuf,
 }
 
-fn plan() -> Value {
-    json!({ "plan": "child plan", "steps": ["a", "b"] })
+/// `uwf-mock`, built beside this test's `uwf-workflow` (built on demand).
+fn mock_bin() -> PathBuf {
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    let dir = assert_cmd::cargo::cargo_bin("uwf-workflow")
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let bin = dir.join(format!("uwf-mock{}", std::env::consts::EXE_SUFFIX));
+    BUILD.call_once(|| {
+        if bin.is_file() {
+            return;
+        }
+        let mut cargo = std::process::Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "--quiet", "-p", "uwf-mock", "--manifest-path"])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml"));
+        if dir.file_name().and_then(|n| n.to_str()) == Some("release") {
+            cargo.arg("--release");
+        }
+        cargo.arg("--target-dir").arg(dir.parent().unwrap());
+        assert!(
+            cargo.status().unwrap().success(),
+            "cargo build -p uwf-mock failed"
+        );
+    });
+    bin
 }
 
 impl Env {
-    fn new() -> Self {
+    /// A fixture root whose agent is `uwf-mock` with `scenario`.
+    fn new(scenario: &str) -> Self {
         let fx = Fixture::new().unwrap();
         let (thread, start) = fx.start_thread("Fix the login bug").unwrap();
-        let fake = fx.root().join("fake-uwf");
-        std::fs::write(&fake, FAKE_UWF).unwrap();
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        let log = fx.root().join("fake.log");
-        Self {
-            fx,
-            thread,
-            start,
-            fake,
-            log,
-        }
-    }
-
-    /// A child thread started from the parent's StartNode with the
-    /// planner's step written (and a reviewer step after it when
-    /// `reviewed`); returns its id and terminal step.
-    fn child(&self, reviewed: bool) -> (String, Hash) {
-        let start = StartNodePayload {
-            workflow: self.fx.workflow_hash().to_string(),
-            prompt: "child".into(),
-            parent_state: Some(self.start.to_string()),
-        };
-        let start = self
-            .fx
-            .cas()
-            .put_value(self.fx.cas().types().start_node, &start)
-            .unwrap()
-            .hash;
-        let id = uwf_util::ids::ThreadId::new().to_string();
-        self.fx.set_head(&id, start).unwrap();
-        let root = self.fx.root();
-        let planned = execute("mock", root, &id, "planner", |_| {
-            Ok(AgentRun::output(plan()))
-        })
+        // Registered by name, as `uwf workflow put` does.
+        fx.engine()
+            .state()
+            .register_workflow("plan-review", &fx.workflow_hash().to_string())
+            .unwrap();
+        let file = fx.root().join("scenario.yaml");
+        std::fs::write(&file, scenario).unwrap();
+        std::fs::write(
+            fx.root().join("config.yaml"),
+            format!(
+                "agents:\n  mock: {{ command: '{}', args: ['{}'] }}\ndefaultAgent: mock\n",
+                mock_bin().display(),
+                file.display()
+            ),
+        )
         .unwrap();
-        if !reviewed {
-            return (id, planned);
-        }
-        self.fx.set_head(&id, planned).unwrap();
-        let review = json!({ "approved": true, "comments": "fine" });
-        let reviewed = execute("mock", root, &id, "reviewer", |_| {
-            Ok(AgentRun::output(review))
-        })
-        .unwrap();
-        (id, reviewed)
+        Self { fx, thread, start }
     }
 
     fn cmd(&self) -> Command {
@@ -105,30 +80,45 @@ impl Env {
             .env_remove("UWF_MAX_CALL_DEPTH")
             .env_remove("UWF_AGENT")
             .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .env("UWF_BIN", &self.fake)
-            .env("FAKE_LOG", &self.log);
+            .env("NO_COLOR", "1");
         c
     }
 
-    /// Runs `uwf-workflow plan-review <thread> planner` with `envs`.
-    fn run(&self, envs: &[(&str, &str)]) -> std::process::Output {
+    /// Runs `uwf-workflow plan-review <thread> <role>` with `envs`.
+    fn run(&self, role: &str, envs: &[(&str, &str)]) -> std::process::Output {
         let mut c = self.cmd();
-        c.args(["plan-review", &self.thread, "planner"]);
+        c.args(["plan-review", &self.thread, role]);
         for (k, v) in envs {
             c.env(k, v);
         }
         c.output().unwrap()
     }
 
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+    /// The child threads of this root: every thread whose StartNode's
+    /// parentState is the parent's StartNode, active or archived.
+    fn children(&self) -> Vec<String> {
+        let state = self.fx.engine().state();
+        let mut ids: Vec<(String, String)> = state.threads().unwrap().into_iter().collect();
+        ids.extend(
+            state
+                .history()
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.thread, e.head)),
+        );
+        ids.into_iter()
+            .filter(|(_, head)| {
+                let view =
+                    uwf_moderator::thread::load(self.fx.cas(), head.parse().unwrap()).unwrap();
+                view.start.parent_state.as_deref() == Some(self.start.to_string().as_str())
+            })
+            .map(|(id, _)| id)
+            .collect()
     }
 }
 
-fn run_out(id: &str, head: Hash) -> String {
-    json!({ "workflow": "W", "thread": id, "head": head.to_string(), "done": true }).to_string()
-}
+/// The planner plans, the reviewer approves: the child ends after two steps.
+const APPROVES: &str = "roles:\n  planner:\n    - output: { plan: \"child plan\", steps: [a, b] }\n  reviewer:\n    - output: { approved: true, comments: fine }\n";
 
 fn fails(out: &std::process::Output) -> String {
     assert!(!out.status.success(), "should have failed");
@@ -148,7 +138,7 @@ fn step_of(fx: &Fixture, stdout: &[u8]) -> (Hash, StepNodePayload) {
 
 #[test]
 fn help_usage_and_no_arguments() {
-    let env = Env::new();
+    let env = Env::new(APPROVES);
     let out = env.cmd().output().unwrap();
     assert!(out.status.success());
     assert!(out.stdout.is_empty());
@@ -156,7 +146,12 @@ fn help_usage_and_no_arguments() {
     let out = env.cmd().arg("--help").output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for part in ["--max-depth", "--max-steps", "UWF_CALL_DEPTH", "UWF_BIN"] {
+    for part in [
+        "--max-depth",
+        "--max-steps",
+        "UWF_CALL_DEPTH",
+        "UWF_MAX_CALL_DEPTH",
+    ] {
         assert!(help.contains(part), "{part} not in {help}");
     }
     let out = env.cmd().args(["develop", "only-two"]).output().unwrap();
@@ -166,20 +161,38 @@ fn help_usage_and_no_arguments() {
 
 #[test]
 fn child_output_that_fits_is_used_as_is_and_linked() {
-    let env = Env::new();
-    let (child, terminal) = env.child(false);
-    let out = env.run(&[
-        ("FAKE_THREAD", &child),
-        ("FAKE_RUN_OUT", &run_out(&child, terminal)),
-        ("UWF_AGENT", "wf-alias"),
-    ]);
+    let env = Env::new(APPROVES);
+    // The child (plan-review) ends with the reviewer's output, which is
+    // exactly the parent's role (reviewer) output.
+    let out = env.run("reviewer", &[("UWF_AGENT", "wf-alias")]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let (_, step) = step_of(&env.fx, &out.stdout);
-    assert_eq!(step.child_thread, Some(terminal.to_string()));
+    let children = env.children();
+    assert_eq!(children.len(), 1, "{children:?}");
+    let terminal: Hash = step.child_thread.clone().unwrap().parse().unwrap();
+    let child = uwf_moderator::thread::load(env.fx.cas(), terminal).unwrap();
+    assert_eq!(child.steps.len(), 2);
+    assert_eq!(
+        child.start.parent_state.as_deref(),
+        Some(env.start.to_string().as_str())
+    );
+    assert!(
+        child.start.prompt.contains("Fix the login bug"),
+        "{}",
+        child.start.prompt
+    );
+    assert!(
+        child
+            .start
+            .prompt
+            .contains("## Delegated by the calling workflow"),
+        "{}",
+        child.start.prompt
+    );
     assert_eq!(step.record.detail, terminal.to_string());
     assert_eq!(step.record.agent, "wf-alias");
     assert_eq!(step.start, env.start.to_string());
@@ -188,58 +201,27 @@ fn child_output_that_fits_is_used_as_is_and_linked() {
         .cas()
         .get(step.record.output.parse().unwrap())
         .unwrap();
-    assert_eq!(output.payload, plan());
-
-    // How the child was started and run.
-    let log = env.log();
-    let lines: Vec<&str> = log.lines().collect();
-    let root = env.fx.root().display().to_string();
-    let start = env.start.to_string();
     assert_eq!(
-        &lines[..8],
-        [
-            "depth=1",
-            "--root",
-            root.as_str(),
-            "thread",
-            "start",
-            "plan-review",
-            "--parent",
-            start.as_str(),
-        ]
+        output.payload,
+        json!({ "approved": true, "comments": "fine" })
     );
-    assert!(lines[8].starts_with("--prompt=Fix the login bug"), "{log}");
-    assert!(
-        log.contains("## Delegated by the calling workflow"),
-        "{log}"
-    );
-    let run_at = lines.iter().position(|l| *l == "run").unwrap();
-    assert_eq!(
-        &lines[run_at - 1..],
-        [
-            "thread",
-            "run",
-            "--thread",
-            child.as_str(),
-            "--max-steps",
-            "100"
-        ]
-    );
-    // The thread's head did not move: that is uwf's job.
+    // The child was run to its end by the engine and archived.
+    assert_eq!(env.fx.head(&children[0]).unwrap(), None);
+    // The child's progress was passed on, nested.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("│ step 1: planner"), "{err}");
+    // The parent thread's head did not move: that is uwf's job.
     assert_eq!(env.fx.head(&env.thread).unwrap(), Some(env.start));
 }
 
 #[test]
 fn child_output_that_does_not_fit_goes_through_extraction() {
-    let env = Env::new();
-    let (child, terminal) = env.child(true);
+    let env = Env::new(APPROVES);
     // The reviewer's {approved, comments} has none of the planner's fields,
     // and there is no config for the LLM layer: a clear mapping error.
-    let out = env.run(&[
-        ("FAKE_THREAD", &child),
-        ("FAKE_RUN_OUT", &run_out(&child, terminal)),
-    ]);
+    let out = env.run("planner", &[]);
     let err = fails(&out);
+    let child = env.children().pop().unwrap();
     for part in [
         format!(
             "the final output of child thread {child} (role \"reviewer\") does not match role \"planner\"'s outputSchema"
@@ -252,17 +234,11 @@ fn child_output_that_does_not_fit_goes_through_extraction() {
 
 #[test]
 fn a_failed_child_is_reported_with_its_id_and_cause() {
-    let env = Env::new();
-    let (child, _) = env.child(false);
-    let out = env.run(&[
-        ("FAKE_THREAD", &child),
-        ("FAKE_RUN_EXIT", "1"),
-        (
-            "FAKE_RUN_ERR",
-            "  × agent mock (role planner) exited with status 3",
-        ),
-    ]);
+    // The child's planner fails (uwf-mock's `exit` entry).
+    let env = Env::new("roles:\n  planner:\n    - exit: 3\n");
+    let out = env.run("planner", &[]);
     let err = fails(&out);
+    let child = env.children().pop().unwrap();
     assert!(
         err.contains(&format!(
             "child thread {child} (workflow plan-review) failed: agent mock (role planner) exited with status 3"
@@ -270,26 +246,28 @@ fn a_failed_child_is_reported_with_its_id_and_cause() {
         "{err}"
     );
     assert!(err.contains(&format!("uwf thread read {child}")), "{err}");
-    // The child's stderr was passed on, marked as nested.
-    assert!(err.contains("│ step 1: planner started"), "{err}");
-
-    let out = env.run(&[("FAKE_THREAD", &child), ("FAKE_RUN_OUT", "not json")]);
-    assert!(fails(&out).contains("which is not its JSON answer"));
+    // The child's progress was passed on, marked as nested.
+    assert!(err.contains("│ step 1: planner (mock) started"), "{err}");
+    // The child stays active, to be read or continued.
+    assert!(env.fx.head(&child).unwrap().is_some());
 }
 
 #[test]
 fn the_depth_limit_stops_before_any_child_is_started() {
-    let env = Env::new();
-    let out = env.run(&[("UWF_CALL_DEPTH", "8")]);
+    let env = Env::new(APPROVES);
+    let out = env.run("planner", &[("UWF_CALL_DEPTH", "8")]);
     let err = fails(&out);
     assert!(
         err.contains("call depth limit reached: role \"planner\" of thread"),
         "{err}"
     );
     assert!(err.contains("at depth 9, over the limit of 8"), "{err}");
-    assert!(env.log().is_empty(), "uwf was run: {}", env.log());
+    assert!(env.children().is_empty(), "a child was started");
 
-    let out = env.run(&[("UWF_CALL_DEPTH", "1"), ("UWF_MAX_CALL_DEPTH", "1")]);
+    let out = env.run(
+        "planner",
+        &[("UWF_CALL_DEPTH", "1"), ("UWF_MAX_CALL_DEPTH", "1")],
+    );
     assert!(fails(&out).contains("at depth 2, over the limit of 1"));
     let mut c = env.cmd();
     let out = c
@@ -297,11 +275,18 @@ fn the_depth_limit_stops_before_any_child_is_started() {
         .output()
         .unwrap();
     assert!(fails(&out).contains("at depth 1, over the limit of 0"));
-    assert!(env.log().is_empty());
+    assert!(env.children().is_empty());
 
     // The parentState chain counts even without the variable: a child
     // thread of the parent is at depth 1.
-    let (child, _) = env.child(false);
+    let child = uwf_engine::start(
+        env.fx.engine(),
+        env.fx.workflow_hash(),
+        "child",
+        Some(env.start),
+    )
+    .unwrap()
+    .thread;
     let mut c = env.cmd();
     let out = c
         .args(["--max-depth", "1", "plan-review", &child, "reviewer"])
@@ -310,25 +295,11 @@ fn the_depth_limit_stops_before_any_child_is_started() {
     assert!(fails(&out).contains("at depth 2, over the limit of 1"));
 
     for (var, value) in [("UWF_CALL_DEPTH", "deep"), ("UWF_MAX_CALL_DEPTH", "-1")] {
-        let out = env.run(&[(var, value)]);
+        let out = env.run("planner", &[(var, value)]);
         let err = fails(&out);
         assert!(
             err.contains(&format!("{var}={value:?} is not a non-negative integer")),
             "{err}"
         );
     }
-}
-
-#[test]
-fn a_missing_uwf_is_a_clear_error() {
-    let env = Env::new();
-    let mut c = env.cmd();
-    let out = c
-        .env("UWF_BIN", Path::new("/nonexistent/uwf"))
-        .args(["plan-review", &env.thread, "planner"])
-        .output()
-        .unwrap();
-    let err = fails(&out);
-    assert!(err.contains("cannot run /nonexistent/uwf"), "{err}");
-    assert!(err.contains("UWF_BIN"), "{err}");
 }

@@ -401,13 +401,30 @@ fn the_prompt_of_a_long_thread_stays_bounded() {
     );
 }
 
+/// A workflow of one role that ends after it: a child thread of it ends
+/// with its first step.
+const ONE_STEP: &str = r#"name: one-step
+description: works once
+roles:
+  work:
+    description: works
+    systemPrompt: work
+    outputSchema: { type: object, properties: { done: { type: boolean } }, required: [done] }
+graph:
+  $START: [ { role: work, condition: null } ]
+  work: [ { role: $END, condition: null } ]
+"#;
+
 #[test]
 fn child_thread_is_written_and_checked() {
-    let (fx, thread, _) = fixture();
-    // Any StepNode will do as a "child terminal" for the kit: a first step
-    // of another thread on the same workflow.
-    let (other, _) = fx.start_thread("child task").unwrap();
-    let terminal = run_role(&fx, &other, "planner", |_| Ok(AgentRun::output(plan()))).unwrap();
+    let (fx, thread, start) = fixture();
+    // A child thread started from the parent's head, run to its end.
+    let child_wf = fx.register_workflow(ONE_STEP).unwrap();
+    let child = uwf_engine::start(fx.engine(), child_wf, "child task", Some(start)).unwrap();
+    let terminal = run_role(&fx, &child.thread, "work", |_| {
+        Ok(AgentRun::output(json!({ "done": true })))
+    })
+    .unwrap();
 
     let hash = run_role(&fx, &thread, "planner", |_| {
         Ok(AgentRun::output(plan())
@@ -426,23 +443,38 @@ fn child_thread_is_written_and_checked() {
     );
 
     // An ordinary step has no childThread at all.
+    let (other, _) = fx.start_thread("another task").unwrap();
     let plain = run_role(&fx, &other, "planner", |_| Ok(AgentRun::output(plan()))).unwrap();
     let v = payload(&fx, &plain.to_string());
     assert!(v.get("childThread").is_none(), "{v}");
 
+    // The kit runs the engine's own check before writing anything: what
+    // uwf would refuse is never written.
+    let refused = |child: Hash| {
+        run_role(&fx, &thread, "planner", |_| {
+            Ok(AgentRun::output(plan()).with_child_thread(child))
+        })
+        .unwrap_err()
+    };
     let missing = Hash::from_u64(4242);
-    let err = run_role(&fx, &thread, "planner", |_| {
-        Ok(AgentRun::output(plan()).with_child_thread(missing))
-    })
-    .unwrap_err();
+    let err = refused(missing);
     assert!(
         matches!(&err, KitError::BadChildThread { hash, .. } if *hash == missing),
         "{err:?}"
     );
     let output_node = step.record.output.parse().unwrap();
-    let err = run_role(&fx, &thread, "planner", |_| {
-        Ok(AgentRun::output(plan()).with_child_thread(output_node))
+    let err = refused(output_node);
+    assert!(err.to_string().contains("not a usable thread"), "{err}");
+    // A step of a thread that was not started from this head.
+    let err = refused(plain);
+    assert!(err.to_string().contains("started from nothing"), "{err}");
+    // A child started from this head that has not ended.
+    let unfinished =
+        uwf_engine::start(fx.engine(), fx.workflow_hash(), "child", Some(start)).unwrap();
+    let first = run_role(&fx, &unfinished.thread, "planner", |_| {
+        Ok(AgentRun::output(plan()))
     })
-    .unwrap_err();
-    assert!(err.to_string().contains("is not a StepNode"), "{err}");
+    .unwrap();
+    let err = refused(first);
+    assert!(err.to_string().contains("has not ended"), "{err}");
 }

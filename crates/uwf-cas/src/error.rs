@@ -40,20 +40,12 @@ pub enum CasError {
 
     /// No node has this hash.
     #[error("no node {0} in the store")]
-    #[diagnostic(
-        code(uwf::cas::not_found),
-        help("check the hash; `uwf cas schema list` and `uwf cas walk` show what is stored")
-    )]
+    #[diagnostic(code(uwf::cas::not_found))]
     NotFound(Hash),
 
     /// A stored node exists but its content is damaged.
     #[error("node {hash} is corrupt ({location}): {reason}")]
-    #[diagnostic(
-        code(uwf::cas::corrupt),
-        help(
-            "the file does not hash to its name; restore it from a backup or remove it, then run `uwf cas verify`"
-        )
-    )]
+    #[diagnostic(code(uwf::cas::corrupt))]
     Corrupt {
         /// The hash the node is stored under.
         hash: Hash,
@@ -66,30 +58,17 @@ pub enum CasError {
 
     /// A node was stored with a type that does not exist.
     #[error("unknown type {0}: no schema node has this hash")]
-    #[diagnostic(
-        code(uwf::cas::unknown_type),
-        help(
-            "list the registered schemas with `uwf cas schema list`, or register one with `uwf cas schema put`"
-        )
-    )]
+    #[diagnostic(code(uwf::cas::unknown_type))]
     UnknownType(Hash),
 
     /// A node was stored with a type that is not a schema.
     #[error("{0} is not a schema node, so it cannot be used as a type")]
-    #[diagnostic(
-        code(uwf::cas::not_a_schema),
-        help("types are schema nodes: see `uwf cas schema list`")
-    )]
+    #[diagnostic(code(uwf::cas::not_a_schema))]
     NotASchema(Hash),
 
     /// A payload does not satisfy its type's schema.
     #[error("payload does not match schema {title} ({type_hash}):{}", list(.violations))]
-    #[diagnostic(
-        code(uwf::cas::invalid),
-        help(
-            "fix the payload at the paths shown; `uwf cas schema get {type_hash}` prints the schema"
-        )
-    )]
+    #[diagnostic(code(uwf::cas::invalid))]
     Invalid {
         /// The schema's hash.
         type_hash: Hash,

@@ -8,11 +8,6 @@ use uwf_engine::EngineError;
 /// Anything a command can fail with.
 #[derive(Debug, thiserror::Error, Diagnostic)]
 pub enum CliError {
-    /// A store operation failed.
-    #[error(transparent)]
-    #[diagnostic(transparent)]
-    Cas(#[from] uwf_cas::CasError),
-
     /// The storage root could not be determined.
     #[error(transparent)]
     #[diagnostic(transparent)]
@@ -71,11 +66,6 @@ pub enum CliError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Moderator(#[from] uwf_moderator::ModeratorError),
-
-    /// A thread's chain could not be read.
-    #[error(transparent)]
-    #[diagnostic(transparent)]
-    Thread(#[from] uwf_moderator::thread::ThreadError),
 
     /// An engine operation failed (with the CLI's hints added).
     #[error(transparent)]
@@ -372,6 +362,24 @@ impl From<EngineError> for CliError {
     }
 }
 
+impl From<uwf_cas::CasError> for CliError {
+    fn from(e: uwf_cas::CasError) -> Self {
+        EngineError::Cas(e).into()
+    }
+}
+
+impl From<uwf_moderator::thread::ThreadError> for CliError {
+    fn from(e: uwf_moderator::thread::ThreadError) -> Self {
+        EngineError::Thread(e).into()
+    }
+}
+
+impl From<uwf_cas::ParseHashError> for CliError {
+    fn from(e: uwf_cas::ParseHashError) -> Self {
+        EngineError::Cas(e.into()).into()
+    }
+}
+
 impl From<uwf_state::StateError> for CliError {
     fn from(e: uwf_state::StateError) -> Self {
         EngineError::State(e).into()
@@ -469,6 +477,36 @@ fn hint(e: &EngineError) -> Option<String> {
             "only a thread that reached `$SUSPEND` can be resumed; step it with `uwf thread step {thread}`"
         ),
         EngineError::State(s) => return state_hint(s),
+        EngineError::Cas(c) => return cas_hint(c),
+        EngineError::Thread(t) => return thread_hint(t),
+        _ => return None,
+    })
+}
+
+/// The hint `uwf` gives for an object-store error.
+pub fn cas_hint(e: &uwf_cas::CasError) -> Option<String> {
+    use uwf_cas::CasError;
+    Some(match e {
+        CasError::NotFound(_) => "check the hash; `uwf cas schema list` and `uwf cas walk` show what is stored".into(),
+        CasError::Corrupt { .. } => "the file does not hash to its name; restore it from a backup or remove it, then run `uwf cas verify`".into(),
+        CasError::UnknownType(_) => "list the registered schemas with `uwf cas schema list`, or register one with `uwf cas schema put`".into(),
+        CasError::NotASchema(_) => "types are schema nodes: see `uwf cas schema list`".into(),
+        CasError::Invalid { type_hash, .. } => format!(
+            "fix the payload at the paths shown; `uwf cas schema get {type_hash}` prints the schema"
+        ),
+        _ => return None,
+    })
+}
+
+/// The hint `uwf` gives for an error reading a thread.
+pub fn thread_hint(e: &uwf_moderator::thread::ThreadError) -> Option<String> {
+    use uwf_moderator::thread::ThreadError;
+    Some(match e {
+        ThreadError::NotFound { .. } => "the thread refers to a node that is missing; `uwf cas verify` lists dangling references".into(),
+        ThreadError::Cycle { .. } => "the store is corrupt; run `uwf cas verify`".into(),
+        ThreadError::InvalidPayload { .. } => "the node was written by incompatible software or the store is corrupt; run `uwf cas verify`".into(),
+        ThreadError::WorkflowInvalid { .. } => "register the workflow again with `uwf workflow put`; threads keep the hash they started with".into(),
+        ThreadError::Cas(c) => return cas_hint(c),
         _ => return None,
     })
 }

@@ -75,7 +75,9 @@ fn run(disturb: &mut dyn FnMut(&Path, usize)) -> (String, usize) {
             // nodes (hashes, roles, outputs, links) must not.
             chain["thread"] = serde_json::Value::Null;
             for s in chain["steps"].as_array_mut().unwrap() {
-                s.as_object_mut().unwrap().remove("timestamp");
+                let s = s.as_object_mut().unwrap();
+                s.remove("timestamp");
+                s.remove("durationMs");
             }
             return (chain.to_string(), steps);
         }

@@ -131,6 +131,13 @@ impl Engine {
         self.run_dir.as_deref()
     }
 
+    /// Every agent this engine starts also gets `key=value` in its
+    /// environment (for example the call depth of a nested run).
+    pub fn with_agent_env(mut self, key: impl Into<String>, value: impl Into<OsString>) -> Self {
+        self.store_env.push((key.into(), value.into()));
+        self
+    }
+
     /// Agents are looked up in `dir` first (for example the directory of the
     /// front end's own binary, where uwf's agents are installed).
     pub fn with_agent_dir(mut self, dir: impl Into<PathBuf>) -> Self {

@@ -94,12 +94,7 @@ impl ThreadView {
 pub enum ThreadError {
     /// A node of the thread is missing.
     #[error("{what} {hash} is not in the store")]
-    #[diagnostic(
-        code(uwf::thread::not_found),
-        help(
-            "the thread refers to a node that is missing; `uwf cas verify` lists dangling references"
-        )
-    )]
+    #[diagnostic(code(uwf::thread::not_found))]
     NotFound {
         /// The missing node.
         hash: Hash,
@@ -143,10 +138,7 @@ pub enum ThreadError {
 
     /// Following `prev` came back to a step already seen.
     #[error("the chain of steps loops at {hash}")]
-    #[diagnostic(
-        code(uwf::thread::cycle),
-        help("the store is corrupt; run `uwf cas verify`")
-    )]
+    #[diagnostic(code(uwf::thread::cycle))]
     Cycle {
         /// The step reached twice.
         hash: Hash,
@@ -169,12 +161,7 @@ pub enum ThreadError {
 
     /// A node's payload does not have the shape its type promises.
     #[error("{kind} {hash} has an invalid payload: {message}")]
-    #[diagnostic(
-        code(uwf::thread::invalid_payload),
-        help(
-            "the node was written by incompatible software or the store is corrupt; run `uwf cas verify`"
-        )
-    )]
+    #[diagnostic(code(uwf::thread::invalid_payload))]
     InvalidPayload {
         /// The node.
         hash: Hash,
@@ -186,12 +173,7 @@ pub enum ThreadError {
 
     /// The Workflow node cannot be read as a workflow.
     #[error("workflow {hash} is invalid: {message}")]
-    #[diagnostic(
-        code(uwf::thread::workflow_invalid),
-        help(
-            "register the workflow again with `uwf workflow put`; threads keep the hash they started with"
-        )
-    )]
+    #[diagnostic(code(uwf::thread::workflow_invalid))]
     WorkflowInvalid {
         /// The Workflow node.
         hash: Hash,

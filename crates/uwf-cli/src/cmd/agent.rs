@@ -47,7 +47,7 @@ pub fn run(ctx: &Ctx, cmd: AgentCommand, format: Option<Format>) -> Result<(), C
                 (None, None) => return Err(crate::engine::EngineError::EmptyPrompt.into()),
             };
             if let Some(d) = detail {
-                let hash = d.parse::<Hash>().map_err(|e| CliError::Cas(e.into()))?;
+                let hash = d.parse::<Hash>().map_err(CliError::from)?;
                 run = run.with_detail(hash);
             }
             // What uwf named the agent, unless --as says otherwise.

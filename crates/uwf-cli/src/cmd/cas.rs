@@ -3,7 +3,7 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 use uwf_cas::{Cas, GcOptions, Hash};
-use uwf_state::state::StateDir;
+use uwf_state::ThreadStore;
 
 use crate::cli::{CasCommand, SchemaCommand};
 use crate::error::CliError;
@@ -22,7 +22,7 @@ fn to_value<T: Serialize>(v: T) -> Result<Value, CliError> {
 }
 
 fn parse_hash(s: &str) -> Result<Hash, CliError> {
-    s.parse::<Hash>().map_err(|e| CliError::Cas(e.into()))
+    s.parse::<Hash>().map_err(CliError::from)
 }
 
 /// Deletes every entry of the store that is not a node; returns them.
@@ -39,7 +39,7 @@ fn remove_all_strays(cas: &Cas) -> Result<Vec<uwf_cas::Stray>, CliError> {
 }
 
 /// Runs a `cas` subcommand against an opened store.
-pub fn run(cas: &Cas, state: &StateDir, cmd: CasCommand) -> Result<Outcome, CliError> {
+pub fn run(cas: &Cas, state: &dyn ThreadStore, cmd: CasCommand) -> Result<Outcome, CliError> {
     let value = match cmd {
         CasCommand::Gc { dry_run, grace } => {
             let opts = GcOptions {
@@ -48,33 +48,53 @@ pub fn run(cas: &Cas, state: &StateDir, cmd: CasCommand) -> Result<Outcome, CliE
             };
             // Under the state lock: no thread starts, steps, forks or
             // registration can add a root while we sweep.
-            let report = state.while_locked(|| -> Result<_, CliError> {
+            let mut report = None;
+            let mut failure: Option<CliError> = None;
+            let sweep = || -> Result<_, CliError> {
                 let mut roots = Vec::new();
-                let parse = |s: &str, file: std::path::PathBuf| {
+                let parse = |s: &str, what: &str| {
                     s.parse::<Hash>().map_err(|e| -> CliError {
                         uwf_engine::EngineError::CorruptState {
-                            what: file,
+                            what: what.into(),
                             reason: e.to_string(),
                         }
                         .into()
                     })
                 };
-                for head in state.threads()?.values() {
-                    roots.push(parse(head, state.threads_path())?);
+                for (id, head) in state.threads()? {
+                    roots.push(parse(&head, &format!("the head of thread {id}"))?);
                 }
                 for entry in state.history()? {
-                    roots.push(parse(&entry.head, state.history_path())?);
+                    roots.push(parse(&entry.head, "the history")?);
                 }
                 for hash in state.registry()?.values() {
-                    roots.push(parse(hash, state.registry_path())?);
+                    roots.push(parse(hash, "the workflow registry")?);
                 }
                 // Failed attempts of active threads (the entries of threads
                 // that are gone are dropped here, so their records go too).
                 for hash in state.side_table_roots_locked(!dry_run)? {
-                    roots.push(parse(&hash, state.attempts_path())?);
+                    roots.push(parse(&hash, "the attempt records")?);
                 }
                 Ok(cas.gc(roots, opts)?)
+            };
+            // Under the state lock: no thread starts, steps, forks or
+            // registration can add a root while we sweep.
+            let mut sweep = Some(sweep);
+            state.while_locked(&mut || {
+                if let Some(f) = sweep.take() {
+                    match f() {
+                        Ok(r) => report = Some(r),
+                        Err(e) => failure = Some(e),
+                    }
+                }
+                Ok(())
             })?;
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            let Some(report) = report else {
+                return Err(CliError::Output("garbage collection did not run".into()));
+            };
             to_value(report)?
         }
         CasCommand::Get { hash, timestamp } => {

@@ -23,7 +23,7 @@ pub fn run(ctx: Option<&Ctx>, args: &EvalArgs) -> Result<Option<Value>, CliError
             Some(context_at(ctx, engine::any_head(ctx, &id)?)?)
         }
         (Some(ctx), None, Some(at), _) => {
-            let hash = at.parse::<Hash>().map_err(|e| CliError::Cas(e.into()))?;
+            let hash = at.parse::<Hash>().map_err(CliError::from)?;
             Some(context_at(ctx, hash)?)
         }
         (_, _, _, Some(arg)) => Some(input::read_json("the input", arg)?),

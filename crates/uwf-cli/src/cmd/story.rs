@@ -136,7 +136,7 @@ pub fn add_to_show(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), CliError> {
     let view = uwf_moderator::thread::load(
         ctx.cas(),
         head.parse()
-            .map_err(|e| CliError::Cas(uwf_cas::CasError::from(e)))?,
+            .map_err(|e| CliError::from(uwf_cas::CasError::from(e)))?,
     )?;
     v["name"] = json!(view.workflow.name);
     v["task"] = json!(view.start.prompt);
@@ -327,7 +327,7 @@ fn describe_head(ctx: &Ctx, id: &str, head: &str) -> Result<String, CliError> {
     let view = uwf_moderator::thread::load(
         ctx.cas(),
         head.parse()
-            .map_err(|e| CliError::Cas(uwf_cas::CasError::from(e)))?,
+            .map_err(|e| CliError::from(uwf_cas::CasError::from(e)))?,
     )?;
     let Some(last) = view.steps.last() else {
         return Ok(format!(

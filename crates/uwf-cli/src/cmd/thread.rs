@@ -22,7 +22,7 @@ use crate::output;
 use crate::progress::{Live, Plain};
 
 fn parse_hash(s: &str) -> Result<Hash, CliError> {
-    s.parse::<Hash>().map_err(|e| CliError::Cas(e.into()))
+    s.parse::<Hash>().map_err(CliError::from)
 }
 
 /// Starts a thread on a resolved workflow; with `parent`, a child thread

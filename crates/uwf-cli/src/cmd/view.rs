@@ -101,8 +101,8 @@ pub fn thread(
         ctx,
         index: ThreadIndex::load(ctx)?,
     };
-    let report = report::collect(&ctx.cas(), &state, Some(&id), head).map_err(|e| match e {
-        uwf_view::ViewError::Thread(t) => CliError::Thread(t),
+    let report = report::collect(ctx.cas(), &state, Some(&id), head).map_err(|e| match e {
+        uwf_view::ViewError::Thread(t) => CliError::from(t),
     })?;
     let page = uwf_view::html::page(&report);
     let path = match html {
@@ -126,7 +126,7 @@ pub fn thread(
 /// `uwf workflow graph --thread <id>`: the thread's workflow with its path.
 pub fn graph(ctx: &Ctx, thread: &str, format: Option<Format>) -> Result<(), CliError> {
     let id = engine::thread_id(thread)?;
-    let view = uwf_moderator::thread::load(&ctx.cas(), engine::any_head(ctx, &id)?)?;
+    let view = uwf_moderator::thread::load(ctx.cas(), engine::any_head(ctx, &id)?)?;
     let trace = uwf_view::trace::trace(&view);
     let overlay = trace.overlay();
     let w = &view.workflow;
