@@ -93,7 +93,12 @@ impl AgentContext {
             .parse()
             .map_err(uwf_cas::CasError::from)?;
         let output_schema = store.schema(output_schema_hash)?;
-        let edge_prompt = edge_prompt(&view, role);
+        // uwf hands over its decision at this head; otherwise (an agent run
+        // by hand, an older uwf) the moderator decides here.
+        let edge_prompt = match decided_by_uwf(head) {
+            Some(prompt) => prompt,
+            None => edge_prompt(&view, role),
+        };
         let steps = view.context().steps;
         let step_hashes = view.steps.iter().map(|s| s.hash).collect();
         tracing::debug!(
@@ -372,4 +377,16 @@ fn edge_prompt(view: &ThreadView, role: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// The edge prompt uwf decided for the step at `head` (`UWF_EDGE_PROMPT`,
+/// empty for none), when uwf started this agent for that very head
+/// (`UWF_HEAD`); `None` when the agent has to decide itself.
+fn decided_by_uwf(head: Hash) -> Option<Option<String>> {
+    let from = std::env::var(uwf_engine::HEAD_ENV).ok()?;
+    if from != head.to_string() {
+        return None;
+    }
+    let prompt = std::env::var(uwf_engine::EDGE_PROMPT_ENV).ok()?;
+    Some((!prompt.is_empty()).then_some(prompt))
 }

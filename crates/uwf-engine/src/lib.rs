@@ -49,6 +49,11 @@ pub const AGENT_ENV: &str = "UWF_AGENT";
 /// it needs no lookup of the thread's head.
 pub const HEAD_ENV: &str = "UWF_HEAD";
 
+/// Environment variable giving an agent the edge prompt of the moderator's
+/// decision at [`HEAD_ENV`] (empty: the transition has none), so it need
+/// not evaluate the workflow's conditions again.
+pub const EDGE_PROMPT_ENV: &str = "UWF_EDGE_PROMPT";
+
 /// A cancellation flag the caller owns: set it (from a signal handler,
 /// another thread, a shutdown path) and the running step stops its agent,
 /// applies nothing and returns [`EngineError::Interrupted`].

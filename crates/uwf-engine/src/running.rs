@@ -196,7 +196,9 @@ impl Running {
             .map_err(|e| e.to_string())
             .and_then(|()| serde_json::to_vec_pretty(&marker).map_err(|e| e.to_string()))
             .and_then(|bytes| {
-                uwf_util::atomic::write_atomic(&path, &bytes).map_err(|e| e.to_string())
+                // Not flushed to disk: a marker lost in a crash says "not
+                // running", which is then the truth; readers check the pid.
+                uwf_util::atomic::replace_unsynced(&path, &bytes).map_err(|e| e.to_string())
             });
         if let Err(e) = written {
             tracing::warn!("cannot write the running marker {}: {e}", path.display());
@@ -247,8 +249,17 @@ impl Running {
         };
         let path = timings_path(root, &self.marker.thread);
         let line = serde_json::to_string(&timing).unwrap_or_default();
-        if let Err(e) = uwf_util::atomic::append_line(&path, &line) {
-            tracing::warn!("cannot record the step's duration: {e}");
+        // Observational, so not flushed to disk (an fsync per step would be
+        // most of the step's own cost); a line torn by a crash is skipped by
+        // its readers.
+        let appended = open_log(&path)
+            .ok_or_else(|| std::io::Error::other("cannot open the file"))
+            .and_then(|mut f| writeln!(f, "{line}"));
+        if let Err(e) = appended {
+            tracing::warn!(
+                "cannot record the step's duration in {}: {e}",
+                path.display()
+            );
         }
     }
 }

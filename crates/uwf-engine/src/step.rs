@@ -18,7 +18,7 @@ use uwf_state::state::{ResolvedAgent, StateError};
 use crate::check::CheckError;
 use crate::error::{AgentFailure, EngineError};
 use crate::spawn::{self, Ending, Spawn};
-use crate::{AGENT_ENV, CancelToken, Engine, HEAD_ENV, Progress};
+use crate::{AGENT_ENV, CancelToken, EDGE_PROMPT_ENV, Engine, HEAD_ENV, Progress};
 
 /// Where a thread stands.
 pub enum Status {
@@ -229,6 +229,7 @@ pub fn step(
         limits: config.as_ref().and_then(|c| c.limits(name)),
         progress,
         cancel: &opts.cancel,
+        edge_prompt: decision.prompt.as_deref(),
         in_process: opts.in_process,
     };
     let (new, loaded) = match crate::retry::run(&attempt, &policy)? {
@@ -265,6 +266,8 @@ pub struct Attempt<'a> {
     pub progress: &'a Arc<dyn Progress>,
     /// Cancels the attempt.
     pub cancel: &'a CancelToken,
+    /// The edge prompt of the moderator's decision (handed to the agent).
+    pub edge_prompt: Option<&'a str>,
     /// Runs the role in this process instead of the agent command.
     pub in_process: Option<&'a InProcessAgent<'a>>,
 }
@@ -347,7 +350,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     let mut args = agent.args.clone();
     args.push(id.to_string());
     args.push(role.to_string());
-    let env = agent_env(ctx, &agent.label, head)?;
+    let env = agent_env(ctx, &agent.label, head, a.edge_prompt)?;
     let spec = Spawn {
         command: &agent.command,
         args: &args,
@@ -474,6 +477,9 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         Err(CheckError::Store(e)) => Err(e),
     }
 }
+
+/// Longest edge prompt handed to an agent in [`EDGE_PROMPT_ENV`].
+const MAX_ENV_PROMPT: usize = 64 * 1024;
 
 /// The label of an in-process agent (what [`Failed`] and progress name).
 pub const IN_PROCESS: &str = "in-process";
@@ -717,11 +723,21 @@ fn agent_env(
     ctx: &Engine,
     label: &str,
     head: Hash,
+    edge_prompt: Option<&str>,
 ) -> Result<Vec<(String, std::ffi::OsString)>, EngineError> {
     let mut env = ctx.store_env.clone();
     // What the StepNode records as `agent` (seed 000: the agent command used).
     env.push((AGENT_ENV.to_string(), label.into()));
     env.push((HEAD_ENV.to_string(), head.to_string().into()));
+    // The decision at that head, so the agent need not evaluate the
+    // conditions again (an empty value: no edge prompt). Very long prompts
+    // are left to the agent to compute.
+    if edge_prompt.is_none_or(|p| p.len() <= MAX_ENV_PROMPT) {
+        env.push((
+            EDGE_PROMPT_ENV.to_string(),
+            edge_prompt.unwrap_or_default().into(),
+        ));
+    }
     if let Some(dir) = &ctx.agent_dir {
         env.push(("PATH".to_string(), spawn::path_with(dir)));
     }

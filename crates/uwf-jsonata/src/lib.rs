@@ -241,6 +241,30 @@ impl Input {
     }
 }
 
+impl Input {
+    /// An input from a value already converted (for callers that build the
+    /// document themselves, e.g. from parts converted once); refuses
+    /// documents nested deeper than [`MAX_INPUT_DEPTH`] (`U1001`), like
+    /// [`Input::new`].
+    pub fn from_value(value: Value) -> Result<Input, Error> {
+        if value.depth() as usize > MAX_INPUT_DEPTH {
+            return Err(Error::new(
+                "U1001",
+                format!("Input JSON is nested more than {MAX_INPUT_DEPTH} levels deep"),
+            ));
+        }
+        let input = match &value {
+            // A top-level array is the context of a path as a whole.
+            Value::Array(items, _, _) => Value::arr(
+                Rc::new(vec![Value::arr(items.clone(), 0)]),
+                flags::SEQUENCE | flags::OUTER_WRAPPER,
+            ),
+            _ => value,
+        };
+        Ok(Input(input))
+    }
+}
+
 /// Nesting depth of a JSON value, computed without recursion.
 fn json_depth(v: &serde_json::Value) -> usize {
     let mut max = 0;

@@ -402,11 +402,31 @@ fn evaluate_here(
     })
 }
 
-/// The context conditions see, prepared for evaluation.
+/// The context conditions see, prepared for evaluation: the same document
+/// as `ModeratorContext` serialises to, with every object's members in
+/// code point order, converted in one pass (the steps directly, without an
+/// intermediate JSON copy: this is most of a decision's cost on a long
+/// thread).
 fn context_input(ctx: &ModeratorContext) -> Result<Input, Failure> {
-    let json = serde_json::to_value(ctx)
+    use crate::jsonata::sorted_value;
+    use uwf_jsonata::{Object, Value};
+    let start = serde_json::to_value(&ctx.start)
         .map_err(|e| Failure::Runtime(format!("cannot serialize the context: {e}")))?;
-    Input::owned(json)
+    let start = sorted_value(&start, 1)?;
+    let mut steps = Vec::with_capacity(ctx.steps.len());
+    for s in &ctx.steps {
+        // StepContext's members in code point order: agent, detail, output, role.
+        let mut o = Object::with_capacity(4);
+        o.insert("agent".to_owned(), Value::str(&s.agent));
+        o.insert("detail".to_owned(), Value::str(&s.detail));
+        o.insert("output".to_owned(), sorted_value(&s.output, 3)?);
+        o.insert("role".to_owned(), Value::str(&s.role));
+        steps.push(Value::object(o));
+    }
+    let mut top = Object::with_capacity(2);
+    top.insert("start".to_owned(), start);
+    top.insert("steps".to_owned(), Value::array(steps));
+    Input::from_sorted(Value::object(top))
 }
 
 /// One transition of the current role, as [`explain`] evaluated it.

@@ -568,3 +568,49 @@ fn last_and_first_work_in_edge_prompts() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(d.prompt.as_deref(), Some("Plan A, now B: done"));
 }
+
+/// The one-pass conversion of the context gives exactly the document the
+/// serialised context gives, keys in code point order included.
+#[test]
+fn the_fast_context_is_the_serialised_context() {
+    use crate::jsonata::{Input, compile, value_compiled};
+    use uwf_protocol::{StartNodePayload, StepContext};
+    let step = |role: &str, output: serde_json::Value| StepContext {
+        role: role.into(),
+        output,
+        detail: "D".into(),
+        agent: "a b".into(),
+    };
+    for parent in [None, Some("P".to_string())] {
+        let ctx = ModeratorContext {
+            start: StartNodePayload {
+                workflow: "W".into(),
+                prompt: "do ✓".into(),
+                parent_state: parent.clone(),
+            },
+            steps: vec![
+                step(
+                    "b",
+                    serde_json::json!({"z": 1, "a": [{"y": null, "b": true}], "é": "x", "E": 2.5}),
+                ),
+                step("a", serde_json::json!([3, {"k": {"j": {}, "i": []}}])),
+                step("c", serde_json::json!("text")),
+            ],
+        };
+        let fast = context_input(&ctx).unwrap();
+        let slow = Input::owned(serde_json::to_value(&ctx).unwrap()).unwrap();
+        for e in [
+            "$string($)",
+            "$keys(steps[0].output)",
+            "steps.output",
+            "$count(steps)",
+        ] {
+            let x = compile(e).unwrap();
+            assert_eq!(
+                value_compiled(&x, Some(&fast)).unwrap(),
+                value_compiled(&x, Some(&slow)).unwrap(),
+                "{e}"
+            );
+        }
+    }
+}

@@ -204,6 +204,37 @@ pub(crate) fn canonical_order(v: &mut serde_json::Value) {
     }
 }
 
+/// Converts `v` to the evaluator's value with every object's members in
+/// canonical (code point) order, in one pass; [`Failure::Runtime`] when it
+/// is nested deeper than [`MAX_INPUT_DEPTH`] below `depth`.
+pub(crate) fn sorted_value(
+    v: &serde_json::Value,
+    depth: usize,
+) -> Result<uwf_jsonata::Value, Failure> {
+    if depth > MAX_INPUT_DEPTH {
+        return Err(Failure::Runtime(format!(
+            "the input is nested more than {MAX_INPUT_DEPTH} levels deep"
+        )));
+    }
+    Ok(match v {
+        serde_json::Value::Array(a) => uwf_jsonata::Value::array(
+            a.iter()
+                .map(|x| sorted_value(x, depth + 1))
+                .collect::<Result<_, _>>()?,
+        ),
+        serde_json::Value::Object(o) => {
+            let mut members: Vec<(&String, &serde_json::Value)> = o.iter().collect();
+            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let mut out = uwf_jsonata::Object::with_capacity(members.len());
+            for (k, x) in members {
+                out.insert(k.clone(), sorted_value(x, depth + 1)?);
+            }
+            uwf_jsonata::Value::object(out)
+        }
+        scalar => uwf_jsonata::Value::from_json(scalar),
+    })
+}
+
 /// An input prepared for evaluation: depth-checked, in canonical key order,
 /// and converted once for all the expressions evaluated against it.
 #[derive(Debug, Clone)]
@@ -213,6 +244,13 @@ impl Input {
     /// Prepares `value`, refusing inputs nested deeper than [`MAX_INPUT_DEPTH`].
     pub(crate) fn new(value: &serde_json::Value) -> Result<Self, Failure> {
         Self::owned(value.clone())
+    }
+
+    /// An input from a value [`sorted_value`] built (or composed of such).
+    pub(crate) fn from_sorted(value: uwf_jsonata::Value) -> Result<Self, Failure> {
+        uwf_jsonata::Input::from_value(value)
+            .map(Input)
+            .map_err(|e| Failure::Runtime(describe(&e)))
     }
 
     /// Like [`Input::new`], without copying.

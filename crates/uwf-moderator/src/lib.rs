@@ -90,4 +90,4 @@ pub use eval::{
 pub use jsonata::{
     MAX_EVAL_DEPTH, MAX_EXPRESSION_BYTES, MAX_INPUT_DEPTH, MAX_RESULT_ITEMS, TIME_LIMIT_MS,
 };
-pub use why::{Why, why_each};
+pub use why::{Why, why_each, why_from};

@@ -70,13 +70,24 @@ impl Why {
 /// Why each step of the thread `ctx` ran, in step order: the moderator
 /// asked at every earlier head, its decision and the value of the
 /// condition that made it.
+///
+/// Each answer evaluates the moderator over the steps before it, so this
+/// costs time quadratic in the thread's length: for long threads use
+/// [`why_from`].
 pub fn why_each(workflow: &WorkflowPayload, ctx: &ModeratorContext) -> Vec<Why> {
+    why_from(workflow, ctx, 0)
+}
+
+/// [`why_each`] for the steps from index `from` on (the newest ones): the
+/// `i`-th answer is about step `from + i`.
+pub fn why_from(workflow: &WorkflowPayload, ctx: &ModeratorContext, from: usize) -> Vec<Why> {
+    let from = from.min(ctx.steps.len());
     let mut prefix = ModeratorContext {
         start: ctx.start.clone(),
-        steps: Vec::with_capacity(ctx.steps.len()),
+        steps: ctx.steps[..from].to_vec(),
     };
-    let mut out = Vec::with_capacity(ctx.steps.len());
-    for step in &ctx.steps {
+    let mut out = Vec::with_capacity(ctx.steps.len() - from);
+    for step in &ctx.steps[from..] {
         out.push(why_next(workflow, &prefix, step));
         prefix.steps.push(step.clone());
     }

@@ -73,6 +73,23 @@ pub fn write_atomic_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()
     write_impl(path, bytes, Some(mode))
 }
 
+/// Replaces (or creates) `path` with `bytes` by a rename, so readers see the
+/// old or the new content, but without flushing anything to disk: for
+/// derived or observational files (caches, markers of running processes)
+/// whose loss in a crash is harmless and whose readers check them. A crash
+/// may leave the old content, the new one, or an empty file.
+pub fn replace_unsynced(path: &Path, bytes: &[u8]) -> Result<(), AtomicError> {
+    let err = |e| write_err(path, e);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(TEMP_PREFIX)
+        .suffix(TEMP_SUFFIX)
+        .tempfile_in(parent_dir(path))
+        .map_err(err)?;
+    tmp.write_all(bytes).map_err(err)?;
+    tmp.persist(path).map_err(|e| write_err(path, e.error))?;
+    Ok(())
+}
+
 /// Creates `path` with `bytes` unless something already exists there.
 ///
 /// Returns `Ok(true)` if this call created the file and `Ok(false)` if a

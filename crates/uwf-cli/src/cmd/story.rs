@@ -9,7 +9,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use uwf_cas::Hash;
 use uwf_moderator::thread::ThreadView;
-use uwf_moderator::{Why, why_each};
+use uwf_moderator::{Why, why_from};
+
+/// How many of the newest steps get a `why` in `thread steps` and `thread
+/// read`: each is a moderator evaluation over the steps before it, so all
+/// of a long thread's would cost time quadratic in its length.
+pub const WHY_STEPS: usize = 200;
 use uwf_protocol::ThreadListItem;
 
 use crate::engine::running::{self, Found, Marker};
@@ -159,7 +164,7 @@ pub fn add_to_show(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), CliError> {
         None => {}
     }
     if let Some(last) = view.steps.last() {
-        let whys = why_each(&view.workflow, &view.context());
+        let whys = why_from(&view.workflow, &view.context(), view.steps.len() - 1);
         let timings = running::timings(&ctx.root, id);
         let mut step = json!({ "hash": last.hash, "role": last.payload.record.role });
         if let Some(why) = whys.last() {
@@ -182,7 +187,8 @@ fn why_json(why: &Why, role: &str) -> Value {
 /// Adds `why`, `durationMs` and `failedAttempts` (the attempts that failed
 /// before it, with their exit status) to every step of `thread steps`.
 pub fn add_to_steps(ctx: &Ctx, id: &str, view: &ThreadView, v: &mut Value) -> Result<(), CliError> {
-    let whys = why_each(&view.workflow, &view.context());
+    let first_why = view.steps.len().saturating_sub(WHY_STEPS);
+    let whys = why_from(&view.workflow, &view.context(), first_why);
     let timings = running::timings(&ctx.root, id);
     let mut failed: HashMap<String, Vec<Value>> = HashMap::new();
     for (hash, r) in crate::engine::retry::attempts(ctx, id, 200)? {
@@ -203,7 +209,7 @@ pub fn add_to_steps(ctx: &Ctx, id: &str, view: &ThreadView, v: &mut Value) -> Re
         let Some(entry) = entries.get_mut(i + 1) else {
             break;
         };
-        if let Some(why) = whys.get(i) {
+        if let Some(why) = i.checked_sub(first_why).and_then(|k| whys.get(k)) {
             entry["why"] = why_json(why, &s.payload.record.role);
         }
         if let Some(t) = timings.get(&s.hash.to_string()) {
@@ -225,10 +231,11 @@ pub fn add_to_steps(ctx: &Ctx, id: &str, view: &ThreadView, v: &mut Value) -> Re
 /// The Markdown lines `thread read` adds to each step: why it ran, its
 /// edge prompt, and how long it took.
 pub fn read_notes(ctx: &Ctx, id: &str, view: &ThreadView) -> HashMap<Hash, String> {
-    let whys = why_each(&view.workflow, &view.context());
+    let first_why = view.steps.len().saturating_sub(WHY_STEPS);
+    let whys = why_from(&view.workflow, &view.context(), first_why);
     let timings = running::timings(&ctx.root, id);
     let mut out = HashMap::new();
-    for (s, why) in view.steps.iter().zip(&whys) {
+    for (s, why) in view.steps[first_why..].iter().zip(&whys) {
         let mut text = format!("**Why:** {}", why.summary(&s.payload.record.role));
         if let Some(t) = timings.get(&s.hash.to_string()) {
             text.push_str(&format!(
@@ -338,7 +345,7 @@ fn describe_head(ctx: &Ctx, id: &str, head: &str) -> Result<String, CliError> {
         ));
     };
     let role = &last.payload.record.role;
-    let why = why_each(&view.workflow, &view.context());
+    let why = why_from(&view.workflow, &view.context(), view.steps.len() - 1);
     let mut text = format!(
         "{}: step {} {role} landed ({})",
         now_text(),
