@@ -6,23 +6,25 @@
 //! Derived data, never the truth: entries live in the store's cache
 //! ([`uwf_cas::Store::cache_get`]), keyed `chain-<step hash>`. Because a
 //! StepNode's chain never changes, an entry cannot go stale; it can only be
-//! damaged or missing. So every entry is checked before use (a checksum of
-//! its body, then the chain itself: each step's `prev` is the step before
-//! it, each `start` is the thread's, the last step is the key) and ignored
-//! if anything is off, and the chain is then read from the nodes as if the
-//! entry were not there. Deleting any or all entries is always safe.
+//! damaged or missing. So every entry is checked before use (its format
+//! version, a checksum of its body, the thread's StartNode, the number of
+//! steps, and that the last step is the key; the links between steps are
+//! not stored but implied: only chains whose every `prev` is the step
+//! before are cached) and ignored if anything is off, and the chain is then
+//! read from the nodes as if the entry were not there. Deleting any or all
+//! entries is always safe.
 //!
 //! When a longer chain is cached, the entry it was built from is removed, so
 //! the cache holds about one entry per thread rather than one per step.
 
 use serde::{Deserialize, Serialize};
 use uwf_cas::{Cas, Hash, Store};
-use uwf_protocol::StepNodePayload;
+use uwf_protocol::{StepNodePayload, StepRecord};
 
 use crate::thread::{LoadedStep, ThreadView};
 
 /// Format version of an entry; entries of another version are ignored.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// Chains shorter than this are cheap to read and not cached.
 const MIN_STEPS: usize = 16;
@@ -42,13 +44,22 @@ struct Header {
     check: String,
 }
 
+/// One step, as a JSON array (no member names to parse, and none of the
+/// StepNode's flattened record, which serde reads slowly): the StepNode's
+/// hash, role, output reference, detail, agent, child thread, timestamp,
+/// then the output itself. `start` is the header's; `prev` is the step
+/// before (null for the first).
 #[derive(Serialize, Deserialize)]
-struct Step {
-    hash: String,
-    payload: StepNodePayload,
-    output: serde_json::Value,
-    timestamp: u64,
-}
+struct Step(
+    String,
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    u64,
+    serde_json::Value,
+);
 
 fn checksum(body: &[u8]) -> String {
     format!("{:016x}", xxhash_rust::xxh64::xxh64(body, 0))
@@ -90,17 +101,25 @@ fn parse(bytes: &[u8], last: Hash, start: Hash) -> Option<Vec<LoadedStep>> {
     let start_text = start.to_string();
     let mut steps = Vec::with_capacity(cached.len());
     let mut prev: Option<String> = None;
-    for s in cached {
-        if s.payload.prev != prev || s.payload.start != start_text {
-            return None;
-        }
-        let hash: Hash = s.hash.parse().ok()?;
-        prev = Some(s.hash);
+    for Step(hash_text, role, output_ref, detail, agent, child_thread, timestamp, output) in cached
+    {
+        let hash: Hash = hash_text.parse().ok()?;
+        let payload = StepNodePayload {
+            start: start_text.clone(),
+            prev: prev.replace(hash_text),
+            record: StepRecord {
+                role,
+                output: output_ref,
+                detail,
+                agent,
+            },
+            child_thread,
+        };
         steps.push(LoadedStep {
             hash,
-            payload: s.payload,
-            output: s.output,
-            timestamp: s.timestamp,
+            payload,
+            output,
+            timestamp,
         });
     }
     (steps.last().map(|s| s.hash) == Some(last)).then_some(steps)
@@ -115,16 +134,29 @@ pub(crate) fn write<S: Store>(cas: &Cas<S>, view: &ThreadView) {
     if view.steps.len() < MIN_STEPS {
         return;
     }
-    let steps: Vec<Step> = view
-        .steps
-        .iter()
-        .map(|s| Step {
-            hash: s.hash.to_string(),
-            payload: s.payload.clone(),
-            output: s.output.clone(),
-            timestamp: s.timestamp,
-        })
-        .collect();
+    // Only a chain whose links are what the entry's format implies is
+    // cached (a StepNode's `prev` is the step before it, `start` the
+    // thread's): `load` checked them.
+    let start_text = view.start_hash.to_string();
+    let mut prev: Option<String> = None;
+    let mut steps = Vec::with_capacity(view.steps.len());
+    for s in &view.steps {
+        if s.payload.prev != prev || s.payload.start != start_text {
+            return;
+        }
+        let hash = s.hash.to_string();
+        prev = Some(hash.clone());
+        steps.push(Step(
+            hash,
+            s.payload.record.role.clone(),
+            s.payload.record.output.clone(),
+            s.payload.record.detail.clone(),
+            s.payload.record.agent.clone(),
+            s.payload.child_thread.clone(),
+            s.timestamp,
+            s.output.clone(),
+        ));
+    }
     let Ok(body) = serde_json::to_vec(&steps) else {
         return;
     };
