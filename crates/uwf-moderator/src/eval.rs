@@ -309,7 +309,72 @@ pub fn evaluate(
     ctx: &ModeratorContext,
 ) -> Result<Decision, ModeratorError> {
     let from = ctx.steps.last().map_or(START, |s| s.role.as_str());
-    jsonata::on_big_stack(|| evaluate_here(workflow, ctx, from))
+    jsonata::on_big_stack(|| evaluate_here(workflow, &Source::Built(ctx), from))
+}
+
+/// [`evaluate`] over a thread's loaded steps, without first copying them
+/// into a [`ModeratorContext`] (one is built only if an edge prompt needs
+/// rendering): what `ThreadView::decide` uses.
+pub(crate) fn evaluate_steps(
+    workflow: &WorkflowPayload,
+    start: &uwf_protocol::StartNodePayload,
+    steps: &[crate::thread::LoadedStep],
+    from_start: bool,
+) -> Result<Decision, ModeratorError> {
+    let from = match (from_start, steps.last()) {
+        (false, Some(s)) => s.payload.record.role.as_str(),
+        _ => START,
+    };
+    jsonata::on_big_stack(|| {
+        let source = Source::Steps {
+            start,
+            steps,
+            built: std::cell::OnceCell::new(),
+        };
+        evaluate_here(workflow, &source, from)
+    })
+}
+
+/// Where a decision's context comes from.
+enum Source<'a> {
+    /// A context already built.
+    Built(&'a ModeratorContext),
+    /// A thread's loaded steps; the context is built only when needed.
+    Steps {
+        start: &'a uwf_protocol::StartNodePayload,
+        steps: &'a [crate::thread::LoadedStep],
+        built: std::cell::OnceCell<ModeratorContext>,
+    },
+}
+
+impl Source<'_> {
+    fn context(&self) -> &ModeratorContext {
+        match self {
+            Source::Built(c) => c,
+            Source::Steps {
+                start,
+                steps,
+                built,
+            } => built.get_or_init(|| crate::thread::context_of(start, steps)),
+        }
+    }
+
+    fn input(&self) -> Result<Input, Failure> {
+        match self {
+            Source::Built(c) => context_input(c),
+            Source::Steps { start, steps, .. } => steps_input(
+                start,
+                steps.iter().map(|s| {
+                    (
+                        s.payload.record.agent.as_str(),
+                        s.payload.record.detail.as_str(),
+                        &s.output,
+                        s.payload.record.role.as_str(),
+                    )
+                }),
+            ),
+        }
+    }
 }
 
 /// The decision of a thread that is resumed after it reached `$SUSPEND`:
@@ -321,12 +386,12 @@ pub fn evaluate_resume(
     workflow: &WorkflowPayload,
     ctx: &ModeratorContext,
 ) -> Result<Decision, ModeratorError> {
-    jsonata::on_big_stack(|| evaluate_here(workflow, ctx, START))
+    jsonata::on_big_stack(|| evaluate_here(workflow, &Source::Built(ctx), START))
 }
 
 fn evaluate_here(
     workflow: &WorkflowPayload,
-    ctx: &ModeratorContext,
+    source: &Source<'_>,
     from: &str,
 ) -> Result<Decision, ModeratorError> {
     let name = workflow.name.as_str();
@@ -362,7 +427,7 @@ fn evaluate_here(
             let fail = |f| ModeratorError::from_failure(f, name, from, subject(), expr);
             let inp = match &input {
                 Some(i) => i,
-                None => input.insert(context_input(ctx).map_err(fail)?),
+                None => input.insert(source.input().map_err(fail)?),
             };
             let compiled = jsonata::compile_pure(expr).map_err(fail)?;
             if !jsonata::truthy_compiled(&compiled, inp).map_err(fail)? {
@@ -373,6 +438,7 @@ fn evaluate_here(
         let prompt = match &t.prompt {
             None => None,
             Some(p) => {
+                let ctx = source.context();
                 let empty = Value::Object(serde_json::Map::new());
                 let last = ctx.steps.last().map_or(&empty, |s| &s.output);
                 Some(render_here(p, last, &ctx.steps).map_err(|e| {
@@ -408,25 +474,44 @@ fn evaluate_here(
 /// intermediate JSON copy: this is most of a decision's cost on a long
 /// thread).
 fn context_input(ctx: &ModeratorContext) -> Result<Input, Failure> {
+    steps_input(
+        &ctx.start,
+        ctx.steps.iter().map(|s| {
+            (
+                s.agent.as_str(),
+                s.detail.as_str(),
+                &s.output,
+                s.role.as_str(),
+            )
+        }),
+    )
+}
+
+/// [`context_input`] from the parts of each step: (agent, detail, output,
+/// role).
+fn steps_input<'a>(
+    start: &uwf_protocol::StartNodePayload,
+    steps: impl ExactSizeIterator<Item = (&'a str, &'a str, &'a Value, &'a str)>,
+) -> Result<Input, Failure> {
     use crate::jsonata::sorted_value;
-    use uwf_jsonata::{Object, Value};
-    let start = serde_json::to_value(&ctx.start)
+    use uwf_jsonata::{Object, Value as JValue};
+    let start = serde_json::to_value(start)
         .map_err(|e| Failure::Runtime(format!("cannot serialize the context: {e}")))?;
     let start = sorted_value(&start, 1)?;
-    let mut steps = Vec::with_capacity(ctx.steps.len());
-    for s in &ctx.steps {
+    let mut out = Vec::with_capacity(steps.len());
+    for (agent, detail, output, role) in steps {
         // StepContext's members in code point order: agent, detail, output, role.
         let mut o = Object::with_capacity(4);
-        o.insert("agent".to_owned(), Value::str(&s.agent));
-        o.insert("detail".to_owned(), Value::str(&s.detail));
-        o.insert("output".to_owned(), sorted_value(&s.output, 3)?);
-        o.insert("role".to_owned(), Value::str(&s.role));
-        steps.push(Value::object(o));
+        o.insert("agent".to_owned(), JValue::str(agent));
+        o.insert("detail".to_owned(), JValue::str(detail));
+        o.insert("output".to_owned(), sorted_value(output, 3)?);
+        o.insert("role".to_owned(), JValue::str(role));
+        out.push(JValue::object(o));
     }
     let mut top = Object::with_capacity(2);
     top.insert("start".to_owned(), start);
-    top.insert("steps".to_owned(), Value::array(steps));
-    Input::from_sorted(Value::object(top))
+    top.insert("steps".to_owned(), JValue::array(out));
+    Input::from_sorted(JValue::object(top))
 }
 
 /// One transition of the current role, as [`explain`] evaluated it.

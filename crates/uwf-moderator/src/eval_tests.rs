@@ -572,6 +572,7 @@ fn last_and_first_work_in_edge_prompts() {
 /// The one-pass conversion of the context gives exactly the document the
 /// serialised context gives, keys in code point order included.
 #[test]
+#[allow(clippy::unwrap_used)]
 fn the_fast_context_is_the_serialised_context() {
     use crate::jsonata::{Input, compile, value_compiled};
     use uwf_protocol::{StartNodePayload, StepContext};

@@ -14,7 +14,7 @@ use uwf_protocol::{
     ModeratorContext, StartNodePayload, StepContext, StepNodePayload, WorkflowPayload,
 };
 
-use crate::{Decision, ModeratorError, evaluate};
+use crate::{Decision, ModeratorError};
 
 /// Most steps a thread may have; a longer chain is treated as corrupt.
 pub const MAX_STEPS: usize = 100_000;
@@ -56,19 +56,7 @@ impl ThreadView {
     /// The thread linearised for the moderator: the start and every step
     /// with its output expanded, oldest first.
     pub fn context(&self) -> ModeratorContext {
-        ModeratorContext {
-            start: self.start.clone(),
-            steps: self
-                .steps
-                .iter()
-                .map(|s| StepContext {
-                    role: s.payload.record.role.clone(),
-                    output: s.output.clone(),
-                    detail: s.payload.record.detail.clone(),
-                    agent: s.payload.record.agent.clone(),
-                })
-                .collect(),
-        }
+        context_of(&self.start, &self.steps)
     }
 
     /// The newest step, if any.
@@ -78,13 +66,29 @@ impl ThreadView {
 
     /// What the moderator decides for this thread ([`evaluate`] over it).
     pub fn decide(&self) -> Result<Decision, ModeratorError> {
-        evaluate(&self.workflow, &self.context())
+        crate::eval::evaluate_steps(&self.workflow, &self.start, &self.steps, false)
     }
 
     /// What the moderator decides when this thread is resumed after
     /// reaching `$SUSPEND` ([`evaluate_resume`](crate::eval::evaluate_resume)).
     pub fn decide_resume(&self) -> Result<Decision, ModeratorError> {
-        crate::eval::evaluate_resume(&self.workflow, &self.context())
+        crate::eval::evaluate_steps(&self.workflow, &self.start, &self.steps, true)
+    }
+}
+
+/// The [`ModeratorContext`] of a start and its loaded steps.
+pub(crate) fn context_of(start: &StartNodePayload, steps: &[LoadedStep]) -> ModeratorContext {
+    ModeratorContext {
+        start: start.clone(),
+        steps: steps
+            .iter()
+            .map(|s| StepContext {
+                role: s.payload.record.role.clone(),
+                output: s.output.clone(),
+                detail: s.payload.record.detail.clone(),
+                agent: s.payload.record.agent.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -298,7 +302,10 @@ fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadV
         workflow,
         steps,
     };
-    if cached && walked > 0 {
+    // A new entry only after a walk of some length: the steps since the
+    // last entry are a few node reads, cheaper than rewriting the whole
+    // chain on every step.
+    if cached && walked >= crate::view_cache::REWRITE_AFTER {
         crate::view_cache::write(cas, &view);
     }
     Ok(view)

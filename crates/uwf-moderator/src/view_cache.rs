@@ -14,8 +14,9 @@
 //! read from the nodes as if the entry were not there. Deleting any or all
 //! entries is always safe.
 //!
-//! When a longer chain is cached, the entry it was built from is removed, so
-//! the cache holds about one entry per thread rather than one per step.
+//! A load that had to read [`REWRITE_AFTER`] or more steps from the nodes
+//! caches the chain it loaded; the entry it was built from is then removed,
+//! so the cache holds about one entry per thread rather than one per step.
 
 use serde::{Deserialize, Serialize};
 use uwf_cas::{Cas, Hash, Store};
@@ -28,6 +29,12 @@ const VERSION: u32 = 2;
 
 /// Chains shorter than this are cheap to read and not cached.
 const MIN_STEPS: usize = 16;
+
+/// A load writes a new entry once it had to read this many steps from the
+/// nodes (past the entry it started from): so a thread's entry is rewritten
+/// every few steps, not on every one, and a load reads at most this many
+/// steps besides its entry.
+pub(crate) const REWRITE_AFTER: usize = 8;
 
 fn key(step: Hash) -> String {
     format!("chain-{step}")
