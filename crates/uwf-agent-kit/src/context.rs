@@ -25,7 +25,9 @@ pub struct AgentContext {
     role_definition: RoleDefinition,
     output_schema: Value,
     output_schema_hash: Hash,
-    steps: Vec<StepContext>,
+    /// Built from the view on first use: an agent that builds no prompt
+    /// never copies the thread's outputs.
+    steps: OnceLock<Vec<StepContext>>,
     step_hashes: Vec<Hash>,
     edge_prompt: Option<String>,
     root: PathBuf,
@@ -99,7 +101,7 @@ impl AgentContext {
             Some(prompt) => prompt,
             None => edge_prompt(&view, role),
         };
-        let steps = view.context().steps;
+        let steps = OnceLock::new();
         let step_hashes = view.steps.iter().map(|s| s.hash).collect();
         tracing::debug!(
             thread = %thread_id,
@@ -199,7 +201,7 @@ impl AgentContext {
 
     /// The executed steps, oldest first, each with its output expanded.
     pub fn steps(&self) -> &[StepContext] {
-        &self.steps
+        self.steps.get_or_init(|| self.view.context().steps)
     }
 
     /// Hashes of the StepNodes, parallel to [`steps`](Self::steps).
@@ -220,7 +222,11 @@ impl AgentContext {
 
     /// How many times this role already ran in the thread.
     pub fn runs_of_role(&self) -> usize {
-        self.steps.iter().filter(|s| s.role == self.role).count()
+        self.view
+            .steps
+            .iter()
+            .filter(|s| s.payload.record.role == self.role)
+            .count()
     }
 
     /// The rendered prompt of the graph edge that leads to this role, if the
@@ -248,7 +254,7 @@ impl AgentContext {
             task: &self.view.start.prompt,
             edge_prompt: self.edge_prompt(),
             thread: self.thread_str(),
-            steps: &self.steps,
+            steps: self.steps(),
             step_hashes: &self.step_hashes,
             history_quota: self.history_quota,
         }

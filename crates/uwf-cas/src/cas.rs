@@ -319,6 +319,16 @@ impl<S: Store> Cas<S> {
         }
     }
 
+    /// Compiles (and keeps) the validator of the schema `type_hash` now, so
+    /// that a later [`validate`](Self::validate) against it does not pay for
+    /// compiling: the engine prepares the role's schema while an agent runs.
+    pub fn prepare_validator(&self, type_hash: Hash) -> Result<()> {
+        if type_hash == self.types.meta {
+            return self.meta_validator().map(|_| ());
+        }
+        self.validator(type_hash).map(|_| ())
+    }
+
     fn validator(&self, type_hash: Hash) -> Result<(Arc<Validator>, Value)> {
         let schema = self.schema(type_hash)?;
         let cached = self

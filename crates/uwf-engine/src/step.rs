@@ -368,23 +368,39 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     });
     let log = running.as_ref().map(crate::running::Running::sink);
     let sink = Arc::clone(a.progress);
-    let finished = spawn::run(
-        &spec,
-        move |line| {
-            if let Some(log) = &log {
-                log(line);
-            }
-            sink.agent_line(line);
-        },
-        &cancel,
-        // The kill flag of seed 004: the thread is no longer active, or its head moved.
-        || {
-            state
-                .thread_head(id)
-                .map(|h| h.as_deref() != Some(head_s.as_str()))
-                .unwrap_or(false)
-        },
-    )
+    // The role's schema is compiled while the agent runs (compiling is most
+    // of the check that follows); a failure here shows again in the check.
+    let schema: Option<Hash> = a
+        .view
+        .workflow
+        .roles
+        .get(role)
+        .and_then(|r| r.output_schema.parse().ok());
+    let finished = std::thread::scope(|scope| {
+        if let Some(schema) = schema {
+            let cas = &ctx.cas;
+            scope.spawn(move || {
+                let _ = cas.prepare_validator(schema);
+            });
+        }
+        spawn::run(
+            &spec,
+            move |line| {
+                if let Some(log) = &log {
+                    log(line);
+                }
+                sink.agent_line(line);
+            },
+            &cancel,
+            // The kill flag of seed 004: the thread is no longer active, or its head moved.
+            || {
+                state
+                    .thread_head(id)
+                    .map(|h| h.as_deref() != Some(head_s.as_str()))
+                    .unwrap_or(false)
+            },
+        )
+    })
     .map_err(|source| EngineError::AgentSpawn {
         command: agent.command.clone(),
         source,
