@@ -545,7 +545,7 @@ Example: uwf thread watch @last")]
         #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
     },
-    /// The stderr of a thread's agents (kept in <root>/logs/<thread>.log).
+    /// The stderr of a thread's agents (kept under the storage root in logs/THREAD.log).
     #[command(after_help = "\
 With -f, keeps printing what the agents write until the thread is archived
 (Ctrl-C stops following). Example: uwf thread log -f @last")]
@@ -605,7 +605,7 @@ Example: uwf thread prune --dry-run --older-than 0s")]
     View {
         /// The thread id.
         thread: String,
-        /// Where to write the page; - for stdout [default: uwf-thread-<id>.html in the temp dir].
+        /// Where to write the page; - for stdout [default: uwf-thread-ID.html in the temp dir].
         #[arg(long, value_name = "FILE|-")]
         html: Option<std::path::PathBuf>,
     },

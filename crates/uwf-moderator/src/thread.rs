@@ -64,7 +64,7 @@ impl ThreadView {
         self.steps.last()
     }
 
-    /// What the moderator decides for this thread ([`evaluate`] over it).
+    /// What the moderator decides for this thread ([`evaluate`](crate::evaluate) over it).
     pub fn decide(&self) -> Result<Decision, ModeratorError> {
         crate::eval::evaluate_steps(&self.workflow, &self.start, &self.steps, false)
     }
@@ -195,7 +195,7 @@ pub enum ThreadError {
 /// without steps.
 ///
 /// The chain is walked back from the head only until a step whose loaded
-/// chain is in the derived cache ([`crate::view_cache`]); the cached part
+/// chain is in the derived cache (`cas/cache/chain-<step>`, see docs/state.md); the cached part
 /// is checked before it is used, and the chain now loaded is cached for the
 /// next reader (best effort: a cache that cannot be written changes
 /// nothing). [`load_uncached`] reads every node.
