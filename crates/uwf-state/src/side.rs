@@ -72,18 +72,25 @@ impl StateDir {
     /// Stale entries are dropped on the way.
     pub fn mark_waiting(&self, thread: &str, record: WaitingRecord) -> Result<bool, StateError> {
         self.locked(|| {
-            let threads: ThreadsIndex = self.threads()?;
-            if threads.get(thread) != Some(&record.head) {
+            let actual = self.thread_head(thread)?;
+            if actual.as_deref() != Some(record.head.as_str()) {
                 return Err(StateError::Conflict {
                     thread: thread.to_owned(),
                     expected: record.head.clone(),
-                    actual: threads.get(thread).cloned(),
+                    actual,
                 });
             }
             let path = self.waiting_path();
-            let mut all: WaitingIndex = load_yaml(&path)?.unwrap_or_default();
+            let all: WaitingIndex = load_yaml(&path)?.unwrap_or_default();
             let before = all.len();
-            all.retain(|t, r| current(&threads, t, r));
+            // Only the waiting threads' heads are read, not every thread's.
+            let mut kept = WaitingIndex::new();
+            for (t, r) in all {
+                if self.thread_head(&t)?.as_deref() == Some(r.head.as_str()) {
+                    kept.insert(t, r);
+                }
+            }
+            let mut all = kept;
             let same = all
                 .get(thread)
                 .is_some_and(|r| r.role == record.role && r.child == record.child);
