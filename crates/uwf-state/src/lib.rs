@@ -8,6 +8,7 @@
 //! [`ThreadStore`] trait; [`StateDir`] is the embedded filesystem backend
 //! (the layout of seed 002, documented in `docs/state.md`).
 
+pub mod env;
 mod fs_store;
 pub mod heads;
 pub mod policy;

@@ -22,7 +22,6 @@
 //!   `threads.yaml`, so a crash in between leaves the thread in both places
 //!   (readers treat "active" as authoritative) instead of losing it.
 
-use std::cell::Cell;
 use std::fmt;
 use std::fs::{self, OpenOptions};
 use std::io;
@@ -482,7 +481,8 @@ impl StateDir {
             return Ok(());
         };
         // Validated by `env_text`, so this cannot fail half-way.
-        dotenvy::from_read(text.as_bytes()).map_err(|e| env_error(&path, &text, text.len(), e))
+        dotenvy::from_read(text.as_bytes())
+            .map_err(|e| crate::env::error(&path, &text, text.len(), e))
     }
 
     /// The entries of `<root>/.env` as name/value pairs (empty if the file
@@ -493,9 +493,7 @@ impl StateDir {
         let Some((path, text)) = self.env_text()? else {
             return Ok(Vec::new());
         };
-        dotenvy::from_read_iter(text.as_bytes())
-            .map(|item| item.map_err(|e| env_error(&path, &text, text.len(), e)))
-            .collect()
+        crate::env::pairs(&path, &text)
     }
 
     /// The text of `.env`, checked; `None` if the file is missing.
@@ -518,7 +516,7 @@ impl StateDir {
             }
         };
         let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-        validate_env(&path, text)?;
+        crate::env::validate(&path, text)?;
         Ok(Some((path, text.to_owned())))
     }
 
@@ -611,7 +609,7 @@ fn read_text(path: &Path) -> Result<Option<String>, StateError> {
 }
 
 /// One-based line and column (in characters) of byte `offset` in `bytes`.
-fn line_col(bytes: &[u8], offset: usize) -> (usize, usize) {
+pub(crate) fn line_col(bytes: &[u8], offset: usize) -> (usize, usize) {
     let before = &bytes[..offset.min(bytes.len())];
     let line_start = before
         .iter()
@@ -804,83 +802,6 @@ fn parse_history(path: &Path, bytes: &[u8]) -> Result<History, StateError> {
         }
     }
     Ok(History { entries, tail })
-}
-
-// ----- .env --------------------------------------------------------------
-
-/// Checks every entry of a `.env` text, naming the line of the first bad one.
-fn validate_env(path: &Path, text: &str) -> Result<(), StateError> {
-    let consumed = Cell::new(0);
-    let mut reader = LineReader {
-        text: text.as_bytes(),
-        consumed: &consumed,
-    };
-    for item in dotenvy::from_read_iter(&mut reader) {
-        if let Err(e) = item {
-            return Err(env_error(path, text, consumed.get(), e));
-        }
-    }
-    Ok(())
-}
-
-/// Hands out at most one physical line per `read`, so dotenvy's internal
-/// buffer never runs ahead: when it reports an error, `consumed` is the end
-/// of the logical line that failed.
-struct LineReader<'a> {
-    text: &'a [u8],
-    consumed: &'a Cell<usize>,
-}
-
-impl io::Read for LineReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let rest = &self.text[self.consumed.get()..];
-        let line_len = rest
-            .iter()
-            .position(|&b| b == b'\n')
-            .map_or(rest.len(), |i| i + 1);
-        let n = line_len.min(buf.len());
-        buf[..n].copy_from_slice(&rest[..n]);
-        self.consumed.set(self.consumed.get() + n);
-        Ok(n)
-    }
-}
-
-/// Turns a dotenvy error into [`StateError::Env`] without quoting the line
-/// (it may hold a secret). `end` is where the failing logical line ends.
-fn env_error(path: &Path, text: &str, end: usize, e: dotenvy::Error) -> StateError {
-    match e {
-        dotenvy::Error::LineParse(fragment, index) => {
-            // dotenvy reports a suffix of the failing logical line (the whole
-            // line, or its value) and a byte index into it.
-            let start = text[..end.min(text.len())].rfind(&fragment);
-            let at_end = index >= fragment.len();
-            let (line, column) = match start {
-                // An unclosed quote runs to the end: point at the entry.
-                Some(start) if at_end => line_col(text.as_bytes(), start),
-                Some(start) => line_col(text.as_bytes(), start + index),
-                None => line_col(text.as_bytes(), end),
-            };
-            let message = if at_end {
-                "the entry never ends (an unclosed quote or a trailing backslash)".to_owned()
-            } else {
-                format!("invalid syntax at column {column}")
-            };
-            StateError::Env {
-                path: path.to_path_buf(),
-                line,
-                message,
-            }
-        }
-        dotenvy::Error::Io(source) => StateError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-        other => StateError::Env {
-            path: path.to_path_buf(),
-            line: line_col(text.as_bytes(), end).0,
-            message: other.to_string(),
-        },
-    }
 }
 
 // ----- agent resolution --------------------------------------------------
@@ -1249,7 +1170,7 @@ fn checked_env_text(path: &Path, bytes: Vec<u8>) -> Result<String, StateError> {
         line: line_col(e.as_bytes(), e.utf8_error().valid_up_to()).0,
         message: "not valid UTF-8".to_owned(),
     })?;
-    validate_env(path, text.strip_prefix('\u{feff}').unwrap_or(&text))?;
+    crate::env::validate(path, text.strip_prefix('\u{feff}').unwrap_or(&text))?;
     Ok(text)
 }
 
