@@ -15,6 +15,10 @@ use uwf_moderator::{Why, why_from};
 /// read`: each is a moderator evaluation over the steps before it, so all
 /// of a long thread's would cost time quadratic in its length.
 pub const WHY_STEPS: usize = 200;
+
+/// The fewest characters a step takes in `thread read` (its heading, hashes
+/// and output fence).
+const MIN_STEP_BLOCK: usize = 60;
 use uwf_protocol::ThreadListItem;
 
 use crate::engine::running::{self, Found, Marker};
@@ -230,12 +234,29 @@ pub fn add_to_steps(ctx: &Ctx, id: &str, view: &ThreadView, v: &mut Value) -> Re
 
 /// The Markdown lines `thread read` adds to each step: why it ran, its
 /// edge prompt, and how long it took.
-pub fn read_notes(ctx: &Ctx, id: &str, view: &ThreadView) -> HashMap<Hash, String> {
-    let first_why = view.steps.len().saturating_sub(WHY_STEPS);
-    let whys = why_from(&view.workflow, &view.context(), first_why);
+///
+/// Every step that can fit in `quota` characters gets its note (a step's
+/// block is at least [`MIN_STEP_BLOCK`] characters), so every step `thread
+/// read` shows is explained; at least the newest [`WHY_STEPS`] are.
+pub fn read_notes(
+    ctx: &Ctx,
+    id: &str,
+    view: &ThreadView,
+    quota: usize,
+    before: Option<Hash>,
+) -> HashMap<Hash, String> {
+    // The page ends before `before` (`--before`), else at the newest step.
+    let end = before
+        .and_then(|b| view.steps.iter().position(|s| s.hash == b))
+        .unwrap_or(view.steps.len());
+    let shown = WHY_STEPS.max(quota / MIN_STEP_BLOCK + 1);
+    let first_why = end.saturating_sub(shown);
+    let mut context = view.context();
+    context.steps.truncate(end);
+    let whys = why_from(&view.workflow, &context, first_why);
     let timings = running::timings(&ctx.root, id);
     let mut out = HashMap::new();
-    for (s, why) in view.steps[first_why..].iter().zip(&whys) {
+    for (s, why) in view.steps[first_why..end].iter().zip(&whys) {
         let mut text = format!("**Why:** {}", why.summary(&s.payload.record.role));
         if let Some(t) = timings.get(&s.hash.to_string()) {
             text.push_str(&format!(

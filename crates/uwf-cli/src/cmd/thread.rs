@@ -331,7 +331,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 activity
             };
             let contents = crate::read_content::contents(ctx.cas(), &view);
-            let notes = crate::cmd::story::read_notes(ctx, &id, &view);
+            let notes = crate::cmd::story::read_notes(ctx, &id, &view, quota, before);
             let mut text = read(&id, &view, quota, before, &children, &contents, &notes)?;
             if before.is_none() {
                 text.push_str(&attempts_text(ctx, &id)?);
