@@ -315,7 +315,7 @@ pub const EXIT_FAILURE: u8 = 1;
 pub const EXIT_NO_SLOT: u8 = 3;
 /// Exit status of a step that did not run because its role waits for a
 /// person (`uwf::thread::waiting`); the wait is printed on stdout.
-pub const EXIT_WAITING: u8 = 4;
+pub const EXIT_WAITING: u8 = uwf_engine::human::EXIT_WAITING;
 /// Exit status of a step whose thread was killed (`uwf::thread::killed`).
 pub const EXIT_KILLED: u8 = 5;
 

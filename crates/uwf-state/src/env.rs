@@ -18,6 +18,11 @@ pub struct EditError(String);
 /// line ([`StateError::Env`] names the first bad one, never its content).
 pub fn pairs(path: &Path, text: &str) -> Result<Vec<(String, String)>, StateError> {
     validate(path, text)?;
+    pairs_checked(path, text)
+}
+
+/// [`pairs`] of text [`validate`] already accepted.
+pub(crate) fn pairs_checked(path: &Path, text: &str) -> Result<Vec<(String, String)>, StateError> {
     dotenvy::from_read_iter(text.as_bytes())
         .map(|item| item.map_err(|e| error(path, text, text.len(), e)))
         .collect()

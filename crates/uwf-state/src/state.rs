@@ -493,7 +493,8 @@ impl StateDir {
         let Some((path, text)) = self.env_text()? else {
             return Ok(Vec::new());
         };
-        crate::env::pairs(&path, &text)
+        // `env_text` checked every line already.
+        crate::env::pairs_checked(&path, &text)
     }
 
     /// The text of `.env`, checked; `None` if the file is missing.
