@@ -32,7 +32,7 @@ const MAX_ID: usize = 64;
 
 /// Whether `id` can name a head file: ASCII letters and digits only, so an
 /// id can never be a path (`..`, `/`) or a hidden or temporary file.
-fn valid_id(id: &str) -> bool {
+pub(crate) fn valid_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= MAX_ID && id.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
