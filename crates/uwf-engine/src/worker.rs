@@ -1,0 +1,638 @@
+//! `uwf worker`: a long-running loop that claims queued threads from a
+//! [`RunQueue`] and steps them to `$END` through [`step`], heartbeating
+//! its lease while an agent runs.
+//!
+//! [`Worker::run`] runs `concurrency` slots. Each slot claims the oldest
+//! claimable run, then steps its thread with the engine's own [`step`]
+//! (the moderator, the slot of seed 004, the agent, the checks, the
+//! compare-and-swap of the head) until the thread ends, waits for a
+//! person, fails, or the worker shuts down. Meanwhile a monitor renews the
+//! lease every third of its length; when a renewal is refused (another
+//! worker holds the run now) or has not succeeded for two thirds of the
+//! lease (the store cannot be reached: the lease may run out before the
+//! next renewal), the step's [`CancelToken`] is cancelled, the agent is
+//! stopped and the worker lets go of the thread without touching it
+//! again.
+//!
+//! Shutdown (the token passed to [`Worker::run`]): no new claims; a running
+//! agent may finish for `grace`, then it is stopped; every run that is not
+//! over goes back to the queue ([`RunOutcome::Interrupted`]).
+//!
+//! `uwf thread kill` needs nothing from the worker: a running step polls the
+//! thread's head (the kill flag) and stops its agent; the worker then ends
+//! the run ([`RunOutcome::Finished`]).
+//!
+//! See `docs/worker.md` for the guarantee this gives.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use uwf_state::runs::{Claim, RunOutcome, RunQueue};
+use uwf_state::{ErrorKind, StateError};
+
+use crate::error::EngineError;
+use crate::step::{StepOptions, step};
+use crate::{CancelToken, Engine, Progress};
+
+/// How many steps a run may take when its request does not say.
+pub const DEFAULT_MAX_STEPS: u64 = 100;
+
+/// How often the lease monitor wakes (renewals are every third of the lease).
+const TICK: Duration = Duration::from_millis(100);
+
+/// A worker id: this machine's name, the process id and a short random part
+/// (`build-7-12345-k3f9`), unique among the workers sharing a store.
+pub fn worker_id() -> String {
+    let random = uwf_util::ids::ThreadId::new().to_string();
+    let tail = &random[random.len().saturating_sub(4)..];
+    format!(
+        "{}-{}-{}",
+        crate::running::host(),
+        std::process::id(),
+        tail.to_ascii_lowercase()
+    )
+}
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// The worker's id (see [`worker_id`]).
+    pub id: String,
+    /// How many threads it steps at once.
+    pub concurrency: usize,
+    /// Claim only runs of these workflows (by name); all when empty.
+    pub workflows: Vec<String>,
+    /// The lease of a claim: renewed every third of it while the worker
+    /// lives; another worker takes the thread over once it ran out.
+    pub lease: Duration,
+    /// How long an idle slot waits before it looks at the queue again.
+    pub poll: Duration,
+    /// At shutdown, how long running agents may go on before they are stopped.
+    pub grace: Duration,
+}
+
+impl WorkerOptions {
+    /// One slot, every workflow, a 30 s lease, a 1 s poll and a 30 s grace.
+    pub fn new(id: impl Into<String>) -> Self {
+        WorkerOptions {
+            id: id.into(),
+            concurrency: 1,
+            workflows: Vec::new(),
+            lease: Duration::from_secs(30),
+            poll: Duration::from_secs(1),
+            grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What happened, for the worker's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The worker started (no thread).
+    WorkerStarted,
+    /// Shutdown began: no new claims (no thread).
+    Draining,
+    /// The worker stopped (no thread).
+    WorkerStopped,
+    /// A run was claimed.
+    Claimed,
+    /// An agent started on a role.
+    Started,
+    /// The agent finished and its StepNode passed the checks.
+    Finished,
+    /// An attempt failed (a retry or the run's failure follows).
+    AttemptFailed,
+    /// A failed attempt is retried.
+    Retrying,
+    /// The step waits for a slot of its workflow (seed 004).
+    SlotWait,
+    /// The head moved: the step landed.
+    Landed,
+    /// The thread reached `$END`: the run is over.
+    Done,
+    /// A role waits for a person: the run is over until it is queued again.
+    Waiting,
+    /// The thread was killed: the run is over.
+    Killed,
+    /// The run failed; its error is recorded in the queue.
+    RunFailed,
+    /// The run went back to the queue (shutdown, no slot, or another
+    /// process runs an agent of the thread).
+    HandedBack,
+    /// The lease was lost: another worker may run the thread now.
+    LeaseLost,
+    /// Something went wrong that does not end the run (a renewal or a
+    /// claim that failed, a warning of the step).
+    Warning,
+}
+
+impl Event {
+    /// The event's name in logs (`claimed`, `lease-lost`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::WorkerStarted => "worker-started",
+            Event::Draining => "draining",
+            Event::WorkerStopped => "worker-stopped",
+            Event::Claimed => "claimed",
+            Event::Started => "started",
+            Event::Finished => "finished",
+            Event::AttemptFailed => "attempt-failed",
+            Event::Retrying => "retrying",
+            Event::SlotWait => "slot-wait",
+            Event::Landed => "landed",
+            Event::Done => "done",
+            Event::Waiting => "waiting",
+            Event::Killed => "killed",
+            Event::RunFailed => "run-failed",
+            Event::HandedBack => "handed-back",
+            Event::LeaseLost => "lease-lost",
+            Event::Warning => "warning",
+        }
+    }
+}
+
+/// One line of the worker's log.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerEvent<'a> {
+    /// The worker.
+    pub worker: &'a str,
+    /// What happened.
+    pub event: Event,
+    /// The thread, if the event is about one.
+    pub thread: Option<&'a str>,
+    /// The role, when known.
+    pub role: Option<&'a str>,
+    /// How long it took (an agent run, a whole run).
+    pub duration: Option<Duration>,
+    /// More words: the agent, the new head, an error.
+    pub detail: Option<&'a str>,
+}
+
+/// Where a worker's events go (the `uwf worker` binary prints a line each).
+pub trait WorkerLog: Send + Sync {
+    /// Something happened.
+    fn event(&self, event: &WorkerEvent<'_>);
+}
+
+/// What a worker did, counted when it stops.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerSummary {
+    /// Runs claimed.
+    pub claimed: u64,
+    /// Steps landed.
+    pub steps: u64,
+    /// Runs ended (done, killed, waiting for a person).
+    pub finished: u64,
+    /// Runs that failed.
+    pub failed: u64,
+    /// Runs handed back to the queue.
+    pub handed_back: u64,
+    /// Leases lost.
+    pub lost: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    claimed: AtomicU64,
+    steps: AtomicU64,
+    finished: AtomicU64,
+    failed: AtomicU64,
+    handed_back: AtomicU64,
+    lost: AtomicU64,
+}
+
+/// A worker over an engine and a run queue.
+pub struct Worker<'e> {
+    engine: &'e Engine,
+    queue: &'e dyn RunQueue,
+    opts: WorkerOptions,
+    log: Arc<dyn WorkerLog>,
+    counters: Counters,
+}
+
+impl<'e> Worker<'e> {
+    /// A worker stepping threads of `engine` claimed from `queue` (the same
+    /// store), logging to `log`.
+    pub fn new(
+        engine: &'e Engine,
+        queue: &'e dyn RunQueue,
+        opts: WorkerOptions,
+        log: Arc<dyn WorkerLog>,
+    ) -> Self {
+        Worker {
+            engine,
+            queue,
+            opts,
+            log,
+            counters: Counters::default(),
+        }
+    }
+
+    /// The worker's options.
+    pub fn options(&self) -> &WorkerOptions {
+        &self.opts
+    }
+
+    fn emit(&self, event: Event, thread: Option<&str>, detail: Option<&str>) {
+        self.log.event(&WorkerEvent {
+            worker: &self.opts.id,
+            event,
+            thread,
+            role: None,
+            duration: None,
+            detail,
+        });
+    }
+
+    /// Runs until `shutdown` is cancelled, then drains: no new claims,
+    /// running agents get [`WorkerOptions::grace`] to finish, the runs that
+    /// are not over go back to the queue. Returns what it did.
+    pub fn run(&self, shutdown: &CancelToken) -> WorkerSummary {
+        let detail = format!(
+            "concurrency {}, lease {}, workflows {}",
+            self.opts.concurrency.max(1),
+            humantime::format_duration(self.opts.lease),
+            if self.opts.workflows.is_empty() {
+                "all".to_string()
+            } else {
+                self.opts.workflows.join(",")
+            }
+        );
+        self.emit(Event::WorkerStarted, None, Some(&detail));
+        let draining = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            for _ in 0..self.opts.concurrency.max(1) {
+                scope.spawn(|| self.slot(shutdown, &draining));
+            }
+        });
+        let c = &self.counters;
+        let summary = WorkerSummary {
+            claimed: c.claimed.load(Ordering::SeqCst),
+            steps: c.steps.load(Ordering::SeqCst),
+            finished: c.finished.load(Ordering::SeqCst),
+            failed: c.failed.load(Ordering::SeqCst),
+            handed_back: c.handed_back.load(Ordering::SeqCst),
+            lost: c.lost.load(Ordering::SeqCst),
+        };
+        let detail = format!(
+            "{} claimed, {} steps, {} finished, {} failed, {} handed back, {} leases lost",
+            summary.claimed,
+            summary.steps,
+            summary.finished,
+            summary.failed,
+            summary.handed_back,
+            summary.lost
+        );
+        self.emit(Event::WorkerStopped, None, Some(&detail));
+        summary
+    }
+
+    /// One slot: claim, run, repeat, until shutdown.
+    fn slot(&self, shutdown: &CancelToken, draining: &AtomicBool) {
+        while !shutdown.is_cancelled() {
+            let claimed = self
+                .queue
+                .claim(&self.opts.id, &self.opts.workflows, self.opts.lease);
+            match claimed {
+                Ok(Some(claim)) => {
+                    self.counters.claimed.fetch_add(1, Ordering::SeqCst);
+                    if !self.run_claim(claim, shutdown) {
+                        // Handed back without progress: let others have it first.
+                        sleep_unless(shutdown, self.opts.poll);
+                    }
+                }
+                Ok(None) => sleep_unless(shutdown, self.opts.poll),
+                Err(e) => {
+                    self.emit(Event::Warning, None, Some(&format!("cannot claim: {e}")));
+                    sleep_unless(shutdown, self.opts.poll);
+                }
+            }
+        }
+        if !draining.swap(true, Ordering::SeqCst) {
+            self.emit(Event::Draining, None, None);
+        }
+    }
+
+    /// Runs a claimed thread until its run is over, the lease is lost or
+    /// the worker shuts down. `false` when it was handed back before any
+    /// step ran.
+    fn run_claim(&self, claim: Claim, shutdown: &CancelToken) -> bool {
+        let thread = claim.thread().to_string();
+        let started = Instant::now();
+        self.log.event(&WorkerEvent {
+            worker: &self.opts.id,
+            event: Event::Claimed,
+            thread: Some(&thread),
+            role: None,
+            duration: None,
+            detail: Some(&format!("claim {} of the run", claim.run.claims)),
+        });
+        let request = claim.run.request.clone();
+        let step_cancel = CancelToken::new();
+        let lease = Lease {
+            claim: Mutex::new(claim),
+            lost: AtomicBool::new(false),
+            over: AtomicBool::new(false),
+        };
+        let progress: Arc<dyn Progress> = Arc::new(StepLog {
+            log: Arc::clone(&self.log),
+            worker: self.opts.id.clone(),
+            thread: thread.clone(),
+        });
+        let opts = StepOptions {
+            agent: request.agent.as_deref(),
+            timeout: request.timeout_ms.map(Duration::from_millis),
+            cancel: step_cancel.clone(),
+            in_process: None,
+            resume: false,
+        };
+        let max_steps = request.max_steps.unwrap_or(DEFAULT_MAX_STEPS);
+        std::thread::scope(|scope| {
+            scope.spawn(|| self.monitor(&lease, &thread, &step_cancel, shutdown));
+            let end = self.steps(&thread, &opts, &progress, max_steps, &lease, shutdown);
+            lease.over.store(true, Ordering::SeqCst);
+            let ran = !matches!(end, End::Busy | End::NoSlot(_));
+            self.end(&lease, &thread, end, started.elapsed());
+            ran
+        })
+    }
+
+    /// Steps `thread` until something ends the run.
+    fn steps(
+        &self,
+        thread: &str,
+        opts: &StepOptions<'_>,
+        progress: &Arc<dyn Progress>,
+        max_steps: u64,
+        lease: &Lease,
+        shutdown: &CancelToken,
+    ) -> End {
+        let mut steps = 0u64;
+        loop {
+            if lease.lost.load(Ordering::SeqCst) {
+                return End::Lost;
+            }
+            if shutdown.is_cancelled() {
+                return End::Shutdown;
+            }
+            if steps >= max_steps {
+                return End::Failed(format!(
+                    "the run took {max_steps} steps and the thread is not done (maxSteps)"
+                ));
+            }
+            if let Some(dir) = self.engine.run_dir()
+                && let Some(m) = crate::running::live(dir, thread)
+                && m.host == crate::running::host()
+            {
+                tracing::debug!(thread, pid = m.pid, "an agent of the thread runs elsewhere");
+                return End::Busy;
+            }
+            match step(self.engine, thread, opts, progress) {
+                Ok(s) if s.waiting.is_some() => return End::Waiting,
+                Ok(s) if s.output.done => return End::Done,
+                Ok(s) => {
+                    steps += 1;
+                    self.counters.steps.fetch_add(1, Ordering::SeqCst);
+                    self.emit(Event::Landed, Some(thread), Some(&s.output.head));
+                }
+                Err(_) if lease.lost.load(Ordering::SeqCst) => return End::Lost,
+                Err(EngineError::Interrupted) => return End::Shutdown,
+                Err(e) if e.is_killed() => return End::Killed,
+                Err(e) if e.is_no_slot() => return End::NoSlot(e.to_string()),
+                Err(e @ EngineError::HeadMoved { .. }) => {
+                    // Someone else moved the thread (a step by hand): go on
+                    // from where it is now.
+                    self.emit(Event::Warning, Some(thread), Some(&e.to_string()));
+                }
+                Err(e) => return End::Failed(e.to_string()),
+            }
+        }
+    }
+
+    /// Hands the run back as `end` says and logs it.
+    fn end(&self, lease: &Lease, thread: &str, end: End, elapsed: Duration) {
+        let (event, outcome, detail) = match end {
+            End::Lost => {
+                self.counters.lost.fetch_add(1, Ordering::SeqCst);
+                // Not ours any more: never touch the record again.
+                return;
+            }
+            End::Done => (Event::Done, RunOutcome::Finished, None),
+            End::Waiting => (Event::Waiting, RunOutcome::Finished, None),
+            End::Killed => (Event::Killed, RunOutcome::Finished, None),
+            End::Shutdown => (
+                Event::HandedBack,
+                RunOutcome::Interrupted,
+                Some("shutdown".to_string()),
+            ),
+            End::Busy => (
+                Event::HandedBack,
+                RunOutcome::Interrupted,
+                Some("another process runs an agent of this thread".to_string()),
+            ),
+            End::NoSlot(e) => (Event::HandedBack, RunOutcome::Interrupted, Some(e)),
+            End::Failed(e) => (Event::RunFailed, RunOutcome::Failed(e.clone()), Some(e)),
+        };
+        let counter = match &outcome {
+            RunOutcome::Finished => &self.counters.finished,
+            RunOutcome::Failed(_) => &self.counters.failed,
+            RunOutcome::Interrupted => &self.counters.handed_back,
+        };
+        let released = {
+            let claim = lease.claim.lock().unwrap_or_else(PoisonError::into_inner);
+            self.queue.release(&claim, outcome)
+        };
+        match released {
+            Ok(()) => {
+                counter.fetch_add(1, Ordering::SeqCst);
+                self.log.event(&WorkerEvent {
+                    worker: &self.opts.id,
+                    event,
+                    thread: Some(thread),
+                    role: None,
+                    duration: Some(elapsed),
+                    detail: detail.as_deref(),
+                });
+            }
+            Err(e) if e.kind() == ErrorKind::Conflict => {
+                self.counters.lost.fetch_add(1, Ordering::SeqCst);
+                self.emit(Event::LeaseLost, Some(thread), Some(&e.to_string()));
+            }
+            // The claim stays; its lease runs out and another worker (or
+            // this one) takes the thread over.
+            Err(e) => self.emit(
+                Event::Warning,
+                Some(thread),
+                Some(&format!("cannot release the run: {e}")),
+            ),
+        }
+    }
+
+    /// Renews the lease while the run goes on; stops the step when the
+    /// lease is lost or the shutdown grace is over.
+    fn monitor(
+        &self,
+        lease: &Lease,
+        thread: &str,
+        step_cancel: &CancelToken,
+        shutdown: &CancelToken,
+    ) {
+        let every = self.opts.lease / 3;
+        // Past this without a successful renewal the lease may run out
+        // before the next one: stop the agent first.
+        let fence = self.opts.lease.saturating_sub(every);
+        let mut last_ok = Instant::now();
+        let mut last_try = Instant::now();
+        let mut shutdown_at: Option<Instant> = None;
+        while !lease.over.load(Ordering::SeqCst) {
+            std::thread::sleep(TICK);
+            if shutdown.is_cancelled() {
+                let at = *shutdown_at.get_or_insert_with(Instant::now);
+                if at.elapsed() >= self.opts.grace && !step_cancel.is_cancelled() {
+                    step_cancel.cancel();
+                }
+            }
+            if last_try.elapsed() < every || lease.over.load(Ordering::SeqCst) {
+                continue;
+            }
+            let tried = Instant::now();
+            last_try = tried;
+            let renewed = {
+                let mut claim = lease.claim.lock().unwrap_or_else(PoisonError::into_inner);
+                self.queue.renew(&mut claim, self.opts.lease)
+            };
+            match renewed {
+                Ok(()) => last_ok = tried,
+                Err(e) if is_lost(&e) => {
+                    self.lose(lease, thread, step_cancel, &e.to_string());
+                    return;
+                }
+                Err(e) => {
+                    self.emit(
+                        Event::Warning,
+                        Some(thread),
+                        Some(&format!("cannot renew the lease: {e}")),
+                    );
+                    if last_ok.elapsed() >= fence {
+                        let why = format!(
+                            "the lease could not be renewed for {}; the agent is stopped before it runs out",
+                            humantime::format_duration(Duration::from_secs(
+                                last_ok.elapsed().as_secs()
+                            ))
+                        );
+                        self.lose(lease, thread, step_cancel, &why);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn lose(&self, lease: &Lease, thread: &str, step_cancel: &CancelToken, why: &str) {
+        lease.lost.store(true, Ordering::SeqCst);
+        step_cancel.cancel();
+        self.emit(Event::LeaseLost, Some(thread), Some(why));
+    }
+}
+
+fn is_lost(e: &StateError) -> bool {
+    e.kind() == ErrorKind::Conflict
+}
+
+/// The claim a slot holds, shared with its lease monitor.
+struct Lease {
+    claim: Mutex<Claim>,
+    lost: AtomicBool,
+    over: AtomicBool,
+}
+
+/// Why a run's steps stopped.
+enum End {
+    Done,
+    Waiting,
+    Killed,
+    Lost,
+    Shutdown,
+    Busy,
+    NoSlot(String),
+    Failed(String),
+}
+
+/// Sleeps `d`, waking early at shutdown.
+fn sleep_unless(shutdown: &CancelToken, d: Duration) {
+    let until = Instant::now() + d;
+    while !shutdown.is_cancelled() {
+        let now = Instant::now();
+        if now >= until {
+            return;
+        }
+        std::thread::sleep(TICK.min(until - now));
+    }
+}
+
+/// The step's progress, as worker events.
+struct StepLog {
+    log: Arc<dyn WorkerLog>,
+    worker: String,
+    thread: String,
+}
+
+impl StepLog {
+    fn emit(
+        &self,
+        event: Event,
+        role: Option<&str>,
+        duration: Option<Duration>,
+        detail: Option<&str>,
+    ) {
+        self.log.event(&WorkerEvent {
+            worker: &self.worker,
+            event,
+            thread: Some(&self.thread),
+            role,
+            duration,
+            detail,
+        });
+    }
+}
+
+impl Progress for StepLog {
+    fn started(&self, role: &str, agent: &str) {
+        self.emit(Event::Started, Some(role), None, Some(agent));
+    }
+
+    fn agent_line(&self, _line: &str) {
+        // The agent's stderr goes to the thread's log (`uwf thread log`).
+    }
+
+    fn failed(&self, role: &str, elapsed: Duration, reason: &str) {
+        self.emit(
+            Event::AttemptFailed,
+            Some(role),
+            Some(elapsed),
+            Some(reason),
+        );
+    }
+
+    fn finished(&self, role: &str, elapsed: Duration) {
+        self.emit(Event::Finished, Some(role), Some(elapsed), None);
+    }
+
+    fn waiting(&self, workflow: &str, ahead: usize) {
+        let detail = format!("workflow {workflow}, {ahead} ahead");
+        self.emit(Event::SlotWait, None, None, Some(&detail));
+    }
+
+    fn retrying(&self, n: u32, max: u32, delay: Duration, role: &str, reason: &str) {
+        let detail = format!(
+            "retry {n} of {max} after {}: {reason}",
+            humantime::format_duration(delay)
+        );
+        self.emit(Event::Retrying, Some(role), None, Some(&detail));
+    }
+
+    fn warning(&self, message: &str) {
+        self.emit(Event::Warning, None, None, Some(message));
+    }
+}
