@@ -381,16 +381,24 @@ impl<'e> Worker<'e> {
                     "the run took {max_steps} steps and the thread is not done (maxSteps)"
                 ));
             }
-            if let Some(dir) = self.engine.run_dir()
-                && let Some(m) = crate::running::live(dir, thread)
-                && m.host == crate::running::host()
-            {
-                tracing::debug!(thread, pid = m.pid, "an agent of the thread runs elsewhere");
-                return End::Busy;
+            if let Some(dir) = self.engine.run_dir() {
+                // A worker killed mid-step leaves its agent running: stop
+                // it before the step runs again.
+                if let Some(pid) = crate::running::stop_orphan(dir, thread) {
+                    let detail =
+                        format!("stopped agent process {pid}, left running by a uwf that died");
+                    self.emit(Event::Warning, Some(thread), Some(&detail));
+                }
+                if let Some(m) = crate::running::live(dir, thread)
+                    && m.host == crate::running::host()
+                {
+                    tracing::debug!(thread, pid = m.pid, "an agent of the thread runs elsewhere");
+                    return End::Busy;
+                }
             }
             match step(self.engine, thread, opts, progress) {
                 Ok(s) if s.waiting.is_some() => return End::Waiting,
-                Ok(s) if s.output.done => return End::Done,
+                Ok(s) if s.output.done => return End::Done(s.output.head),
                 Ok(s) => {
                     steps += 1;
                     self.counters.steps.fetch_add(1, Ordering::SeqCst);
@@ -418,7 +426,7 @@ impl<'e> Worker<'e> {
                 // Not ours any more: never touch the record again.
                 return;
             }
-            End::Done => (Event::Done, RunOutcome::Finished, None),
+            End::Done(head) => (Event::Done, RunOutcome::Finished, Some(head)),
             End::Waiting => (Event::Waiting, RunOutcome::Finished, None),
             End::Killed => (Event::Killed, RunOutcome::Finished, None),
             End::Shutdown => (
@@ -549,7 +557,7 @@ struct Lease {
 
 /// Why a run's steps stopped.
 enum End {
-    Done,
+    Done(String),
     Waiting,
     Killed,
     Lost,
