@@ -111,6 +111,18 @@ fn process_start(pid: u32) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Whether process `pid` has exited and waits to be reaped (its parent
+/// died and nobody reaps it, as in a container without an init).
+fn zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let after = &stat[stat.rfind(')')? + 1..];
+            after.split_whitespace().next().map(|state| state == "Z")
+        })
+        .unwrap_or(false)
+}
+
 /// Whether process `pid` (started at `start`, if known) still runs here.
 fn alive(pid: u32, start: Option<u64>) -> bool {
     let Ok(raw) = i32::try_from(pid) else {
@@ -119,6 +131,9 @@ fn alive(pid: u32, start: Option<u64>) -> bool {
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None) {
         Ok(()) | Err(nix::errno::Errno::EPERM) => {}
         Err(_) => return false,
+    }
+    if zombie(pid) {
+        return false;
     }
     match (start, process_start(pid)) {
         (Some(want), Some(now)) => want == now,
