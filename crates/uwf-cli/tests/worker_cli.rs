@@ -295,6 +295,41 @@ fn a_worker_killed_mid_step_is_taken_over_after_its_lease_and_its_agent_is_stopp
 }
 
 #[test]
+fn a_paused_worker_that_wakes_after_its_lease_expired_lets_go_and_its_agent_is_stopped() {
+    let env = registered();
+    let id = detach(&env, &slow_first_agent(&env), "pause me");
+    let first = WorkerProc::start(&env, "first", &[]);
+    let agent_pid = read_pid(&env.dir.path().join("first.pid"));
+    first.signal("-STOP");
+    wait_for("the lease to run out", || {
+        show(&env, &id)["run"]["state"] == "lease-expired"
+    });
+    // The second worker claims the thread but sees the first one's agent
+    // still running on this host: it hands the run back instead of running
+    // a second agent for the same head.
+    let second = WorkerProc::start(&env, "second", &[]);
+    wait_for("the second worker to defer", || {
+        second
+            .log()
+            .contains("another process runs an agent of this thread")
+    });
+    assert!(running(agent_pid));
+    assert_eq!(roles(&env, &id), Vec::<String>::new());
+    // The first worker wakes: its renewal is refused, it stops its agent
+    // and lets go; then either worker claims the thread again and runs it
+    // to its end.
+    first.signal("-CONT");
+    wait_for("the thread to finish", || done(&env, &id));
+    assert!(!running(agent_pid));
+    let (code, log) = first.drain();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("lease-lost"), "{log}");
+    let (code, log) = second.drain();
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(roles(&env, &id), ROLES);
+}
+
+#[test]
 fn sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it() {
     let env = registered();
     let id = detach(&env, &slow_first_agent(&env), "drain me");
