@@ -249,6 +249,9 @@ fn twenty_detached_threads_finish_on_two_workers_with_every_step_applied_once() 
             done_events += 1;
             assert!(ids.iter().any(|id| v["thread"] == id.as_str()), "{line}");
         }
+        if v["event"] == "landed" {
+            assert!(v["role"].is_string() && v["detail"].is_string(), "{line}");
+        }
         if v["event"] == "finished" {
             assert!(v["role"].is_string() && v["durationMs"].is_u64(), "{line}");
         }

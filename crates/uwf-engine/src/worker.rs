@@ -335,10 +335,11 @@ impl<'e> Worker<'e> {
             lost: AtomicBool::new(false),
             over: AtomicBool::new(false),
         };
-        let progress: Arc<dyn Progress> = Arc::new(StepLog {
+        let step_log = Arc::new(StepLog {
             log: Arc::clone(&self.log),
             worker: self.opts.id.clone(),
             thread: thread.clone(),
+            role: Mutex::new(None),
         });
         let opts = StepOptions {
             agent: request.agent.as_deref(),
@@ -350,7 +351,7 @@ impl<'e> Worker<'e> {
         let max_steps = request.max_steps.unwrap_or(DEFAULT_MAX_STEPS);
         std::thread::scope(|scope| {
             scope.spawn(|| self.monitor(&lease, &thread, &step_cancel, shutdown));
-            let end = self.steps(&thread, &opts, &progress, max_steps, &lease, shutdown);
+            let end = self.steps(&thread, &opts, &step_log, max_steps, &lease, shutdown);
             lease.over.store(true, Ordering::SeqCst);
             let ran = !matches!(end, End::Busy | End::NoSlot(_));
             self.end(&lease, &thread, end, started.elapsed());
@@ -363,7 +364,7 @@ impl<'e> Worker<'e> {
         &self,
         thread: &str,
         opts: &StepOptions<'_>,
-        progress: &Arc<dyn Progress>,
+        step_log: &Arc<StepLog>,
         max_steps: u64,
         lease: &Lease,
         shutdown: &CancelToken,
@@ -396,13 +397,22 @@ impl<'e> Worker<'e> {
                     return End::Busy;
                 }
             }
-            match step(self.engine, thread, opts, progress) {
+            let progress: Arc<dyn Progress> = step_log.clone();
+            match step(self.engine, thread, opts, &progress) {
                 Ok(s) if s.waiting.is_some() => return End::Waiting,
                 Ok(s) if s.output.done => return End::Done(s.output.head),
                 Ok(s) => {
                     steps += 1;
                     self.counters.steps.fetch_add(1, Ordering::SeqCst);
-                    self.emit(Event::Landed, Some(thread), Some(&s.output.head));
+                    let role = step_log.role();
+                    self.log.event(&WorkerEvent {
+                        worker: &self.opts.id,
+                        event: Event::Landed,
+                        thread: Some(thread),
+                        role: role.as_deref(),
+                        duration: None,
+                        detail: Some(&s.output.head),
+                    });
                 }
                 Err(_) if lease.lost.load(Ordering::SeqCst) => return End::Lost,
                 Err(EngineError::Interrupted) => return End::Shutdown,
@@ -584,9 +594,18 @@ struct StepLog {
     log: Arc<dyn WorkerLog>,
     worker: String,
     thread: String,
+    /// The role of the agent that ran last.
+    role: Mutex<Option<String>>,
 }
 
 impl StepLog {
+    fn role(&self) -> Option<String> {
+        self.role
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     fn emit(
         &self,
         event: Event,
@@ -607,6 +626,7 @@ impl StepLog {
 
 impl Progress for StepLog {
     fn started(&self, role: &str, agent: &str) {
+        *self.role.lock().unwrap_or_else(PoisonError::into_inner) = Some(role.to_string());
         self.emit(Event::Started, Some(role), None, Some(agent));
     }
 
