@@ -415,6 +415,39 @@ fn a_failed_run_is_recorded_and_can_be_queued_again() {
 }
 
 #[test]
+fn a_worker_claims_only_the_workflows_it_is_given() {
+    let env = registered();
+    let solve = detach(&env, &agent(&env, "0ms"), "solve it");
+    let draft = env.json(&[
+        "thread",
+        "run",
+        &example("draft-loop.yaml"),
+        "-p",
+        "draft it",
+        "--agent",
+        &format!(
+            "'{}' '{}'",
+            mock_bin().display(),
+            example("draft-loop.mock.yaml")
+        ),
+        "--detach",
+    ])["thread"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let worker = WorkerProc::start(&env, "w", &["--workflow", "solve-issue"]);
+    wait_for("the solve-issue thread to finish", || done(&env, &solve));
+    let (code, log) = worker.drain();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!log.contains(&draft), "{log}");
+    assert_eq!(show(&env, &draft)["run"]["state"], "queued");
+
+    let worker = WorkerProc::start(&env, "w2", &["--workflow", "draft-loop"]);
+    wait_for("the draft-loop thread to finish", || done(&env, &draft));
+    drop(worker);
+}
+
+#[test]
 fn detach_refuses_a_thread_already_queued_or_finished() {
     let env = registered();
     let agent = agent(&env, "0ms");
