@@ -276,6 +276,8 @@ impl RunQueue for StateDir {
 
 impl StateDir {
     /// The oldest claimable run at `now` of `workflows` (all when empty).
+    /// Failed runs of threads no longer active are removed on the way (the
+    /// state lock is held).
     fn next_claimable(&self, workflows: &[String], now: u64) -> Result<Option<Run>, StateError> {
         let mut best: Option<Run> = None;
         for path in self.run_files()? {
@@ -289,6 +291,14 @@ impl StateDir {
                     continue;
                 }
             };
+            // A failed run whose thread was killed (or finished by hand)
+            // since is of no use to anyone.
+            if matches!(run.state, RunState::Failed { .. })
+                && self.read_head(&run.thread)?.is_none()
+            {
+                self.remove_run(&run.thread)?;
+                continue;
+            }
             if run.claimable(now)
                 && (workflows.is_empty() || workflows.contains(&run.workflow))
                 && best
@@ -489,6 +499,21 @@ mod tests {
         assert_eq!(c.as_ref().map(Claim::thread), Some("T3"));
         // T2 was killed while queued: its run is gone.
         assert_eq!(state.run_of("T2").unwrap_or_default(), None);
+        // A failed run stays while its thread is active, and goes once the
+        // thread is killed.
+        state
+            .release(
+                &c.unwrap_or_else(|| panic!()),
+                RunOutcome::Failed("no".into()),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(claim(&state, "w", LONG).is_none());
+        assert!(state.run_of("T3").unwrap_or_default().is_some());
+        state
+            .archive("T3", "WF", None, "killed")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(claim(&state, "w", LONG).is_none());
+        assert_eq!(state.run_of("T3").unwrap_or_default(), None);
     }
 
     #[test]
