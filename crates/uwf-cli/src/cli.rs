@@ -486,7 +486,9 @@ expression, value, holds, error, taken}]}, and `error` when the moderator cannot
 idle, or for archived threads done, killed or pruned. `running` says what runs
 now (\"running developer for 42 s on host\", pid, log); a marker left by a uwf
 that died shows as `stale` instead. `lastStep.why` is the transition that led
-to the head step.")]
+to the head step. A thread queued for `uwf worker` has `run` {state: queued,
+claimed, lease-expired or failed; worker, leaseUntil, error} and, when nothing
+runs, that state as its `state`.")]
     Show {
         /// The thread: its id, a unique prefix of it, or @last.
         #[arg(add = ArgValueCandidates::new(crate::complete::threads))]

@@ -222,7 +222,7 @@ fn twenty_detached_threads_finish_on_two_workers_with_every_step_applied_once() 
             .as_array()
             .unwrap()
             .iter()
-            .all(|r| r["run"]["state"] == "queued"),
+            .all(|r| r["run"]["state"] == "queued" && r["state"] == "queued"),
         "{listed}"
     );
 
@@ -393,6 +393,7 @@ fn a_failed_run_is_recorded_and_can_be_queued_again() {
     assert!(error.contains("exited with status 7"), "{shown}");
     let row = env.json(&["thread", "list"])[0].clone();
     assert_eq!(row["run"]["state"], "failed", "{row}");
+    assert_eq!(row["state"], "failed", "{row}");
     let (code, log) = worker.drain();
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("run-failed"), "{log}");

@@ -76,8 +76,12 @@ pub fn run_json(run: &Run, now: u64) -> Value {
 
 /// Adds `run` to `thread show`'s answer when the thread is in the queue.
 pub fn add_to_show(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), CliError> {
-    if let Some(run) = queue(ctx).run_of(id)? {
-        v["run"] = run_json(&run, now_ms());
+    if let Some(run) = queue(ctx).run_of(id)?
+        && v["done"] != true
+    {
+        let run = run_json(&run, now_ms());
+        refine_state(v, &run);
+        v["run"] = run;
     }
     Ok(())
 }
@@ -100,12 +104,21 @@ pub fn add_to_list(ctx: &Ctx, rows: &mut [Value]) -> Result<(), CliError> {
             continue;
         }
         let run = run_json(run, now);
+        refine_state(row, &run);
         if let Some(w) = run.get("worker").filter(|_| run["state"] == "claimed") {
             row["worker"] = w.clone();
         }
         row["run"] = run;
     }
     Ok(())
+}
+
+/// An `idle` thread in the queue is `queued`, `claimed`, `lease-expired`
+/// or `failed`, as its run says.
+fn refine_state(v: &mut Value, run: &Value) {
+    if v["state"] == "idle" {
+        v["state"] = run["state"].clone();
+    }
 }
 
 /// Event lines on stderr.
