@@ -105,22 +105,21 @@ pub fn host() -> String {
 
 /// A process's start time (field 22 of `/proc/<pid>/stat`), when readable.
 fn process_start(pid: u32) -> Option<u64> {
+    stat_field(pid, 19)?.parse().ok()
+}
+
+/// Field `n + 3` of `/proc/<pid>/stat` (`n` counts from the state, field 3).
+fn stat_field(pid: u32, n: usize) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces.
     let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
+    after.split_whitespace().nth(n).map(str::to_string)
 }
 
 /// Whether process `pid` has exited and waits to be reaped (its parent
 /// died and nobody reaps it, as in a container without an init).
 fn zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let after = &stat[stat.rfind(')')? + 1..];
-            after.split_whitespace().next().map(|state| state == "Z")
-        })
-        .unwrap_or(false)
+    stat_field(pid, 0).is_some_and(|state| state == "Z")
 }
 
 /// Whether process `pid` (started at `start`, if known) still runs here.
