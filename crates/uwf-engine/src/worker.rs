@@ -260,11 +260,25 @@ impl<'e> Worker<'e> {
             }
         );
         self.emit(Event::WorkerStarted, None, Some(&detail));
-        let draining = AtomicBool::new(false);
+        let stopped = AtomicBool::new(false);
         std::thread::scope(|scope| {
-            for _ in 0..self.opts.concurrency.max(1) {
-                scope.spawn(|| self.slot(shutdown, &draining));
+            let slots: Vec<_> = (0..self.opts.concurrency.max(1))
+                .map(|_| scope.spawn(|| self.slot(shutdown)))
+                .collect();
+            // Says at once that the drain began (the slots may take the
+            // grace period to come back).
+            scope.spawn(|| {
+                while !shutdown.is_cancelled() && !stopped.load(Ordering::SeqCst) {
+                    std::thread::sleep(TICK);
+                }
+                if shutdown.is_cancelled() {
+                    self.emit(Event::Draining, None, None);
+                }
+            });
+            for slot in slots {
+                let _ = slot.join();
             }
+            stopped.store(true, Ordering::SeqCst);
         });
         let c = &self.counters;
         let summary = WorkerSummary {
@@ -289,7 +303,7 @@ impl<'e> Worker<'e> {
     }
 
     /// One slot: claim, run, repeat, until shutdown.
-    fn slot(&self, shutdown: &CancelToken, draining: &AtomicBool) {
+    fn slot(&self, shutdown: &CancelToken) {
         while !shutdown.is_cancelled() {
             let claimed = self
                 .queue
@@ -308,9 +322,6 @@ impl<'e> Worker<'e> {
                     sleep_unless(shutdown, self.opts.poll);
                 }
             }
-        }
-        if !draining.swap(true, Ordering::SeqCst) {
-            self.emit(Event::Draining, None, None);
         }
     }
 
