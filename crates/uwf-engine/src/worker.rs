@@ -498,8 +498,11 @@ impl<'e> Worker<'e> {
         }
     }
 
-    /// Renews the lease while the run goes on; stops the step when the
-    /// lease is lost or the shutdown grace is over.
+    /// Renews the lease every third of it while the run goes on, and
+    /// watches: stops the step when the lease is lost, when no renewal has
+    /// succeeded for two thirds of the lease (a renewal that fails or hangs:
+    /// the lease may run out before the next one), or when the shutdown
+    /// grace is over.
     fn monitor(
         &self,
         lease: &Lease,
@@ -508,58 +511,82 @@ impl<'e> Worker<'e> {
         shutdown: &CancelToken,
     ) {
         let every = self.opts.lease / 3;
-        // Past this without a successful renewal the lease may run out
-        // before the next one: stop the agent first.
         let fence = self.opts.lease.saturating_sub(every);
-        let mut last_ok = Instant::now();
-        let mut last_try = Instant::now();
-        let mut shutdown_at: Option<Instant> = None;
-        while !lease.over.load(Ordering::SeqCst) {
-            std::thread::sleep(TICK);
-            if shutdown.is_cancelled() {
-                let at = *shutdown_at.get_or_insert_with(Instant::now);
-                if at.elapsed() >= self.opts.grace && !step_cancel.is_cancelled() {
-                    step_cancel.cancel();
+        let base = Instant::now();
+        // When the last successful renewal started, in ms after `base`.
+        let last_ok = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            scope.spawn(|| self.renew_loop(lease, thread, step_cancel, every, base, &last_ok));
+            let mut shutdown_at: Option<Instant> = None;
+            while !lease.over.load(Ordering::SeqCst) {
+                std::thread::sleep(TICK);
+                if shutdown.is_cancelled() {
+                    let at = *shutdown_at.get_or_insert_with(Instant::now);
+                    if at.elapsed() >= self.opts.grace && !step_cancel.is_cancelled() {
+                        step_cancel.cancel();
+                    }
+                }
+                let since = base
+                    .elapsed()
+                    .saturating_sub(Duration::from_millis(last_ok.load(Ordering::SeqCst)));
+                if since >= fence && !lease.over.load(Ordering::SeqCst) {
+                    let why = format!(
+                        "no renewal of the lease succeeded for {}; the agent is stopped before the lease can run out",
+                        humantime::format_duration(Duration::from_secs(since.as_secs()))
+                    );
+                    self.lose(lease, thread, step_cancel, &why);
+                    return;
                 }
             }
-            if last_try.elapsed() < every || lease.over.load(Ordering::SeqCst) {
+        });
+    }
+
+    /// Renews the lease every `every` until the run is over or the lease
+    /// is lost.
+    fn renew_loop(
+        &self,
+        lease: &Lease,
+        thread: &str,
+        step_cancel: &CancelToken,
+        every: Duration,
+        base: Instant,
+        last_ok: &AtomicU64,
+    ) {
+        let mut last_try = Instant::now();
+        while !lease.over.load(Ordering::SeqCst) && !lease.lost.load(Ordering::SeqCst) {
+            std::thread::sleep(TICK);
+            if last_try.elapsed() < every {
                 continue;
             }
-            let tried = Instant::now();
-            last_try = tried;
+            last_try = Instant::now();
+            let tried = u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX);
             let renewed = {
                 let mut claim = lease.claim.lock().unwrap_or_else(PoisonError::into_inner);
+                if lease.over.load(Ordering::SeqCst) {
+                    return;
+                }
                 self.queue.renew(&mut claim, self.opts.lease)
             };
             match renewed {
-                Ok(()) => last_ok = tried,
+                Ok(()) => last_ok.store(tried, Ordering::SeqCst),
                 Err(e) if is_lost(&e) => {
                     self.lose(lease, thread, step_cancel, &e.to_string());
                     return;
                 }
-                Err(e) => {
-                    self.emit(
-                        Event::Warning,
-                        Some(thread),
-                        Some(&format!("cannot renew the lease: {e}")),
-                    );
-                    if last_ok.elapsed() >= fence {
-                        let why = format!(
-                            "the lease could not be renewed for {}; the agent is stopped before it runs out",
-                            humantime::format_duration(Duration::from_secs(
-                                last_ok.elapsed().as_secs()
-                            ))
-                        );
-                        self.lose(lease, thread, step_cancel, &why);
-                        return;
-                    }
-                }
+                Err(e) => self.emit(
+                    Event::Warning,
+                    Some(thread),
+                    Some(&format!("cannot renew the lease: {e}")),
+                ),
             }
         }
     }
 
+    /// The lease is gone (once): the step is cancelled and the run left alone.
     fn lose(&self, lease: &Lease, thread: &str, step_cancel: &CancelToken, why: &str) {
-        lease.lost.store(true, Ordering::SeqCst);
+        if lease.lost.swap(true, Ordering::SeqCst) {
+            return;
+        }
         step_cancel.cancel();
         self.emit(Event::LeaseLost, Some(thread), Some(why));
     }
@@ -673,5 +700,165 @@ impl Progress for StepLog {
 
     fn warning(&self, message: &str) {
         self.emit(Event::Warning, None, None, Some(message));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use uwf_state::StateDir;
+    use uwf_state::runs::{Run, RunRequest};
+
+    use super::*;
+
+    const WORKFLOW: &str = r#"
+name: count
+description: counts
+roles:
+  counter:
+    description: adds one
+    systemPrompt: add one
+    outputSchema: { type: object, properties: { n: { type: integer } }, required: [n] }
+graph:
+  $START: [ { role: counter, condition: null } ]
+  counter: [ { role: $END, condition: null } ]
+"#;
+
+    /// The filesystem queue, except that renewals fail with `error`.
+    #[derive(Debug)]
+    struct Flaky {
+        inner: StateDir,
+        error: fn() -> StateError,
+    }
+
+    impl RunQueue for Flaky {
+        fn enqueue(&self, t: &str, w: &str, r: RunRequest) -> Result<Run, StateError> {
+            self.inner.enqueue(t, w, r)
+        }
+        fn runs(&self) -> Result<Vec<Run>, StateError> {
+            self.inner.runs()
+        }
+        fn run_of(&self, t: &str) -> Result<Option<Run>, StateError> {
+            self.inner.run_of(t)
+        }
+        fn claim(&self, w: &str, f: &[String], l: Duration) -> Result<Option<Claim>, StateError> {
+            self.inner.claim(w, f, l)
+        }
+        fn renew(&self, _: &mut Claim, _: Duration) -> Result<(), StateError> {
+            Err((self.error)())
+        }
+        fn release(&self, c: &Claim, o: RunOutcome) -> Result<(), StateError> {
+            self.inner.release(c, o)
+        }
+    }
+
+    #[derive(Default)]
+    struct Collect(Mutex<Vec<(Event, String)>>);
+
+    impl WorkerLog for Collect {
+        fn event(&self, e: &WorkerEvent<'_>) {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((e.event, e.detail.unwrap_or_default().to_string()));
+        }
+    }
+
+    impl Collect {
+        fn find(&self, event: Event) -> Option<String> {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .find(|(e, _)| *e == event)
+                .map(|(_, d)| d.clone())
+        }
+    }
+
+    /// Runs a worker over a thread whose agent sleeps, with renewals
+    /// failing as `error` says, until it reports a lost lease; returns
+    /// what it said.
+    fn lost_with(error: fn() -> StateError) -> (String, WorkerSummary) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root: PathBuf = dir.path().join("root");
+        let engine = Engine::open(&root).unwrap_or_else(|e| panic!("{e}"));
+        let def = uwf_moderator::definition::parse_yaml(WORKFLOW, "count.yaml")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let wf = uwf_moderator::definition::register(engine.cas(), &def)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let started =
+            crate::start(&engine, wf.hash, "count", None).unwrap_or_else(|e| panic!("{e}"));
+        let queue = Flaky {
+            inner: StateDir::new(&root),
+            error,
+        };
+        let request = RunRequest {
+            agent: Some("sh -c 'sleep 60' agent".into()),
+            ..RunRequest::default()
+        };
+        queue
+            .enqueue(&started.thread, "count", request)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let log = Arc::new(Collect::default());
+        let mut opts = WorkerOptions::new("test-worker");
+        opts.lease = Duration::from_millis(900);
+        opts.poll = Duration::from_millis(50);
+        opts.grace = Duration::from_millis(0);
+        let shutdown = CancelToken::new();
+        let worker = Worker::new(&engine, &queue, opts, log.clone());
+        let summary = std::thread::scope(|scope| {
+            let running = scope.spawn(|| worker.run(&shutdown));
+            let until = Instant::now() + Duration::from_secs(60);
+            while log.find(Event::LeaseLost).is_none() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            shutdown.cancel();
+            running
+                .join()
+                .unwrap_or_else(|_| panic!("the worker panicked"))
+        });
+        let why = log
+            .find(Event::LeaseLost)
+            .unwrap_or_else(|| panic!("no lease-lost event"));
+        // The agent never finished: nothing landed, the thread is where it was.
+        assert_eq!(summary.steps, 0);
+        assert_eq!(
+            engine
+                .state()
+                .thread_head(&started.thread)
+                .unwrap_or_default(),
+            Some(started.head.to_string())
+        );
+        (why, summary)
+    }
+
+    #[test]
+    fn a_refused_renewal_stops_the_agent_and_lets_the_run_go() {
+        let (why, summary) = lost_with(|| StateError::LeaseLost {
+            thread: "T".into(),
+            worker: "test-worker".into(),
+            why: "worker other claimed it since".into(),
+        });
+        assert!(why.contains("worker other claimed it since"), "{why}");
+        assert!(summary.lost >= 1, "{summary:?}");
+    }
+
+    #[test]
+    fn renewals_that_keep_failing_fence_the_agent_before_the_lease_runs_out() {
+        let (why, summary) = lost_with(|| StateError::Io {
+            path: "store".into(),
+            source: std::io::Error::other("the network is down"),
+        });
+        assert!(why.contains("no renewal of the lease succeeded"), "{why}");
+        assert!(summary.lost >= 1, "{summary:?}");
+    }
+
+    #[test]
+    fn worker_ids_name_the_host_and_the_process() {
+        let id = worker_id();
+        assert!(id.starts_with(&crate::running::host()), "{id}");
+        assert!(id.contains(&format!("-{}-", std::process::id())), "{id}");
+        assert_ne!(id, worker_id());
     }
 }
