@@ -128,6 +128,9 @@ pub enum Command {
     /// Evaluate a JSONata expression against a thread's moderator context or any JSON.
     #[command(after_help = EVAL_AFTER_HELP)]
     Eval(EvalArgs),
+    /// Run queued threads (`uwf thread run --detach`) until stopped; SIGTERM drains.
+    #[command(after_help = WORKER_AFTER_HELP)]
+    Worker(WorkerArgs),
     /// Print a shell completion script (it completes thread ids and workflow names too).
     #[command(after_help = "\
 The script calls `uwf` while completing (UWF_COMPLETE=<shell> uwf -- <words>), so
@@ -458,6 +461,10 @@ Examples:
         max_steps: usize,
         #[command(flatten)]
         agent: AgentArgs,
+        /// Queue the thread for `uwf worker` instead of running it here
+        /// (prints {workflow, thread, queued}); see docs/worker.md.
+        #[arg(long)]
+        detach: bool,
     },
     /// What the moderator would run next, without running it: {thread, role, done}.
     #[command(
@@ -479,7 +486,9 @@ expression, value, holds, error, taken}]}, and `error` when the moderator cannot
 idle, or for archived threads done, killed or pruned. `running` says what runs
 now (\"running developer for 42 s on host\", pid, log); a marker left by a uwf
 that died shows as `stale` instead. `lastStep.why` is the transition that led
-to the head step.")]
+to the head step. A thread queued for `uwf worker` has `run` {state: queued,
+claimed, lease-expired or failed; worker, leaseUntil, error} and, when nothing
+runs, that state as its `state`.")]
     Show {
         /// The thread: its id, a unique prefix of it, or @last.
         #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
@@ -671,6 +680,50 @@ pub struct AgentArgs {
     /// Stop the agent after this long (e.g. 90s, 10m).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub timeout: Option<std::time::Duration>,
+}
+
+const WORKER_AFTER_HELP: &str = "\
+Claims queued threads and steps each to its end, renewing a lease while its
+agent runs; a worker that dies loses its lease and another one takes the thread
+over, running the interrupted step again. One line per event goes to stderr
+(time, worker, thread, role, event, duration). SIGTERM or Ctrl-C drains: no new
+claims, running agents get --grace to finish, then they are stopped and their
+threads go back to the queue. See docs/worker.md.
+
+Examples:
+  uwf thread run solve-issue -p \"Fix the login bug\" --detach
+  uwf worker --concurrency 4 --workflow solve-issue --log-format json";
+
+/// `uwf worker`
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// How many threads to step at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+    /// Run only threads of this workflow (by name); repeat for several.
+    #[arg(long, value_name = "NAME", add = ArgValueCandidates::new(crate::complete::workflows))]
+    pub workflow: Vec<String>,
+    /// The lease of a claimed thread, in seconds (renewed every third of it).
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lease: u64,
+    /// At shutdown, how long running agents may go on before they are stopped, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub grace: u64,
+    /// How often an idle worker looks at the queue, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..), hide_short_help = true)]
+    pub poll_ms: u64,
+    /// How the event lines on stderr look.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// `uwf worker --log-format`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One readable line per event.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 const SETUP_AFTER_HELP: &str = "\

@@ -180,6 +180,11 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             cmd::agent::run(&ctx, sub, format)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Worker(args) => {
+            let ctx = open(&cli.global)?;
+            cmd::worker::run(&ctx, &args)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Thread(sub) => {
             let ctx = open(&cli.global)?;
             cmd::thread::run(&ctx, sub, format)?;

@@ -28,6 +28,7 @@ pub mod running;
 pub mod spawn;
 mod step;
 pub mod suspend;
+pub mod worker;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -46,6 +46,13 @@ pub struct Marker {
     /// Where the agent's stderr goes: this log file, and the terminal of
     /// the `uwf` that runs it.
     pub log: PathBuf,
+    /// The agent's process id, which is also its process group (once it
+    /// started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_pid: Option<u32>,
+    /// The agent's start time in clock ticks since boot (Linux).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_start: Option<u64>,
 }
 
 /// A marker as a reader finds it.
@@ -99,10 +106,21 @@ pub fn host() -> String {
 
 /// A process's start time (field 22 of `/proc/<pid>/stat`), when readable.
 fn process_start(pid: u32) -> Option<u64> {
+    stat_field(pid, 19)?.parse().ok()
+}
+
+/// Field `n + 3` of `/proc/<pid>/stat` (`n` counts from the state, field 3).
+fn stat_field(pid: u32, n: usize) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces.
     let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
+    after.split_whitespace().nth(n).map(str::to_string)
+}
+
+/// Whether process `pid` has exited and waits to be reaped (its parent
+/// died and nobody reaps it, as in a container without an init).
+fn zombie(pid: u32) -> bool {
+    stat_field(pid, 0).is_some_and(|state| state == "Z")
 }
 
 /// Whether process `pid` (started at `start`, if known) still runs here.
@@ -113,6 +131,9 @@ fn alive(pid: u32, start: Option<u64>) -> bool {
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None) {
         Ok(()) | Err(nix::errno::Errno::EPERM) => {}
         Err(_) => return false,
+    }
+    if zombie(pid) {
+        return false;
     }
     match (start, process_start(pid)) {
         (Some(want), Some(now)) => want == now,
@@ -189,21 +210,11 @@ impl Running {
             started_at,
             head,
             log: log_path(root, thread),
+            agent_pid: None,
+            agent_start: None,
         };
         let path = marker_path(root, thread);
-        let written = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .map_err(|e| e.to_string())
-            .and_then(|()| serde_json::to_vec_pretty(&marker).map_err(|e| e.to_string()))
-            .and_then(|bytes| {
-                // Not flushed to disk: a marker lost in a crash says "not
-                // running", which is then the truth; readers check the pid.
-                uwf_util::atomic::replace_unsynced(&path, &bytes).map_err(|e| e.to_string())
-            });
-        if let Err(e) = written {
-            tracing::warn!("cannot write the running marker {}: {e}", path.display());
-        }
+        write_marker(&path, &marker);
         let log = open_log(&marker.log).map(|mut f| {
             let _ = writeln!(
                 f,
@@ -220,6 +231,18 @@ impl Running {
             path,
             log: Arc::new(Mutex::new(log)),
         }
+    }
+
+    /// The agent started as process `pid` (its own process group): the
+    /// marker records it, so that a worker taking the thread over after
+    /// this `uwf` died can stop an agent left running ([`stop_orphan`]).
+    pub fn agent_started(&self, pid: u32) {
+        let marker = Marker {
+            agent_pid: Some(pid),
+            agent_start: process_start(pid),
+            ..self.marker.clone()
+        };
+        write_marker(&self.path, &marker);
     }
 
     /// Something that appends a stderr line to the log, for the agent's
@@ -271,11 +294,62 @@ impl Drop for Running {
         let ours = std::fs::read(&self.path)
             .ok()
             .and_then(|b| serde_json::from_slice::<Marker>(&b).ok())
-            .is_some_and(|m| m == self.marker);
+            .is_some_and(|m| {
+                Marker {
+                    agent_pid: None,
+                    agent_start: None,
+                    ..m
+                } == self.marker
+            });
         if ours {
             let _ = std::fs::remove_file(&self.path);
         }
     }
+}
+
+fn write_marker(path: &Path, marker: &Marker) {
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .map_err(|e| e.to_string())
+        .and_then(|()| serde_json::to_vec_pretty(marker).map_err(|e| e.to_string()))
+        .and_then(|bytes| {
+            // Not flushed to disk: a marker lost in a crash says "not
+            // running", which is then the truth; readers check the pid.
+            uwf_util::atomic::replace_unsynced(path, &bytes).map_err(|e| e.to_string())
+        });
+    if let Err(e) = written {
+        tracing::warn!("cannot write the running marker {}: {e}", path.display());
+    }
+}
+
+/// How long [`stop_orphan`] waits for a stopped agent to be gone.
+const ORPHAN_WAIT: Duration = Duration::from_secs(5);
+
+/// Stops the agent a dead `uwf` left running, as a stale marker of this
+/// host names it (its agent process group, checked by start time against a
+/// reused pid), and waits until it is gone. Returns the agent's pid when
+/// there was one to stop. A `uwf` killed with SIGKILL cannot stop its agent
+/// (it runs in a process group of its own); a worker taking the thread over
+/// calls this before it runs the step again, so the two never overlap.
+pub fn stop_orphan(root: &Path, thread: ThreadId) -> Option<u32> {
+    let Some(Found::Stale(marker, _)) = find(root, thread) else {
+        return None;
+    };
+    let pid = marker.agent_pid?;
+    if marker.host != host() || !alive(pid, marker.agent_start) {
+        return None;
+    }
+    let raw = i32::try_from(pid).ok()?;
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(raw),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let until = std::time::Instant::now() + ORPHAN_WAIT;
+    while alive(pid, marker.agent_start) && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(pid)
 }
 
 fn open_log(path: &Path) -> Option<std::fs::File> {
@@ -323,6 +397,8 @@ mod tests {
             started_at: 1,
             head: uwf_protocol::fixtures::hash("H"),
             log: log_path(root, t("U")),
+            agent_pid: None,
+            agent_start: None,
         };
         std::fs::write(
             marker_path(root, t("U")),
@@ -347,5 +423,67 @@ mod tests {
             matches!(find(root, t("U")), Some(Found::Stale(..))),
             expect_stale
         );
+    }
+
+    #[test]
+    fn an_agent_left_by_a_dead_uwf_is_stopped() {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = dir.path();
+        let mut agent = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let pid = agent.id();
+        let reaper = std::thread::spawn(move || agent.wait());
+        let mut dead = std::process::Command::new("true")
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let dead_pid = dead.id();
+        let _ = dead.wait();
+        let marker = Marker {
+            thread: t("T"),
+            role: "r".into(),
+            agent: "a".into(),
+            pid: dead_pid,
+            pid_start: None,
+            host: host(),
+            started_at: 1,
+            head: h("H"),
+            log: log_path(root, t("T")),
+            agent_pid: Some(pid),
+            agent_start: process_start(pid),
+        };
+        std::fs::create_dir_all(root.join("running")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(
+            marker_path(root, t("T")),
+            serde_json::to_vec(&marker).unwrap_or_default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(stop_orphan(root, t("T")), Some(pid));
+        let status = reaper
+            .join()
+            .unwrap_or_else(|_| panic!("reaper"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!status.success());
+        // Gone now: nothing more to stop.
+        assert_eq!(stop_orphan(root, t("T")), None);
+    }
+
+    #[test]
+    fn a_live_step_records_its_agent_and_keeps_its_marker_until_dropped() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = dir.path();
+        let running = Running::start(root, t("T"), "developer", "agent", h("H"), 1);
+        running.agent_started(std::process::id());
+        match find(root, t("T")) {
+            Some(Found::Live(m)) => assert_eq!(m.agent_pid, Some(std::process::id())),
+            other => panic!("{other:?}"),
+        }
+        // The uwf that runs it is alive: not an orphan.
+        assert_eq!(stop_orphan(root, t("T")), None);
+        drop(running);
+        assert_eq!(find(root, t("T")), None);
     }
 }

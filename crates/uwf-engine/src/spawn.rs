@@ -68,6 +68,9 @@ pub struct Spawn<'a> {
     pub env: Vec<(String, std::ffi::OsString)>,
     /// Stop after this long.
     pub timeout: Option<Duration>,
+    /// Called with the agent's process id (also its process group) once it
+    /// started (the running marker records it).
+    pub on_start: Option<&'a (dyn Fn(u32) + Sync)>,
 }
 
 /// Runs an agent to completion. `on_stderr` receives each stderr line as it
@@ -93,6 +96,9 @@ pub fn run(
     }
     let mut child = cmd.spawn()?;
     let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    if let Some(on_start) = spec.on_start {
+        on_start(child.id());
+    }
 
     let tail = Arc::new(Mutex::new(Vec::<String>::new()));
     let (stderr_done_tx, stderr_done) = mpsc::channel::<()>();
@@ -233,6 +239,7 @@ mod tests {
             args: &args,
             env: vec![],
             timeout,
+            on_start: None,
         };
         run(&spec, |_| {}, &CancelToken::new(), || false).unwrap_or_else(|e| panic!("{e}"))
     }
@@ -267,6 +274,7 @@ mod tests {
             args: &args,
             env: vec![],
             timeout: None,
+            on_start: None,
         };
         let start = Instant::now();
         let f = run(

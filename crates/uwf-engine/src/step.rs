@@ -337,12 +337,6 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     args.push(id.to_string());
     args.push(role.to_string());
     let env = agent_env(ctx, &agent.label, head, a.edge_prompt)?;
-    let spec = Spawn {
-        command: &agent.command,
-        args: &args,
-        env,
-        timeout: a.timeout,
-    };
     a.progress.started(role, &agent.label);
     let started_at = uwf_state::state::now_ms();
     let cancel = a.cancel.clone();
@@ -352,6 +346,18 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         .run_dir
         .as_deref()
         .map(|dir| crate::running::Running::start(dir, id, role, &agent.label, head, started_at));
+    let on_start = |pid: u32| {
+        if let Some(r) = &running {
+            r.agent_started(pid);
+        }
+    };
+    let spec = Spawn {
+        command: &agent.command,
+        args: &args,
+        env,
+        timeout: a.timeout,
+        on_start: Some(&on_start),
+    };
     let log = running.as_ref().map(crate::running::Running::sink);
     let sink = Arc::clone(a.progress);
     // The role's schema is compiled while the agent runs (compiling is most

@@ -8,7 +8,7 @@
 //! ([`WorkflowConfig`], [`ThreadsIndex`], [`HistoryEntry`]).
 //!
 //! Field names are camelCase on the wire, exactly as in the design documents.
-//! Identifiers are typed: a node reference is a [`Hash`] and a thread id a
+//! Identifiers are typed: a node reference is a [`Hash`](struct@Hash) and a thread id a
 //! [`ThreadId`]. Both serialise as their canonical Crockford Base32 text
 //! ([`base32`]), exactly the strings the design documents show, so the types
 //! change nothing on the wire or on disk; they only make it impossible to

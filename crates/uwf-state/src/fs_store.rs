@@ -22,7 +22,10 @@ impl StateError {
     /// What kind of failure this is (see [`ErrorKind`]).
     pub fn kind(&self) -> ErrorKind {
         match self {
-            StateError::Conflict { .. } | StateError::ThreadExists { .. } => ErrorKind::Conflict,
+            StateError::Conflict { .. }
+            | StateError::ThreadExists { .. }
+            | StateError::AlreadyQueued { .. }
+            | StateError::LeaseLost { .. } => ErrorKind::Conflict,
             StateError::NotActive { .. } => ErrorKind::NotFound,
             StateError::Lock(LockError::Timeout { .. }) => ErrorKind::Unavailable,
             StateError::Parse { .. } | StateError::Env { .. } => ErrorKind::Corrupt,

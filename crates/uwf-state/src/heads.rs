@@ -30,7 +30,7 @@ pub const MIGRATED_THREADS_FILE: &str = "threads.yaml.migrated";
 /// The thread a head file's name stands for: only the canonical form of a
 /// [`ThreadId`] names one, so temporary files of an interrupted write and
 /// foreign files are never mistaken for threads.
-fn thread_of_file_name(name: &str) -> Option<ThreadId> {
+pub(crate) fn thread_of_file_name(name: &str) -> Option<ThreadId> {
     let id: ThreadId = name.parse().ok()?;
     (id.to_string() == name).then_some(id)
 }

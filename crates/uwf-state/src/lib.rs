@@ -9,13 +9,16 @@
 //! (the layout of seed 002, documented in `docs/state.md`).
 
 pub mod env;
+mod fs_runs;
 mod fs_store;
 pub mod heads;
 pub mod policy;
+pub mod runs;
 pub mod side;
 pub mod slots;
 pub mod state;
 pub mod store;
 
+pub use runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState};
 pub use state::{StateDir, StateError};
 pub use store::{ErrorKind, SlotHold, ThreadStore};

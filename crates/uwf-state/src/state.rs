@@ -155,6 +155,27 @@ pub enum StateError {
         /// Why it cannot be split.
         source: SplitError,
     },
+    /// [`RunQueue::enqueue`](crate::runs::RunQueue::enqueue) of a thread
+    /// whose run is queued or claimed already.
+    #[error("thread {thread} is already queued to run ({state})")]
+    #[diagnostic(help("a worker runs it; `uwf thread show` says which"))]
+    AlreadyQueued {
+        /// The thread id.
+        thread: ThreadId,
+        /// `queued`, or which worker holds it.
+        state: String,
+    },
+    /// A worker's claim on a run is gone: its lease ran out and another
+    /// worker claimed the thread, or the run was removed.
+    #[error("worker {worker} no longer holds the run of thread {thread}: {why}")]
+    LeaseLost {
+        /// The thread id.
+        thread: ThreadId,
+        /// The worker that held it.
+        worker: String,
+        /// What the record says now.
+        why: String,
+    },
     /// A malformed line in the `.env` file.
     #[error("cannot parse {} at line {line}: {message}", path.display())]
     #[diagnostic(help("fix the line; entries look like KEY=value, and quotes must be closed"))]

@@ -52,7 +52,7 @@ pub trait SlotHold: Send {
 
 /// The mutable state of a store, as the engine and the commands use it.
 ///
-/// Thread ids and hashes are typed ([`ThreadId`], [`Hash`]); a backend
+/// Thread ids and hashes are typed ([`ThreadId`], [`struct@Hash`]); a backend
 /// stores them as their canonical text or as numbers, as it likes, as long
 /// as they come back equal. Implementations must make
 /// [`swap_head`](Self::swap_head), [`archive`](Self::archive) and

@@ -8,4 +8,5 @@ pub mod setup;
 pub mod story;
 pub mod thread;
 pub mod view;
+pub mod worker;
 pub mod workflow;

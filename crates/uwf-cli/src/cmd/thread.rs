@@ -156,6 +156,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             parent,
             max_steps,
             agent,
+            detach,
         } => {
             let id = match (thread, workflow) {
                 (Some(t), _) => {
@@ -172,6 +173,19 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 },
                 (None, None) => return Err(engine::EngineError::EmptyPrompt.into()),
             };
+            if detach {
+                let request = uwf_state::runs::RunRequest {
+                    agent: agent.agent.clone(),
+                    max_steps: u64::try_from(max_steps).ok(),
+                    timeout_ms: agent
+                        .timeout
+                        .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                };
+                let workflow = workflow_of(ctx, engine::active_head(ctx, id)?)?;
+                let v = crate::cmd::worker::detach(ctx, id, workflow, request)
+                    .map_err(|e| e.in_thread(id))?;
+                return output::print(format, &v);
+            }
             let opts = StepOptions {
                 agent: agent.agent.as_deref(),
                 timeout: agent.timeout,
@@ -223,6 +237,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 serde_json::to_value(&shown).map_err(|e| CliError::Output(e.to_string()))?;
             add_waiting_and_attempts(ctx, id, &mut v)?;
             crate::cmd::story::add_to_show(ctx, id, &mut v)?;
+            crate::cmd::worker::add_to_show(ctx, id, &mut v)?;
             output::print(format, &v)
         }
         ThreadCommand::List { waiting: true, .. } => {
@@ -278,7 +293,9 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 }
                 items = kept;
             }
-            output::print(format, &crate::cmd::story::list_rows(ctx, items, &reasons)?)
+            let mut rows = crate::cmd::story::list_rows(ctx, items, &reasons)?;
+            crate::cmd::worker::add_to_list(ctx, &mut rows)?;
+            output::print(format, &rows)
         }
         ThreadCommand::Stack { node } => {
             output::print(format, &nested::stack(ctx, parse_hash(&node)?)?)

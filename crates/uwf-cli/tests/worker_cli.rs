@@ -1,0 +1,477 @@
+//! `uwf thread run --detach` and `uwf worker` end to end: real `uwf`
+//! processes over one filesystem store, uwf-mock as the agent, workers
+//! killed with SIGKILL and drained with SIGTERM, threads killed while a
+//! worker runs them. No timing asserts: every wait is a generous bound.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Env, example, mock_bin};
+use serde_json::Value;
+
+/// solve-issue answers, each after `{delay}`.
+const SOLVE: &str = r#"roles:
+  planner:
+    - output: { plan: "the plan", steps: ["one"] }
+      delay: {delay}
+  developer:
+    - output: { filesChanged: ["a.rs"], summary: "done" }
+      delay: {delay}
+  reviewer:
+    - output: { approved: true, comments: "LGTM" }
+      delay: {delay}
+"#;
+
+/// The roles of a solve-issue thread that ran to `$END` once.
+const ROLES: [&str; 3] = ["planner", "developer", "reviewer"];
+
+/// A generous bound for anything to happen.
+const BOUND: Duration = Duration::from_secs(120);
+
+fn registered() -> Env {
+    let env = Env::new();
+    env.json(&["workflow", "put", &example("solve-issue.yaml")]);
+    env
+}
+
+fn scenario(env: &Env, name: &str, delay: &str) -> PathBuf {
+    env.file(name, &SOLVE.replace("{delay}", delay))
+}
+
+/// An agent that runs uwf-mock with every answer taking `delay`.
+fn agent(env: &Env, delay: &str) -> String {
+    let s = scenario(
+        env,
+        &format!("scenario-{}.yaml", delay.replace('.', "_")),
+        delay,
+    );
+    format!("'{}' '{}'", mock_bin().display(), s.display())
+}
+
+/// An agent whose first run (of any thread) is slow (60 s) and writes its
+/// pid to `first.pid`; every later run answers at once.
+fn slow_first_agent(env: &Env) -> String {
+    let slow = scenario(env, "slow.yaml", "60s");
+    let fast = scenario(env, "fast.yaml", "0ms");
+    let pid = env.dir.path().join("first.pid");
+    let (mock, slow, fast, pid) = (
+        mock_bin().display().to_string(),
+        slow.display().to_string(),
+        fast.display().to_string(),
+        pid.display().to_string(),
+    );
+    let script = format!(
+        r#"if mkdir "{pid}.lock" 2>/dev/null; then echo $$ > "{pid}"; exec "{mock}" "{slow}" "$@"; else exec "{mock}" "{fast}" "$@"; fi"#
+    );
+    assert!(!script.contains('\''));
+    format!("sh -c '{script}' agent")
+}
+
+fn detach(env: &Env, agent: &str, task: &str) -> String {
+    let v = env.json(&[
+        "thread",
+        "run",
+        "solve-issue",
+        "-p",
+        task,
+        "--agent",
+        agent,
+        "--detach",
+    ]);
+    assert_eq!(v["queued"], true, "{v}");
+    assert_eq!(v["run"]["state"], "queued", "{v}");
+    v["thread"].as_str().unwrap().to_string()
+}
+
+/// A running `uwf worker` with its stderr in a file.
+struct WorkerProc {
+    child: Child,
+    log: PathBuf,
+}
+
+impl WorkerProc {
+    fn start(env: &Env, name: &str, extra: &[&str]) -> WorkerProc {
+        let log = env.dir.path().join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = env
+            .uwf_process()
+            .args(["worker", "--lease", "2", "--poll-ms", "100"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(file))
+            .spawn()
+            .unwrap();
+        WorkerProc { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+
+    /// SIGTERM, then waits for the exit; returns its status code.
+    fn drain(mut self) -> (Option<i32>, String) {
+        self.signal("-TERM");
+        let status = wait_exit(&mut self.child);
+        (status, self.log())
+    }
+}
+
+impl Drop for WorkerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_exit(child: &mut Child) -> Option<i32> {
+    let until = Instant::now() + BOUND;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        assert!(Instant::now() < until, "the worker did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    let until = Instant::now() + BOUND;
+    while !ok() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn show(env: &Env, id: &str) -> Value {
+    env.json(&["thread", "show", id])
+}
+
+/// The roles of the thread's chain, oldest first (after its StartNode).
+fn roles(env: &Env, id: &str) -> Vec<String> {
+    let v = env.json(&["thread", "steps", id]);
+    let steps = v["steps"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no steps in {v}"));
+    assert!(steps[0]["prompt"].is_string(), "{v}");
+    steps[1..]
+        .iter()
+        .map(|s| s["role"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn done(env: &Env, id: &str) -> bool {
+    show(env, id)["done"] == true
+}
+
+/// Whether process `pid` still runs (a zombie does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            let after = &s[s.rfind(')').unwrap() + 1..];
+            after.split_whitespace().next() != Some("Z")
+        })
+        .unwrap_or(false)
+}
+
+fn read_pid(path: &Path) -> u32 {
+    let mut pid = None;
+    wait_for("the slow agent to start", || {
+        pid = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        pid.is_some()
+    });
+    pid.unwrap()
+}
+
+fn queue_is_empty(env: &Env) -> bool {
+    std::fs::read_dir(env.root().join("runs"))
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .all(|e| !e.file_name().to_string_lossy().ends_with(".json"))
+        })
+        .unwrap_or(true)
+}
+
+// ------------------------------------------------------------------ tests
+
+#[test]
+fn twenty_detached_threads_finish_on_two_workers_with_every_step_applied_once() {
+    let env = registered();
+    let agent = agent(&env, "0ms");
+    let ids: Vec<String> = (0..20)
+        .map(|i| detach(&env, &agent, &format!("task {i}")))
+        .collect();
+    let listed = env.json(&["thread", "list"]);
+    assert_eq!(listed.as_array().unwrap().len(), 20);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["run"]["state"] == "queued" && r["state"] == "queued"),
+        "{listed}"
+    );
+
+    let a = WorkerProc::start(&env, "a", &["--concurrency", "2"]);
+    let b = WorkerProc::start(&env, "b", &["--concurrency", "2", "--log-format", "json"]);
+    wait_for("every thread to finish", || {
+        queue_is_empty(&env) && env.heads().is_empty()
+    });
+    let (code_a, log_a) = a.drain();
+    let (code_b, log_b) = b.drain();
+    assert_eq!((code_a, code_b), (Some(0), Some(0)), "{log_a}\n{log_b}");
+
+    for id in &ids {
+        assert!(done(&env, id), "{id} is not done");
+        assert_eq!(roles(&env, id), ROLES, "thread {id}");
+    }
+    // One `done` event per thread across both workers; every thread was
+    // claimed at least once (more only if a lease was lost under load).
+    let mut done_events = 0;
+    for line in log_b.lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["time"].is_string() && v["worker"].is_string(), "{line}");
+        if v["event"] == "done" {
+            done_events += 1;
+            assert!(ids.iter().any(|id| v["thread"] == id.as_str()), "{line}");
+        }
+        if v["event"] == "landed" {
+            assert!(v["role"].is_string() && v["detail"].is_string(), "{line}");
+        }
+        if v["event"] == "finished" {
+            assert!(v["role"].is_string() && v["durationMs"].is_u64(), "{line}");
+        }
+    }
+    done_events += log_a
+        .lines()
+        .filter(|l| l.contains(" done thread="))
+        .count();
+    assert_eq!(done_events, 20, "{log_a}\n{log_b}");
+    let claims =
+        log_a.matches(" claimed thread=").count() + log_b.matches("\"event\":\"claimed\"").count();
+    assert!(claims >= 20, "{log_a}\n{log_b}");
+}
+
+#[test]
+fn a_worker_killed_mid_step_is_taken_over_after_its_lease_and_its_agent_is_stopped() {
+    let env = registered();
+    let id = detach(&env, &slow_first_agent(&env), "crash me");
+    let first = WorkerProc::start(&env, "first", &[]);
+    let agent_pid = read_pid(&env.dir.path().join("first.pid"));
+    // The claim is visible while the agent runs.
+    let shown = show(&env, &id);
+    assert_eq!(shown["run"]["state"], "claimed", "{shown}");
+    let worker = shown["run"]["worker"].as_str().unwrap().to_string();
+    assert!(
+        worker.contains(&format!("-{}-", first.child.id())),
+        "{worker}"
+    );
+    let row = env.json(&["thread", "list"])[0].clone();
+    assert_eq!(row["worker"], worker.as_str(), "{row}");
+
+    first.signal("-KILL");
+    let second = WorkerProc::start(&env, "second", &[]);
+    wait_for("the thread to finish on the second worker", || {
+        done(&env, &id)
+    });
+    assert!(!running(agent_pid), "the first worker's agent still runs");
+    let (code, log) = second.drain();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("stopped agent process"), "{log}");
+    assert!(log.contains("claim 2 of the run"), "{log}");
+    assert_eq!(roles(&env, &id), ROLES);
+    assert!(queue_is_empty(&env));
+}
+
+#[test]
+fn a_paused_worker_that_wakes_after_its_lease_expired_lets_go_and_its_agent_is_stopped() {
+    let env = registered();
+    let id = detach(&env, &slow_first_agent(&env), "pause me");
+    let first = WorkerProc::start(&env, "first", &[]);
+    let agent_pid = read_pid(&env.dir.path().join("first.pid"));
+    first.signal("-STOP");
+    wait_for("the lease to run out", || {
+        show(&env, &id)["run"]["state"] == "lease-expired"
+    });
+    // The second worker claims the thread but sees the first one's agent
+    // still running on this host: it hands the run back instead of running
+    // a second agent for the same head.
+    let second = WorkerProc::start(&env, "second", &[]);
+    wait_for("the second worker to defer", || {
+        second
+            .log()
+            .contains("another process runs an agent of this thread")
+    });
+    assert!(running(agent_pid));
+    assert_eq!(roles(&env, &id), Vec::<String>::new());
+    // The first worker wakes: its renewal is refused, it stops its agent
+    // and lets go; then either worker claims the thread again and runs it
+    // to its end.
+    first.signal("-CONT");
+    wait_for("the thread to finish", || done(&env, &id));
+    assert!(!running(agent_pid));
+    let (code, log) = first.drain();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("lease-lost"), "{log}");
+    let (code, log) = second.drain();
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(roles(&env, &id), ROLES);
+}
+
+#[test]
+fn sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it() {
+    let env = registered();
+    let id = detach(&env, &slow_first_agent(&env), "drain me");
+    let head = show(&env, &id)["head"].clone();
+    let first = WorkerProc::start(&env, "first", &["--grace", "1"]);
+    let agent_pid = read_pid(&env.dir.path().join("first.pid"));
+    let (code, log) = first.drain();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(
+        log.contains("draining") && log.contains("handed-back"),
+        "{log}"
+    );
+    assert!(!running(agent_pid), "the agent outlived the drain");
+    let shown = show(&env, &id);
+    assert_eq!(shown["head"], head, "a step landed: {shown}");
+    assert_eq!(shown["run"]["state"], "queued", "{shown}");
+    assert_eq!(shown["run"]["claims"], 1, "{shown}");
+
+    let second = WorkerProc::start(&env, "second", &[]);
+    wait_for("the thread to finish", || done(&env, &id));
+    let (code, log) = second.drain();
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(roles(&env, &id), ROLES);
+}
+
+#[test]
+fn thread_kill_stops_the_agent_a_worker_runs() {
+    let env = registered();
+    let id = detach(&env, &slow_first_agent(&env), "kill me");
+    let worker = WorkerProc::start(&env, "w", &[]);
+    let agent_pid = read_pid(&env.dir.path().join("first.pid"));
+    env.json(&["thread", "kill", &id]);
+    wait_for("the agent to stop", || !running(agent_pid));
+    wait_for("the worker to end the run", || {
+        worker.log().contains(" killed thread=")
+    });
+    let shown = show(&env, &id);
+    assert_eq!(shown["state"], "killed", "{shown}");
+    assert!(shown.get("run").is_none(), "{shown}");
+    assert!(roles(&env, &id).is_empty());
+    // The worker goes on with other work.
+    let next = detach(&env, &agent(&env, "0ms"), "after the kill");
+    wait_for("the next thread to finish", || done(&env, &next));
+    let (code, log) = worker.drain();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn a_failed_run_is_recorded_and_can_be_queued_again() {
+    let env = registered();
+    let id = detach(&env, "sh -c 'echo broken >&2; exit 7' agent", "fail me");
+    let worker = WorkerProc::start(&env, "w", &[]);
+    wait_for("the run to fail", || {
+        show(&env, &id)["run"]["state"] == "failed"
+    });
+    let shown = show(&env, &id);
+    let error = shown["run"]["error"].as_str().unwrap();
+    assert!(error.contains("exited with status 7"), "{shown}");
+    let row = env.json(&["thread", "list"])[0].clone();
+    assert_eq!(row["run"]["state"], "failed", "{row}");
+    assert_eq!(row["state"], "failed", "{row}");
+    let (code, log) = worker.drain();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("run-failed"), "{log}");
+
+    // Queued again (continuing the thread, with a working agent).
+    let v = env.json(&[
+        "thread",
+        "run",
+        "--thread",
+        &id,
+        "--agent",
+        &agent(&env, "0ms"),
+        "--detach",
+    ]);
+    assert_eq!(v["run"]["state"], "queued", "{v}");
+    let worker = WorkerProc::start(&env, "w2", &[]);
+    wait_for("the thread to finish", || done(&env, &id));
+    drop(worker);
+    assert_eq!(roles(&env, &id), ROLES);
+}
+
+#[test]
+fn a_worker_claims_only_the_workflows_it_is_given() {
+    let env = registered();
+    let solve = detach(&env, &agent(&env, "0ms"), "solve it");
+    let draft = env.json(&[
+        "thread",
+        "run",
+        &example("draft-loop.yaml"),
+        "-p",
+        "draft it",
+        "--agent",
+        &format!(
+            "'{}' '{}'",
+            mock_bin().display(),
+            example("draft-loop.mock.yaml")
+        ),
+        "--detach",
+    ])["thread"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let worker = WorkerProc::start(&env, "w", &["--workflow", "solve-issue"]);
+    wait_for("the solve-issue thread to finish", || done(&env, &solve));
+    let (code, log) = worker.drain();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!log.contains(&draft), "{log}");
+    assert_eq!(show(&env, &draft)["run"]["state"], "queued");
+
+    let worker = WorkerProc::start(&env, "w2", &["--workflow", "draft-loop"]);
+    wait_for("the draft-loop thread to finish", || done(&env, &draft));
+    drop(worker);
+}
+
+#[test]
+fn detach_refuses_a_thread_already_queued_or_finished() {
+    let env = registered();
+    let agent = agent(&env, "0ms");
+    let id = detach(&env, &agent, "once");
+    let before = env.snapshot();
+    let err = env.fails(&["thread", "run", "--thread", &id, "--detach"]);
+    assert!(err.contains("already queued"), "{err}");
+    assert_eq!(env.snapshot(), before);
+    env.json(&["thread", "kill", &id]);
+    let err = env.fails(&["thread", "run", "--thread", &id, "--detach"]);
+    assert!(err.contains("finished"), "{err}");
+}
+
+#[test]
+fn worker_rejects_bad_options() {
+    let env = registered();
+    for args in [
+        &["worker", "--concurrency", "0"][..],
+        &["worker", "--lease", "0"],
+        &["worker", "--log-format", "xml"],
+    ] {
+        let out = env.output(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty());
+    }
+}
