@@ -16,6 +16,8 @@ pub mod side;
 pub mod slots;
 pub mod state;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
-pub use state::{StateDir, StateError};
+pub use state::{StateDir, StateError, parse_config};
 pub use store::{ErrorKind, SlotHold, ThreadStore};
