@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! uwf-protocol ← uwf-util ← (uwf-cas, uwf-state) ← uwf-moderator ← uwf-engine ← uwf-agent-kit ← (agents/*, uwf-cli)
+//! (uwf-cas, uwf-state) ← uwf-store-pg ← uwf-engine
 //! uwf-picture ← uwf-jsonata ← uwf-moderator
 //! uwf-moderator ← uwf-view ← uwf-cli
 //! ```
@@ -32,6 +33,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("uwf-cas", 2),
     ("uwf-state", 2),
     ("uwf-moderator", 3),
+    // The PostgreSQL backend of both storage traits.
+    ("uwf-store-pg", 3),
     ("uwf-engine", 4),
     ("uwf-view", 4),
     ("uwf-agent-kit", 5),

@@ -198,7 +198,14 @@ pub(crate) fn classify(e: &postgres::Error) -> ErrorKind {
         }
         cause = c.source();
     }
+    // The client's own error kinds are only visible through its messages.
     let text = e.to_string();
+    if text.starts_with("invalid configuration")
+        || text.starts_with("invalid connection string")
+        || text.starts_with("authentication error")
+    {
+        return ErrorKind::Invalid;
+    }
     if text.contains("timeout") || text.contains("connecting") {
         return ErrorKind::Unavailable;
     }
