@@ -38,6 +38,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use postgres::{Client, NoTls};
 
@@ -47,6 +48,14 @@ pub use slots::PgSlot;
 
 /// Idle connections a [`PgStore`] keeps by default.
 pub const DEFAULT_POOL_SIZE: usize = 4;
+
+/// A pooled connection idle for longer than this is checked (one round
+/// trip) before it is used again, so a server restart or a dropped
+/// connection costs a reconnect instead of a failed call.
+pub const CHECK_IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// How long checking an idle connection may take.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How [`PgStore::connect_with`] connects.
 #[derive(Clone, Default)]
@@ -91,7 +100,7 @@ pub(crate) struct Inner {
     /// The password, only to redact it from messages.
     secret: Option<String>,
     secrets_dir: Option<PathBuf>,
-    idle: Mutex<Vec<Client>>,
+    idle: Mutex<Vec<(Client, Instant)>>,
     pool_size: usize,
     schema_ready: AtomicBool,
     workflow_ids: Mutex<std::collections::HashMap<String, i32>>,
@@ -219,7 +228,13 @@ impl Inner {
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
         match idle {
-            Some(c) if !c.is_closed() => Ok(c),
+            Some((mut c, since)) if !c.is_closed() => {
+                if since.elapsed() < CHECK_IDLE_AFTER || c.is_valid(CHECK_TIMEOUT).is_ok() {
+                    Ok(c)
+                } else {
+                    self.open()
+                }
+            }
             _ => self.open(),
         }
     }
@@ -232,7 +247,7 @@ impl Inner {
         }
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < self.pool_size {
-            idle.push(client);
+            idle.push((client, Instant::now()));
         }
     }
 

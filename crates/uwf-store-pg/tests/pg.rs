@@ -596,3 +596,35 @@ fn separate_stores_share_the_slots_of_a_workflow() {
         .unwrap();
     assert_eq!(hold.index(), 0);
 }
+
+/// Connections cut under the pool (a server restart, an administrator)
+/// cost a reconnect, not a failed call, once they have been idle a moment.
+#[test]
+fn pooled_connections_cut_by_the_server_are_replaced() {
+    let Some((store, db)) = fresh() else { return };
+    store.insert_thread("T1", "0000000000001").unwrap();
+    // Several pooled connections.
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| store.threads().unwrap());
+        }
+    });
+    let killed: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(killed >= 1);
+    // Idle past the check interval (a lower bound, not a timing assertion).
+    std::thread::sleep(uwf_store_pg::CHECK_IDLE_AFTER + Duration::from_millis(200));
+    for _ in 0..6 {
+        assert_eq!(
+            store.thread_head("T1").unwrap().as_deref(),
+            Some("0000000000001")
+        );
+    }
+}
