@@ -27,6 +27,8 @@ use serde_json::Value;
 const LAYERS: &[(&str, u8)] = &[
     // Leaves that know nothing of uwf: JSONata and its picture strings.
     ("uwf-picture", 0),
+    // Test support: a throw-away PostgreSQL server (knows nothing of uwf).
+    ("uwf-pg-testing", 0),
     ("uwf-jsonata", 1),
     ("uwf-protocol", 0),
     ("uwf-util", 1),

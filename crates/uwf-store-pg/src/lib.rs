@@ -30,8 +30,6 @@ mod error;
 pub mod schema;
 mod slots;
 mod state;
-#[cfg(feature = "testing")]
-pub mod testing;
 mod url;
 
 use std::fmt;

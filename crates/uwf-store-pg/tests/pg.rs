@@ -1,11 +1,11 @@
 //! The PostgreSQL backend against a real server (started by
-//! `uwf_store_pg::testing`; skipped loudly without the server binaries,
+//! `uwf_pg_testing`; skipped loudly without the server binaries,
 //! failing instead under `CI=true`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use uwf_pg_testing::{self as testing, TestDb};
 use uwf_store_pg::PgStore;
-use uwf_store_pg::testing::{self, TestDb};
 
 /// A store on a fresh database, or `None` when skipped.
 fn fresh() -> Option<(PgStore, TestDb)> {
@@ -627,4 +627,41 @@ fn pooled_connections_cut_by_the_server_are_replaced() {
             Some("0000000000001")
         );
     }
+}
+
+/// Without the server binaries a test says loudly that it was skipped and
+/// passes; with `CI=true` it fails instead. (Runs one test of this binary
+/// in a child process pointed at a directory without the binaries.)
+#[test]
+fn missing_server_binaries_skip_loudly_or_fail_under_ci() {
+    let empty = tempfile::tempdir().unwrap();
+    let run = |ci: Option<&str>| {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "state_contract::absent_threads_have_no_head",
+            "--exact",
+            "--test-threads=1",
+        ])
+        .env("UWF_PG_BINDIR", empty.path())
+        .env_remove("CI");
+        if let Some(v) = ci {
+            cmd.env("CI", v);
+        }
+        let out = cmd.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, stderr) = run(None);
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("SKIPPED: PostgreSQL server binaries not found"),
+        "{stderr}"
+    );
+    let (ok, stderr) = run(Some("true"));
+    assert!(!ok, "CI=true must fail without the server: {stderr}");
+    assert!(stderr.contains("CI=true"), "{stderr}");
 }

@@ -1,5 +1,6 @@
-//! A throw-away PostgreSQL server for tests (feature `testing`): the real
-//! server, never a mock.
+//! A throw-away PostgreSQL server for tests: the real server, never a mock.
+//! Used by the tests of `uwf-store-pg` (and of anything else that needs a
+//! PostgreSQL store); it knows nothing of uwf.
 //!
 //! [`database`] gives each test a fresh database on one server per test
 //! binary, started on first use: the server binaries are found
@@ -19,7 +20,7 @@
 //! line to stderr and returns `None` (the test returns early), unless the
 //! environment says `CI=true`: then it panics, so CI cannot skip silently.
 
-use std::io::Read as _;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -91,7 +92,10 @@ pub fn server() -> Option<&'static PgServer> {
                      `postgresql` package (.ci/run does)"
                 );
             }
-            eprintln!(
+            // Straight to the process's stderr: the test harness captures
+            // `eprintln!`, and a skip must be seen.
+            let _ = writeln!(
+                std::io::stderr(),
                 "SKIPPED: PostgreSQL server binaries not found ({missing}); install the \
                  `postgresql` package (apt-get install postgresql) to run this test"
             );
