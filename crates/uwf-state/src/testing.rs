@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Barrier, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use uwf_protocol::{WaitingRecord, WorkflowLimits};
 
@@ -96,17 +96,6 @@ fn limits_queue(concurrency: u32, max_queue: u32) -> WorkflowLimits {
 }
 
 const POLL: Option<Duration> = Some(Duration::from_millis(5));
-
-/// Polls `cond` until it holds; panics after a minute (a hang, not a timing
-/// assertion).
-#[allow(dead_code)]
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        thread::sleep(Duration::from_millis(5));
-    }
-}
 
 fn join<T>(h: thread::ScopedJoinHandle<'_, T>) -> T {
     match h.join() {
@@ -571,35 +560,37 @@ fn queue_up<'s, 'e>(
         .collect()
 }
 
+/// Who was served so far, in order.
+fn served(order: &Mutex<Vec<usize>>) -> Vec<usize> {
+    order
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
+/// Takes a slot of `wf` that must be free.
+fn take_free_slot(store: &dyn ThreadStore, limits: WorkflowLimits) -> Box<dyn crate::SlotHold> {
+    store
+        .acquire_slot("wf", limits, POLL, &mut |_| panic!("the slot is free"))
+        .unwrap_or_else(|e| panic!("acquire: {e}"))
+}
+
 /// With the only slot held, five waiters queue one after the other; once
 /// it is freed they are served in arrival order.
 pub fn waiters_are_served_first_in_first_out(store: &dyn ThreadStore) {
     let limits = limits_queue(1, 16);
-    let held = store
-        .acquire_slot("wf", limits, POLL, &mut |_| panic!("the slot is free"))
-        .unwrap_or_else(|e| panic!("acquire: {e}"));
+    let held = take_free_slot(store, limits);
     let order = Mutex::new(Vec::new());
     thread::scope(|s| {
         let waiters = queue_up(s, store, limits, 0..5, &order);
         thread::sleep(Duration::from_millis(50));
-        assert!(
-            order
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .is_empty(),
-            "somebody got the held slot"
-        );
+        assert!(served(&order).is_empty(), "somebody got the held slot");
         drop(held);
         for w in waiters {
             join(w).unwrap_or_else(|e| panic!("waiter: {e}"));
         }
     });
-    assert_eq!(
-        *order
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-        [0, 1, 2, 3, 4]
-    );
+    assert_eq!(served(&order), [0, 1, 2, 3, 4]);
     // Nobody is left in the queue: the slot is free for a newcomer at once.
     let again = store.acquire_slot("wf", limits, POLL, &mut |w| {
         panic!("an empty queue made a newcomer wait: {w:?}")
@@ -611,9 +602,7 @@ pub fn waiters_are_served_first_in_first_out(store: &dyn ThreadStore) {
 /// `Evicted`; the others are served in order.
 pub fn a_full_queue_pushes_out_its_oldest_waiter(store: &dyn ThreadStore) {
     let limits = limits_queue(1, 2);
-    let held = store
-        .acquire_slot("wf", limits, POLL, &mut |_| panic!("the slot is free"))
-        .unwrap_or_else(|e| panic!("acquire: {e}"));
+    let held = take_free_slot(store, limits);
     let order = Mutex::new(Vec::new());
     thread::scope(|s| {
         let mut first_two = queue_up(s, store, limits, 0..2, &order).into_iter();
@@ -631,32 +620,20 @@ pub fn a_full_queue_pushes_out_its_oldest_waiter(store: &dyn ThreadStore) {
             }) => assert_eq!(workflow, "wf"),
             other => panic!("the oldest waiter must be evicted: {other:?}"),
         }
-        assert!(
-            order
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .is_empty()
-        );
+        assert!(served(&order).is_empty());
         drop(held);
         for w in rest {
             join(w).unwrap_or_else(|e| panic!("waiter: {e}"));
         }
     });
-    assert_eq!(
-        *order
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-        [1, 2]
-    );
+    assert_eq!(served(&order), [1, 2]);
 }
 
 /// The waiting callback learns its place in the queue, and returning
 /// `false` gives up with `Cancelled` (leaving the queue).
 pub fn waiting_can_be_cancelled(store: &dyn ThreadStore) {
     let limits = limits_queue(1, 16);
-    let held = store
-        .acquire_slot("wf", limits, POLL, &mut |_| panic!("the slot is free"))
-        .unwrap_or_else(|e| panic!("acquire: {e}"));
+    let held = take_free_slot(store, limits);
     let order = Mutex::new(Vec::new());
     thread::scope(|s| {
         let first = queue_up(s, store, limits, 0..1, &order);
@@ -677,9 +654,7 @@ pub fn waiting_can_be_cancelled(store: &dyn ThreadStore) {
         }
     });
     // The head of the queue sees nobody ahead.
-    let held = store
-        .acquire_slot("wf", limits, POLL, &mut |_| panic!("the slot is free"))
-        .unwrap_or_else(|e| panic!("acquire: {e}"));
+    let held = take_free_slot(store, limits);
     let mut seen = Vec::new();
     let _ = store.acquire_slot("wf", limits, POLL, &mut |w| {
         seen.push(w.ahead);

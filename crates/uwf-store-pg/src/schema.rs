@@ -2,7 +2,7 @@
 //!
 //! `uwf_schema_version` holds one row per applied migration. Applying runs
 //! in one transaction that first takes a transaction-level advisory lock
-//! ([`MIGRATION_LOCK`]), so processes racing to set up a fresh database
+//! (the key `uwf_mig` in ASCII), so processes racing to set up a fresh database
 //! apply each migration exactly once: the others wait for the lock, then
 //! find the work done. A migration never changes once released; a new
 //! schema change is a new entry at the end of [`MIGRATIONS`].
