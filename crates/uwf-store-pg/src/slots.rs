@@ -12,8 +12,8 @@
 //! locks when the session ends for any reason: a holder that exits, is
 //! killed (`kill -9`), loses its machine or its network, or whose backend
 //! is terminated never keeps a slot (once the server notices the
-//! connection is gone; TCP keepalives bound that for a silent network
-//! loss).
+//! connection is gone: every session asks for TCP keepalives that bound a
+//! silent network loss to about 25 s).
 //!
 //! # The queue (`overflow: queue`)
 //!

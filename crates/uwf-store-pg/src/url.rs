@@ -8,6 +8,14 @@
 
 use crate::error::PgError;
 
+/// Server-side TCP keepalives of every session (ignored on Unix sockets);
+/// options given in the URL come first and are kept.
+pub(crate) const SERVER_KEEPALIVES: &str =
+    "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3";
+
+/// Client-side keepalive idle time.
+const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A parsed store URL.
 pub(crate) struct StoreUrl {
     /// The URL without its password, for messages.
@@ -55,6 +63,19 @@ pub(crate) fn parse(url: &str, fallback_password: Option<&str>) -> Result<StoreU
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(std::time::Duration::from_secs(10));
     }
+    // A machine that vanishes (power, network) must not keep its
+    // concurrency slots for the operating system's default two hours: the
+    // server drops a silent TCP session after about 25 s, which releases
+    // its advisory locks, and the client notices as soon.
+    let options = match config.get_options() {
+        Some(o) if !o.trim().is_empty() => format!("{o} {SERVER_KEEPALIVES}"),
+        _ => SERVER_KEEPALIVES.to_owned(),
+    };
+    config.options(&options);
+    config.keepalives(true);
+    config.keepalives_idle(KEEPALIVE_IDLE);
+    config.keepalives_interval(std::time::Duration::from_secs(5));
+    config.keepalives_retries(3);
     Ok(StoreUrl {
         display,
         config,
@@ -193,6 +214,14 @@ mod tests {
         ));
         assert_eq!(u.password.as_deref(), Some("env-pw"));
         assert!(!format!("{:?}", u.config).contains("env-pw"));
+        assert_eq!(u.config.get_options(), Some(SERVER_KEEPALIVES));
+        let Ok(u) = parse("postgres://u@h/db?options=-c%20search_path%3Duwf", None) else {
+            panic!("parse options")
+        };
+        assert_eq!(
+            u.config.get_options(),
+            Some(format!("-c search_path=uwf {SERVER_KEEPALIVES}").as_str())
+        );
     }
 
     #[test]
