@@ -297,6 +297,43 @@ mod tests {
         ));
     }
 
+    /// Real server errors, raised with each SQLSTATE, are classified as the
+    /// table in docs/postgres.md says.
+    #[test]
+    fn server_errors_are_classified_by_their_sqlstate() {
+        let Some(db) = uwf_pg_testing::database() else {
+            return;
+        };
+        let mut client = db.client();
+        for (code, want) in [
+            ("40001", ErrorKind::Conflict),    // serialization_failure
+            ("40P01", ErrorKind::Conflict),    // deadlock_detected
+            ("57P01", ErrorKind::Unavailable), // admin_shutdown
+            ("57P03", ErrorKind::Unavailable), // cannot_connect_now
+            ("08006", ErrorKind::Unavailable), // connection_failure
+            ("53300", ErrorKind::Unavailable), // too_many_connections
+            ("55P03", ErrorKind::Unavailable), // lock_not_available
+            ("28P01", ErrorKind::Invalid),     // invalid_password
+            ("3D000", ErrorKind::Invalid),     // invalid_catalog_name
+            ("42P01", ErrorKind::Invalid),     // undefined_table
+            ("22P02", ErrorKind::Corrupt),     // invalid_text_representation
+            ("XX001", ErrorKind::Corrupt),     // data_corrupted
+            ("23505", ErrorKind::Io),          // unique_violation
+        ] {
+            let sql =
+                format!("DO $$ BEGIN RAISE EXCEPTION 'raised' USING ERRCODE = '{code}'; END $$");
+            match client.batch_execute(&sql) {
+                Err(e) => {
+                    assert_eq!(e.code().map(|c| c.code()), Some(code));
+                    assert_eq!(classify(&e), want, "{code}");
+                    let pg = PgError::query("t", "test", &e, None);
+                    assert!(pg.to_string().contains(code), "{pg}");
+                }
+                Ok(()) => panic!("{code} was not raised"),
+            }
+        }
+    }
+
     #[test]
     fn redaction_replaces_every_occurrence() {
         assert_eq!(
