@@ -73,7 +73,7 @@ fn sigterm_stops_claude_and_its_children() -> TestResult {
     let dir = tempfile::tempdir()?;
     let claude = fake_claude(dir.path())?;
     let (thread, start) = fx.start_thread("Plan it")?;
-    let child = spawn(&fx, &claude, &thread, &[])?;
+    let child = spawn(&fx, &claude, &thread.to_string(), &[])?;
     let pid = grandchild(dir.path())?;
     assert!(alive(&pid));
     let status = Command::new("kill")
@@ -89,7 +89,7 @@ fn sigterm_stops_claude_and_its_children() -> TestResult {
     );
     assert!(out.stdout.is_empty());
     assert!(gone(&pid), "the tool process {pid} outlived uwf-claude");
-    assert_eq!(fx.head(&thread)?, Some(start));
+    assert_eq!(fx.head(thread)?, Some(start));
     Ok(())
 }
 
@@ -99,7 +99,7 @@ fn the_timeout_stops_claude_and_its_children() -> TestResult {
     let dir = tempfile::tempdir()?;
     let claude = fake_claude(dir.path())?;
     let (thread, start) = fx.start_thread("Plan it")?;
-    let out = spawn(&fx, &claude, &thread, &["--timeout", "2s"])?.wait_with_output()?;
+    let out = spawn(&fx, &claude, &thread.to_string(), &["--timeout", "2s"])?.wait_with_output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -108,6 +108,6 @@ fn the_timeout_stops_claude_and_its_children() -> TestResult {
     );
     let pid = grandchild(dir.path())?;
     assert!(gone(&pid), "the tool process {pid} outlived the timeout");
-    assert_eq!(fx.head(&thread)?, Some(start));
+    assert_eq!(fx.head(thread)?, Some(start));
     Ok(())
 }

@@ -60,7 +60,7 @@ const PLAN: &str = "---\nplan: Fix the bug\nsteps:\n  - find it\n  - fix it\n---
 /// A fixture thread, a directory for the fake's files, and a work dir.
 struct Case {
     fx: Fixture,
-    thread: String,
+    thread: uwf_agent_kit::ThreadId,
     start: Hash,
     fake: tempfile::TempDir,
     cwd: tempfile::TempDir,
@@ -122,7 +122,7 @@ impl Case {
     /// Nothing was written: no StepNode, the head is still the StartNode.
     fn assert_unchanged(&self) -> TestResult {
         assert_eq!(self.steps(), Vec::<Hash>::new());
-        assert_eq!(self.fx.head(&self.thread)?, Some(self.start));
+        assert_eq!(self.fx.head(self.thread)?, Some(self.start));
         Ok(())
     }
 
@@ -134,7 +134,11 @@ impl Case {
 
     /// Runs the planner and returns the StepNode's detail hash.
     fn run_ok(&self, cmd: &mut Command) -> Result<Hash, uwf_agent_kit::BoxError> {
-        let out = cmd.arg(&self.thread).arg("planner").assert().success();
+        let out = cmd
+            .arg(self.thread.to_string())
+            .arg("planner")
+            .assert()
+            .success();
         let stdout = String::from_utf8(out.get_output().stdout.clone())?;
         let step: Hash = stdout.trim().parse()?;
         let node = self.fx.cas().get(step)?;
@@ -305,7 +309,7 @@ fn hermes_not_installed() -> TestResult {
     let c = Case::new()?;
     c.cmd()
         .env("HERMES_BIN", "/nonexistent/hermes")
-        .arg(&c.thread)
+        .arg(c.thread.to_string())
         .arg("planner")
         .assert()
         .code(1)
@@ -322,7 +326,7 @@ fn hermes_not_installed() -> TestResult {
     c.cmd()
         .env_remove("HERMES_BIN")
         .env("PATH", c.cwd.path())
-        .arg(&c.thread)
+        .arg(c.thread.to_string())
         .arg("planner")
         .assert()
         .code(1)
@@ -336,7 +340,7 @@ fn hermes_errors_are_reported_with_its_stdout() -> TestResult {
     c.answers("API call failed after 1 retries: HTTP 500: boom", json!([]))?;
     c.set("chat.exit", "1")?;
     c.cmd()
-        .arg(&c.thread)
+        .arg(c.thread.to_string())
         .arg("planner")
         .assert()
         .code(1)
@@ -358,7 +362,7 @@ fn a_hermes_that_runs_too_long_is_stopped() -> TestResult {
     c.set("chat.sleep", "60")?;
     c.cmd()
         .args(["--timeout", "1s"])
-        .arg(&c.thread)
+        .arg(c.thread.to_string())
         .arg("planner")
         .assert()
         .code(1)
@@ -389,7 +393,7 @@ fn exit_zero_without_an_answer_is_a_failure() -> TestResult {
         c.answers(stdout, json!([]))?;
         c.cmd()
             .args(["--max-turns", "2"])
-            .arg(&c.thread)
+            .arg(c.thread.to_string())
             .arg("planner")
             .assert()
             .code(1)
@@ -409,7 +413,7 @@ fn an_unfinished_transcript_is_a_failure() -> TestResult {
     ]);
     c.answers(PLAN, messages)?;
     c.cmd()
-        .arg(&c.thread)
+        .arg(c.thread.to_string())
         .arg("planner")
         .assert()
         .code(1)
@@ -427,7 +431,7 @@ fn an_answer_without_the_roles_fields_writes_nothing() -> TestResult {
     c.answers(answer, finished("p", answer))?;
     // No config.yaml: the LLM fallback cannot run either.
     c.cmd()
-        .arg(&c.thread)
+        .arg(c.thread.to_string())
         .arg("planner")
         .assert()
         .code(1)
@@ -438,19 +442,23 @@ fn an_answer_without_the_roles_fields_writes_nothing() -> TestResult {
 #[test]
 fn usage_and_options() -> TestResult {
     let c = Case::new()?;
-    c.cmd().arg(&c.thread).assert().code(2).stdout("");
     c.cmd()
-        .args(["--max-turns", "0", &c.thread, "planner"])
+        .arg(c.thread.to_string())
+        .assert()
+        .code(2)
+        .stdout("");
+    c.cmd()
+        .args(["--max-turns", "0", &c.thread.to_string(), "planner"])
         .assert()
         .code(2);
     c.cmd()
         .env("UWF_HERMES_MAX_TURNS", "lots")
-        .args([&c.thread, "planner"])
+        .args([&c.thread.to_string(), "planner"])
         .assert()
         .code(2);
     c.cmd()
         .env("UWF_HERMES_ARGS", "-t 'unterminated")
-        .args([&c.thread, "planner"])
+        .args([&c.thread.to_string(), "planner"])
         .assert()
         .code(1)
         .stderr(predicate::str::contains("UWF_HERMES_ARGS"));
@@ -479,7 +487,7 @@ fn usage_and_options() -> TestResult {
 fn unknown_thread_or_role() -> TestResult {
     let c = Case::new()?;
     c.cmd()
-        .args([&c.thread, "nobody"])
+        .args([&c.thread.to_string(), "nobody"])
         .assert()
         .code(1)
         .stderr(predicate::str::contains("has no role"));

@@ -31,7 +31,7 @@ fn config(base_url: &str) -> String {
 struct Case {
     fx: Fixture,
     mock: MockLlm,
-    thread: String,
+    thread: uwf_agent_kit::ThreadId,
     start: Hash,
 }
 
@@ -64,7 +64,7 @@ impl Case {
             .env("UNCAGED_WORKFLOW_STORAGE_ROOT", self.fx.root())
             .env(KEY_VAR, KEY)
             .env("UWF_LLM_MAX_ATTEMPTS", "1")
-            .arg(&self.thread)
+            .arg(self.thread.to_string())
             .arg(role);
         cmd
     }
@@ -84,7 +84,7 @@ impl Case {
         let node = self.fx.cas().get(hash)?.payload;
         assert_eq!(node["role"], role);
         assert_eq!(node["agent"], "uwf-llm");
-        self.fx.set_head(&self.thread, hash)?;
+        self.fx.set_head(self.thread, hash)?;
         Ok(node)
     }
 
@@ -101,7 +101,7 @@ impl Case {
     fn assert_unchanged(&self) -> TestResult {
         let cas = self.fx.cas();
         assert_eq!(cas.list_by_type(cas.types().step_node)?, Vec::<Hash>::new());
-        assert_eq!(self.fx.head(&self.thread)?, Some(self.start));
+        assert_eq!(self.fx.head(self.thread)?, Some(self.start));
         Ok(())
     }
 }

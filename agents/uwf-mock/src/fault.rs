@@ -42,37 +42,27 @@ pub fn apply(
     answer: Option<&Answer>,
 ) -> Result<Reply, miette::Report> {
     let cas = ctx.store();
-    let correct = || StepNodePayload {
-        start: ctx.start_hash().to_string(),
-        prev: ctx.prev().map(|h| h.to_string()),
-        record: StepRecord {
-            role: ctx.role().to_owned(),
-            output: String::new(),
-            detail: String::new(),
-            agent: agent.to_owned(),
-        },
-        child_thread: None,
-    };
-    let mut step = correct();
+    let mut prev = ctx.prev();
+    let mut start = ctx.start_hash();
+    let mut role = ctx.role().to_owned();
     match fault {
         Fault::NoOutput => return Ok(Reply::Nothing),
         Fault::Garbage => return Ok(Reply::Raw(GARBAGE.to_owned())),
         Fault::UnknownHash => return Ok(Reply::Raw(unknown_hash(ctx)?.to_string())),
         Fault::NotAStep => return Ok(Reply::Raw(ctx.start_hash().to_string())),
         Fault::WrongPrev => {
-            step.prev = Some(ctx.start_hash().to_string());
+            prev = Some(ctx.start_hash());
         }
         Fault::WrongStart => {
             let other = StartNodePayload {
-                workflow: ctx.workflow_hash().to_string(),
+                workflow: ctx.workflow_hash(),
                 prompt: format!("{} (uwf-mock: wrong start)", ctx.start().prompt),
                 parent_state: None,
             };
-            let other = cas.put_value(cas.types().start_node, &other)?.hash;
-            step.start = other.to_string();
+            start = cas.put_value(cas.types().start_node, &other)?.hash;
         }
         Fault::WrongRole => {
-            step.record.role = ctx
+            role = ctx
                 .workflow()
                 .roles
                 .keys()
@@ -99,8 +89,17 @@ pub fn apply(
             uwf_agent_kit::put_detail(ctx, &run)?,
         )
     };
-    step.record.output = output.to_string();
-    step.record.detail = detail.to_string();
+    let step = StepNodePayload {
+        start,
+        prev,
+        record: StepRecord {
+            role,
+            output,
+            detail,
+            agent: agent.to_owned(),
+        },
+        child_thread: None,
+    };
     Ok(Reply::Step(
         cas.put_value(cas.types().step_node, &step)?.hash,
     ))

@@ -10,7 +10,7 @@ use predicates::prelude::*;
 use serde_json::{Value, json};
 use uwf_agent_kit::testing::Fixture;
 use uwf_cas::Hash;
-use uwf_protocol::{StartNodePayload, StepNodePayload};
+use uwf_protocol::{StartNodePayload, StepNodePayload, ThreadId};
 
 const SCENARIO: &str = r#"
 roles:
@@ -25,7 +25,7 @@ roles:
 
 struct Env {
     fx: Fixture,
-    thread: String,
+    thread: ThreadId,
     start: Hash,
     scenario: PathBuf,
 }
@@ -56,7 +56,7 @@ impl Env {
 
     fn run(&self, role: &str) -> Command {
         let scenario = self.scenario.to_str().unwrap();
-        self.cmd(&[scenario, &self.thread, role])
+        self.cmd(&[scenario, &self.thread.to_string(), role])
     }
 
     /// Runs `role`, expects a hash on stdout, returns it.
@@ -79,7 +79,7 @@ impl Env {
     /// Runs `role` and moves the head, as `uwf thread step` does.
     fn advance(&self, role: &str) -> Hash {
         let h = self.step(role);
-        self.fx.set_head(&self.thread, h).unwrap();
+        self.fx.set_head(self.thread, h).unwrap();
         h
     }
 
@@ -89,8 +89,8 @@ impl Env {
         serde_json::from_value(node.payload).unwrap()
     }
 
-    fn payload(&self, h: &str) -> Value {
-        self.fx.cas().get(h.parse().unwrap()).unwrap().payload
+    fn payload(&self, h: &Hash) -> Value {
+        self.fx.cas().get(*h).unwrap().payload
     }
 
     fn output_of(&self, h: Hash) -> Value {
@@ -112,7 +112,7 @@ fn normal_run_prints_a_step_hash() {
     let env = Env::new(SCENARIO);
     let h = env.step("planner");
     let step = env.step_node(h);
-    assert_eq!(step.start, env.start.to_string());
+    assert_eq!(step.start, env.start);
     assert_eq!(step.prev, None);
     assert_eq!(step.record.role, "planner");
     assert_eq!(step.record.agent, "uwf-mock");
@@ -125,7 +125,7 @@ fn normal_run_prints_a_step_hash() {
         json!({ "text": "raw planner answer" })
     );
     // The mock never moves the head.
-    assert_eq!(env.fx.head(&env.thread).unwrap(), Some(env.start));
+    assert_eq!(env.fx.head(env.thread).unwrap(), Some(env.start));
 }
 
 #[test]
@@ -138,7 +138,7 @@ fn nth_run_of_a_role_gets_the_nth_entry_and_the_last_repeats() {
         json!({ "approved": false, "comments": "fix X" }),
         "the frontmatter answer is extracted"
     );
-    assert_eq!(env.step_node(r1).prev, Some(p1.to_string()));
+    assert_eq!(env.step_node(r1).prev, Some(p1));
     assert_eq!(
         env.payload(&env.step_node(r1).record.detail)["text"],
         "---\napproved: false\ncomments: fix X\n---\nbody"
@@ -153,7 +153,7 @@ fn nth_run_of_a_role_gets_the_nth_entry_and_the_last_repeats() {
         "second plan",
         "the last entry repeats"
     );
-    assert_eq!(env.step_node(p3).prev, Some(r2.to_string()));
+    assert_eq!(env.step_node(p3).prev, Some(r2));
 }
 
 #[test]
@@ -228,12 +228,8 @@ fn fault_wrong_prev() {
     let env = fault_env("wrong-prev");
     let h = env.step("planner");
     let step = env.step_node(h);
-    assert_eq!(
-        step.prev,
-        Some(env.start.to_string()),
-        "prev is the StartNode"
-    );
-    assert_eq!(step.start, env.start.to_string());
+    assert_eq!(step.prev, Some(env.start), "prev is the StartNode");
+    assert_eq!(step.start, env.start);
     assert_eq!(step.record.role, "planner");
     assert_eq!(env.output_of(h), json!({ "plan": "p", "steps": [] }));
 }
@@ -243,9 +239,9 @@ fn fault_wrong_start() {
     let env = fault_env("wrong-start");
     let h = env.step("planner");
     let step = env.step_node(h);
-    assert_ne!(step.start, env.start.to_string());
+    assert_ne!(step.start, env.start);
     let other: StartNodePayload = serde_json::from_value(env.payload(&step.start)).unwrap();
-    assert_eq!(other.workflow, env.fx.workflow_hash().to_string());
+    assert_eq!(other.workflow, env.fx.workflow_hash());
     assert_ne!(other.prompt, "Fix the login bug");
     assert_eq!(step.prev, None);
     assert_eq!(step.record.role, "planner");
@@ -257,7 +253,7 @@ fn fault_wrong_role() {
     let h = env.step("planner");
     let step = env.step_node(h);
     assert_eq!(step.record.role, "reviewer");
-    assert_eq!(step.start, env.start.to_string());
+    assert_eq!(step.start, env.start);
     assert_eq!(step.prev, None);
 }
 
@@ -268,14 +264,14 @@ fn fault_invalid_output() {
     let step = env.step_node(h);
     assert_eq!(step.record.role, "planner");
     let cas = env.fx.cas();
-    let output = cas.get(step.record.output.parse().unwrap()).unwrap();
+    let output = cas.get(step.record.output).unwrap();
     assert_eq!(cas.schema(output.type_hash).unwrap()["title"], "mock-any");
-    let planner_schema: Hash = env.payload(&env.fx.workflow_hash().to_string())["roles"]["planner"]
-        ["outputSchema"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let planner_schema: Hash =
+        env.payload(&env.fx.workflow_hash())["roles"]["planner"]["outputSchema"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
     assert!(cas.validate(planner_schema, &output.payload).is_err());
     assert_eq!(env.payload(&step.record.detail), json!({ "text": "oops" }));
 }
@@ -288,8 +284,8 @@ fn fault_after_a_step_keeps_the_real_prev_where_it_should() {
     let p = env.advance("planner");
     let r = env.step("reviewer");
     let step = env.step_node(r);
-    assert_eq!(step.prev, Some(p.to_string()));
-    assert_ne!(step.start, env.start.to_string());
+    assert_eq!(step.prev, Some(p));
+    assert_ne!(step.start, env.start);
 }
 
 #[test]
@@ -316,7 +312,8 @@ fn bad_frontmatter_fails_with_the_reason() {
 #[test]
 fn scenario_errors_name_the_file() {
     let env = Env::new(SCENARIO);
-    let thread = env.thread.as_str();
+    let thread = env.thread.to_string();
+    let thread = thread.as_str();
 
     let missing = env.fx.root().join("nope.yaml");
     env.cmd(&[missing.to_str().unwrap(), thread, "planner"])
@@ -355,7 +352,7 @@ fn protocol_errors() {
         .stdout("")
         .stderr(predicate::str::contains("no entries for role"));
 
-    env.fx.remove_thread(&env.thread).unwrap();
+    env.fx.remove_thread(env.thread).unwrap();
     env.run("planner")
         .assert()
         .code(1)

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use uwf_cas::Hash;
 use uwf_engine::{CancelToken, Engine, EngineError, Progress, Ran, StepOptions};
-use uwf_protocol::{StartOutput, StepOutput};
+use uwf_protocol::{StartOutput, StepOutput, ThreadId};
 
 use crate::CALL_DEPTH_ENV;
 use crate::error::{DEPTH_MARKER, WorkflowAgentError};
@@ -62,7 +62,7 @@ impl Child {
     pub fn start(
         &self,
         workflow: &str,
-        parent: &str,
+        parent: Hash,
         prompt: &str,
     ) -> Result<StartOutput, WorkflowAgentError> {
         let failed = |cause: String| WorkflowAgentError::ChildStart {
@@ -71,13 +71,10 @@ impl Child {
             tail: String::new(),
         };
         let hash = self.resolve(workflow).map_err(failed)?;
-        let parent: Hash = parent
-            .parse()
-            .map_err(|e: uwf_cas::ParseHashError| failed(e.to_string()))?;
         let started = uwf_engine::start(&self.engine, hash, prompt, Some(parent))
             .map_err(|e| failed(e.to_string()))?;
         Ok(StartOutput {
-            workflow: hash.to_string(),
+            workflow: hash,
             thread: started.thread,
         })
     }
@@ -86,9 +83,7 @@ impl Child {
     fn resolve(&self, arg: &str) -> Result<Hash, String> {
         let state = self.engine.state();
         if let Some(h) = state.registry().map_err(|e| e.to_string())?.get(arg) {
-            return h
-                .parse()
-                .map_err(|e: uwf_cas::ParseHashError| e.to_string());
+            return Ok(*h);
         }
         let path = Path::new(arg);
         if path.is_file() {
@@ -99,7 +94,7 @@ impl Child {
             let registered = uwf_moderator::definition::register(self.engine.cas(), &def)
                 .map_err(|e| e.to_string())?;
             state
-                .register_workflow(&registered.payload.name, &registered.hash.to_string())
+                .register_workflow(&registered.payload.name, registered.hash)
                 .map_err(|e| e.to_string())?;
             return Ok(registered.hash);
         }
@@ -121,7 +116,7 @@ impl Child {
     /// StepNode).
     pub fn run(
         &self,
-        thread: &str,
+        thread: ThreadId,
         workflow: &str,
         max_steps: usize,
     ) -> Result<StepOutput, WorkflowAgentError> {
@@ -132,7 +127,7 @@ impl Child {
             ..StepOptions::default()
         };
         let failed = |cause: String| WorkflowAgentError::ChildFailed {
-            thread: thread.to_owned(),
+            thread,
             workflow: workflow.to_owned(),
             cause,
             tail: String::new(),
@@ -140,7 +135,7 @@ impl Child {
         match uwf_engine::run(&self.engine, thread, &opts, &sink, max_steps) {
             Ok(Ran::Done(out)) => Ok(out),
             Ok(Ran::Waiting(_)) => Err(WorkflowAgentError::ChildWaiting {
-                thread: thread.to_owned(),
+                thread,
                 workflow: workflow.to_owned(),
             }),
             Ok(Ran::MaxSteps { steps, .. }) => Err(failed(format!(

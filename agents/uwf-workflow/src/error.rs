@@ -40,7 +40,7 @@ pub enum WorkflowAgentError {
         /// The parent role.
         role: String,
         /// The parent thread.
-        thread: String,
+        thread: uwf_protocol::ThreadId,
         /// The child workflow asked for.
         workflow: String,
         /// The depth the child would have.
@@ -78,7 +78,7 @@ pub enum WorkflowAgentError {
     )]
     ChildFailed {
         /// The child thread id.
-        thread: String,
+        thread: uwf_protocol::ThreadId,
         /// The child workflow.
         workflow: String,
         /// The innermost cause found in its report.
@@ -99,22 +99,9 @@ pub enum WorkflowAgentError {
     )]
     ChildWaiting {
         /// The child thread id.
-        thread: String,
+        thread: uwf_protocol::ThreadId,
         /// The child workflow.
         workflow: String,
-    },
-
-    /// The child run ended with something that cannot be the child's
-    /// terminal StepNode.
-    #[error("`{command}` of the child ended at {printed:?}, which is not a node hash: {reason}")]
-    #[diagnostic(code(uwf::workflow_agent::child_answer))]
-    ChildAnswer {
-        /// The subcommand.
-        command: &'static str,
-        /// What it printed (shortened).
-        printed: String,
-        /// Why it does not parse.
-        reason: String,
     },
 
     /// The child thread ended without a step: nothing to return.
@@ -127,7 +114,7 @@ pub enum WorkflowAgentError {
     )]
     ChildNoSteps {
         /// The child thread id.
-        thread: String,
+        thread: uwf_protocol::ThreadId,
         /// The child workflow.
         workflow: String,
     },
@@ -144,7 +131,7 @@ pub enum WorkflowAgentError {
     )]
     Mapping {
         /// The child thread id.
-        thread: String,
+        thread: uwf_protocol::ThreadId,
         /// The child's last role.
         child_role: String,
         /// The parent role.

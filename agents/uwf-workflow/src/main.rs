@@ -33,6 +33,7 @@ use clap::Parser;
 use uwf_agent_kit::{AgentContext, AgentRun, Invocation};
 use uwf_cas::Hash;
 use uwf_moderator::thread;
+use uwf_protocol::ThreadId;
 use uwf_state::state::StateDir;
 
 use crate::error::WorkflowAgentError;
@@ -125,21 +126,21 @@ fn main() -> ExitCode {
 fn waiting_child(
     state: &StateDir,
     ctx: &AgentContext,
-) -> Result<Option<(String, Option<String>)>, WorkflowAgentError> {
-    let parent = ctx.thread_id().to_string();
-    let Some(record) = state.waiting_of(&parent)? else {
+) -> Result<Option<(ThreadId, Option<Hash>)>, WorkflowAgentError> {
+    let parent = ctx.thread_id();
+    let Some(record) = state.waiting_of(parent)? else {
         return Ok(None);
     };
     let Some(child) = record.child else {
         return Ok(None);
     };
-    if record.head != ctx.head().to_string() || record.role != ctx.role() {
+    if record.head != ctx.head() || record.role != ctx.role() {
         return Ok(None);
     }
-    if state.thread_head(&child)?.is_some() {
+    if state.thread_head(child)?.is_some() {
         return Ok(Some((child, None)));
     }
-    Ok(match state.find_archived(&child)? {
+    Ok(match state.find_archived(child)? {
         Some(e) if e.reason.as_deref() == Some("done") => Some((child, Some(e.head))),
         // Killed (or unknown): start afresh.
         _ => None,
@@ -192,14 +193,14 @@ fn run(args: &Args) -> Result<Hash, WorkflowAgentError> {
     // Fails only if a handler is already installed: then keep that one.
     let _ = ctrlc::set_handler(move || token.cancel());
     let uwf = child::Child::open(&root.path, depth, cancel)?;
-    let parent = ctx.head().to_string();
+    let parent = ctx.head();
     let (child, ended) = match waiting_child(&state, &ctx)? {
         Some((child, ended)) => {
             tracing::info!(%child, parent = %parent, "continuing the child thread that waited");
             (child, ended)
         }
         None => {
-            let started = uwf.start(&args.child_workflow, &parent, &task)?;
+            let started = uwf.start(&args.child_workflow, parent, &task)?;
             tracing::info!(
                 child = %started.thread,
                 workflow = %args.child_workflow,
@@ -210,20 +211,12 @@ fn run(args: &Args) -> Result<Hash, WorkflowAgentError> {
             (started.thread, None)
         }
     };
-    let head = match ended {
+    let terminal: Hash = match ended {
         Some(head) => head,
-        None => uwf.run(&child, &args.child_workflow, args.max_steps)?.head,
+        None => uwf.run(child, &args.child_workflow, args.max_steps)?.head,
     };
-    let terminal: Hash =
-        head.parse().map_err(
-            |e: uwf_cas::ParseHashError| WorkflowAgentError::ChildAnswer {
-                command: "thread run",
-                printed: head.clone(),
-                reason: e.to_string(),
-            },
-        )?;
     let child_view = thread::load(ctx.store(), terminal)?;
-    let (output, how) = mapping::map_output(&ctx, &child_view, &child)?;
+    let (output, how) = mapping::map_output(&ctx, &child_view, child)?;
     tracing::info!(
         child = %child,
         %terminal,
@@ -261,7 +254,7 @@ fn check_depth(
     names.push(format!("{child_workflow} (as {})", ctx.role()));
     Err(WorkflowAgentError::DepthExceeded {
         role: ctx.role().to_owned(),
-        thread: ctx.thread_id().to_string(),
+        thread: ctx.thread_id(),
         workflow: child_workflow.to_owned(),
         depth,
         limit,

@@ -16,6 +16,7 @@ use serde_json::Value;
 use uwf_agent_kit::{AgentContext, extract};
 use uwf_cas::Hash;
 use uwf_moderator::thread::ThreadView;
+use uwf_protocol::ThreadId;
 use uwf_util::frontmatter;
 
 use crate::error::WorkflowAgentError;
@@ -44,23 +45,23 @@ impl How {
 pub fn map_output(
     ctx: &AgentContext,
     child: &ThreadView,
-    child_thread: &str,
+    child_thread: ThreadId,
 ) -> Result<(Value, How), WorkflowAgentError> {
     let Some(last) = child.steps.last() else {
         return Err(WorkflowAgentError::ChildNoSteps {
-            thread: child_thread.to_owned(),
+            thread: child_thread,
             workflow: child.workflow.name.clone(),
         });
     };
     if extract::validate_in_store(ctx, &last.output)?.is_empty() {
         return Ok((last.output.clone(), How::AsIs));
     }
-    let answer = last_answer(ctx, &last.payload.record.detail);
+    let answer = last_answer(ctx, &last.payload.record.detail.to_string());
     let text = render(&last.output, &answer, child, child_thread);
     match extract::extract(ctx, &text) {
         Ok(e) => Ok((e.output, How::Extracted(e.layer))),
         Err(e) => Err(WorkflowAgentError::Mapping {
-            thread: child_thread.to_owned(),
+            thread: child_thread,
             child_role: last.payload.record.role.clone(),
             role: ctx.role().to_owned(),
             source: Box::new(e),
@@ -87,7 +88,7 @@ pub fn last_answer(ctx: &AgentContext, detail: &str) -> String {
 /// The text the extraction reads: the final output as frontmatter (when it
 /// is an object), then a line naming the child thread and its last role,
 /// then the last answer.
-pub fn render(output: &Value, answer: &str, child: &ThreadView, child_thread: &str) -> String {
+pub fn render(output: &Value, answer: &str, child: &ThreadView, child_thread: ThreadId) -> String {
     let role = child
         .steps
         .last()

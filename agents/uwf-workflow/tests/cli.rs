@@ -12,11 +12,11 @@ use assert_cmd::Command;
 use serde_json::json;
 use uwf_agent_kit::testing::Fixture;
 use uwf_cas::Hash;
-use uwf_protocol::StepNodePayload;
+use uwf_protocol::{StepNodePayload, ThreadId};
 
 struct Env {
     fx: Fixture,
-    thread: String,
+    thread: ThreadId,
     start: Hash,
 }
 
@@ -56,7 +56,7 @@ impl Env {
         // Registered by name, as `uwf workflow put` does.
         fx.engine()
             .state()
-            .register_workflow("plan-review", &fx.workflow_hash().to_string())
+            .register_workflow("plan-review", fx.workflow_hash())
             .unwrap();
         let file = fx.root().join("scenario.yaml");
         std::fs::write(&file, scenario).unwrap();
@@ -87,7 +87,7 @@ impl Env {
     /// Runs `uwf-workflow plan-review <thread> <role>` with `envs`.
     fn run(&self, role: &str, envs: &[(&str, &str)]) -> std::process::Output {
         let mut c = self.cmd();
-        c.args(["plan-review", &self.thread, role]);
+        c.args(["plan-review", &self.thread.to_string(), role]);
         for (k, v) in envs {
             c.env(k, v);
         }
@@ -96,9 +96,9 @@ impl Env {
 
     /// The child threads of this root: every thread whose StartNode's
     /// parentState is the parent's StartNode, active or archived.
-    fn children(&self) -> Vec<String> {
+    fn children(&self) -> Vec<ThreadId> {
         let state = self.fx.engine().state();
-        let mut ids: Vec<(String, String)> = state.threads().unwrap().into_iter().collect();
+        let mut ids: Vec<(ThreadId, Hash)> = state.threads().unwrap().into_iter().collect();
         ids.extend(
             state
                 .history()
@@ -108,9 +108,8 @@ impl Env {
         );
         ids.into_iter()
             .filter(|(_, head)| {
-                let view =
-                    uwf_moderator::thread::load(self.fx.cas(), head.parse().unwrap()).unwrap();
-                view.start.parent_state.as_deref() == Some(self.start.to_string().as_str())
+                let view = uwf_moderator::thread::load(self.fx.cas(), *head).unwrap();
+                view.start.parent_state == Some(self.start)
             })
             .map(|(id, _)| id)
             .collect()
@@ -173,13 +172,10 @@ fn child_output_that_fits_is_used_as_is_and_linked() {
     let (_, step) = step_of(&env.fx, &out.stdout);
     let children = env.children();
     assert_eq!(children.len(), 1, "{children:?}");
-    let terminal: Hash = step.child_thread.clone().unwrap().parse().unwrap();
+    let terminal: Hash = step.child_thread.unwrap();
     let child = uwf_moderator::thread::load(env.fx.cas(), terminal).unwrap();
     assert_eq!(child.steps.len(), 2);
-    assert_eq!(
-        child.start.parent_state.as_deref(),
-        Some(env.start.to_string().as_str())
-    );
+    assert_eq!(child.start.parent_state, Some(env.start));
     assert!(
         child.start.prompt.contains("Fix the login bug"),
         "{}",
@@ -193,25 +189,21 @@ fn child_output_that_fits_is_used_as_is_and_linked() {
         "{}",
         child.start.prompt
     );
-    assert_eq!(step.record.detail, terminal.to_string());
+    assert_eq!(step.record.detail, terminal);
     assert_eq!(step.record.agent, "wf-alias");
-    assert_eq!(step.start, env.start.to_string());
-    let output = env
-        .fx
-        .cas()
-        .get(step.record.output.parse().unwrap())
-        .unwrap();
+    assert_eq!(step.start, env.start);
+    let output = env.fx.cas().get(step.record.output).unwrap();
     assert_eq!(
         output.payload,
         json!({ "approved": true, "comments": "fine" })
     );
     // The child was run to its end by the engine and archived.
-    assert_eq!(env.fx.head(&children[0]).unwrap(), None);
+    assert_eq!(env.fx.head(children[0]).unwrap(), None);
     // The child's progress was passed on, nested.
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("│ step 1: planner"), "{err}");
     // The parent thread's head did not move: that is uwf's job.
-    assert_eq!(env.fx.head(&env.thread).unwrap(), Some(env.start));
+    assert_eq!(env.fx.head(env.thread).unwrap(), Some(env.start));
 }
 
 #[test]
@@ -249,7 +241,7 @@ fn a_failed_child_is_reported_with_its_id_and_cause() {
     // The child's progress was passed on, marked as nested.
     assert!(err.contains("│ step 1: planner (mock) started"), "{err}");
     // The child stays active, to be read or continued.
-    assert!(env.fx.head(&child).unwrap().is_some());
+    assert!(env.fx.head(child).unwrap().is_some());
 }
 
 #[test]
@@ -271,7 +263,13 @@ fn the_depth_limit_stops_before_any_child_is_started() {
     assert!(fails(&out).contains("at depth 2, over the limit of 1"));
     let mut c = env.cmd();
     let out = c
-        .args(["--max-depth", "0", "plan-review", &env.thread, "planner"])
+        .args([
+            "--max-depth",
+            "0",
+            "plan-review",
+            &env.thread.to_string(),
+            "planner",
+        ])
         .output()
         .unwrap();
     assert!(fails(&out).contains("at depth 1, over the limit of 0"));
@@ -289,7 +287,13 @@ fn the_depth_limit_stops_before_any_child_is_started() {
     .thread;
     let mut c = env.cmd();
     let out = c
-        .args(["--max-depth", "1", "plan-review", &child, "reviewer"])
+        .args([
+            "--max-depth",
+            "1",
+            "plan-review",
+            &child.to_string(),
+            "reviewer",
+        ])
         .output()
         .unwrap();
     assert!(fails(&out).contains("at depth 2, over the limit of 1"));

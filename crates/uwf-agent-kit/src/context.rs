@@ -6,11 +6,11 @@ use std::sync::OnceLock;
 use serde_json::Value;
 use uwf_cas::{Cas, Hash};
 use uwf_moderator::thread::ThreadView;
+use uwf_protocol::ThreadId;
 use uwf_protocol::{
     RoleDefinition, StartNodePayload, StepContext, WorkflowConfig, WorkflowPayload,
 };
 use uwf_state::state::StateDir;
-use uwf_util::ids::ThreadId;
 
 use crate::KitError;
 use crate::llm::LlmClient;
@@ -68,13 +68,9 @@ impl AgentContext {
         let thread_id: ThreadId = thread.parse()?;
         let store = Cas::open(root)?;
         let state = StateDir::new(root);
-        let head =
-            state
-                .thread_head(&thread_id.to_string())?
-                .ok_or_else(|| KitError::NotActive {
-                    thread: thread_id.to_string(),
-                })?;
-        let head: Hash = head.parse().map_err(uwf_cas::CasError::from)?;
+        let head = state
+            .thread_head(thread_id)?
+            .ok_or(KitError::NotActive { thread: thread_id })?;
         let view = uwf_moderator::thread::load(&store, head)?;
 
         let Some(role_definition) = view.workflow.roles.get(role).cloned() else {
@@ -90,10 +86,7 @@ impl AgentContext {
                     .join(", "),
             });
         };
-        let output_schema_hash: Hash = role_definition
-            .output_schema
-            .parse()
-            .map_err(uwf_cas::CasError::from)?;
+        let output_schema_hash: Hash = role_definition.output_schema;
         let output_schema = store.schema(output_schema_hash)?;
         // uwf hands over its decision at this head; otherwise (an agent run
         // by hand, an older uwf) the moderator decides here.

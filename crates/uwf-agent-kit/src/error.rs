@@ -29,7 +29,7 @@ pub enum KitError {
     /// The thread id is not a ULID.
     #[error(transparent)]
     #[diagnostic(transparent)]
-    BadThreadId(#[from] uwf_util::ids::ThreadIdError),
+    BadThreadId(#[from] uwf_protocol::ThreadIdError),
 
     /// The storage root could not be determined.
     #[error(transparent)]
@@ -61,7 +61,7 @@ pub enum KitError {
     )]
     NotActive {
         /// The thread id.
-        thread: String,
+        thread: uwf_protocol::ThreadId,
     },
 
     /// The workflow has no such role.

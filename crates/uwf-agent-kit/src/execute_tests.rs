@@ -4,12 +4,12 @@
 
 use serde_json::{Value, json};
 use uwf_cas::Hash;
-use uwf_protocol::StepNodePayload;
+use uwf_protocol::{StepNodePayload, ThreadId};
 
 use crate::testing::{Fixture, REVIEW_PROMPT};
 use crate::{AgentContext, AgentRun, BoxError, KitError, execute};
 
-fn fixture() -> (Fixture, String, Hash) {
+fn fixture() -> (Fixture, ThreadId, Hash) {
     let fx = Fixture::new().unwrap();
     let (thread, start) = fx.start_thread("Fix the login bug").unwrap();
     (fx, thread, start)
@@ -25,23 +25,23 @@ fn step_of(fx: &Fixture, hash: Hash) -> StepNodePayload {
     serde_json::from_value(node.payload).unwrap()
 }
 
-fn payload(fx: &Fixture, hash: &str) -> Value {
-    fx.cas().get(hash.parse().unwrap()).unwrap().payload
+fn payload(fx: &Fixture, hash: &Hash) -> Value {
+    fx.cas().get(*hash).unwrap().payload
 }
 
 fn run_role(
     fx: &Fixture,
-    thread: &str,
+    thread: ThreadId,
     role: &str,
     f: impl FnOnce(&AgentContext) -> Result<AgentRun, BoxError>,
 ) -> Result<Hash, KitError> {
-    execute("test-agent", fx.root(), thread, role, f)
+    execute("test-agent", fx.root(), &thread.to_string(), role, f)
 }
 
 #[test]
 fn structured_output_becomes_a_first_step() {
     let (fx, thread, start) = fixture();
-    let hash = run_role(&fx, &thread, "planner", |ctx| {
+    let hash = run_role(&fx, thread, "planner", |ctx| {
         assert_eq!(ctx.role(), "planner");
         assert_eq!(ctx.start().prompt, "Fix the login bug");
         assert_eq!(ctx.start_hash(), ctx.head());
@@ -59,12 +59,12 @@ fn structured_output_becomes_a_first_step() {
     .unwrap();
 
     let step = step_of(&fx, hash);
-    assert_eq!(step.start, start.to_string());
+    assert_eq!(step.start, start);
     assert_eq!(step.prev, None);
     assert_eq!(step.record.role, "planner");
     assert_eq!(step.record.agent, "test-agent");
     assert_eq!(payload(&fx, &step.record.output), plan());
-    let output = fx.cas().get(step.record.output.parse().unwrap()).unwrap();
+    let output = fx.cas().get(step.record.output).unwrap();
     assert_eq!(
         fx.cas().schema(output.type_hash).unwrap()["title"],
         "plan",
@@ -75,16 +75,16 @@ fn structured_output_becomes_a_first_step() {
         json!({ "text": "raw planner text" })
     );
     // The head is uwf's business.
-    assert_eq!(fx.head(&thread).unwrap(), Some(start));
+    assert_eq!(fx.head(thread).unwrap(), Some(start));
 }
 
 #[test]
 fn second_step_chains_prev_and_gets_the_edge_prompt() {
     let (fx, thread, start) = fixture();
-    let first = run_role(&fx, &thread, "planner", |_| Ok(AgentRun::output(plan()))).unwrap();
-    fx.set_head(&thread, first).unwrap();
+    let first = run_role(&fx, thread, "planner", |_| Ok(AgentRun::output(plan()))).unwrap();
+    fx.set_head(thread, first).unwrap();
 
-    let second = run_role(&fx, &thread, "reviewer", |ctx| {
+    let second = run_role(&fx, thread, "reviewer", |ctx| {
         assert_eq!(ctx.head(), first);
         assert_eq!(ctx.step_hashes(), &[first]);
         assert_eq!(ctx.steps().len(), 1);
@@ -118,12 +118,12 @@ fn second_step_chains_prev_and_gets_the_edge_prompt() {
     })
     .unwrap();
     let step = step_of(&fx, second);
-    assert_eq!(step.prev, Some(first.to_string()));
-    assert_eq!(step.start, start.to_string());
+    assert_eq!(step.prev, Some(first));
+    assert_eq!(step.start, start);
     assert_eq!(step.record.role, "reviewer");
-    fx.set_head(&thread, second).unwrap();
+    fx.set_head(thread, second).unwrap();
 
-    let third = run_role(&fx, &thread, "planner", |ctx| {
+    let third = run_role(&fx, thread, "planner", |ctx| {
         assert_eq!(
             ctx.edge_prompt(),
             Some("Address the review: more"),
@@ -133,16 +133,16 @@ fn second_step_chains_prev_and_gets_the_edge_prompt() {
         Ok(AgentRun::output(plan()))
     })
     .unwrap();
-    assert_eq!(step_of(&fx, third).prev, Some(second.to_string()));
+    assert_eq!(step_of(&fx, third).prev, Some(second));
 }
 
 #[test]
 fn no_edge_prompt_when_the_moderator_picks_another_role() {
     let (fx, thread, _) = fixture();
-    let first = run_role(&fx, &thread, "planner", |_| Ok(AgentRun::output(plan()))).unwrap();
-    fx.set_head(&thread, first).unwrap();
+    let first = run_role(&fx, thread, "planner", |_| Ok(AgentRun::output(plan()))).unwrap();
+    fx.set_head(thread, first).unwrap();
     // The moderator would run the reviewer; run the planner again anyway.
-    run_role(&fx, &thread, "planner", |ctx| {
+    run_role(&fx, thread, "planner", |ctx| {
         assert_eq!(ctx.edge_prompt(), None);
         Ok(AgentRun::output(plan()))
     })
@@ -153,7 +153,7 @@ fn no_edge_prompt_when_the_moderator_picks_another_role() {
 fn frontmatter_answer_is_extracted() {
     let (fx, thread, _) = fixture();
     let answer = "---\nplan: refactor auth\nsteps:\n  - read\n  - write\nconfidence: 0.9\n---\n\n## Plan\nDetails.";
-    let hash = run_role(&fx, &thread, "planner", |_| Ok(AgentRun::text(answer))).unwrap();
+    let hash = run_role(&fx, thread, "planner", |_| Ok(AgentRun::text(answer))).unwrap();
     let step = step_of(&fx, hash);
     assert_eq!(
         payload(&fx, &step.record.output),
@@ -166,7 +166,7 @@ fn frontmatter_answer_is_extracted() {
 #[test]
 fn answer_without_frontmatter_and_without_config_is_a_clear_error() {
     let (fx, thread, _) = fixture();
-    let err = run_role(&fx, &thread, "planner", |_| {
+    let err = run_role(&fx, thread, "planner", |_| {
         Ok(AgentRun::text("I made a plan."))
     })
     .unwrap_err();
@@ -201,7 +201,7 @@ fn answer_without_frontmatter_and_without_config_is_a_clear_error() {
 #[test]
 fn frontmatter_failing_the_schema_names_the_paths() {
     let (fx, thread, _) = fixture();
-    let err = run_role(&fx, &thread, "planner", |_| {
+    let err = run_role(&fx, thread, "planner", |_| {
         Ok(AgentRun::text("---\nplan: 3\n---\nbody"))
     })
     .unwrap_err();
@@ -219,7 +219,7 @@ fn frontmatter_failing_the_schema_names_the_paths() {
 #[test]
 fn structured_output_failing_the_schema_names_the_paths() {
     let (fx, thread, _) = fixture();
-    let err = run_role(&fx, &thread, "reviewer", |_| {
+    let err = run_role(&fx, thread, "reviewer", |_| {
         Ok(AgentRun::output(
             json!({ "approved": "yes", "comments": "x" }),
         ))
@@ -238,7 +238,7 @@ fn structured_output_failing_the_schema_names_the_paths() {
 #[test]
 fn unknown_role_lists_the_roles() {
     let (fx, thread, _) = fixture();
-    let err = run_role(&fx, &thread, "tester", |_| -> Result<AgentRun, BoxError> {
+    let err = run_role(&fx, thread, "tester", |_| -> Result<AgentRun, BoxError> {
         panic!("must not run")
     })
     .unwrap_err();
@@ -258,18 +258,18 @@ fn unknown_role_lists_the_roles() {
 #[test]
 fn inactive_and_malformed_threads() {
     let (fx, thread, _) = fixture();
-    fx.remove_thread(&thread).unwrap();
-    let err = run_role(&fx, &thread, "planner", |_| Ok(AgentRun::output(plan()))).unwrap_err();
+    fx.remove_thread(thread).unwrap();
+    let err = run_role(&fx, thread, "planner", |_| Ok(AgentRun::output(plan()))).unwrap_err();
     assert!(
         matches!(&err, KitError::NotActive { thread: t } if *t == thread),
         "{err:?}"
     );
 
-    let other = uwf_util::ids::ThreadId::new().to_string();
-    let err = run_role(&fx, &other, "planner", |_| Ok(AgentRun::output(plan()))).unwrap_err();
+    let other = ThreadId::new();
+    let err = run_role(&fx, other, "planner", |_| Ok(AgentRun::output(plan()))).unwrap_err();
     assert!(matches!(err, KitError::NotActive { .. }), "{err:?}");
 
-    let err = run_role(&fx, "not-a-thread", "planner", |_| {
+    let err = execute("test-agent", fx.root(), "not-a-thread", "planner", |_| {
         Ok(AgentRun::output(plan()))
     })
     .unwrap_err();
@@ -279,7 +279,8 @@ fn inactive_and_malformed_threads() {
 #[test]
 fn lower_case_thread_ids_are_accepted() {
     let (fx, thread, _) = fixture();
-    run_role(&fx, &thread.to_lowercase(), "planner", |_| {
+    let lower = thread.to_string().to_lowercase();
+    execute("test-agent", fx.root(), &lower, "planner", |_| {
         Ok(AgentRun::output(plan()))
     })
     .unwrap();
@@ -290,7 +291,7 @@ fn detail_given_by_the_agent() {
     let (fx, thread, _) = fixture();
     let missing = Hash::from_u64(42);
     assert!(!fx.cas().has(missing).unwrap());
-    let err = run_role(&fx, &thread, "planner", |_| {
+    let err = run_role(&fx, thread, "planner", |_| {
         Ok(AgentRun::output(plan()).with_detail(missing))
     })
     .unwrap_err();
@@ -299,7 +300,7 @@ fn detail_given_by_the_agent() {
         "{err:?}"
     );
 
-    let hash = run_role(&fx, &thread, "planner", |ctx| {
+    let hash = run_role(&fx, thread, "planner", |ctx| {
         let detail = crate::put_answer(ctx.store(), "transcript")?;
         Ok(AgentRun::output(plan()).with_detail(detail))
     })
@@ -313,7 +314,7 @@ fn detail_given_by_the_agent() {
 #[test]
 fn agent_errors_carry_their_chain_and_write_nothing() {
     let (fx, thread, _) = fixture();
-    let err = run_role(&fx, &thread, "planner", |ctx| {
+    let err = run_role(&fx, thread, "planner", |ctx| {
         std::fs::read_to_string(ctx.root().join("no-such-file"))?;
         Ok(AgentRun::output(plan()))
     })
@@ -329,21 +330,21 @@ fn agent_errors_carry_their_chain_and_write_nothing() {
 #[test]
 fn write_step_does_not_validate_beyond_the_cas() {
     let (fx, thread, start) = fixture();
-    let ctx = AgentContext::load(fx.root(), &thread, "planner").unwrap();
+    let ctx = AgentContext::load(fx.root(), &thread.to_string(), "planner").unwrap();
     // The detail and output are not checked: the StepNode schema only
     // requires well-formed references.
     let bogus = Hash::from_u64(7);
     let hash = crate::write_step(fx.cas(), &ctx, bogus, bogus, "liar").unwrap();
     let step = step_of(&fx, hash);
-    assert_eq!(step.start, start.to_string());
-    assert_eq!(step.record.output, bogus.to_string());
+    assert_eq!(step.start, start);
+    assert_eq!(step.record.output, bogus);
     assert_eq!(step.record.agent, "liar");
 }
 
 #[test]
 fn closures_take_anyhow_and_boxed_errors_with_question_mark() {
     let (fx, thread, _) = fixture();
-    let err = run_role(&fx, &thread, "planner", |_| {
+    let err = run_role(&fx, thread, "planner", |_| {
         let n: u32 = "x".parse().map_err(anyhow::Error::from)?;
         Ok(AgentRun::output(
             json!({ "plan": n.to_string(), "steps": [] }),
@@ -351,7 +352,7 @@ fn closures_take_anyhow_and_boxed_errors_with_question_mark() {
     })
     .unwrap_err();
     assert!(err.to_string().contains("invalid digit"), "{err}");
-    let err = run_role(&fx, &thread, "planner", |_| {
+    let err = run_role(&fx, thread, "planner", |_| {
         let r: Result<(), BoxError> = Err("boxed".into());
         r?;
         Ok(AgentRun::output(plan()))
@@ -366,11 +367,11 @@ fn the_prompt_of_a_long_thread_stays_bounded() {
     let big = |i: usize| json!({ "plan": format!("{i} {}", "x".repeat(400)), "steps": [] });
     let mut hashes = Vec::new();
     for i in 0..30 {
-        let h = run_role(&fx, &thread, "planner", |_| Ok(AgentRun::output(big(i)))).unwrap();
-        fx.set_head(&thread, h).unwrap();
+        let h = run_role(&fx, thread, "planner", |_| Ok(AgentRun::output(big(i)))).unwrap();
+        fx.set_head(thread, h).unwrap();
         hashes.push(h);
     }
-    let ctx = AgentContext::load(fx.root(), &thread, "reviewer")
+    let ctx = AgentContext::load(fx.root(), &thread.to_string(), "reviewer")
         .unwrap()
         .with_history_quota(2_000);
     assert_eq!(ctx.history_quota(), 2_000);
@@ -421,20 +422,20 @@ fn child_thread_is_written_and_checked() {
     // A child thread started from the parent's head, run to its end.
     let child_wf = fx.register_workflow(ONE_STEP).unwrap();
     let child = uwf_engine::start(fx.engine(), child_wf, "child task", Some(start)).unwrap();
-    let terminal = run_role(&fx, &child.thread, "work", |_| {
+    let terminal = run_role(&fx, child.thread, "work", |_| {
         Ok(AgentRun::output(json!({ "done": true })))
     })
     .unwrap();
 
-    let hash = run_role(&fx, &thread, "planner", |_| {
+    let hash = run_role(&fx, thread, "planner", |_| {
         Ok(AgentRun::output(plan())
             .with_detail(terminal)
             .with_child_thread(terminal))
     })
     .unwrap();
     let step = step_of(&fx, hash);
-    assert_eq!(step.child_thread, Some(terminal.to_string()));
-    assert_eq!(step.record.detail, terminal.to_string());
+    assert_eq!(step.child_thread, Some(terminal));
+    assert_eq!(step.record.detail, terminal);
     let refs = fx.cas().refs_of(&fx.cas().get(hash).unwrap()).unwrap();
     assert!(
         refs.iter()
@@ -444,14 +445,14 @@ fn child_thread_is_written_and_checked() {
 
     // An ordinary step has no childThread at all.
     let (other, _) = fx.start_thread("another task").unwrap();
-    let plain = run_role(&fx, &other, "planner", |_| Ok(AgentRun::output(plan()))).unwrap();
-    let v = payload(&fx, &plain.to_string());
+    let plain = run_role(&fx, other, "planner", |_| Ok(AgentRun::output(plan()))).unwrap();
+    let v = payload(&fx, &plain);
     assert!(v.get("childThread").is_none(), "{v}");
 
     // The kit runs the engine's own check before writing anything: what
     // uwf would refuse is never written.
     let refused = |child: Hash| {
-        run_role(&fx, &thread, "planner", |_| {
+        run_role(&fx, thread, "planner", |_| {
             Ok(AgentRun::output(plan()).with_child_thread(child))
         })
         .unwrap_err()
@@ -462,7 +463,7 @@ fn child_thread_is_written_and_checked() {
         matches!(&err, KitError::BadChildThread { hash, .. } if *hash == missing),
         "{err:?}"
     );
-    let output_node = step.record.output.parse().unwrap();
+    let output_node = step.record.output;
     let err = refused(output_node);
     assert!(err.to_string().contains("not a usable thread"), "{err}");
     // A step of a thread that was not started from this head.
@@ -471,7 +472,7 @@ fn child_thread_is_written_and_checked() {
     // A child started from this head that has not ended.
     let unfinished =
         uwf_engine::start(fx.engine(), fx.workflow_hash(), "child", Some(start)).unwrap();
-    let first = run_role(&fx, &unfinished.thread, "planner", |_| {
+    let first = run_role(&fx, unfinished.thread, "planner", |_| {
         Ok(AgentRun::output(plan()))
     })
     .unwrap();

@@ -98,6 +98,8 @@ pub use step::{
     ANSWER_TITLE, answer_schema, finish, output_payload, put_answer, put_detail, put_output,
     write_step, write_step_with_child,
 };
+/// The id types of the protocol, so an agent needs no direct dependency for them.
+pub use uwf_protocol::{Hash, ThreadId};
 
 /// The error an agent's closure returns. Any error converts into it with
 /// `?`, and a closure that only returns `Ok(..)` needs no annotation.

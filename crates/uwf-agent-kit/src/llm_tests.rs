@@ -338,10 +338,7 @@ fn step_payload(fx: &Fixture, hash: Hash) -> StepNodePayload {
 
 fn output_of(fx: &Fixture, hash: Hash) -> Value {
     let step = step_payload(fx, hash);
-    fx.cas()
-        .get(step.record.output.parse().unwrap())
-        .unwrap()
-        .payload
+    fx.cas().get(step.record.output).unwrap().payload
 }
 
 #[test]
@@ -352,8 +349,8 @@ fn frontmatter_answers_run_a_whole_workflow_with_zero_llm_calls() {
     let (thread, _) = fx.start_thread("Fix the login bug").unwrap();
     let mut reviews = 0;
     let roles = fx
-        .drive(&thread, 10, |role| {
-            execute("fm-agent", fx.root(), &thread, role, |ctx| {
+        .drive(thread, 10, |role| {
+            execute("fm-agent", fx.root(), &thread.to_string(), role, |ctx| {
                 Ok(AgentRun::text(match ctx.role() {
                     "planner" => plan_answer("refactor auth"),
                     _ => {
@@ -366,7 +363,7 @@ fn frontmatter_answers_run_a_whole_workflow_with_zero_llm_calls() {
         .unwrap();
     assert_eq!(roles, ["planner", "reviewer", "planner", "reviewer"]);
     assert_eq!(mock.requests().len(), 0, "no LLM call at all");
-    assert_eq!(fx.head(&thread).unwrap(), None, "the thread ended");
+    assert_eq!(fx.head(thread).unwrap(), None, "the thread ended");
 }
 
 #[test]
@@ -382,13 +379,13 @@ fn prose_answers_cost_exactly_one_extract_call_per_step() {
     let mut answers = Vec::new();
     let mut steps = Vec::new();
     let roles = fx
-        .drive(&thread, 10, |role| {
+        .drive(thread, 10, |role| {
             let answer = format!(
                 "Prose answer {} of the {role}, no frontmatter.",
                 answers.len()
             );
             answers.push(answer.clone());
-            let h = execute("prose-agent", fx.root(), &thread, role, |_| {
+            let h = execute("prose-agent", fx.root(), &thread.to_string(), role, |_| {
                 Ok(AgentRun::text(answer))
             })?;
             steps.push(h);
@@ -408,10 +405,7 @@ fn prose_answers_cost_exactly_one_extract_call_per_step() {
     // The detail is the raw answer.
     let step = step_payload(&fx, steps[0]);
     assert_eq!(
-        fx.cas()
-            .get(step.record.detail.parse().unwrap())
-            .unwrap()
-            .payload,
+        fx.cas().get(step.record.detail).unwrap().payload,
         json!({ "text": answers[0] })
     );
 }
@@ -430,7 +424,7 @@ fn broken_frontmatter_falls_back_to_the_llm() {
         let (thread, _) = fx.start_thread("t").unwrap();
         mock.reply_json(json!({ "plan": "from the LLM", "steps": [] }));
         let before = mock.count(CHAT);
-        let ctx = AgentContext::load(fx.root(), &thread, "planner").unwrap();
+        let ctx = AgentContext::load(fx.root(), &thread.to_string(), "planner").unwrap();
         let got = extract::extract(&ctx, broken).unwrap();
         assert_eq!((got.layer, got.llm_calls), (Layer::Llm, 1), "{broken}");
         assert_eq!(got.output["plan"], "from the LLM");
@@ -445,20 +439,26 @@ fn extract_reports_which_layer_and_agents_can_record_it() {
     fx.write_config(&mock.config()).unwrap();
     let (thread, _) = fx.start_thread("t").unwrap();
     mock.reply_json(json!({ "plan": "x", "steps": [] }));
-    let hash = execute("self-extracting", fx.root(), &thread, "planner", |ctx| {
-        let answer = "Just prose.".to_owned();
-        let ex = extract::extract(ctx, &answer)?;
-        assert_eq!((ex.layer, ex.llm_calls), (Layer::Llm, 1));
-        let fast = extract::extract(ctx, &plan_answer("y"))?;
-        assert_eq!((fast.layer, fast.llm_calls), (Layer::Frontmatter, 0));
-        let detail = crate::put_answer(
-            ctx.store(),
-            &format!("{answer}\n[layer {}, {} call(s)]", ex.layer, ex.llm_calls),
-        )?;
-        Ok(AgentRun::output(ex.output)
-            .with_answer(answer)
-            .with_detail(detail))
-    })
+    let hash = execute(
+        "self-extracting",
+        fx.root(),
+        &thread.to_string(),
+        "planner",
+        |ctx| {
+            let answer = "Just prose.".to_owned();
+            let ex = extract::extract(ctx, &answer)?;
+            assert_eq!((ex.layer, ex.llm_calls), (Layer::Llm, 1));
+            let fast = extract::extract(ctx, &plan_answer("y"))?;
+            assert_eq!((fast.layer, fast.llm_calls), (Layer::Frontmatter, 0));
+            let detail = crate::put_answer(
+                ctx.store(),
+                &format!("{answer}\n[layer {}, {} call(s)]", ex.layer, ex.llm_calls),
+            )?;
+            Ok(AgentRun::output(ex.output)
+                .with_answer(answer)
+                .with_detail(detail))
+        },
+    )
     .unwrap();
     assert_eq!(mock.count(CHAT), 1, "the kit does not extract again");
     assert_eq!(output_of(&fx, hash), json!({ "plan": "x", "steps": [] }));
@@ -472,7 +472,7 @@ fn a_bad_extract_answer_gets_one_repair_round_then_a_clear_error_and_no_step() {
     let (thread, start) = fx.start_thread("t").unwrap();
     mock.reply_json(json!({ "plan": "p" }))
         .reply_json(json!({ "steps": "x" }));
-    let err = execute("a", fx.root(), &thread, "planner", |_| {
+    let err = execute("a", fx.root(), &thread.to_string(), "planner", |_| {
         Ok(AgentRun::text("prose"))
     })
     .unwrap_err();
@@ -491,7 +491,7 @@ fn a_bad_extract_answer_gets_one_repair_round_then_a_clear_error_and_no_step() {
         fx.cas().list_by_type(fx.cas().types().step_node).unwrap(),
         []
     );
-    assert_eq!(fx.head(&thread).unwrap(), Some(start));
+    assert_eq!(fx.head(thread).unwrap(), Some(start));
 }
 
 fn config_yaml(fx: &Fixture, yaml: &str) {
@@ -500,7 +500,7 @@ fn config_yaml(fx: &Fixture, yaml: &str) {
 
 fn layer2_error(fx: &Fixture) -> KitError {
     let (thread, _) = fx.start_thread("t").unwrap();
-    let err = execute("a", fx.root(), &thread, "planner", |_| {
+    let err = execute("a", fx.root(), &thread.to_string(), "planner", |_| {
         Ok(AgentRun::text("prose"))
     })
     .unwrap_err();
@@ -571,7 +571,7 @@ fn unreachable_endpoint_through_execute() {
         ),
     );
     let (thread, _) = fx.start_thread("t").unwrap();
-    let ctx = AgentContext::load(fx.root(), &thread, "planner").unwrap();
+    let ctx = AgentContext::load(fx.root(), &thread.to_string(), "planner").unwrap();
     let client = ctx
         .llm(Some("extract"))
         .unwrap()
@@ -607,12 +607,12 @@ fn role_model_and_config_access() {
     );
     fx.write_config(&config).unwrap();
     let (thread, _) = fx.start_thread("t").unwrap();
-    let ctx = AgentContext::load(fx.root(), &thread, "reviewer").unwrap();
+    let ctx = AgentContext::load(fx.root(), &thread.to_string(), "reviewer").unwrap();
     assert_eq!(ctx.config(), Some(&config));
     assert_eq!(ctx.model_alias(None).unwrap(), "cheap");
     assert_eq!(ctx.llm(None).unwrap().model(), "cheap-1");
     assert_eq!(ctx.model_alias(Some("extract")).unwrap(), "mock");
-    let planner = AgentContext::load(fx.root(), &thread, "planner").unwrap();
+    let planner = AgentContext::load(fx.root(), &thread.to_string(), "planner").unwrap();
     assert_eq!(planner.llm(None).unwrap().model(), "mock-model");
     // with_config replaces the file.
     let other = planner.with_config(WorkflowConfig::default());
@@ -633,7 +633,7 @@ fn schema_without_properties_takes_everything() {
         )
         .unwrap();
     let (thread, _) = fx.start_thread_in(wf, "t").unwrap();
-    let ctx = AgentContext::load(fx.root(), &thread, "note").unwrap();
+    let ctx = AgentContext::load(fx.root(), &thread.to_string(), "note").unwrap();
     assert!(
         ctx.format_instruction().contains("no fixed fields"),
         "{}",

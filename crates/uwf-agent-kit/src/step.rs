@@ -169,15 +169,15 @@ pub fn write_step_with_child<S: Store>(
     child_thread: Option<Hash>,
 ) -> Result<Hash, KitError> {
     let payload = StepNodePayload {
-        start: ctx.start_hash().to_string(),
-        prev: ctx.prev().map(|h| h.to_string()),
+        start: ctx.start_hash(),
+        prev: ctx.prev(),
         record: StepRecord {
             role: ctx.role().to_owned(),
-            output: output.to_string(),
-            detail: detail.to_string(),
+            output,
+            detail,
             agent: agent.to_owned(),
         },
-        child_thread: child_thread.map(|h| h.to_string()),
+        child_thread,
     };
     Ok(cas.put_value(cas.types().step_node, &payload)?.hash)
 }

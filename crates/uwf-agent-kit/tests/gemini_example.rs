@@ -61,7 +61,7 @@ fn a_frontmatter_response_becomes_a_step_with_a_transcript() {
     });
     let gemini = fake_gemini(dir.path(), &response.to_string(), 0);
     let (thread, _) = fx.start_thread("Fix the login bug").unwrap();
-    let out = run(&fx, &gemini, &thread);
+    let out = run(&fx, &gemini, &thread.to_string());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -108,13 +108,13 @@ fn an_error_leaves_the_thread_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let gemini = fake_gemini(dir.path(), r#"{"error": {"message": "quota exceeded"}}"#, 1);
     let (thread, start) = fx.start_thread("Fix the login bug").unwrap();
-    let out = run(&fx, &gemini, &thread);
+    let out = run(&fx, &gemini, &thread.to_string());
     assert!(!out.status.success());
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("gemini failed (exit status 1)"), "{stderr}");
     assert!(stderr.contains("quota exceeded"), "{stderr}");
-    assert_eq!(fx.head(&thread).unwrap(), Some(start));
+    assert_eq!(fx.head(thread).unwrap(), Some(start));
     assert!(
         fx.cas()
             .list_by_type(fx.cas().types().step_node)
@@ -122,7 +122,7 @@ fn an_error_leaves_the_thread_unchanged() {
             .is_empty()
     );
 
-    let out = run(&fx, &dir.path().join("missing-gemini"), &thread);
+    let out = run(&fx, &dir.path().join("missing-gemini"), &thread.to_string());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("gemini is not installed"), "{stderr}");
     assert!(stderr.contains("missing-gemini"), "{stderr}");

@@ -53,7 +53,7 @@ graph:
 fn detail_text(fx: &Fixture, step: uwf_cas::Hash) -> String {
     let step: StepNodePayload =
         serde_json::from_value(fx.cas().get(step).unwrap().payload).unwrap();
-    let detail = fx.cas().get(step.record.detail.parse().unwrap()).unwrap();
+    let detail = fx.cas().get(step.record.detail).unwrap();
     detail.payload["text"].as_str().unwrap().to_owned()
 }
 
@@ -66,8 +66,8 @@ fn the_echo_agent_runs_a_workflow_on_the_fast_path() {
     let (thread, _) = fx.start_thread_in(wf, "Write a haiku").unwrap();
     let mut steps = Vec::new();
     let roles = fx
-        .drive(&thread, 5, |role| {
-            let h = echo(fx.root(), &thread, role)?;
+        .drive(thread, 5, |role| {
+            let h = echo(fx.root(), &thread.to_string(), role)?;
             steps.push(h);
             Ok(h)
         })
@@ -106,7 +106,7 @@ fn the_echo_agent_on_other_schemas_uses_one_extract_call_per_step() {
     mock.reply_json(json!({ "plan": "p", "steps": ["s"] }))
         .reply_json(json!({ "approved": true, "comments": "ok" }));
     let roles = fx
-        .drive(&thread, 5, |role| echo(fx.root(), &thread, role))
+        .drive(thread, 5, |role| echo(fx.root(), &thread.to_string(), role))
         .unwrap();
     assert_eq!(roles, ["planner", "reviewer"]);
     assert_eq!(mock.count("/v1/chat/completions"), 2);
@@ -129,7 +129,7 @@ fn the_api_key_comes_from_dot_env_and_is_never_stored() {
 
     let (thread, _) = fx.start_thread("t").unwrap();
     mock.reply_json(json!({ "plan": "p", "steps": [] }));
-    let step = execute("a", fx.root(), &thread, "planner", |_| {
+    let step = execute("a", fx.root(), &thread.to_string(), "planner", |_| {
         Ok(AgentRun::text("prose with no frontmatter"))
     })
     .unwrap();
@@ -161,7 +161,7 @@ fn the_api_key_comes_from_dot_env_and_is_never_stored() {
         401,
         &format!("invalid key {KEY}"),
     ));
-    let err = execute("a", fx.root(), &thread, "planner", |_| {
+    let err = execute("a", fx.root(), &thread.to_string(), "planner", |_| {
         Ok(AgentRun::text("prose"))
     })
     .unwrap_err();
@@ -189,11 +189,11 @@ fn closures_use_question_mark_with_common_error_types() {
     let wf = fx.register_workflow(STATUS_WORKFLOW).unwrap();
     let (thread, _) = fx.start_thread_in(wf, "t").unwrap();
 
-    execute("a", fx.root(), &thread, "writer", |_| {
+    execute("a", fx.root(), &thread.to_string(), "writer", |_| {
         Ok(AgentRun::text(anyhow_work(false)?))
     })
     .unwrap();
-    let err = execute("a", fx.root(), &thread, "writer", |_| {
+    let err = execute("a", fx.root(), &thread.to_string(), "writer", |_| {
         use anyhow::Context as _;
         let text = anyhow_work(true).context("while writing")?;
         Ok(AgentRun::text(text))
@@ -205,7 +205,7 @@ fn closures_use_question_mark_with_common_error_types() {
         "the agent failed: while writing: anyhow says no"
     );
 
-    let err = execute("a", fx.root(), &thread, "writer", |_| {
+    let err = execute("a", fx.root(), &thread.to_string(), "writer", |_| {
         boxed_work()?;
         Ok(AgentRun::text("x"))
     })
@@ -216,12 +216,15 @@ fn closures_use_question_mark_with_common_error_types() {
     fn work(_: &AgentContext) -> anyhow::Result<AgentRun> {
         Err(anyhow::anyhow!("from a function"))
     }
-    let err = execute("a", fx.root(), &thread, "writer", |ctx| Ok(work(ctx)?)).unwrap_err();
+    let err = execute("a", fx.root(), &thread.to_string(), "writer", |ctx| {
+        Ok(work(ctx)?)
+    })
+    .unwrap_err();
     assert!(err.to_string().ends_with("from a function"), "{err}");
 
     // And a plain BoxError function works directly.
     fn plain(_: &AgentContext) -> Result<AgentRun, BoxError> {
         Ok(AgentRun::text("---\nstatus: blocked\n---\n"))
     }
-    execute("a", fx.root(), &thread, "writer", plain).unwrap();
+    execute("a", fx.root(), &thread.to_string(), "writer", plain).unwrap();
 }

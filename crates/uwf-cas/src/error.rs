@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::Hash;
-use crate::hash::ParseHashError;
+use uwf_protocol::ParseHashError;
 
 /// One way a payload fails its schema.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -38,7 +38,6 @@
 mod cas;
 pub mod cbor;
 mod error;
-mod hash;
 pub mod node;
 pub mod refs;
 pub mod schema;
@@ -51,10 +50,10 @@ pub use cas::{
     WalkEntry,
 };
 pub use error::{CasError, Result, StoreErrorKind, Violation};
-pub use hash::{Hash, ParseHashError};
 pub use node::Node;
 pub use refs::Ref;
 pub use store::{
     CACHE_KEY_MAX, FsStore, HashIter, MemStore, ReindexReport, Store, Stray, StrayIter,
     check_cache_key, paged_hashes,
 };
+pub use uwf_protocol::{Hash, ParseHashError};

@@ -89,10 +89,7 @@ fn summary(cas: &Cas, step: Hash, detail: Hash) -> Option<String> {
 pub fn summaries(cas: &Cas, view: &ThreadView) -> HashMap<Hash, String> {
     view.steps
         .iter()
-        .filter_map(|s| {
-            let detail = s.payload.record.detail.parse::<Hash>().ok()?;
-            Some((s.hash, summary(cas, s.hash, detail)?))
-        })
+        .filter_map(|s| Some((s.hash, summary(cas, s.hash, s.payload.record.detail)?)))
         .collect()
 }
 

@@ -17,8 +17,7 @@ pub fn child_summary(child: &ChildLink) -> String {
     let mut out = String::new();
     let who = link
         .thread
-        .as_deref()
-        .map_or_else(|| format!("`{}`", link.child_thread), str::to_string);
+        .map_or_else(|| format!("`{}`", link.child_thread), |t| t.to_string());
     let workflow = if link.workflow_name.is_empty() {
         "?"
     } else {

@@ -61,17 +61,17 @@ pub fn threads() -> Vec<CompletionCandidate> {
     };
     for id in ids.into_iter().rev().take(500) {
         let help = match active.get(&id) {
-            Some(head) => task_of(&ctx, head).unwrap_or_else(|| "active".into()),
+            Some(&head) => task_of(&ctx, head).unwrap_or_else(|| "active".into()),
             None => "archived".into(),
         };
-        out.push(CompletionCandidate::new(id).help(Some(help.into())));
+        out.push(CompletionCandidate::new(id.to_string()).help(Some(help.into())));
     }
     out
 }
 
 /// The task of the thread whose head is `head`, shortened.
-fn task_of(ctx: &Ctx, head: &str) -> Option<String> {
-    let start = crate::engine::nested::start_of(ctx, head.parse().ok()?).ok()?;
+fn task_of(ctx: &Ctx, head: uwf_cas::Hash) -> Option<String> {
+    let start = crate::engine::nested::start_of(ctx, head).ok()?;
     let node = ctx.cas().get(start).ok()?;
     let prompt = node.payload.get("prompt")?.as_str()?;
     Some(crate::summary::shorten(prompt, 60))

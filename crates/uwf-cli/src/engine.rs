@@ -1,6 +1,5 @@
 //! The engine as the commands use it: [`uwf_engine`] re-exported, plus
-//! opening the storage root, the process's cancellation token, and parsing
-//! thread ids given on the command line.
+//! opening the storage root and the process's cancellation token.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -60,9 +59,4 @@ pub fn forward_interrupts() {
 /// Whether `uwf` was asked to stop.
 pub fn interrupted() -> bool {
     cancel_token().is_cancelled()
-}
-
-/// Parses and canonicalises a thread id.
-pub fn thread_id(s: &str) -> Result<String, CliError> {
-    Ok(s.parse::<uwf_util::ids::ThreadId>()?.to_string())
 }

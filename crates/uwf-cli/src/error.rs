@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use miette::{Diagnostic, NamedSource, SourceSpan};
 use uwf_engine::EngineError;
+use uwf_protocol::ThreadId;
 
 /// Anything a command can fail with.
 #[derive(Debug, thiserror::Error, Diagnostic)]
@@ -75,7 +76,7 @@ pub enum CliError {
     /// A malformed thread id.
     #[error(transparent)]
     #[diagnostic(transparent)]
-    ThreadId(#[from] uwf_util::ids::ThreadIdError),
+    ThreadId(#[from] uwf_protocol::ThreadIdError),
 
     /// A thread-id prefix that more than one thread starts with.
     #[error("{prefix:?} is the start of {count} thread ids (newest: {})", matches.join(", "))]
@@ -90,6 +91,17 @@ pub enum CliError {
         count: usize,
         /// The newest of them.
         matches: Vec<String>,
+    },
+
+    /// A thread-id prefix that no thread starts with.
+    #[error("no thread {prefix}")]
+    #[diagnostic(
+        code(uwf::thread::unknown),
+        help("`uwf thread list --all` shows every thread")
+    )]
+    UnknownPrefix {
+        /// What was typed.
+        prefix: String,
     },
 
     /// `@last` in a root without threads.
@@ -126,7 +138,7 @@ pub enum CliError {
     )]
     PromptOnResume {
         /// The thread.
-        thread: String,
+        thread: ThreadId,
     },
 
     /// `--format json|yaml` for a command whose answer is Markdown.
@@ -174,7 +186,7 @@ pub enum CliError {
     )]
     MaxSteps {
         /// The id.
-        thread: String,
+        thread: ThreadId,
         /// Steps run.
         steps: usize,
     },
@@ -211,13 +223,13 @@ pub enum CliError {
     )]
     Waiting {
         /// The thread stepped.
-        thread: String,
+        thread: ThreadId,
         /// Its role that waits.
         role: String,
         /// The agent the role is bound to.
         agent: String,
         /// The thread a person answers (the innermost waiting one).
-        answer: String,
+        answer: ThreadId,
     },
 
     /// The step did not run: the thread reached `$SUSPEND` (the wait was
@@ -231,7 +243,7 @@ pub enum CliError {
     )]
     Suspended {
         /// The thread.
-        thread: String,
+        thread: ThreadId,
         /// Why (the edge prompt or the output's reason).
         prompt: String,
     },
@@ -246,7 +258,7 @@ pub enum CliError {
     )]
     NotWaiting {
         /// The thread.
-        thread: String,
+        thread: ThreadId,
         /// Why not.
         reason: String,
     },
@@ -259,7 +271,7 @@ pub enum CliError {
     )]
     AnswerRejected {
         /// The thread.
-        thread: String,
+        thread: ThreadId,
         /// Why.
         reason: String,
     },
@@ -272,7 +284,7 @@ pub enum CliError {
     )]
     AnswerAbandoned {
         /// The thread.
-        thread: String,
+        thread: ThreadId,
     },
 
     /// The editor for `thread answer --edit` failed.
@@ -528,32 +540,26 @@ mod tests {
 
     #[test]
     fn exit_codes_tell_no_slot_and_killed_apart() {
-        let thread = "T".to_string();
+        let thread = uwf_protocol::fixtures::thread("T");
         let workflow = "w".to_string();
         let no_slot: CliError = EngineError::NoSlot {
-            thread: thread.clone(),
+            thread,
             workflow: workflow.clone(),
             concurrency: 1,
         }
         .into();
         let evicted: CliError = EngineError::Evicted {
-            thread: thread.clone(),
+            thread,
             workflow,
             max_queue: 1,
             waited: "1s".into(),
         }
         .into();
-        let killed: CliError = EngineError::Killed {
-            thread: thread.clone(),
-        }
-        .into();
-        let before: CliError = EngineError::KilledBeforeStart {
-            thread: thread.clone(),
-        }
-        .into();
+        let killed: CliError = EngineError::Killed { thread }.into();
+        let before: CliError = EngineError::KilledBeforeStart { thread }.into();
         let moved: CliError = EngineError::HeadMoved {
             thread,
-            actual: "X".into(),
+            actual: uwf_protocol::fixtures::hash("X"),
         }
         .into();
         assert_eq!(no_slot.exit_code(), EXIT_NO_SLOT);
@@ -566,10 +572,10 @@ mod tests {
             EXIT_FAILURE
         );
         let waiting = CliError::Waiting {
-            thread: "T".into(),
+            thread: uwf_protocol::fixtures::thread("T"),
             role: "approver".into(),
             agent: "me".into(),
-            answer: "T".into(),
+            answer: uwf_protocol::fixtures::thread("T"),
         };
         assert_eq!(waiting.exit_code(), EXIT_WAITING);
         assert_eq!(

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use uwf_agent_kit::{AgentContext, AgentRun};
 use uwf_moderator::thread;
-use uwf_protocol::StepOutput;
+use uwf_protocol::{StepOutput, ThreadId};
 use uwf_state::state::{now_ms, split_command_line};
 
 use crate::engine::{self, Ctx};
@@ -29,7 +29,7 @@ pub enum AnswerInput {
 /// thread `id` waits on, and moves the head by compare-and-swap.
 pub fn answer(
     ctx: &Ctx,
-    id: &str,
+    id: ThreadId,
     role: Option<&str>,
     input: AnswerInput,
     name: Option<&str>,
@@ -39,14 +39,14 @@ pub fn answer(
     let decision = view.decide()?;
     if decision.is_end() {
         return Err(CliError::NotWaiting {
-            thread: id.to_string(),
+            thread: id,
             reason: "its workflow is at its end; nothing is asked".into(),
         });
     }
     let next = decision.next.clone();
     if next == uwf_moderator::SUSPEND {
         return Err(CliError::NotWaiting {
-            thread: id.to_string(),
+            thread: id,
             reason: "it is suspended ($SUSPEND), not waiting for an answer: continue it with `uwf thread resume`".into(),
         });
     }
@@ -54,7 +54,7 @@ pub fn answer(
         && r != next
     {
         return Err(CliError::NotWaiting {
-            thread: id.to_string(),
+            thread: id,
             reason: format!("it waits for role {next:?}, not {r:?}"),
         });
     }
@@ -73,16 +73,13 @@ pub fn answer(
                 agent.label
             ),
         };
-        return Err(CliError::NotWaiting {
-            thread: id.to_string(),
-            reason,
-        });
+        return Err(CliError::NotWaiting { thread: id, reason });
     }
-    let ctx_agent = AgentContext::load(&ctx.root, id, &next).map_err(CliError::kit)?;
+    let ctx_agent = AgentContext::load(&ctx.root, &id.to_string(), &next).map_err(CliError::kit)?;
     if ctx_agent.head() != head {
         return Err(engine::EngineError::HeadMoved {
-            thread: id.to_string(),
-            actual: ctx_agent.head().to_string(),
+            thread: id,
+            actual: ctx_agent.head(),
         }
         .into());
     }
@@ -139,7 +136,7 @@ fn template(ctx: &AgentContext) -> String {
 
 /// Opens `$VISUAL` / `$EDITOR` (else `vi`) on the template and returns what
 /// the person saved; an unchanged file means no answer.
-fn edit(ctx: &AgentContext, id: &str) -> Result<String, CliError> {
+fn edit(ctx: &AgentContext, id: ThreadId) -> Result<String, CliError> {
     let template = template(ctx);
     let path = temp_path(id, ctx.role());
     write_new(&path, &template)?;
@@ -152,14 +149,12 @@ fn edit(ctx: &AgentContext, id: &str) -> Result<String, CliError> {
     let _ = std::fs::remove_file(&path);
     let text = result?;
     if text == template || text.trim().is_empty() {
-        return Err(CliError::AnswerAbandoned {
-            thread: id.to_string(),
-        });
+        return Err(CliError::AnswerAbandoned { thread: id });
     }
     Ok(text)
 }
 
-fn temp_path(id: &str, role: &str) -> PathBuf {
+fn temp_path(id: ThreadId, role: &str) -> PathBuf {
     let safe: String = role
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })

@@ -25,7 +25,7 @@ struct State {
 
 impl Live {
     /// Progress for `thread`.
-    pub fn new(thread: &str) -> Self {
+    pub fn new(thread: uwf_protocol::ThreadId) -> Self {
         Self {
             thread: thread.to_string(),
             tty: std::io::stderr().is_terminal(),

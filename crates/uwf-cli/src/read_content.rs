@@ -30,9 +30,8 @@ fn text_of(payload: &Value) -> Option<String> {
 }
 
 /// The last assistant message of the detail node `detail`, if any.
-pub fn last_assistant_message<S: uwf_cas::Store>(cas: &Cas<S>, detail: &str) -> Option<String> {
-    let hash: Hash = detail.parse().ok()?;
-    let node = cas.try_get(hash).ok()??;
+pub fn last_assistant_message<S: uwf_cas::Store>(cas: &Cas<S>, detail: Hash) -> Option<String> {
+    let node = cas.try_get(detail).ok()??;
     match node.payload.get("turns") {
         Some(Value::Array(turns)) => turns.iter().rev().find_map(|t| {
             let h: Hash = t.as_str()?.parse().ok()?;
@@ -52,7 +51,7 @@ pub fn contents<S: uwf_cas::Store>(cas: &Cas<S>, view: &ThreadView) -> HashMap<H
     view.steps
         .iter()
         .filter_map(|s| {
-            let text = last_assistant_message(cas, &s.payload.record.detail)?;
+            let text = last_assistant_message(cas, s.payload.record.detail)?;
             // The kit records a text-less structured output as its JSON.
             let repeats_output = serde_json::from_str::<Value>(&text).is_ok_and(|v| v == s.output);
             (!repeats_output).then_some((s.hash, text))

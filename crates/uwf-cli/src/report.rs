@@ -101,7 +101,7 @@ fn fallback_code(e: &CliError) -> &'static str {
 #[derive(Debug)]
 pub struct InThread {
     /// The thread.
-    pub thread: String,
+    pub thread: uwf_protocol::ThreadId,
     /// What went wrong.
     pub error: CliError,
 }
@@ -110,13 +110,10 @@ impl CliError {
     /// Marks a failure of `thread run` as one of thread `thread`, so the
     /// report names the thread and how to continue it. Failures that
     /// already say so (a wait for a person, `--max-steps`) stay as they are.
-    pub fn in_thread(self, thread: &str) -> CliError {
+    pub fn in_thread(self, thread: uwf_protocol::ThreadId) -> CliError {
         match self {
             e @ (CliError::Waiting { .. } | CliError::MaxSteps { .. } | CliError::InThread(_)) => e,
-            error => CliError::InThread(Box::new(InThread {
-                thread: thread.to_string(),
-                error,
-            })),
+            error => CliError::InThread(Box::new(InThread { thread, error })),
         }
     }
 }
@@ -208,19 +205,20 @@ mod tests {
 
     #[test]
     fn every_failure_has_a_code() {
-        let e = CliError::ThreadId("x".parse::<uwf_util::ids::ThreadId>().unwrap_err());
+        let e = CliError::ThreadId("x".parse::<uwf_protocol::ThreadId>().unwrap_err());
         let shown = Shown(e);
         assert_eq!(
             shown.code().map(|c| c.to_string()).as_deref(),
             Some("uwf::thread::bad_id")
         );
-        let run = CliError::from(crate::engine::EngineError::Interrupted).in_thread("T");
-        assert!(run.to_string().starts_with("thread T: "));
+        let t = uwf_protocol::fixtures::thread("T");
+        let run = CliError::from(crate::engine::EngineError::Interrupted).in_thread(t);
+        assert!(run.to_string().starts_with(&format!("thread {t}: ")));
         assert!(
             run.help()
                 .map(|h| h.to_string())
                 .unwrap_or_default()
-                .contains("uwf thread run T")
+                .contains(&format!("uwf thread run {t}"))
         );
         assert_eq!(
             run.code().map(|c| c.to_string()).as_deref(),

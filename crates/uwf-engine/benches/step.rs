@@ -95,7 +95,7 @@ fn register(engine: &Engine) -> Hash {
     let registered = definition::register(engine.cas(), &def).expect("register");
     engine
         .state()
-        .register_workflow("loop", &registered.hash.to_string())
+        .register_workflow("loop", registered.hash)
         .unwrap();
     registered.hash
 }
@@ -115,12 +115,12 @@ fn chain(cas: &Cas, start: Hash, workflow_schema: Hash, len: usize) -> Vec<Hash>
     let mut prev: Option<Hash> = None;
     for i in 0..len {
         let step = StepNodePayload {
-            start: start.to_string(),
-            prev: prev.map(|h| h.to_string()),
+            start,
+            prev,
             record: StepRecord {
                 role: "work".into(),
-                output: output.to_string(),
-                detail: detail.to_string(),
+                output,
+                detail,
                 agent: "bench".into(),
             },
             child_thread: None,
@@ -152,8 +152,9 @@ fn add_threads(state: &Arc<StateDir>, node: Hash, n: usize) {
             let state = Arc::clone(state);
             s.spawn(move || {
                 for i in (w..n).step_by(workers) {
-                    let id = uwf_util::ids::ThreadId::new().to_string();
-                    state.insert_thread(&id, &node.to_string()).unwrap();
+                    state
+                        .insert_thread(uwf_protocol::ThreadId::new(), node)
+                        .unwrap();
                     if i % 5_000 == 0 && i > 0 {
                         eprintln!("  threads: {i}");
                     }
@@ -214,7 +215,11 @@ fn main() {
     let mut configs: Vec<Config> = Vec::new();
     for len in LENGTHS {
         let forked = uwf_engine::fork(&engine, steps[len - 1]).unwrap();
-        let (s, root, id) = (Arc::clone(&setup), long_root.clone(), forked.thread);
+        let (s, root, id) = (
+            Arc::clone(&setup),
+            long_root.clone(),
+            forked.thread.to_string(),
+        );
         configs.push(Config {
             label: format!("step at thread length {len}"),
             run: Box::new(move || {
@@ -241,7 +246,7 @@ fn main() {
         let state = Arc::new(StateDir::new(&root));
         // `started` and the fork are two; the rest are other threads.
         add_threads(&state, steps[9], n.saturating_sub(2));
-        let (s, r, id) = (Arc::clone(&setup), root.clone(), forked.thread.clone());
+        let (s, r, id) = (Arc::clone(&setup), root.clone(), forked.thread.to_string());
         configs.push(Config {
             label: format!("step with {n} active threads"),
             run: Box::new(move || {
@@ -253,7 +258,7 @@ fn main() {
         });
         if alone.is_none() {
             let other = uwf_engine::fork(&engine, steps[9]).unwrap();
-            alone = Some((root, other.thread));
+            alone = Some((root, other.thread.to_string()));
         }
     }
     // The agent alone, as uwf would start it, on a thread of 10 steps of

@@ -48,22 +48,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .last()
             .and_then(|s| s.output["n"].as_i64())
             .unwrap_or(0);
-        let schema = call.view.workflow.roles[call.role]
-            .output_schema
-            .parse()
-            .map_err(|e| format!("{e}"))?;
+        let schema = call.view.workflow.roles[call.role].output_schema;
         let output = cas
             .put_value(schema, &serde_json::json!({ "n": last + 1 }))
             .map_err(|e| e.to_string())?
             .hash;
         let step = StepNodePayload {
-            start: call.view.start_hash.to_string(),
-            prev: call.view.steps.last().map(|s| s.hash.to_string()),
+            start: call.view.start_hash,
+            prev: call.view.steps.last().map(|s| s.hash),
             record: StepRecord {
                 role: call.role.to_string(),
-                output: output.to_string(),
+                output,
                 // Anything stored can be the detail; here, the output itself.
-                detail: output.to_string(),
+                detail: output,
                 agent: "embed-example".to_string(),
             },
             child_thread: None,
@@ -81,7 +78,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..StepOptions::default()
     };
     let progress: Arc<dyn Progress> = Arc::new(NoProgress);
-    match uwf_engine::run(&engine, &started.thread, &opts, &progress, 10)? {
+    match uwf_engine::run(&engine, started.thread, &opts, &progress, 10)? {
         Ran::Done(out) => println!("done at {} (archived)", out.head),
         Ran::Waiting(_) => println!("waits for a person"),
         Ran::MaxSteps { steps, .. } => println!("not done after {steps} steps"),

@@ -40,9 +40,9 @@ pub enum Rejection {
         /// The StepNode.
         step: Hash,
         /// Its `prev`.
-        found: Option<String>,
+        found: Option<Hash>,
         /// The thread's last step (`None` before the first step).
-        expected: Option<String>,
+        expected: Option<Hash>,
         /// The thread's head.
         head: Hash,
     },
@@ -51,7 +51,7 @@ pub enum Rejection {
         /// The StepNode.
         step: Hash,
         /// Its `start`.
-        found: String,
+        found: Hash,
         /// The thread's StartNode.
         expected: Hash,
     },
@@ -68,15 +68,6 @@ pub enum Rejection {
     UnknownRole {
         /// The role.
         role: String,
-    },
-    /// A reference field of the StepNode is not a hash.
-    BadReference {
-        /// The StepNode.
-        step: Hash,
-        /// `output`, `detail` or `childThread`.
-        field: &'static str,
-        /// Why it does not parse.
-        reason: String,
     },
     /// Its output node is not in the store.
     OutputMissing {
@@ -119,6 +110,18 @@ pub enum Rejection {
     },
 }
 
+/// Shows an optional hash as the JSON it stands for (`null` when absent).
+struct Null<'a>(&'a Option<Hash>);
+
+impl fmt::Display for Null<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(h) => fmt::Display::fmt(h, f),
+            None => f.write_str("null"),
+        }
+    }
+}
+
 /// What is wrong with a StepNode's `childThread`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChildProblem {
@@ -129,7 +132,7 @@ pub enum ChildProblem {
     /// The child was started from another state than this thread's head.
     WrongParent {
         /// The child's `parentState`.
-        found: Option<String>,
+        found: Option<Hash>,
         /// This thread's head.
         expected: Hash,
     },
@@ -163,8 +166,8 @@ impl fmt::Display for Rejection {
             } => write!(
                 f,
                 "StepNode {step} has prev {}, expected {} (the thread's head is {head}{})",
-                found.as_deref().unwrap_or("null"),
-                expected.as_deref().unwrap_or("null"),
+                Null(found),
+                Null(expected),
                 if expected.is_none() {
                     ", its StartNode: the first step's prev is null"
                 } else {
@@ -188,14 +191,6 @@ impl fmt::Display for Rejection {
                 "StepNode {step} is for role {found:?} but the moderator chose {expected:?}"
             ),
             Rejection::UnknownRole { role } => write!(f, "role {role:?} is not in the workflow"),
-            Rejection::BadReference {
-                step,
-                field,
-                reason,
-            } => write!(
-                f,
-                "StepNode {step}: {field} reference is malformed: {reason}"
-            ),
             Rejection::OutputMissing { step, output } => write!(
                 f,
                 "StepNode {step} points at output {output}, which is not in the store"
@@ -235,9 +230,10 @@ impl fmt::Display for ChildProblem {
             ChildProblem::WrongParent { found, expected } => write!(
                 f,
                 "whose thread was started from {} (its parentState), not from this thread's head {expected}",
-                found
-                    .as_deref()
-                    .unwrap_or("nothing (it is a top-level thread)")
+                found.map_or_else(
+                    || "nothing (it is a top-level thread)".to_owned(),
+                    |h| h.to_string()
+                )
             ),
             ChildProblem::NotEnded { next } => write!(
                 f,
@@ -301,20 +297,20 @@ pub fn check_step<S: Store>(
             step: new,
             reason: e.to_string(),
         })?;
-    let expected_prev = view.steps.last().map(|s| s.hash.to_string());
+    let expected_prev = view.steps.last().map(|s| s.hash);
     if step.prev != expected_prev {
         return Err(Rejection::WrongPrev {
             step: new,
-            found: step.prev.clone(),
+            found: step.prev,
             expected: expected_prev,
             head: view.head,
         }
         .into());
     }
-    if step.start != view.start_hash.to_string() {
+    if step.start != view.start_hash {
         return Err(Rejection::WrongStart {
             step: new,
-            found: step.start.clone(),
+            found: step.start,
             expected: view.start_hash,
         }
         .into());
@@ -331,18 +327,11 @@ pub fn check_step<S: Store>(
         .workflow
         .roles
         .get(role)
-        .and_then(|r| r.output_schema.parse().ok())
+        .map(|r| r.output_schema)
         .ok_or_else(|| Rejection::UnknownRole {
             role: role.to_string(),
         })?;
-    let reference = |field: &'static str, text: &str| {
-        text.parse::<Hash>().map_err(|e| Rejection::BadReference {
-            step: new,
-            field,
-            reason: e.to_string(),
-        })
-    };
-    let output = reference("output", &step.record.output)?;
+    let output = step.record.output;
     let output_node = cas
         .try_get(output)
         .map_err(store)?
@@ -360,7 +349,7 @@ pub fn check_step<S: Store>(
             step: new,
             reason: e.to_string(),
         })?;
-    let detail = reference("detail", &step.record.detail)?;
+    let detail = step.record.detail;
     if !cas.has(detail).map_err(store)? {
         return Err(Rejection::DetailMissing { step: new, detail }.into());
     }
@@ -383,17 +372,9 @@ pub fn check_child_thread<S: Store>(
     new: Hash,
     step: &StepNodePayload,
 ) -> Result<(), CheckError> {
-    let Some(child) = &step.child_thread else {
+    let Some(child) = step.child_thread else {
         return Ok(());
     };
-    let child: Hash =
-        child
-            .parse()
-            .map_err(|e: uwf_cas::ParseHashError| Rejection::BadReference {
-                step: new,
-                field: "childThread",
-                reason: e.to_string(),
-            })?;
     check_child(cas, view, child).map_err(|reason| {
         Rejection::Child {
             step: new,
@@ -416,9 +397,9 @@ pub fn check_child<S: Store>(
     if cv.steps.last().map(|s| s.hash) != Some(child) {
         return Err(ChildProblem::NotTerminal);
     }
-    if cv.start.parent_state.as_deref() != Some(view.head.to_string().as_str()) {
+    if cv.start.parent_state != Some(view.head) {
         return Err(ChildProblem::WrongParent {
-            found: cv.start.parent_state.clone(),
+            found: cv.start.parent_state,
             expected: view.head,
         });
     }

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use miette::Diagnostic;
 use thiserror::Error;
 
+use uwf_protocol::{Hash, ThreadId};
+
 use crate::check::Rejection;
 
 /// A failure of an engine operation. Whatever it is, the store and the
@@ -38,7 +40,7 @@ pub enum EngineError {
     /// A malformed thread id.
     #[error(transparent)]
     #[diagnostic(transparent)]
-    ThreadId(#[from] uwf_util::ids::ThreadIdError),
+    ThreadId(#[from] uwf_protocol::ThreadIdError),
 
     /// A `retries` or `timeouts` setting cannot be used.
     #[error(transparent)]
@@ -60,7 +62,7 @@ pub enum EngineError {
     #[diagnostic(code(uwf::thread::unknown))]
     UnknownThread {
         /// The id.
-        thread: String,
+        thread: ThreadId,
     },
 
     /// The thread is archived.
@@ -68,7 +70,7 @@ pub enum EngineError {
     #[diagnostic(code(uwf::thread::finished))]
     ThreadFinished {
         /// The id.
-        thread: String,
+        thread: ThreadId,
     },
 
     /// The thread was killed while a step ran.
@@ -76,7 +78,7 @@ pub enum EngineError {
     #[diagnostic(code(uwf::thread::killed))]
     Killed {
         /// The id.
-        thread: String,
+        thread: ThreadId,
     },
 
     /// The thread was killed while the step waited for a slot of its
@@ -85,7 +87,7 @@ pub enum EngineError {
     #[diagnostic(code(uwf::thread::killed))]
     KilledBeforeStart {
         /// The id.
-        thread: String,
+        thread: ThreadId,
     },
 
     /// `overflow: drop` and every slot of the workflow is taken.
@@ -95,7 +97,7 @@ pub enum EngineError {
     #[diagnostic(code(uwf::thread::no_slot))]
     NoSlot {
         /// The id.
-        thread: String,
+        thread: ThreadId,
         /// The workflow name.
         workflow: String,
         /// Its `concurrency`.
@@ -110,7 +112,7 @@ pub enum EngineError {
     #[diagnostic(code(uwf::thread::evicted))]
     Evicted {
         /// The id.
-        thread: String,
+        thread: ThreadId,
         /// The workflow name.
         workflow: String,
         /// Its `maxQueue`.
@@ -129,9 +131,9 @@ pub enum EngineError {
     #[diagnostic(code(uwf::thread::conflict))]
     HeadMoved {
         /// The id.
-        thread: String,
+        thread: ThreadId,
         /// The head it has now.
-        actual: String,
+        actual: Hash,
     },
 
     /// The step was cancelled (the caller's [`CancelToken`](crate::CancelToken))
@@ -148,7 +150,7 @@ pub enum EngineError {
     #[diagnostic(code(uwf::thread::not_suspended))]
     NotSuspended {
         /// The id.
-        thread: String,
+        thread: ThreadId,
         /// What the moderator decides instead.
         next: String,
     },
@@ -199,7 +201,7 @@ pub enum EngineError {
     #[diagnostic(code(uwf::thread::rejected))]
     Rejected {
         /// The thread.
-        thread: String,
+        thread: ThreadId,
         /// Why.
         rejection: Rejection,
     },

@@ -16,9 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use uwf_cas::Hash;
 use uwf_moderator::thread::{self, ThreadView};
-use uwf_protocol::{WaitingListItem, WaitingRecord, WorkflowConfig};
+use uwf_protocol::{ThreadId, WaitingListItem, WaitingRecord, WorkflowConfig};
 use uwf_state::state::{now_ms, split_command_line};
 
 use crate::error::EngineError;
@@ -68,14 +67,14 @@ pub struct Ask<'a> {
 /// `since`).
 pub fn wait(
     ctx: &Ctx,
-    id: &str,
+    id: ThreadId,
     view: &ThreadView,
     ask: Ask<'_>,
     config: Option<&WorkflowConfig>,
     progress: &dyn Progress,
 ) -> Result<WaitingRecord, EngineError> {
     let record = WaitingRecord {
-        head: view.head.to_string(),
+        head: view.head,
         role: ask.role.to_string(),
         prompt: prompt_of(view, ask.role, ask.edge_prompt),
         agent: ask.agent.to_string(),
@@ -98,21 +97,18 @@ pub fn wait(
 /// exit status then counts as an ordinary failure).
 pub fn child_waits(
     ctx: &Ctx,
-    id: &str,
+    id: ThreadId,
     view: &ThreadView,
     role: &str,
     agent: &str,
 ) -> Result<Option<WaitingRecord>, EngineError> {
-    let head = view.head.to_string();
+    let head = view.head;
     let mut found = None;
     for (child, record) in ctx.state.waiting()? {
         if child == id {
             continue;
         }
-        let Ok(child_head) = record.head.parse::<Hash>() else {
-            continue;
-        };
-        if crate::nested::parent_of(ctx, child_head)?.as_deref() == Some(head.as_str()) {
+        if crate::nested::parent_of(ctx, record.head)? == Some(head) {
             found = Some((child, record));
             break;
         }
@@ -140,7 +136,7 @@ pub fn child_waits(
 /// goes to uwf's stderr, so uwf's own stdout stays the step's JSON.
 fn notify(
     command: &str,
-    id: &str,
+    id: ThreadId,
     workflow: &str,
     record: &WaitingRecord,
     progress: &dyn Progress,
@@ -155,11 +151,12 @@ fn notify(
     };
     let program = words.remove(0);
     let mut cmd = Command::new(&program);
+    let id = id.to_string();
     cmd.args(&words)
-        .arg(id)
+        .arg(&id)
         .arg(&record.role)
         .arg(&record.prompt)
-        .env("UWF_THREAD", id)
+        .env("UWF_THREAD", &id)
         .env("UWF_WORKFLOW", workflow)
         .env("UWF_ROLE", &record.role)
         .env("UWF_PROMPT", &record.prompt)
@@ -211,13 +208,13 @@ pub fn stderr_fd() -> Option<std::os::fd::OwnedFd> {
 }
 
 /// Follows child waits from thread `id` to the thread a person answers.
-pub fn innermost(ctx: &Ctx, id: &str, record: &WaitingRecord) -> Result<String, EngineError> {
-    let mut thread = id.to_string();
-    let mut child = record.child.clone();
+pub fn innermost(ctx: &Ctx, id: ThreadId, record: &WaitingRecord) -> Result<ThreadId, EngineError> {
+    let mut thread = id;
+    let mut child = record.child;
     for _ in 0..MAX_NESTING {
         let Some(c) = child else { break };
         thread = c;
-        child = ctx.state.waiting_of(&thread)?.and_then(|r| r.child);
+        child = ctx.state.waiting_of(thread)?.and_then(|r| r.child);
     }
     Ok(thread)
 }
@@ -227,29 +224,14 @@ pub fn innermost(ctx: &Ctx, id: &str, record: &WaitingRecord) -> Result<String, 
 pub fn list(ctx: &Ctx) -> Result<Vec<WaitingListItem>, EngineError> {
     let mut items = Vec::new();
     for (id, record) in ctx.state.waiting()? {
-        let answer = innermost(ctx, &id, &record)?;
-        let head: Hash = match ctx.state.thread_head(&answer)? {
-            Some(h) => {
-                h.parse()
-                    .map_err(|e: uwf_cas::ParseHashError| EngineError::CorruptState {
-                        what: format!("the head of thread {answer}").into(),
-                        reason: e.to_string(),
-                    })?
-            }
-            None => continue,
+        let answer = innermost(ctx, id, &record)?;
+        let Some(head) = ctx.state.thread_head(answer)? else {
+            continue;
         };
-        let view = thread::load(
-            &ctx.cas,
-            record.head.parse().map_err(|e: uwf_cas::ParseHashError| {
-                EngineError::CorruptState {
-                    what: format!("the wait of thread {id}").into(),
-                    reason: e.to_string(),
-                }
-            })?,
-        )?;
+        let view = thread::load(&ctx.cas, record.head)?;
         items.push(WaitingListItem {
             thread: id,
-            workflow: view.workflow_hash.to_string(),
+            workflow: view.workflow_hash,
             waiting: record,
             answer,
             stack: crate::nested::stack(ctx, head)?,
@@ -259,7 +241,7 @@ pub fn list(ctx: &Ctx) -> Result<Vec<WaitingListItem>, EngineError> {
 }
 
 /// The `waiting` part of `thread show`: the wait of thread `id` now.
-pub fn show(ctx: &Ctx, id: &str) -> Result<Option<Value>, EngineError> {
+pub fn show(ctx: &Ctx, id: ThreadId) -> Result<Option<Value>, EngineError> {
     Ok(match ctx.state.waiting_of(id)? {
         Some(record) => {
             let answer = innermost(ctx, id, &record)?;
@@ -267,7 +249,7 @@ pub fn show(ctx: &Ctx, id: &str) -> Result<Option<Value>, EngineError> {
                 what: format!("the wait of thread {id}").into(),
                 reason: e.to_string(),
             })?;
-            v["answer"] = Value::String(answer);
+            v["answer"] = Value::String(answer.to_string());
             Some(v)
         }
         None => None,

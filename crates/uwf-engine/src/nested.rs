@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde_json::Value;
 use uwf_cas::Hash;
 use uwf_moderator::thread::{self, ThreadView};
-use uwf_protocol::{ChildThreadLink, StackFrame};
+use uwf_protocol::{ChildThreadLink, StackFrame, ThreadId};
 
 use crate::Engine as Ctx;
 use crate::error::EngineError;
@@ -26,9 +26,9 @@ use crate::error::EngineError;
 /// asked about wins, then an active thread, then the newest archived one.
 pub struct ThreadIndex {
     /// Start → ids in preference order (active by id, then archived newest first).
-    by_start: HashMap<Hash, Vec<String>>,
+    by_start: HashMap<Hash, Vec<ThreadId>>,
     /// Head → id.
-    by_head: HashMap<Hash, String>,
+    by_head: HashMap<Hash, ThreadId>,
 }
 
 impl ThreadIndex {
@@ -41,36 +41,32 @@ impl ThreadIndex {
             by_head: HashMap::new(),
         };
         let active = ctx.state.threads()?;
-        let mut seen: BTreeSet<String> = BTreeSet::new();
-        for (id, head) in &active {
-            seen.insert(id.clone());
+        let mut seen: BTreeSet<ThreadId> = BTreeSet::new();
+        for (&id, &head) in &active {
+            seen.insert(id);
             index.add(ctx, id, head);
         }
         for e in ctx.state.history()?.into_iter().rev() {
-            if seen.insert(e.thread.clone()) {
-                index.add(ctx, &e.thread, &e.head);
+            if seen.insert(e.thread) {
+                index.add(ctx, e.thread, e.head);
             }
         }
         Ok(index)
     }
 
-    fn add(&mut self, ctx: &Ctx, id: &str, head: &str) {
-        let Ok(head) = head.parse::<Hash>() else {
-            tracing::debug!(thread = id, head, "thread index: malformed head");
-            return;
-        };
+    fn add(&mut self, ctx: &Ctx, id: ThreadId, head: Hash) {
         match start_of(ctx, head) {
             Ok(start) => {
-                self.by_head.entry(head).or_insert_with(|| id.to_string());
-                self.by_start.entry(start).or_default().push(id.to_string());
+                self.by_head.entry(head).or_insert(id);
+                self.by_start.entry(start).or_default().push(id);
             }
-            Err(e) => tracing::debug!(thread = id, error = %e, "thread index: unreadable head"),
+            Err(e) => tracing::debug!(thread = %id, error = %e, "thread index: unreadable head"),
         }
     }
 
     /// The thread standing at `node` if there is one, else the preferred
     /// thread started from `start`.
-    pub fn thread_of(&self, node: Hash, start: Hash) -> Option<String> {
+    pub fn thread_of(&self, node: Hash, start: Hash) -> Option<ThreadId> {
         self.by_head
             .get(&node)
             .filter(|id| {
@@ -78,8 +74,8 @@ impl ThreadIndex {
                     .get(&start)
                     .is_some_and(|ids| ids.contains(id))
             })
-            .cloned()
-            .or_else(|| self.by_start.get(&start).and_then(|v| v.first().cloned()))
+            .copied()
+            .or_else(|| self.by_start.get(&start).and_then(|v| v.first().copied()))
     }
 }
 
@@ -101,13 +97,16 @@ pub fn start_of(ctx: &Ctx, node: Hash) -> Result<Hash, EngineError> {
 
 /// The `parentState` of the thread `head` belongs to (`None` for a
 /// top-level thread).
-pub fn parent_of(ctx: &Ctx, head: Hash) -> Result<Option<String>, EngineError> {
+pub fn parent_of(ctx: &Ctx, head: Hash) -> Result<Option<Hash>, EngineError> {
     let start = ctx.cas.get(start_of(ctx, head)?)?;
-    Ok(start
-        .payload
-        .get("parentState")
-        .and_then(Value::as_str)
-        .map(str::to_string))
+    match start.payload.get("parentState").and_then(Value::as_str) {
+        Some(p) => {
+            Ok(Some(p.parse().map_err(|e| {
+                EngineError::Cas(uwf_cas::CasError::from(e))
+            })?))
+        }
+        None => Ok(None),
+    }
 }
 
 /// `uwf thread stack`: the frames from `node` up to the top-level thread,
@@ -118,9 +117,9 @@ pub fn stack(ctx: &Ctx, node: Hash) -> Result<Vec<StackFrame>, EngineError> {
     Ok(frames
         .into_iter()
         .map(|f| StackFrame {
-            node: f.node.to_string(),
-            start: f.view.start_hash.to_string(),
-            workflow: f.view.workflow_hash.to_string(),
+            node: f.node,
+            start: f.view.start_hash,
+            workflow: f.view.workflow_hash,
             workflow_name: f.view.workflow.name.clone(),
             role: f.role,
             depth: f.depth,
@@ -143,28 +142,24 @@ pub struct ChildLink {
 pub fn child_links(ctx: &Ctx, view: &ThreadView, index: &ThreadIndex) -> Vec<ChildLink> {
     let mut links = Vec::new();
     for s in &view.steps {
-        let Some(child) = &s.payload.child_thread else {
+        let Some(child) = s.payload.child_thread else {
             continue;
         };
         let mut link = ChildThreadLink {
-            step: s.hash.to_string(),
+            step: s.hash,
             role: s.payload.record.role.clone(),
-            child_thread: child.clone(),
-            start: String::new(),
+            child_thread: child,
+            start: None,
             workflow_name: String::new(),
             steps: 0,
             thread: None,
         };
-        let loaded = child
-            .parse::<Hash>()
-            .map_err(|e| EngineError::Cas(e.into()))
-            .and_then(|h| Ok((h, thread::load(&ctx.cas, h)?)));
-        let view = match loaded {
-            Ok((h, cv)) => {
-                link.start = cv.start_hash.to_string();
+        let view = match thread::load(&ctx.cas, child) {
+            Ok(cv) => {
+                link.start = Some(cv.start_hash);
                 link.workflow_name = cv.workflow.name.clone();
                 link.steps = cv.steps.len();
-                link.thread = index.thread_of(h, cv.start_hash);
+                link.thread = index.thread_of(child, cv.start_hash);
                 Some(cv)
             }
             Err(e) => {

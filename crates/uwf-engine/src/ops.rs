@@ -5,8 +5,7 @@ use std::sync::Arc;
 
 use uwf_cas::Hash;
 use uwf_moderator::thread;
-use uwf_protocol::{HistoryEntry, StartNodePayload, StepOutput};
-use uwf_util::ids::ThreadId;
+use uwf_protocol::{HistoryEntry, StartNodePayload, StepOutput, ThreadId};
 
 use crate::check::{CheckError, check_step};
 use crate::error::EngineError;
@@ -17,7 +16,7 @@ use crate::{Engine, Progress};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Started {
     /// The new thread's id.
-    pub thread: String,
+    pub thread: ThreadId,
     /// Its head: the StartNode, or the node a fork starts from.
     pub head: Hash,
 }
@@ -42,7 +41,7 @@ pub enum Ran {
 /// migrated is corrupt), so a front end can check before it writes anything
 /// for a new thread (a workflow registration, …).
 pub fn ready_to_start(engine: &Engine) -> Result<(), EngineError> {
-    engine.state.thread_head(&ThreadId::new().to_string())?;
+    engine.state.thread_head(ThreadId::new())?;
     Ok(())
 }
 
@@ -60,7 +59,7 @@ pub fn start(
         return Err(EngineError::EmptyPrompt);
     }
     ready_to_start(engine)?;
-    let id = ThreadId::new().to_string();
+    let id = ThreadId::new();
     if let Some(p) = parent {
         thread::load(&engine.cas, p).map_err(|e| EngineError::BadParent {
             hash: p.to_string(),
@@ -68,14 +67,14 @@ pub fn start(
         })?;
     }
     let payload = StartNodePayload {
-        workflow: workflow.to_string(),
+        workflow,
         prompt: prompt.to_string(),
-        parent_state: parent.map(|p| p.to_string()),
+        parent_state: parent,
     };
     let start = engine
         .cas
         .put_value(engine.cas.types().start_node, &payload)?;
-    engine.state.insert_thread(&id, &start.hash.to_string())?;
+    engine.state.insert_thread(id, start.hash)?;
     Ok(Started {
         thread: id,
         head: start.hash,
@@ -87,8 +86,8 @@ pub fn start(
 pub fn fork(engine: &Engine, node: Hash) -> Result<Started, EngineError> {
     // Loading proves it is a StartNode or StepNode of a sound chain.
     thread::load(&engine.cas, node)?;
-    let id = ThreadId::new().to_string();
-    engine.state.insert_thread(&id, &node.to_string())?;
+    let id = ThreadId::new();
+    engine.state.insert_thread(id, node)?;
     Ok(Started {
         thread: id,
         head: node,
@@ -97,14 +96,14 @@ pub fn fork(engine: &Engine, node: Hash) -> Result<Started, EngineError> {
 
 /// Kills an active thread: archives it with reason `killed`. A step of it
 /// that is running notices (the kill flag) and stops its agent.
-pub fn kill(engine: &Engine, id: &str) -> Result<HistoryEntry, EngineError> {
+pub fn kill(engine: &Engine, id: ThreadId) -> Result<HistoryEntry, EngineError> {
     let head = active_head(engine, id)?;
-    let view_workflow = workflow_of(engine, head)?;
-    Ok(engine.state.archive(id, &view_workflow, None, "killed")?)
+    let workflow = workflow_of(engine, head)?;
+    Ok(engine.state.archive(id, workflow, None, "killed")?)
 }
 
 /// The workflow hash of the thread whose head is `head`.
-pub fn workflow_of(engine: &Engine, head: Hash) -> Result<String, EngineError> {
+pub fn workflow_of(engine: &Engine, head: Hash) -> Result<Hash, EngineError> {
     let types = engine.cas.types();
     let node = engine.cas.get(head)?;
     if node.type_hash == types.start_node {
@@ -131,7 +130,7 @@ pub fn workflow_of(engine: &Engine, head: Hash) -> Result<String, EngineError> {
 /// the last landed step left it).
 pub fn run(
     engine: &Engine,
-    id: &str,
+    id: ThreadId,
     opts: &StepOptions<'_>,
     progress: &Arc<dyn Progress>,
     max_steps: usize,
@@ -159,7 +158,7 @@ pub fn run(
 /// compare-and-swap of the head, then the archive at `$END`.
 pub fn apply_offered(
     engine: &Engine,
-    id: &str,
+    id: ThreadId,
     expected_head: Hash,
     role: &str,
     new: Hash,
@@ -169,7 +168,7 @@ pub fn apply_offered(
         Ok(l) => l,
         Err(CheckError::Rejected(rejection)) => {
             return Err(EngineError::Rejected {
-                thread: id.to_string(),
+                thread: id,
                 rejection,
             });
         }

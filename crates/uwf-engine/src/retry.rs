@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use uwf_protocol::{AttemptRecord, attempt_record_schema};
+use uwf_protocol::{AttemptRecord, Hash, ThreadId, attempt_record_schema};
 use uwf_state::policy::RetryPolicy;
 
 use crate::Engine;
@@ -51,12 +51,11 @@ pub fn run(a: &Attempt<'_>, policy: &RetryPolicy) -> Result<Tried, EngineError> 
 /// or when the thread is killed or moves on.
 fn backoff(a: &Attempt<'_>, delay: Duration) -> Result<(), EngineError> {
     let until = Instant::now() + delay;
-    let head = a.head.to_string();
     loop {
         if a.cancel.is_cancelled() {
             return Err(EngineError::Interrupted);
         }
-        if let Some(e) = engine::moved(a.ctx, a.id, &head, false)? {
+        if let Some(e) = engine::moved(a.ctx, a.id, a.head, false)? {
             return Err(e);
         }
         let now = Instant::now();
@@ -68,15 +67,15 @@ fn backoff(a: &Attempt<'_>, delay: Duration) -> Result<(), EngineError> {
 }
 
 /// Stores attempt `n`'s record and makes it the thread's newest.
-fn record(a: &Attempt<'_>, n: u32, f: &Failed) -> Result<String, EngineError> {
+fn record(a: &Attempt<'_>, n: u32, f: &Failed) -> Result<Hash, EngineError> {
     let cas = &a.ctx.cas;
     let schema = cas.put_schema(attempt_record_schema())?.hash;
     let mut failure: Option<EngineError> = None;
-    let write = |prev: Option<&str>| -> Result<String, EngineError> {
+    let write = |prev: Option<Hash>| -> Result<Hash, EngineError> {
         let record = AttemptRecord {
-            thread: a.id.to_string(),
-            head: a.head.to_string(),
-            prev: prev.map(str::to_string),
+            thread: a.id,
+            head: a.head,
+            prev,
             role: a.role.to_string(),
             attempt: n,
             agent: a.agent.label.clone(),
@@ -87,7 +86,7 @@ fn record(a: &Attempt<'_>, n: u32, f: &Failed) -> Result<String, EngineError> {
             duration_ms: u64::try_from(f.elapsed.as_millis()).unwrap_or(u64::MAX),
             started_at: f.started_at,
         };
-        Ok(cas.put_value(schema, &record)?.hash.to_string())
+        Ok(cas.put_value(schema, &record)?.hash)
     };
     let written = a.ctx.state.record_attempt(a.id, &mut |prev| {
         write(prev).map_err(|e| {
@@ -110,21 +109,15 @@ fn record(a: &Attempt<'_>, n: u32, f: &Failed) -> Result<String, EngineError> {
 /// The failed attempts of thread `id`, newest first (at most `limit`).
 pub fn attempts(
     ctx: &Engine,
-    id: &str,
+    id: ThreadId,
     limit: usize,
-) -> Result<Vec<(String, AttemptRecord)>, EngineError> {
+) -> Result<Vec<(Hash, AttemptRecord)>, EngineError> {
     let mut out = Vec::new();
     let mut next = ctx.state.attempt_head(id)?;
-    while let Some(h) = next {
+    while let Some(hash) = next {
         if out.len() >= limit {
             break;
         }
-        let hash: uwf_cas::Hash =
-            h.parse()
-                .map_err(|e: uwf_cas::ParseHashError| EngineError::CorruptState {
-                    what: format!("the attempt records of thread {id}").into(),
-                    reason: e.to_string(),
-                })?;
         // A record already collected by gc ends the list quietly.
         let Some(node) = ctx.cas.try_get(hash)? else {
             break;
@@ -134,8 +127,8 @@ pub fn attempts(
                 what: format!("the attempt records of thread {id}").into(),
                 reason: format!("{hash} is not an AttemptRecord: {e}"),
             })?;
-        next = record.prev.clone();
-        out.push((h, record));
+        next = record.prev;
+        out.push((hash, record));
     }
     Ok(out)
 }

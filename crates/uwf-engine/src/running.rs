@@ -19,13 +19,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use uwf_protocol::{Hash, ThreadId};
 
 /// The marker of a running agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Marker {
     /// The thread.
-    pub thread: String,
+    pub thread: ThreadId,
     /// The role its agent works on.
     pub role: String,
     /// The agent (alias or command line).
@@ -41,7 +42,7 @@ pub struct Marker {
     /// When the agent started (ms since the Unix epoch).
     pub started_at: u64,
     /// The head the step started from.
-    pub head: String,
+    pub head: Hash,
     /// Where the agent's stderr goes: this log file, and the terminal of
     /// the `uwf` that runs it.
     pub log: PathBuf,
@@ -61,7 +62,7 @@ pub enum Found {
 #[serde(rename_all = "camelCase")]
 pub struct Timing {
     /// The StepNode.
-    pub step: String,
+    pub step: Hash,
     /// Its role.
     pub role: String,
     /// The agent.
@@ -74,16 +75,16 @@ pub struct Timing {
     pub duration_ms: u64,
 }
 
-fn marker_path(root: &Path, thread: &str) -> PathBuf {
+fn marker_path(root: &Path, thread: ThreadId) -> PathBuf {
     root.join("running").join(format!("{thread}.json"))
 }
 
 /// The stderr log of a thread's agents.
-pub fn log_path(root: &Path, thread: &str) -> PathBuf {
+pub fn log_path(root: &Path, thread: ThreadId) -> PathBuf {
     root.join("logs").join(format!("{thread}.log"))
 }
 
-fn timings_path(root: &Path, thread: &str) -> PathBuf {
+fn timings_path(root: &Path, thread: ThreadId) -> PathBuf {
     root.join("logs").join(format!("{thread}.jsonl"))
 }
 
@@ -121,7 +122,7 @@ fn alive(pid: u32, start: Option<u64>) -> bool {
 
 /// The marker of `thread`, checked; `None` when no agent of it runs (or
 /// the marker cannot be read).
-pub fn find(root: &Path, thread: &str) -> Option<Found> {
+pub fn find(root: &Path, thread: ThreadId) -> Option<Found> {
     let text = std::fs::read(marker_path(root, thread)).ok()?;
     let marker: Marker = serde_json::from_slice(&text).ok()?;
     if marker.host != host() {
@@ -139,7 +140,7 @@ pub fn find(root: &Path, thread: &str) -> Option<Found> {
 }
 
 /// The live marker of `thread`, if an agent of it runs now.
-pub fn live(root: &Path, thread: &str) -> Option<Marker> {
+pub fn live(root: &Path, thread: ThreadId) -> Option<Marker> {
     match find(root, thread)? {
         Found::Live(m) => Some(m),
         Found::Stale(..) => None,
@@ -147,13 +148,13 @@ pub fn live(root: &Path, thread: &str) -> Option<Marker> {
 }
 
 /// The timings of a thread's landed steps, by StepNode.
-pub fn timings(root: &Path, thread: &str) -> std::collections::HashMap<String, Timing> {
+pub fn timings(root: &Path, thread: ThreadId) -> std::collections::HashMap<Hash, Timing> {
     let Ok(text) = std::fs::read_to_string(timings_path(root, thread)) else {
         return Default::default();
     };
     text.lines()
         .filter_map(|l| serde_json::from_str::<Timing>(l).ok())
-        .map(|t| (t.step.clone(), t))
+        .map(|t| (t.step, t))
         .collect()
 }
 
@@ -171,22 +172,22 @@ impl Running {
     /// agent runs unobserved (a warning says so).
     pub fn start(
         root: &Path,
-        thread: &str,
+        thread: ThreadId,
         role: &str,
         agent: &str,
-        head: &str,
+        head: Hash,
         started_at: u64,
     ) -> Running {
         let pid = std::process::id();
         let marker = Marker {
-            thread: thread.to_string(),
+            thread,
             role: role.to_string(),
             agent: agent.to_string(),
             pid,
             pid_start: process_start(pid),
             host: host(),
             started_at,
-            head: head.to_string(),
+            head,
             log: log_path(root, thread),
         };
         let path = marker_path(root, thread);
@@ -238,16 +239,16 @@ impl Running {
     }
 
     /// The step landed as `step` after `elapsed`: its timing is recorded.
-    pub fn landed(&self, root: &Path, step: &str, elapsed: Duration) {
+    pub fn landed(&self, root: &Path, step: Hash, elapsed: Duration) {
         let timing = Timing {
-            step: step.to_string(),
+            step,
             role: self.marker.role.clone(),
             agent: self.marker.agent.clone(),
             host: self.marker.host.clone(),
             started_at: self.marker.started_at,
             duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         };
-        let path = timings_path(root, &self.marker.thread);
+        let path = timings_path(root, self.marker.thread);
         let line = serde_json::to_string(&timing).unwrap_or_default();
         // Observational, so not flushed to disk (an fsync per step would be
         // most of the step's own cost); a line torn by a crash is skipped by
@@ -286,23 +287,24 @@ fn open_log(path: &Path) -> Option<std::fs::File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uwf_protocol::fixtures::{hash as h, thread as t};
 
     #[test]
     fn a_marker_lives_while_held_and_a_dead_process_is_stale() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let root = dir.path();
         {
-            let running = Running::start(root, "T", "developer", "agent", "H", 1);
+            let running = Running::start(root, t("T"), "developer", "agent", h("H"), 1);
             running.sink()("a line");
-            match find(root, "T") {
+            match find(root, t("T")) {
                 Some(Found::Live(m)) => assert_eq!(m.role, "developer"),
                 other => panic!("{other:?}"),
             }
-            running.landed(root, "STEP", Duration::from_millis(1500));
+            running.landed(root, h("STEP"), Duration::from_millis(1500));
         }
-        assert_eq!(find(root, "T"), None);
-        assert_eq!(timings(root, "T")["STEP"].duration_ms, 1500);
-        let log = std::fs::read_to_string(log_path(root, "T")).unwrap_or_default();
+        assert_eq!(find(root, t("T")), None);
+        assert_eq!(timings(root, t("T"))[&h("STEP")].duration_ms, 1500);
+        let log = std::fs::read_to_string(log_path(root, t("T"))).unwrap_or_default();
         assert!(log.contains("developer · agent · started") && log.ends_with("a line\n"));
 
         // A marker left by a process that is gone.
@@ -312,23 +314,23 @@ mod tests {
         let pid = child.id();
         let _ = child.wait();
         let marker = Marker {
-            thread: "U".into(),
+            thread: uwf_protocol::fixtures::thread("U"),
             role: "r".into(),
             agent: "a".into(),
             pid,
             pid_start: None,
             host: host(),
             started_at: 1,
-            head: "H".into(),
-            log: log_path(root, "U"),
+            head: uwf_protocol::fixtures::hash("H"),
+            log: log_path(root, t("U")),
         };
         std::fs::write(
-            marker_path(root, "U"),
+            marker_path(root, t("U")),
             serde_json::to_vec(&marker).unwrap_or_default(),
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(find(root, "U"), Some(Found::Stale(..))));
-        assert_eq!(live(root, "U"), None);
+        assert!(matches!(find(root, t("U")), Some(Found::Stale(..))));
+        assert_eq!(live(root, t("U")), None);
         // Our own process, but a different start time: a reused pid.
         let reused = Marker {
             pid: std::process::id(),
@@ -336,13 +338,13 @@ mod tests {
             ..marker
         };
         std::fs::write(
-            marker_path(root, "U"),
+            marker_path(root, t("U")),
             serde_json::to_vec(&reused).unwrap_or_default(),
         )
         .unwrap_or_else(|e| panic!("{e}"));
         let expect_stale = reused.pid_start.is_some();
         assert_eq!(
-            matches!(find(root, "U"), Some(Found::Stale(..))),
+            matches!(find(root, t("U")), Some(Found::Stale(..))),
             expect_stale
         );
     }

@@ -3,13 +3,12 @@
 //! Also the thread lookups the commands share.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use uwf_cas::Hash;
 use uwf_moderator::thread::{self, LoadedStep, ThreadView};
-use uwf_protocol::{HistoryEntry, StepOutput, WaitingRecord, WorkflowLimits};
+use uwf_protocol::{HistoryEntry, StepOutput, ThreadId, WaitingRecord, WorkflowLimits};
 use uwf_state::SlotHold;
 use uwf_state::policy;
 use uwf_state::slots::SlotError;
@@ -31,48 +30,35 @@ pub enum Status {
     Archived(HistoryEntry),
 }
 
-/// Parses and canonicalises a thread id.
-pub fn thread_id(s: &str) -> Result<String, EngineError> {
-    Ok(s.parse::<uwf_util::ids::ThreadId>()?.to_string())
-}
-
-fn stored_hash(s: &str, what: &str) -> Result<Hash, EngineError> {
-    s.parse::<Hash>().map_err(|e| EngineError::CorruptState {
-        what: PathBuf::from(what),
-        reason: e.to_string(),
-    })
+/// Parses a thread id as a person typed it (any case, Crockford's aliases).
+pub fn thread_id(s: &str) -> Result<ThreadId, EngineError> {
+    Ok(s.parse::<ThreadId>()?)
 }
 
 /// Looks a thread up; unknown ids are an error.
-pub fn status(ctx: &Engine, id: &str) -> Result<Status, EngineError> {
+pub fn status(ctx: &Engine, id: ThreadId) -> Result<Status, EngineError> {
     if let Some(head) = ctx.state.thread_head(id)? {
-        return Ok(Status::Active {
-            head: stored_hash(&head, &format!("the head of thread {id}"))?,
-        });
+        return Ok(Status::Active { head });
     }
     match ctx.state.find_archived(id)? {
         Some(entry) => Ok(Status::Archived(entry)),
-        None => Err(EngineError::UnknownThread {
-            thread: id.to_string(),
-        }),
+        None => Err(EngineError::UnknownThread { thread: id }),
     }
 }
 
 /// The head of an active thread; archived and unknown threads are errors.
-pub fn active_head(ctx: &Engine, id: &str) -> Result<Hash, EngineError> {
+pub fn active_head(ctx: &Engine, id: ThreadId) -> Result<Hash, EngineError> {
     match status(ctx, id)? {
         Status::Active { head } => Ok(head),
-        Status::Archived(_) => Err(EngineError::ThreadFinished {
-            thread: id.to_string(),
-        }),
+        Status::Archived(_) => Err(EngineError::ThreadFinished { thread: id }),
     }
 }
 
 /// The head of a thread, active or archived.
-pub fn any_head(ctx: &Engine, id: &str) -> Result<Hash, EngineError> {
+pub fn any_head(ctx: &Engine, id: ThreadId) -> Result<Hash, EngineError> {
     match status(ctx, id)? {
         Status::Active { head } => Ok(head),
-        Status::Archived(e) => stored_hash(&e.head, &format!("the history entry of thread {id}")),
+        Status::Archived(e) => Ok(e.head),
     }
 }
 
@@ -104,7 +90,7 @@ pub type InProcessAgent<'a> = dyn Fn(&AgentCall<'_>) -> Result<Hash, String> + '
 #[derive(Debug, Clone, Copy)]
 pub struct AgentCall<'a> {
     /// The thread.
-    pub thread: &'a str,
+    pub thread: ThreadId,
     /// The role the moderator chose.
     pub role: &'a str,
     /// The head the step starts from (the new StepNode's `prev` is its last
@@ -138,12 +124,12 @@ pub struct Stepped {
 
 impl Stepped {
     /// A step that did not run: thread `id` (at `head`) waits as `record` says.
-    fn waiting(workflow: String, id: &str, head: Hash, record: WaitingRecord) -> Self {
+    fn waiting(workflow: Hash, id: ThreadId, head: Hash, record: WaitingRecord) -> Self {
         Stepped {
             output: StepOutput {
                 workflow,
-                thread: id.to_string(),
-                head: head.to_string(),
+                thread: id,
+                head,
                 done: false,
             },
             waiting: Some(record),
@@ -161,13 +147,13 @@ impl Stepped {
 /// config.yaml's `retries` say ([`crate::retry`]).
 pub fn step(
     ctx: &Engine,
-    id: &str,
+    id: ThreadId,
     opts: &StepOptions<'_>,
     progress: &Arc<dyn Progress>,
 ) -> Result<Stepped, EngineError> {
     let head = active_head(ctx, id)?;
     let view = thread::load(&ctx.cas, head)?;
-    let workflow = view.workflow_hash.to_string();
+    let workflow = view.workflow_hash;
     let decision = crate::suspend::decide(id, &view, opts.resume)?;
     if crate::suspend::suspends(&decision) {
         let record = crate::suspend::wait(ctx, id, &view, &decision)?;
@@ -175,13 +161,13 @@ pub fn step(
     }
     if decision.is_end() {
         ctx.state
-            .archive(id, &workflow, Some(&head.to_string()), "done")
+            .archive(id, workflow, Some(head), "done")
             .map_err(|e| conflict_or(e, id))?;
         return Ok(Stepped {
             output: StepOutput {
                 workflow,
-                thread: id.to_string(),
-                head: head.to_string(),
+                thread: id,
+                head,
                 done: true,
             },
             waiting: None,
@@ -249,7 +235,7 @@ pub struct Attempt<'a> {
     /// The root.
     pub ctx: &'a Engine,
     /// The thread id.
-    pub id: &'a str,
+    pub id: ThreadId,
     /// The thread as loaded at the start of the step.
     pub view: &'a ThreadView,
     /// Its head.
@@ -340,7 +326,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     };
     // The kill flag (seed 004), checked once more just before the agent
     // starts: the thread may have been killed or moved on meanwhile.
-    if let Some(e) = moved(ctx, id, &head.to_string(), false)? {
+    if let Some(e) = moved(ctx, id, head, false)? {
         return Err(e);
     }
     if let Some(run) = a.in_process {
@@ -361,21 +347,16 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     let started_at = uwf_state::state::now_ms();
     let cancel = a.cancel.clone();
     let state = &ctx.state;
-    let head_s = head.to_string();
     // The marker `thread show`/`list`/`watch` read, and the stderr log.
-    let running = ctx.run_dir.as_deref().map(|dir| {
-        crate::running::Running::start(dir, id, role, &agent.label, &head_s, started_at)
-    });
+    let running = ctx
+        .run_dir
+        .as_deref()
+        .map(|dir| crate::running::Running::start(dir, id, role, &agent.label, head, started_at));
     let log = running.as_ref().map(crate::running::Running::sink);
     let sink = Arc::clone(a.progress);
     // The role's schema is compiled while the agent runs (compiling is most
     // of the check that follows); a failure here shows again in the check.
-    let schema: Option<Hash> = a
-        .view
-        .workflow
-        .roles
-        .get(role)
-        .and_then(|r| r.output_schema.parse().ok());
+    let schema: Option<Hash> = a.view.workflow.roles.get(role).map(|r| r.output_schema);
     let finished = std::thread::scope(|scope| {
         if let Some(schema) = schema {
             let cas = &ctx.cas;
@@ -396,7 +377,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
             || {
                 state
                     .thread_head(id)
-                    .map(|h| h.as_deref() != Some(head_s.as_str()))
+                    .map(|h| h != Some(head))
                     .unwrap_or(false)
             },
         )
@@ -411,7 +392,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     // moved on) meanwhile never gets this step, and that is what to report,
     // whatever the agent did (it may have failed because of it).
     if !matches!(finished.ending, Ending::Interrupted)
-        && let Some(e) = moved(ctx, id, &head_s, true)?
+        && let Some(e) = moved(ctx, id, head, true)?
     {
         return Err(e);
     }
@@ -484,7 +465,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         Ok(loaded) => {
             a.progress.finished(role, elapsed);
             if let (Some(r), Some(dir)) = (&running, ctx.run_dir.as_deref()) {
-                r.landed(dir, &new.to_string(), elapsed);
+                r.landed(dir, new, elapsed);
             }
             Ok(Tried::Landed(new, loaded))
         }
@@ -519,7 +500,7 @@ fn attempt_in_process(
     });
     drop(slot);
     let elapsed = started.elapsed();
-    if let Some(e) = moved(ctx, id, &a.head.to_string(), true)? {
+    if let Some(e) = moved(ctx, id, a.head, true)? {
         return Err(e);
     }
     let new = match answer {
@@ -564,17 +545,17 @@ fn attempt_in_process(
 /// (seed 000 §1.3, steps 7 and 8).
 pub fn apply(
     ctx: &Engine,
-    id: &str,
+    id: ThreadId,
     view: ThreadView,
     role: &str,
     new: Hash,
     loaded: LoadedStep,
 ) -> Result<StepOutput, EngineError> {
     let head = view.head;
-    let workflow = view.workflow_hash.to_string();
+    let workflow = view.workflow_hash;
     debug_assert_eq!(loaded.payload.record.role, role);
     ctx.state
-        .swap_head(id, &head.to_string(), &new.to_string())
+        .swap_head(id, head, new)
         .map_err(|e| conflict_or(e, id))?;
 
     // Step 8: does the new step end the thread? The chain is the one loaded
@@ -584,10 +565,7 @@ pub fn apply(
     view.head = new;
     let done = match view.decide() {
         Ok(d) if d.is_end() => {
-            match ctx
-                .state
-                .archive(id, &workflow, Some(&new.to_string()), "done")
-            {
+            match ctx.state.archive(id, workflow, Some(new), "done") {
                 Ok(_) => true,
                 // Killed (archived with this very head) right after the step
                 // landed: the step stands and the thread is over either way.
@@ -609,8 +587,8 @@ pub fn apply(
     };
     Ok(StepOutput {
         workflow,
-        thread: id.to_string(),
-        head: new.to_string(),
+        thread: id,
+        head: new,
         done,
     })
 }
@@ -626,14 +604,13 @@ const KILL_POLL: Duration = Duration::from_millis(200);
 /// flag (the thread archived, or its head moved).
 fn acquire_slot(
     ctx: &Engine,
-    id: &str,
+    id: ThreadId,
     head: Hash,
     workflow: &str,
     limits: WorkflowLimits,
     progress: &dyn Progress,
     cancel: &CancelToken,
 ) -> Result<Box<dyn SlotHold>, EngineError> {
-    let head = head.to_string();
     let mut stop = None;
     let mut last_check = Instant::now();
     let mut shown = None;
@@ -644,7 +621,7 @@ fn acquire_slot(
         }
         if last_check.elapsed() >= KILL_POLL {
             last_check = Instant::now();
-            if let Some(e) = moved(ctx, id, &head, false).unwrap_or_else(Some) {
+            if let Some(e) = moved(ctx, id, head, false).unwrap_or_else(Some) {
                 stop = Some(e);
                 return false;
             }
@@ -659,7 +636,7 @@ fn acquire_slot(
         Ok(guard) => guard,
         Err(SlotError::Full { concurrency, .. }) => {
             return Err(EngineError::NoSlot {
-                thread: id.to_string(),
+                thread: id,
                 workflow: workflow.to_string(),
                 concurrency,
             });
@@ -669,7 +646,7 @@ fn acquire_slot(
         }) => {
             let waited = Duration::from_millis(u64::try_from(waited.as_millis()).unwrap_or(0));
             return Err(EngineError::Evicted {
-                thread: id.to_string(),
+                thread: id,
                 workflow: workflow.to_string(),
                 max_queue,
                 waited: humantime::format_duration(waited).to_string(),
@@ -686,11 +663,11 @@ fn acquire_slot(
 /// started, as `agent_ran` says), or moved on.
 pub fn moved(
     ctx: &Engine,
-    id: &str,
-    head: &str,
+    id: ThreadId,
+    head: Hash,
     agent_ran: bool,
 ) -> Result<Option<EngineError>, EngineError> {
-    let thread = id.to_string();
+    let thread = id;
     Ok(match ctx.state.thread_head(id)? {
         Some(h) if h == head => None,
         Some(actual) => Some(EngineError::HeadMoved { thread, actual }),
@@ -700,32 +677,22 @@ pub fn moved(
 }
 
 /// The agent was stopped because the thread changed under it.
-fn interrupted(ctx: &Engine, id: &str) -> Result<EngineError, EngineError> {
+fn interrupted(ctx: &Engine, id: ThreadId) -> Result<EngineError, EngineError> {
     Ok(match ctx.state.thread_head(id)? {
-        None => EngineError::Killed {
-            thread: id.to_string(),
-        },
-        Some(actual) => EngineError::HeadMoved {
-            thread: id.to_string(),
-            actual,
-        },
+        None => EngineError::Killed { thread: id },
+        Some(actual) => EngineError::HeadMoved { thread: id, actual },
     })
 }
 
 /// The engine error for a lost compare-and-swap of thread `id`: killed
 /// (no longer active) or moved on; other state errors pass through.
-pub fn conflict_or(e: StateError, id: &str) -> EngineError {
+pub fn conflict_or(e: StateError, id: ThreadId) -> EngineError {
     match e {
-        StateError::Conflict { actual: None, .. } => EngineError::Killed {
-            thread: id.to_string(),
-        },
+        StateError::Conflict { actual: None, .. } => EngineError::Killed { thread: id },
         StateError::Conflict {
             actual: Some(actual),
             ..
-        } => EngineError::HeadMoved {
-            thread: id.to_string(),
-            actual,
-        },
+        } => EngineError::HeadMoved { thread: id, actual },
         other => other.into(),
     }
 }

@@ -13,7 +13,7 @@
 
 use uwf_moderator::thread::ThreadView;
 use uwf_moderator::{Decision, SUSPEND};
-use uwf_protocol::WaitingRecord;
+use uwf_protocol::{ThreadId, WaitingRecord};
 use uwf_state::state::now_ms;
 
 use crate::Engine;
@@ -25,14 +25,18 @@ pub const SUSPENDED_AGENT: &str = "suspended";
 
 /// The moderator's decision for a step: the ordinary one, or, to resume,
 /// the decision from `$START` — refused when the thread is not suspended.
-pub(crate) fn decide(id: &str, view: &ThreadView, resume: bool) -> Result<Decision, EngineError> {
+pub(crate) fn decide(
+    id: ThreadId,
+    view: &ThreadView,
+    resume: bool,
+) -> Result<Decision, EngineError> {
     let decision = view.decide()?;
     if !resume {
         return Ok(decision);
     }
     if decision.next != SUSPEND {
         return Err(EngineError::NotSuspended {
-            thread: id.to_string(),
+            thread: id,
             next: decision.next,
         });
     }
@@ -49,7 +53,7 @@ pub(crate) fn suspends(decision: &Decision) -> bool {
 /// that suspended it.
 pub(crate) fn wait(
     ctx: &Engine,
-    id: &str,
+    id: ThreadId,
     view: &ThreadView,
     decision: &Decision,
 ) -> Result<WaitingRecord, EngineError> {
@@ -65,7 +69,7 @@ pub(crate) fn wait(
         .or(reason)
         .unwrap_or_else(|| format!("`{}` suspended the thread", decision.from));
     let record = WaitingRecord {
-        head: view.head.to_string(),
+        head: view.head,
         role: SUSPEND.to_string(),
         prompt,
         agent: SUSPENDED_AGENT.to_string(),

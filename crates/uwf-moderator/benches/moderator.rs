@@ -23,7 +23,7 @@ fn context(steps: usize) -> ModeratorContext {
     let roles = ["reviewer", "developer", "planner"];
     ModeratorContext {
         start: StartNodePayload {
-            workflow: "0000000000000".into(),
+            workflow: uwf_protocol::Hash::from_u64(0),
             prompt: "Fix the login redirect loop".into(),
             parent_state: None,
         },
@@ -39,7 +39,7 @@ fn context(steps: usize) -> ModeratorContext {
                         "score": i % 10,
                         "comments": "Looks fine, but add a regression test for the redirect.",
                     }),
-                    detail: "0000000000001".into(),
+                    detail: uwf_protocol::Hash::from_u64(1),
                     agent: "uwf-mock".into(),
                 }
             })

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uwf_protocol::{END, ModeratorContext, START, StepContext, WorkflowPayload};
+use uwf_protocol::{END, Hash, ModeratorContext, START, StepContext, WorkflowPayload};
 
 use crate::jsonata::{self, Failure, Input};
 use crate::template::{self, Segment};
@@ -292,11 +292,11 @@ impl ModeratorError {
 ///         ]
 ///     }
 /// }))?;
-/// let start = StartNodePayload { workflow: "0000000000000".into(), prompt: "go".into(), parent_state: None };
+/// let start = StartNodePayload { workflow: uwf_protocol::Hash::from_u64(0), prompt: "go".into(), parent_state: None };
 /// let step = StepContext {
 ///     role: "dev".into(),
 ///     output: json!({ "retry": true, "reason": "tests fail" }),
-///     detail: "0000000000001".into(),
+///     detail: uwf_protocol::Hash::from_u64(1),
 ///     agent: "a".into(),
 /// };
 /// let d = evaluate(&workflow, &ModeratorContext { start, steps: vec![step] })?;
@@ -367,7 +367,7 @@ impl Source<'_> {
                 steps.iter().map(|s| {
                     (
                         s.payload.record.agent.as_str(),
-                        s.payload.record.detail.as_str(),
+                        s.payload.record.detail,
                         &s.output,
                         s.payload.record.role.as_str(),
                     )
@@ -476,14 +476,9 @@ fn evaluate_here(
 fn context_input(ctx: &ModeratorContext) -> Result<Input, Failure> {
     steps_input(
         &ctx.start,
-        ctx.steps.iter().map(|s| {
-            (
-                s.agent.as_str(),
-                s.detail.as_str(),
-                &s.output,
-                s.role.as_str(),
-            )
-        }),
+        ctx.steps
+            .iter()
+            .map(|s| (s.agent.as_str(), s.detail, &s.output, s.role.as_str())),
     )
 }
 
@@ -491,7 +486,7 @@ fn context_input(ctx: &ModeratorContext) -> Result<Input, Failure> {
 /// role).
 fn steps_input<'a>(
     start: &uwf_protocol::StartNodePayload,
-    steps: impl ExactSizeIterator<Item = (&'a str, &'a str, &'a Value, &'a str)>,
+    steps: impl ExactSizeIterator<Item = (&'a str, Hash, &'a Value, &'a str)>,
 ) -> Result<Input, Failure> {
     use crate::jsonata::sorted_value;
     use uwf_jsonata::{Object, Value as JValue};
@@ -503,7 +498,7 @@ fn steps_input<'a>(
         // StepContext's members in code point order: agent, detail, output, role.
         let mut o = Object::with_capacity(4);
         o.insert("agent".to_owned(), JValue::str(agent));
-        o.insert("detail".to_owned(), JValue::str(detail));
+        o.insert("detail".to_owned(), JValue::str(&detail.to_string()));
         o.insert("output".to_owned(), sorted_value(output, 3)?);
         o.insert("role".to_owned(), JValue::str(role));
         out.push(JValue::object(o));

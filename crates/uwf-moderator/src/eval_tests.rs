@@ -26,7 +26,7 @@ fn workflow(conditions: Value, graph: Value) -> WorkflowPayload {
 fn ctx(steps: &[(&str, Value)]) -> ModeratorContext {
     ModeratorContext {
         start: StartNodePayload {
-            workflow: "0000000000000".into(),
+            workflow: uwf_protocol::Hash::from_u64(0),
             prompt: "Fix the login bug".into(),
             parent_state: None,
         },
@@ -35,7 +35,7 @@ fn ctx(steps: &[(&str, Value)]) -> ModeratorContext {
             .map(|(role, output)| StepContext {
                 role: (*role).into(),
                 output: output.clone(),
-                detail: "0000000000001".into(),
+                detail: uwf_protocol::Hash::from_u64(1),
                 agent: "uwf-test".into(),
             })
             .collect(),
@@ -579,15 +579,15 @@ fn the_fast_context_is_the_serialised_context() {
     let step = |role: &str, output: serde_json::Value| StepContext {
         role: role.into(),
         output,
-        detail: "D".into(),
+        detail: uwf_protocol::fixtures::hash("D"),
         agent: "a b".into(),
     };
-    for parent in [None, Some("P".to_string())] {
+    for parent in [None, Some(uwf_protocol::fixtures::hash("P"))] {
         let ctx = ModeratorContext {
             start: StartNodePayload {
-                workflow: "W".into(),
+                workflow: uwf_protocol::fixtures::hash("W"),
                 prompt: "do ✓".into(),
-                parent_state: parent.clone(),
+                parent_state: parent,
             },
             steps: vec![
                 step(

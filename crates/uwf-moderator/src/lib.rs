@@ -55,7 +55,7 @@
 //!
 //! let ctx = ModeratorContext {
 //!     start: StartNodePayload {
-//!         workflow: registered.hash.to_string(),
+//!         workflow: registered.hash,
 //!         prompt: "Fix the login bug".into(),
 //!         parent_state: None,
 //!     },

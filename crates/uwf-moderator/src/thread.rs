@@ -85,7 +85,7 @@ pub(crate) fn context_of(start: &StartNodePayload, steps: &[LoadedStep]) -> Mode
             .map(|s| StepContext {
                 role: s.payload.record.role.clone(),
                 output: s.output.clone(),
-                detail: s.payload.record.detail.clone(),
+                detail: s.payload.record.detail,
                 agent: s.payload.record.agent.clone(),
             })
             .collect(),
@@ -137,7 +137,7 @@ pub enum ThreadError {
         /// The head's StartNode.
         expected: Hash,
         /// The step's `start`.
-        found: String,
+        found: Hash,
     },
 
     /// Following `prev` came back to a step already seen.
@@ -219,7 +219,7 @@ fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadV
         (head, head_node)
     } else if head_node.type_hash == types.step_node {
         let first: StepNodePayload = payload(head, "StepNode", &head_node)?;
-        let start_hash = reference(head, "StepNode", "start", &first.start)?;
+        let start_hash = first.start;
         let mut seen = HashSet::new();
         let mut current = Some((head, head_node));
         let mut base: Vec<LoadedStep> = Vec::new();
@@ -242,19 +242,18 @@ fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadV
                 return Err(wrong_type(cas, hash, "StepNode", &node));
             }
             let p: StepNodePayload = payload(hash, "StepNode", &node)?;
-            if p.start != start_hash.to_string() {
+            if p.start != start_hash {
                 return Err(ThreadError::BrokenChain {
                     step: hash,
                     expected: start_hash,
                     found: p.start,
                 });
             }
-            if let Some(prev) = &p.prev {
-                let prev = reference(hash, "StepNode", "prev", prev)?;
+            if let Some(prev) = p.prev {
                 let prev_node = fetch(cas, prev, || format!("previous step of {hash}"))?;
                 current = Some((prev, prev_node));
             }
-            let out_hash = reference(hash, "StepNode", "output", &p.record.output)?;
+            let out_hash = p.record.output;
             let output = fetch(cas, out_hash, || format!("output of step {hash}"))?.payload;
             steps.push(LoadedStep {
                 hash,
@@ -282,7 +281,7 @@ fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadV
         return Err(wrong_type(cas, start_hash, "StartNode", &start_node));
     }
     let start: StartNodePayload = payload(start_hash, "StartNode", &start_node)?;
-    let workflow_hash = reference(start_hash, "StartNode", "workflow", &start.workflow)?;
+    let workflow_hash = start.workflow;
     let wf_node = fetch(cas, workflow_hash, || "Workflow".into())?;
     if wf_node.type_hash != types.workflow {
         return Err(wrong_type(cas, workflow_hash, "Workflow", &wf_node));
@@ -360,10 +359,7 @@ pub fn call_stack<S: Store>(cas: &Cas<S>, node: Hash) -> Result<Vec<CallFrame>, 
                 limit: MAX_CALL_FRAMES,
             });
         }
-        let parent = match &view.start.parent_state {
-            Some(p) => Some(reference(view.start_hash, "StartNode", "parentState", p)?),
-            None => None,
-        };
+        let parent = view.start.parent_state;
         frames.push(CallFrame {
             node: current,
             view,
@@ -412,19 +408,6 @@ fn payload<T: DeserializeOwned>(
         hash,
         kind,
         message: e.to_string(),
-    })
-}
-
-fn reference(
-    hash: Hash,
-    kind: &'static str,
-    field: &str,
-    value: &str,
-) -> Result<Hash, ThreadError> {
-    value.parse().map_err(|e| ThreadError::InvalidPayload {
-        hash,
-        kind,
-        message: format!("`{field}` is not a hash: {e}"),
     })
 }
 

@@ -52,7 +52,7 @@ fn fixture() -> Fixture {
 
 fn put_start(cas: &Cas<MemStore>, workflow: Hash, prompt: &str) -> Hash {
     let p = StartNodePayload {
-        workflow: workflow.to_string(),
+        workflow,
         prompt: prompt.into(),
         parent_state: None,
     };
@@ -62,15 +62,15 @@ fn put_start(cas: &Cas<MemStore>, workflow: Hash, prompt: &str) -> Hash {
 impl Fixture {
     fn step(&self, start: Hash, prev: Option<Hash>, role: &str, output: Value) -> Hash {
         let wf = h(load(&self.cas, start)).workflow;
-        let schema: Hash = h(wf.roles[role].output_schema.parse());
+        let schema: Hash = wf.roles[role].output_schema;
         let out = h(self.cas.put(schema, output)).hash;
         let p = StepNodePayload {
-            start: start.to_string(),
-            prev: prev.map(|p| p.to_string()),
+            start,
+            prev,
             record: StepRecord {
                 role: role.into(),
-                output: out.to_string(),
-                detail: self.detail.to_string(),
+                output: out,
+                detail: self.detail,
                 agent: "uwf-test".into(),
             },
             child_thread: None,
@@ -119,7 +119,7 @@ fn chain_is_loaded_oldest_first() {
     assert_eq!(ctx.start, v.start);
     assert_eq!(ctx.steps.len(), 2);
     assert_eq!(ctx.steps[1].output["comments"], "rhyme");
-    assert_eq!(ctx.steps[1].detail, f.detail.to_string());
+    assert_eq!(ctx.steps[1].detail, f.detail);
     assert_eq!(ctx.steps[1].agent, "uwf-test");
 
     let d = h(v.decide());
@@ -181,7 +181,7 @@ fn steps_of_another_thread_break_the_chain() {
             found,
         }) => {
             assert_eq!((step, expected), (foreign, f.start));
-            assert_eq!(found, other_start.to_string());
+            assert_eq!(found, other_start);
         }
         other => panic!("{other:?}"),
     }
@@ -213,12 +213,12 @@ fn start_must_name_a_workflow() {
 fn missing_output_is_not_found() {
     let f = fixture();
     let p = StepNodePayload {
-        start: f.start.to_string(),
+        start: f.start,
         prev: None,
         record: StepRecord {
             role: "writer".into(),
-            output: Hash::from_u64(7).to_string(),
-            detail: f.detail.to_string(),
+            output: Hash::from_u64(7),
+            detail: f.detail,
             agent: "a".into(),
         },
         child_thread: None,
@@ -256,9 +256,9 @@ fn undecodable_workflow_is_reported() {
 
 fn put_child_start(cas: &Cas<MemStore>, workflow: Hash, parent: Hash) -> Hash {
     let p = StartNodePayload {
-        workflow: workflow.to_string(),
+        workflow,
         prompt: "child task".into(),
-        parent_state: Some(parent.to_string()),
+        parent_state: Some(parent),
     };
     h(cas.put_value(cas.types().start_node, &p)).hash
 }

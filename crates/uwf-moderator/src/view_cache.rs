@@ -58,12 +58,12 @@ struct Header {
 /// before (null for the first).
 #[derive(Serialize, Deserialize)]
 struct Step(
+    Hash,
     String,
+    Hash,
+    Hash,
     String,
-    String,
-    String,
-    String,
-    Option<String>,
+    Option<Hash>,
     u64,
     serde_json::Value,
 );
@@ -105,15 +105,12 @@ fn parse(bytes: &[u8], last: Hash, start: Hash) -> Option<Vec<LoadedStep>> {
     if cached.len() != header.len || cached.is_empty() {
         return None;
     }
-    let start_text = start.to_string();
     let mut steps = Vec::with_capacity(cached.len());
-    let mut prev: Option<String> = None;
-    for Step(hash_text, role, output_ref, detail, agent, child_thread, timestamp, output) in cached
-    {
-        let hash: Hash = hash_text.parse().ok()?;
+    let mut prev: Option<Hash> = None;
+    for Step(hash, role, output_ref, detail, agent, child_thread, timestamp, output) in cached {
         let payload = StepNodePayload {
-            start: start_text.clone(),
-            prev: prev.replace(hash_text),
+            start,
+            prev: prev.replace(hash),
             record: StepRecord {
                 role,
                 output: output_ref,
@@ -144,22 +141,20 @@ pub(crate) fn write<S: Store>(cas: &Cas<S>, view: &ThreadView) {
     // Only a chain whose links are what the entry's format implies is
     // cached (a StepNode's `prev` is the step before it, `start` the
     // thread's): `load` checked them.
-    let start_text = view.start_hash.to_string();
-    let mut prev: Option<String> = None;
+    let mut prev: Option<Hash> = None;
     let mut steps = Vec::with_capacity(view.steps.len());
     for s in &view.steps {
-        if s.payload.prev != prev || s.payload.start != start_text {
+        if s.payload.prev != prev || s.payload.start != view.start_hash {
             return;
         }
-        let hash = s.hash.to_string();
-        prev = Some(hash.clone());
+        prev = Some(s.hash);
         steps.push(Step(
-            hash,
+            s.hash,
             s.payload.record.role.clone(),
-            s.payload.record.output.clone(),
-            s.payload.record.detail.clone(),
+            s.payload.record.output,
+            s.payload.record.detail,
             s.payload.record.agent.clone(),
-            s.payload.child_thread.clone(),
+            s.payload.child_thread,
             s.timestamp,
             s.output.clone(),
         ));
@@ -215,7 +210,7 @@ mod tests {
             uwf_protocol::RoleDefinition {
                 description: "w".into(),
                 system_prompt: "w".into(),
-                output_schema: schema.to_string(),
+                output_schema: schema,
             },
         );
         let edge = |role: &str| uwf_protocol::Transition {
@@ -235,7 +230,7 @@ mod tests {
         };
         let wf = cas.put_value(cas.types().workflow, &wf).unwrap().hash;
         let start = StartNodePayload {
-            workflow: wf.to_string(),
+            workflow: wf,
             prompt: "p".into(),
             parent_state: None,
         };
@@ -247,12 +242,12 @@ mod tests {
                 .unwrap()
                 .hash;
             let step = StepNodePayload {
-                start: start.to_string(),
-                prev: prev.map(|h| h.to_string()),
+                start,
+                prev,
                 record: StepRecord {
                     role: "work".into(),
-                    output: out.to_string(),
-                    detail: out.to_string(),
+                    output: out,
+                    detail: out,
                     agent: "a".into(),
                 },
                 child_thread: None,

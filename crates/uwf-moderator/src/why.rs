@@ -165,7 +165,7 @@ mod tests {
         StepContext {
             role: role.into(),
             output,
-            detail: "0000000000000".into(),
+            detail: uwf_protocol::Hash::from_u64(0),
             agent: "a".into(),
         }
     }
@@ -189,7 +189,7 @@ graph:
         );
         let ctx = ModeratorContext {
             start: StartNodePayload {
-                workflow: "0000000000000".into(),
+                workflow: uwf_protocol::Hash::from_u64(0),
                 prompt: "task".into(),
                 parent_state: None,
             },
@@ -236,7 +236,7 @@ graph:
         );
         let ctx = ModeratorContext {
             start: StartNodePayload {
-                workflow: "0000000000000".into(),
+                workflow: uwf_protocol::Hash::from_u64(0),
                 prompt: "t".into(),
                 parent_state: None,
             },

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{CasRef, ThreadId};
+use crate::{Hash, ThreadId};
 
 /// An OpenAI-compatible endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -296,10 +296,10 @@ impl WorkflowLimits {
 
 /// The active threads: thread id → head hash (the head files under
 /// `threads/`, or the `threads.yaml` of a store of uwf 0.1.0).
-pub type ThreadsIndex = BTreeMap<ThreadId, CasRef>;
+pub type ThreadsIndex = BTreeMap<ThreadId, Hash>;
 
 /// `registry.yaml`: workflow name → Workflow node hash.
-pub type WorkflowRegistry = BTreeMap<String, CasRef>;
+pub type WorkflowRegistry = BTreeMap<String, Hash>;
 
 /// One line of `history.jsonl`: a thread that was archived.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -308,9 +308,9 @@ pub struct HistoryEntry {
     /// The thread id.
     pub thread: ThreadId,
     /// The Workflow node.
-    pub workflow: CasRef,
+    pub workflow: Hash,
     /// The head when the thread was archived.
-    pub head: CasRef,
+    pub head: Hash,
     /// When it was archived (ms since the Unix epoch).
     pub completed_at: u64,
     /// Why: `"done"` (the moderator returned `$END`) or `"killed"`.

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::CasRef;
+use crate::Hash;
 
 /// One role of a workflow, as stored in the Workflow node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -13,7 +13,7 @@ pub struct RoleDefinition {
     /// The role's instructions, given to the agent as its system prompt.
     pub system_prompt: String,
     /// Hash of the JSON Schema node every output of this role must satisfy.
-    pub output_schema: CasRef,
+    pub output_schema: Hash,
 }
 
 /// A named condition: a JSONata expression over the [`ModeratorContext`].
@@ -92,13 +92,13 @@ pub struct WorkflowPayload {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StartNodePayload {
     /// The Workflow node this thread runs.
-    pub workflow: CasRef,
+    pub workflow: Hash,
     /// The user's task.
     pub prompt: String,
     /// For a child thread (workflow used as an agent): the parent thread's
     /// head when the call happened. Omitted for top-level threads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_state: Option<CasRef>,
+    pub parent_state: Option<Hash>,
 }
 
 /// The data of one executed step, shared by [`StepNodePayload`] and, with
@@ -109,10 +109,10 @@ pub struct StepRecord {
     /// The role that ran.
     pub role: String,
     /// Hash of the structured output node (valid against the role's schema).
-    pub output: CasRef,
+    pub output: Hash,
     /// Hash of the execution detail (raw answer, transcript, or a child
     /// thread's terminal StepNode).
-    pub detail: CasRef,
+    pub detail: Hash,
     /// The agent command that produced the step.
     pub agent: String,
 }
@@ -122,16 +122,16 @@ pub struct StepRecord {
 #[serde(rename_all = "camelCase")]
 pub struct StepNodePayload {
     /// The thread's StartNode (every step links it, for random access).
-    pub start: CasRef,
+    pub start: Hash,
     /// The previous StepNode; `None` for the first step (never the StartNode).
-    pub prev: Option<CasRef>,
+    pub prev: Option<Hash>,
     /// Role, output, detail and agent.
     #[serde(flatten)]
     pub record: StepRecord,
     /// When the role was run by a child workflow: the child thread's terminal
     /// StepNode. Omitted otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub child_thread: Option<CasRef>,
+    pub child_thread: Option<Hash>,
 }
 
 /// A step as the moderator and agents see it: [`StepRecord`] with `output`
@@ -144,7 +144,7 @@ pub struct StepContext {
     /// The output node's payload, expanded.
     pub output: serde_json::Value,
     /// Hash of the detail node.
-    pub detail: CasRef,
+    pub detail: Hash,
     /// The agent command that produced the step.
     pub agent: String,
 }

@@ -1,12 +1,12 @@
 use serde::{Deserialize, Serialize};
 
-use crate::{CasRef, ThreadId};
+use crate::{Hash, ThreadId};
 
 /// `uwf thread start`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StartOutput {
     /// The Workflow node the thread runs.
-    pub workflow: CasRef,
+    pub workflow: Hash,
     /// The new thread's id.
     pub thread: ThreadId,
 }
@@ -15,11 +15,11 @@ pub struct StartOutput {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepOutput {
     /// The Workflow node the thread runs.
-    pub workflow: CasRef,
+    pub workflow: Hash,
     /// The thread id.
     pub thread: ThreadId,
     /// The thread's head (a StepNode, or the StartNode before any step).
-    pub head: CasRef,
+    pub head: Hash,
     /// True once the moderator returned `$END` (the thread is archived).
     pub done: bool,
 }
@@ -30,9 +30,9 @@ pub struct ThreadListItem {
     /// The thread id.
     pub thread: ThreadId,
     /// The Workflow node the thread runs.
-    pub workflow: CasRef,
+    pub workflow: Hash,
     /// The thread's head.
-    pub head: CasRef,
+    pub head: Hash,
     /// True for archived threads (only listed with `--all`).
     #[serde(default)]
     pub done: bool,
@@ -42,9 +42,9 @@ pub struct ThreadListItem {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StartEntry {
     /// Hash of the StartNode.
-    pub hash: CasRef,
+    pub hash: Hash,
     /// The Workflow node.
-    pub workflow: CasRef,
+    pub workflow: Hash,
     /// The user's task.
     pub prompt: String,
     /// When the StartNode was first stored (ms since the Unix epoch).
@@ -55,13 +55,13 @@ pub struct StartEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepEntry {
     /// Hash of the StepNode.
-    pub hash: CasRef,
+    pub hash: Hash,
     /// The role that ran.
     pub role: String,
     /// The output node's payload.
     pub output: serde_json::Value,
     /// Hash of the detail node.
-    pub detail: CasRef,
+    pub detail: Hash,
     /// The agent command that produced the step.
     pub agent: String,
     /// When the StepNode was first stored (ms since the Unix epoch).
@@ -84,7 +84,7 @@ pub struct ThreadStepsOutput {
     /// The thread id.
     pub thread: ThreadId,
     /// The Workflow node.
-    pub workflow: CasRef,
+    pub workflow: Hash,
     /// `[start, step1, step2, …]`.
     pub steps: Vec<ThreadStepsEntry>,
 }
@@ -93,7 +93,7 @@ pub struct ThreadStepsOutput {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForkedFrom {
     /// The node the new thread's head points at.
-    pub step: CasRef,
+    pub step: Hash,
 }
 
 /// `uwf thread fork`.
@@ -118,7 +118,7 @@ pub struct ThreadShowOutput {
     /// thread's head when the child was started. Omitted for top-level
     /// threads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<CasRef>,
+    pub parent: Option<Hash>,
     /// The id of the thread [`parent`](Self::parent) belongs to, when it is
     /// active or in `history.jsonl`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,13 +134,15 @@ pub struct ThreadShowOutput {
 #[serde(rename_all = "camelCase")]
 pub struct ChildThreadLink {
     /// The parent's StepNode holding the link.
-    pub step: CasRef,
+    pub step: Hash,
     /// Its role.
     pub role: String,
     /// The StepNode's `childThread`: the child thread's terminal StepNode.
-    pub child_thread: CasRef,
-    /// The child thread's StartNode.
-    pub start: CasRef,
+    pub child_thread: Hash,
+    /// The child thread's StartNode (omitted when the child thread cannot
+    /// be loaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<Hash>,
     /// The registry name of the child's workflow.
     pub workflow_name: String,
     /// How many steps the child thread ran.
@@ -157,11 +159,11 @@ pub struct StackFrame {
     /// This frame's position: the node asked about for the innermost
     /// frame; for the others, the head of that thread when it called the
     /// frame below (the callee's `parentState`).
-    pub node: CasRef,
+    pub node: Hash,
     /// The thread's StartNode.
-    pub start: CasRef,
+    pub start: Hash,
     /// The Workflow node the thread runs.
-    pub workflow: CasRef,
+    pub workflow: Hash,
     /// The workflow's registry name.
     pub workflow_name: String,
     /// The role of the calling thread whose work this thread does (the role

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::{CasRef, ThreadId};
+use crate::{Hash, ThreadId};
 
 /// Title of the AttemptRecord schema.
 pub const ATTEMPT_RECORD_TITLE: &str = "AttemptRecord";
@@ -78,14 +78,14 @@ pub type WaitingIndex = BTreeMap<ThreadId, WaitingRecord>;
 
 /// `attempts.yaml`: thread id → its newest [`AttemptRecord`] node (older
 /// ones follow through `prev`).
-pub type AttemptsIndex = BTreeMap<ThreadId, CasRef>;
+pub type AttemptsIndex = BTreeMap<ThreadId, Hash>;
 
 /// Why and since when a thread waits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitingRecord {
     /// The head the thread had when it started waiting.
-    pub head: CasRef,
+    pub head: Hash,
     /// The role waiting for its answer.
     pub role: String,
     /// What the person is asked: the edge prompt of the moderator's
@@ -120,7 +120,7 @@ pub struct WaitingListItem {
     /// The thread id.
     pub thread: ThreadId,
     /// The Workflow node the thread runs.
-    pub workflow: CasRef,
+    pub workflow: Hash,
     /// What it waits for.
     pub waiting: WaitingRecord,
     /// The innermost thread that waits for a person (this thread itself
@@ -141,9 +141,9 @@ pub struct AttemptRecord {
     /// The thread.
     pub thread: ThreadId,
     /// The head the attempt started from (the thread's StartNode or last StepNode).
-    pub head: CasRef,
+    pub head: Hash,
     /// The thread's previous attempt record, if any.
-    pub prev: Option<CasRef>,
+    pub prev: Option<Hash>,
     /// The role.
     pub role: String,
     /// 1 for the first try of the step, 2 for the first retry, …
@@ -170,7 +170,7 @@ pub struct AttemptRecord {
 #[serde(rename_all = "camelCase")]
 pub struct AttemptSummary {
     /// The AttemptRecord node.
-    pub hash: CasRef,
+    pub hash: Hash,
     /// Its role.
     pub role: String,
     /// Its attempt number.
@@ -180,7 +180,7 @@ pub struct AttemptSummary {
     /// The failure in words.
     pub reason: String,
     /// The head it started from.
-    pub head: CasRef,
+    pub head: Hash,
 }
 
 /// Schema of an [`AttemptRecord`] node (registered when the first one is
@@ -216,8 +216,8 @@ mod tests {
     #[test]
     fn attempt_records_round_trip_with_every_required_field() {
         let r = AttemptRecord {
-            thread: "T".into(),
-            head: "H".into(),
+            thread: ThreadId::from(ulid::Ulid(7)),
+            head: Hash::from_u64(8),
             prev: None,
             role: "developer".into(),
             attempt: 1,

@@ -126,7 +126,7 @@ pub fn step_node() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{StartNodePayload, StepNodePayload, StepRecord, WorkflowPayload};
+    use crate::{Hash, StartNodePayload, StepNodePayload, StepRecord, WorkflowPayload};
 
     /// Every required field of a schema must be a field the serde type always writes.
     fn required(schema: &Value) -> Vec<&str> {
@@ -141,7 +141,7 @@ mod tests {
     #[test]
     fn start_node_schema_matches_type() {
         let p = StartNodePayload {
-            workflow: "0000000000000".into(),
+            workflow: Hash::from_u64(0),
             prompt: "x".into(),
             parent_state: None,
         };
@@ -151,7 +151,7 @@ mod tests {
         }
         let props = start_node()["properties"].clone();
         let with_parent = serde_json::to_value(StartNodePayload {
-            parent_state: Some("0000000000001".into()),
+            parent_state: Some(Hash::from_u64(1)),
             ..p
         })
         .unwrap_or_default();
@@ -168,15 +168,15 @@ mod tests {
     #[test]
     fn step_node_schema_matches_type() {
         let p = StepNodePayload {
-            start: "0000000000000".into(),
+            start: Hash::from_u64(0),
             prev: None,
             record: StepRecord {
                 role: "r".into(),
-                output: "0000000000001".into(),
-                detail: "0000000000002".into(),
+                output: Hash::from_u64(1),
+                detail: Hash::from_u64(2),
                 agent: "a".into(),
             },
-            child_thread: Some("0000000000003".into()),
+            child_thread: Some(Hash::from_u64(3)),
         };
         let v = serde_json::to_value(&p).unwrap_or_default();
         assert_eq!(v["prev"], Value::Null, "prev is always written");

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use uwf_protocol::{
-    AttemptsIndex, HistoryEntry, ThreadsIndex, WaitingIndex, WaitingRecord, WorkflowConfig,
-    WorkflowLimits, WorkflowRegistry,
+    AttemptsIndex, Hash, HistoryEntry, ThreadId, ThreadsIndex, WaitingIndex, WaitingRecord,
+    WorkflowConfig, WorkflowLimits, WorkflowRegistry,
 };
 use uwf_util::lock::LockError;
 
@@ -41,7 +41,7 @@ impl ThreadStore for StateDir {
         self.root().display().to_string()
     }
 
-    fn thread_head(&self, thread: &str) -> Result<Option<String>, StateError> {
+    fn thread_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
         StateDir::thread_head(self, thread)
     }
 
@@ -49,19 +49,19 @@ impl ThreadStore for StateDir {
         StateDir::threads(self)
     }
 
-    fn insert_thread(&self, thread: &str, head: &str) -> Result<(), StateError> {
+    fn insert_thread(&self, thread: ThreadId, head: Hash) -> Result<(), StateError> {
         StateDir::insert_thread(self, thread, head)
     }
 
-    fn swap_head(&self, thread: &str, expected: &str, new: &str) -> Result<(), StateError> {
+    fn swap_head(&self, thread: ThreadId, expected: Hash, new: Hash) -> Result<(), StateError> {
         StateDir::swap_head(self, thread, expected, new)
     }
 
     fn archive(
         &self,
-        thread: &str,
-        workflow: &str,
-        expected_head: Option<&str>,
+        thread: ThreadId,
+        workflow: Hash,
+        expected_head: Option<Hash>,
         reason: &str,
     ) -> Result<HistoryEntry, StateError> {
         StateDir::archive(self, thread, workflow, expected_head, reason)
@@ -71,7 +71,7 @@ impl ThreadStore for StateDir {
         StateDir::history(self)
     }
 
-    fn find_archived(&self, thread: &str) -> Result<Option<HistoryEntry>, StateError> {
+    fn find_archived(&self, thread: ThreadId) -> Result<Option<HistoryEntry>, StateError> {
         StateDir::find_archived(self, thread)
     }
 
@@ -79,7 +79,7 @@ impl ThreadStore for StateDir {
         StateDir::registry(self)
     }
 
-    fn register_workflow(&self, name: &str, hash: &str) -> Result<Option<String>, StateError> {
+    fn register_workflow(&self, name: &str, hash: Hash) -> Result<Option<Hash>, StateError> {
         StateDir::register_workflow(self, name, hash)
     }
 
@@ -105,11 +105,11 @@ impl ThreadStore for StateDir {
         StateDir::waiting(self)
     }
 
-    fn waiting_of(&self, thread: &str) -> Result<Option<WaitingRecord>, StateError> {
+    fn waiting_of(&self, thread: ThreadId) -> Result<Option<WaitingRecord>, StateError> {
         StateDir::waiting_of(self, thread)
     }
 
-    fn mark_waiting(&self, thread: &str, record: WaitingRecord) -> Result<bool, StateError> {
+    fn mark_waiting(&self, thread: ThreadId, record: WaitingRecord) -> Result<bool, StateError> {
         StateDir::mark_waiting(self, thread, record)
     }
 
@@ -117,15 +117,15 @@ impl ThreadStore for StateDir {
         StateDir::attempts(self)
     }
 
-    fn attempt_head(&self, thread: &str) -> Result<Option<String>, StateError> {
+    fn attempt_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
         StateDir::attempt_head(self, thread)
     }
 
     fn record_attempt(
         &self,
-        thread: &str,
-        write: &mut dyn FnMut(Option<&str>) -> Result<String, StateError>,
-    ) -> Result<String, StateError> {
+        thread: ThreadId,
+        write: &mut dyn FnMut(Option<Hash>) -> Result<Hash, StateError>,
+    ) -> Result<Hash, StateError> {
         StateDir::record_attempt(self, thread, write)
     }
 
@@ -150,7 +150,7 @@ impl ThreadStore for StateDir {
         StateDir::while_locked(self, f)
     }
 
-    fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<String>, StateError> {
+    fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<Hash>, StateError> {
         StateDir::side_table_roots_locked(self, prune)
     }
 }

@@ -17,7 +17,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use uwf_protocol::ThreadsIndex;
+use uwf_protocol::{Hash, ThreadId, ThreadsIndex};
 use uwf_util::atomic::{TEMP_PREFIX, TEMP_SUFFIX, sync_dir, write_atomic};
 
 use crate::state::{StateDir, StateError, THREADS_FILE, load_yaml};
@@ -27,13 +27,12 @@ pub const THREADS_DIR: &str = "threads";
 /// What `threads.yaml` of uwf 0.1.0 is renamed to once migrated.
 pub const MIGRATED_THREADS_FILE: &str = "threads.yaml.migrated";
 
-/// Longest thread id accepted as a file name (ULIDs have 26 characters).
-const MAX_ID: usize = 64;
-
-/// Whether `id` can name a head file: ASCII letters and digits only, so an
-/// id can never be a path (`..`, `/`) or a hidden or temporary file.
-fn valid_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= MAX_ID && id.bytes().all(|b| b.is_ascii_alphanumeric())
+/// The thread a head file's name stands for: only the canonical form of a
+/// [`ThreadId`] names one, so temporary files of an interrupted write and
+/// foreign files are never mistaken for threads.
+fn thread_of_file_name(name: &str) -> Option<ThreadId> {
+    let id: ThreadId = name.parse().ok()?;
+    (id.to_string() == name).then_some(id)
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
@@ -49,13 +48,9 @@ impl StateDir {
         self.root().join(THREADS_DIR)
     }
 
-    fn head_file(&self, thread: &str) -> Result<PathBuf, StateError> {
-        if !valid_id(thread) {
-            return Err(StateError::BadThreadId {
-                thread: thread.to_owned(),
-            });
-        }
-        Ok(self.heads_dir().join(thread))
+    fn head_file(&self, thread: ThreadId) -> PathBuf {
+        // A ThreadId displays as 26 alphabet characters: always a plain name.
+        self.heads_dir().join(thread.to_string())
     }
 
     /// Whether the store uses the per-thread layout (it is migrated, or new).
@@ -64,18 +59,18 @@ impl StateDir {
     }
 
     /// The head recorded in `path`, `None` if there is no such file.
-    fn read_head_file(path: &Path) -> Result<Option<String>, StateError> {
+    fn read_head_file(path: &Path) -> Result<Option<Hash>, StateError> {
         let text = match fs::read(path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_err(path)(e)),
         };
-        let head = std::str::from_utf8(&text).ok().map(str::trim_end);
+        let head = std::str::from_utf8(&text)
+            .ok()
+            .and_then(|h| h.trim_end().parse::<Hash>().ok());
         match head {
-            Some(h) if !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()) => {
-                Ok(Some(h.to_owned()))
-            }
-            _ => Err(StateError::Parse {
+            Some(h) => Ok(Some(h)),
+            None => Err(StateError::Parse {
                 path: path.to_path_buf(),
                 line: 1,
                 column: 1,
@@ -86,8 +81,8 @@ impl StateDir {
 
     /// The head of `thread` if it is active (no lock: the file is replaced
     /// atomically, so a read sees the old or the new head).
-    pub(crate) fn read_head(&self, thread: &str) -> Result<Option<String>, StateError> {
-        let path = self.head_file(thread)?;
+    pub(crate) fn read_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
+        let path = self.head_file(thread);
         if let Some(head) = Self::read_head_file(&path)? {
             return Ok(Some(head));
         }
@@ -97,7 +92,7 @@ impl StateDir {
             return Self::read_head_file(&path);
         }
         let legacy: ThreadsIndex = load_yaml(&self.threads_path())?.unwrap_or_default();
-        Ok(legacy.get(thread).cloned())
+        Ok(legacy.get(&thread).copied())
     }
 
     /// Every active thread and its head.
@@ -114,13 +109,13 @@ impl StateDir {
         for entry in entries {
             let entry = entry.map_err(io_err(&dir))?;
             let name = entry.file_name();
-            let Some(id) = name.to_str().filter(|n| valid_id(n)) else {
+            let Some(id) = name.to_str().and_then(thread_of_file_name) else {
                 // Temporary files of an interrupted write, or foreign files.
                 continue;
             };
             // A thread archived between the listing and this read is gone.
             if let Some(head) = Self::read_head_file(&entry.path())? {
-                out.insert(id.to_owned(), head);
+                out.insert(id, head);
             }
         }
         Ok(out)
@@ -145,15 +140,7 @@ impl StateDir {
         }
         fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
         for (id, head) in &legacy {
-            if !valid_id(id) {
-                return Err(StateError::Parse {
-                    path: legacy_path.clone(),
-                    line: 0,
-                    column: 0,
-                    message: format!("{id:?} is not a thread id"),
-                });
-            }
-            write_atomic(&tmp.join(id), format!("{head}\n").as_bytes())?;
+            write_atomic(&tmp.join(id.to_string()), format!("{head}\n").as_bytes())?;
         }
         sync_dir(&tmp)?;
         fs::rename(&tmp, self.heads_dir()).map_err(io_err(&tmp))?;
@@ -171,15 +158,15 @@ impl StateDir {
     }
 
     /// Writes the head of `thread` (state lock held, layout migrated).
-    pub(crate) fn write_head_locked(&self, thread: &str, head: &str) -> Result<(), StateError> {
-        let path = self.head_file(thread)?;
+    pub(crate) fn write_head_locked(&self, thread: ThreadId, head: Hash) -> Result<(), StateError> {
+        let path = self.head_file(thread);
         write_atomic(&path, format!("{head}\n").as_bytes())?;
         Ok(())
     }
 
     /// Removes the head file of `thread` (state lock held, layout migrated).
-    pub(crate) fn remove_head_locked(&self, thread: &str) -> Result<(), StateError> {
-        let path = self.head_file(thread)?;
+    pub(crate) fn remove_head_locked(&self, thread: ThreadId) -> Result<(), StateError> {
+        let path = self.head_file(thread);
         match fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -195,38 +182,52 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use uwf_protocol::fixtures::{hash as h, thread as t};
 
     #[test]
-    fn ids_that_could_be_paths_are_refused() {
-        for bad in ["", "..", "a/b", ".uwf-x.tmp", "a b", &"A".repeat(65)] {
-            assert!(!valid_id(bad), "{bad:?}");
+    fn only_canonical_thread_ids_name_head_files() {
+        for bad in [
+            "",
+            "..",
+            "a/b",
+            ".uwf-x.tmp",
+            "a b",
+            &"A".repeat(65),
+            // Parses (case and aliases are forgiven) but is not canonical.
+            "01m85h61wdys2metw4y8qbvmrn",
+        ] {
+            assert_eq!(thread_of_file_name(bad), None, "{bad:?}");
         }
-        assert!(valid_id("01M85H61WDYS2METW4Y8QBVMRN"));
+        assert!(thread_of_file_name("01M85H61WDYS2METW4Y8QBVMRN").is_some());
     }
 
     #[test]
     fn a_legacy_index_is_read_then_migrated_on_the_first_change() {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir::new(dir.path());
-        fs::write(state.threads_path(), "AAA: H1\nBBB: H2\n").unwrap();
-        assert_eq!(state.read_head("AAA").unwrap().as_deref(), Some("H1"));
+        fs::write(
+            state.threads_path(),
+            format!("{}: {}\n{}: {}\n", t("AAA"), h("H1"), t("BBB"), h("H2")),
+        )
+        .unwrap();
+        assert_eq!(state.read_head(t("AAA")).unwrap(), Some(h("H1")));
         assert_eq!(state.read_heads().unwrap().len(), 2);
-        state.swap_head("AAA", "H1", "H3").unwrap();
+        state.swap_head(t("AAA"), h("H1"), h("H3")).unwrap();
         assert!(state.heads_dir().is_dir());
         assert!(!state.threads_path().exists());
         assert!(dir.path().join(MIGRATED_THREADS_FILE).exists());
-        assert_eq!(state.read_head("AAA").unwrap().as_deref(), Some("H3"));
-        assert_eq!(state.read_head("BBB").unwrap().as_deref(), Some("H2"));
+        assert_eq!(state.read_head(t("AAA")).unwrap(), Some(h("H3")));
+        assert_eq!(state.read_head(t("BBB")).unwrap(), Some(h("H2")));
     }
 
     #[test]
     fn a_damaged_head_file_is_a_parse_error_not_a_missing_thread() {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir::new(dir.path());
-        state.insert_thread("AAA", "H1").unwrap();
-        fs::write(state.heads_dir().join("AAA"), b"\xff\n").unwrap();
+        state.insert_thread(t("AAA"), h("H1")).unwrap();
+        fs::write(state.heads_dir().join(t("AAA").to_string()), b"\xff\n").unwrap();
         assert!(matches!(
-            state.read_head("AAA"),
+            state.read_head(t("AAA")),
             Err(StateError::Parse { .. })
         ));
     }
@@ -235,8 +236,12 @@ mod tests {
     fn temporary_files_in_the_directory_are_not_threads() {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir::new(dir.path());
-        state.insert_thread("AAA", "H1").unwrap();
-        fs::write(state.heads_dir().join(".uwf-AAA.tmp"), b"H9\n").unwrap();
+        state.insert_thread(t("AAA"), h("H1")).unwrap();
+        fs::write(
+            state.heads_dir().join(format!(".uwf-{}.tmp", t("AAA"))),
+            format!("{}\n", h("H9")),
+        )
+        .unwrap();
         let heads = state.read_heads().unwrap();
         assert_eq!(heads.len(), 1);
     }

@@ -19,7 +19,7 @@
 
 use std::path::PathBuf;
 
-use uwf_protocol::{AttemptsIndex, ThreadsIndex, WaitingIndex, WaitingRecord};
+use uwf_protocol::{AttemptsIndex, Hash, ThreadId, ThreadsIndex, WaitingIndex, WaitingRecord};
 
 use crate::state::{StateDir, StateError, load_yaml, store_yaml};
 
@@ -29,8 +29,8 @@ pub const WAITING_FILE: &str = "waiting.yaml";
 pub const ATTEMPTS_FILE: &str = "attempts.yaml";
 
 /// Whether `record` still describes `thread` given the active threads.
-fn current(threads: &ThreadsIndex, thread: &str, record: &WaitingRecord) -> bool {
-    threads.get(thread) == Some(&record.head)
+fn current(threads: &ThreadsIndex, thread: ThreadId, record: &WaitingRecord) -> bool {
+    threads.get(&thread) == Some(&record.head)
 }
 
 impl StateDir {
@@ -51,7 +51,7 @@ impl StateDir {
         // Only the waiting threads' heads are read, not every thread's.
         let mut out = WaitingIndex::new();
         for (thread, record) in all {
-            if self.thread_head(&thread)?.as_deref() == Some(record.head.as_str()) {
+            if self.thread_head(thread)? == Some(record.head) {
                 out.insert(thread, record);
             }
         }
@@ -59,8 +59,8 @@ impl StateDir {
     }
 
     /// What `thread` waits for now, if anything.
-    pub fn waiting_of(&self, thread: &str) -> Result<Option<WaitingRecord>, StateError> {
-        Ok(self.waiting()?.remove(thread))
+    pub fn waiting_of(&self, thread: ThreadId) -> Result<Option<WaitingRecord>, StateError> {
+        Ok(self.waiting()?.remove(&thread))
     }
 
     /// Records that `thread` waits, as `record` says. Returns `true` if this
@@ -70,13 +70,17 @@ impl StateDir {
     /// Fails with [`StateError::Conflict`] unless the thread is active at
     /// `record.head`: a thread that moved on or was killed does not wait.
     /// Stale entries are dropped on the way.
-    pub fn mark_waiting(&self, thread: &str, record: WaitingRecord) -> Result<bool, StateError> {
+    pub fn mark_waiting(
+        &self,
+        thread: ThreadId,
+        record: WaitingRecord,
+    ) -> Result<bool, StateError> {
         self.locked(|| {
             let actual = self.thread_head(thread)?;
-            if actual.as_deref() != Some(record.head.as_str()) {
+            if actual != Some(record.head) {
                 return Err(StateError::Conflict {
-                    thread: thread.to_owned(),
-                    expected: record.head.clone(),
+                    thread,
+                    expected: record.head,
                     actual,
                 });
             }
@@ -86,13 +90,13 @@ impl StateDir {
             // Only the waiting threads' heads are read, not every thread's.
             let mut kept = WaitingIndex::new();
             for (t, r) in all {
-                if self.thread_head(&t)?.as_deref() == Some(r.head.as_str()) {
+                if self.thread_head(t)? == Some(r.head) {
                     kept.insert(t, r);
                 }
             }
             let mut all = kept;
             let same = all
-                .get(thread)
+                .get(&thread)
                 .is_some_and(|r| r.role == record.role && r.child == record.child);
             if same {
                 if all.len() != before {
@@ -100,7 +104,7 @@ impl StateDir {
                 }
                 return Ok(false);
             }
-            all.insert(thread.to_owned(), record);
+            all.insert(thread, record);
             store_yaml(&path, &all)?;
             Ok(true)
         })
@@ -112,8 +116,8 @@ impl StateDir {
     }
 
     /// The newest AttemptRecord node of `thread`, if any.
-    pub fn attempt_head(&self, thread: &str) -> Result<Option<String>, StateError> {
-        Ok(self.attempts()?.remove(thread))
+    pub fn attempt_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
+        Ok(self.attempts()?.remove(&thread))
     }
 
     /// Adds an attempt record for `thread`: under the lock, `write` gets the
@@ -122,20 +126,25 @@ impl StateDir {
     /// Nothing is changed if `write` fails.
     pub fn record_attempt<E: From<StateError>>(
         &self,
-        thread: &str,
-        write: impl FnOnce(Option<&str>) -> Result<String, E>,
-    ) -> Result<String, E> {
+        thread: ThreadId,
+        write: impl FnOnce(Option<Hash>) -> Result<Hash, E>,
+    ) -> Result<Hash, E> {
         let mut out = None;
         self.while_locked(|| -> Result<(), E> {
             let path = self.attempts_path();
             let mut all: AttemptsIndex = load_yaml(&path)?.unwrap_or_default();
-            let new = write(all.get(thread).map(String::as_str))?;
-            all.insert(thread.to_owned(), new.clone());
+            let new = write(all.get(&thread).copied())?;
+            all.insert(thread, new);
             store_yaml(&path, &all)?;
             out = Some(new);
             Ok(())
         })?;
-        Ok(out.unwrap_or_default())
+        out.ok_or_else(|| {
+            E::from(StateError::Io {
+                path: self.attempts_path(),
+                source: std::io::Error::other("the attempt record was not written"),
+            })
+        })
     }
 
     /// For garbage collection, with the state lock already held (inside
@@ -143,7 +152,7 @@ impl StateDir {
     /// record of every active thread, the roots that keep its records. With
     /// `prune` (not for a dry run), also drops the entries of threads that
     /// are no longer active from both tables, and stale waiting entries.
-    pub fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<String>, StateError> {
+    pub fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<Hash>, StateError> {
         let threads: ThreadsIndex = self.threads()?;
         let path = self.attempts_path();
         let mut attempts: AttemptsIndex = load_yaml(&path)?.unwrap_or_default();
@@ -155,7 +164,7 @@ impl StateDir {
         let wpath = self.waiting_path();
         let mut waiting: WaitingIndex = load_yaml(&wpath)?.unwrap_or_default();
         let before = waiting.len();
-        waiting.retain(|t, r| current(&threads, t, r));
+        waiting.retain(|t, r| current(&threads, *t, r));
         if prune && waiting.len() != before {
             store_yaml(&wpath, &waiting)?;
         }
@@ -166,10 +175,11 @@ impl StateDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uwf_protocol::fixtures::{hash as h, thread as t};
 
     fn record(head: &str, role: &str) -> WaitingRecord {
         WaitingRecord {
-            head: head.into(),
+            head: h(head),
             role: role.into(),
             prompt: "approve?".into(),
             agent: "me".into(),
@@ -182,30 +192,35 @@ mod tests {
     fn a_wait_counts_only_at_its_head() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let s = StateDir::new(dir.path());
-        s.insert_thread("T", "A").unwrap_or_else(|e| panic!("{e}"));
+        s.insert_thread(t("T"), h("A"))
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(
-            s.mark_waiting("T", record("A", "reviewer"))
+            s.mark_waiting(t("T"), record("A", "reviewer"))
                 .unwrap_or(false)
         );
         // Again at the same head: not a new wait, `since` kept.
         let mut later = record("A", "reviewer");
         later.since = 99;
-        assert!(!s.mark_waiting("T", later).unwrap_or(true));
-        assert_eq!(s.waiting_of("T").ok().flatten().map(|r| r.since), Some(1));
+        assert!(!s.mark_waiting(t("T"), later).unwrap_or(true));
+        assert_eq!(
+            s.waiting_of(t("T")).ok().flatten().map(|r| r.since),
+            Some(1)
+        );
         // The head moves: the entry is stale at once.
-        s.swap_head("T", "A", "B").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(s.waiting_of("T").ok().flatten(), None);
+        s.swap_head(t("T"), h("A"), h("B"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.waiting_of(t("T")).ok().flatten(), None);
         // Waiting at a head the thread does not have is refused.
         assert!(matches!(
-            s.mark_waiting("T", record("A", "reviewer")),
+            s.mark_waiting(t("T"), record("A", "reviewer")),
             Err(StateError::Conflict { .. })
         ));
         // A killed thread does not wait either, and gc forgets it.
         assert!(
-            s.mark_waiting("T", record("B", "reviewer"))
+            s.mark_waiting(t("T"), record("B", "reviewer"))
                 .unwrap_or(false)
         );
-        s.archive("T", "W", None, "killed")
+        s.archive(t("T"), h("W"), None, "killed")
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(s.waiting().unwrap_or_default().is_empty());
         let roots = s
@@ -213,44 +228,46 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(roots.is_empty());
         let raw = std::fs::read_to_string(s.waiting_path()).unwrap_or_default();
-        assert!(!raw.contains("T:"), "{raw}");
+        assert!(!raw.contains(&t("T").to_string()), "{raw}");
     }
 
     #[test]
     fn attempts_chain_and_survive_only_for_active_threads() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let s = StateDir::new(dir.path());
-        s.insert_thread("T", "A").unwrap_or_else(|e| panic!("{e}"));
-        s.insert_thread("U", "A").unwrap_or_else(|e| panic!("{e}"));
-        let first = s.record_attempt("T", |prev| -> Result<String, StateError> {
+        s.insert_thread(t("T"), h("A"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        s.insert_thread(t("U"), h("A"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let first = s.record_attempt(t("T"), |prev| -> Result<Hash, StateError> {
             assert_eq!(prev, None);
-            Ok("R1".into())
+            Ok(h("R1"))
         });
-        assert_eq!(first.ok().as_deref(), Some("R1"));
-        let second = s.record_attempt("T", |prev| -> Result<String, StateError> {
-            assert_eq!(prev, Some("R1"));
-            Ok("R2".into())
+        assert_eq!(first.ok(), Some(h("R1")));
+        let second = s.record_attempt(t("T"), |prev| -> Result<Hash, StateError> {
+            assert_eq!(prev, Some(h("R1")));
+            Ok(h("R2"))
         });
-        assert_eq!(second.ok().as_deref(), Some("R2"));
-        let failed = s.record_attempt("T", |_| -> Result<String, StateError> {
-            Err(StateError::NotActive { thread: "T".into() })
+        assert_eq!(second.ok(), Some(h("R2")));
+        let failed = s.record_attempt(t("T"), |_| -> Result<Hash, StateError> {
+            Err(StateError::NotActive { thread: t("T") })
         });
         assert!(failed.is_err());
-        assert_eq!(s.attempt_head("T").ok().flatten().as_deref(), Some("R2"));
-        s.record_attempt("U", |_| -> Result<String, StateError> { Ok("R9".into()) })
+        assert_eq!(s.attempt_head(t("T")).ok().flatten(), Some(h("R2")));
+        s.record_attempt(t("U"), |_| -> Result<Hash, StateError> { Ok(h("R9")) })
             .unwrap_or_else(|e| panic!("{e}"));
-        s.archive("U", "W", None, "done")
+        s.archive(t("U"), h("W"), None, "done")
             .unwrap_or_else(|e| panic!("{e}"));
         // A dry run changes nothing; a real one drops U's entry.
         let roots = s
             .side_table_roots_locked(false)
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(roots, vec!["R2".to_string()]);
-        assert_eq!(s.attempt_head("U").ok().flatten().as_deref(), Some("R9"));
+        assert_eq!(roots, vec![h("R2")]);
+        assert_eq!(s.attempt_head(t("U")).ok().flatten(), Some(h("R9")));
         let roots = s
             .side_table_roots_locked(true)
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(roots, vec!["R2".to_string()]);
-        assert_eq!(s.attempt_head("U").ok().flatten(), None);
+        assert_eq!(roots, vec![h("R2")]);
+        assert_eq!(s.attempt_head(t("U")).ok().flatten(), None);
     }
 }

@@ -32,7 +32,7 @@ use miette::Diagnostic;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use thiserror::Error;
-use uwf_protocol::{HistoryEntry, ThreadsIndex, WorkflowConfig, WorkflowRegistry};
+use uwf_protocol::{Hash, HistoryEntry, ThreadId, ThreadsIndex, WorkflowConfig, WorkflowRegistry};
 
 use uwf_util::atomic::{AtomicError, append_line, write_atomic, write_atomic_with_mode};
 use uwf_util::lock::{FileLock, LockError};
@@ -96,7 +96,7 @@ pub enum StateError {
     #[diagnostic(help("thread ids must be unique; start the thread with a fresh id"))]
     ThreadExists {
         /// The thread id.
-        thread: String,
+        thread: ThreadId,
     },
     /// A compare-and-swap on a thread's head lost: someone else moved or
     /// archived the thread since it was read.
@@ -106,11 +106,11 @@ pub enum StateError {
     )]
     Conflict {
         /// The thread id.
-        thread: String,
+        thread: ThreadId,
         /// The head the caller expected.
-        expected: String,
+        expected: Hash,
         /// The head found, or `None` if the thread is no longer active.
-        actual: Option<String>,
+        actual: Option<Hash>,
     },
     /// A thread id that cannot name a thread (not ASCII letters and digits).
     #[error("{thread:?} is not a thread id")]
@@ -122,7 +122,7 @@ pub enum StateError {
     #[error("thread {thread} is not active")]
     NotActive {
         /// The thread id.
-        thread: String,
+        thread: ThreadId,
     },
     /// Nothing says which agent runs a role.
     #[error("no agent configured for role {role:?} of workflow {workflow:?}")]
@@ -197,7 +197,7 @@ impl fmt::Display for Position {
 }
 
 /// Formats the `actual` of a [`StateError::Conflict`].
-struct Actual<'a>(&'a Option<String>);
+struct Actual<'a>(&'a Option<Hash>);
 
 impl fmt::Display for Actual<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -285,19 +285,17 @@ impl StateDir {
     }
 
     /// The head of `thread` if it is active.
-    pub fn thread_head(&self, thread: &str) -> Result<Option<String>, StateError> {
+    pub fn thread_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
         self.read_head(thread)
     }
 
     /// Adds a new active thread; [`StateError::ThreadExists`] if the id is
     /// already active.
-    pub fn insert_thread(&self, thread: &str, head: &str) -> Result<(), StateError> {
+    pub fn insert_thread(&self, thread: ThreadId, head: Hash) -> Result<(), StateError> {
         self.locked(|| {
             self.migrate_heads_locked()?;
             if self.read_head(thread)?.is_some() {
-                return Err(StateError::ThreadExists {
-                    thread: thread.to_owned(),
-                });
+                return Err(StateError::ThreadExists { thread });
             }
             self.write_head_locked(thread, head)
         })
@@ -308,7 +306,7 @@ impl StateDir {
     ///
     /// Otherwise [`StateError::Conflict`] with `actual` set to the current
     /// head, or `None` if the thread is no longer active.
-    pub fn swap_head(&self, thread: &str, expected: &str, new: &str) -> Result<(), StateError> {
+    pub fn swap_head(&self, thread: ThreadId, expected: Hash, new: Hash) -> Result<(), StateError> {
         self.locked(|| {
             self.migrate_heads_locked()?;
             check_head(self.read_head(thread)?, thread, Some(expected))?;
@@ -335,9 +333,9 @@ impl StateDir {
     /// written.
     pub fn archive(
         &self,
-        thread: &str,
-        workflow: &str,
-        expected_head: Option<&str>,
+        thread: ThreadId,
+        workflow: Hash,
+        expected_head: Option<Hash>,
         reason: &str,
     ) -> Result<HistoryEntry, StateError> {
         self.locked(|| {
@@ -366,8 +364,8 @@ impl StateDir {
             }
 
             let entry = HistoryEntry {
-                thread: thread.to_owned(),
-                workflow: workflow.to_owned(),
+                thread,
+                workflow,
                 head,
                 completed_at: now_ms(),
                 reason: Some(reason.to_owned()),
@@ -412,7 +410,7 @@ impl StateDir {
     ///
     /// Check [`thread_head`](Self::thread_head) first: a thread that is
     /// active is active, whatever the history says.
-    pub fn find_archived(&self, thread: &str) -> Result<Option<HistoryEntry>, StateError> {
+    pub fn find_archived(&self, thread: ThreadId) -> Result<Option<HistoryEntry>, StateError> {
         Ok(self
             .history()?
             .into_iter()
@@ -429,12 +427,12 @@ impl StateDir {
     }
 
     /// Records `name → hash`; returns the previous hash, if any.
-    pub fn register_workflow(&self, name: &str, hash: &str) -> Result<Option<String>, StateError> {
+    pub fn register_workflow(&self, name: &str, hash: Hash) -> Result<Option<Hash>, StateError> {
         self.locked(|| {
             let path = self.registry_path();
             let mut registry: WorkflowRegistry = load_yaml(&path)?.unwrap_or_default();
-            let previous = registry.insert(name.to_owned(), hash.to_owned());
-            if previous.as_deref() != Some(hash) {
+            let previous = registry.insert(name.to_owned(), hash);
+            if previous != Some(hash) {
                 store_yaml(&path, &registry)?;
             }
             Ok(previous)
@@ -572,25 +570,23 @@ impl StateDir {
 /// The current head of `thread` (`current`), checked against `expected`
 /// if given.
 fn check_head(
-    current: Option<String>,
-    thread: &str,
-    expected: Option<&str>,
-) -> Result<String, StateError> {
+    current: Option<Hash>,
+    thread: ThreadId,
+    expected: Option<Hash>,
+) -> Result<Hash, StateError> {
     match (current, expected) {
         (Some(actual), Some(expected)) if actual != expected => Err(StateError::Conflict {
-            thread: thread.to_owned(),
-            expected: expected.to_owned(),
+            thread,
+            expected,
             actual: Some(actual),
         }),
         (Some(actual), _) => Ok(actual),
         (None, Some(expected)) => Err(StateError::Conflict {
-            thread: thread.to_owned(),
-            expected: expected.to_owned(),
+            thread,
+            expected,
             actual: None,
         }),
-        (None, None) => Err(StateError::NotActive {
-            thread: thread.to_owned(),
-        }),
+        (None, None) => Err(StateError::NotActive { thread }),
     }
 }
 
@@ -1254,12 +1250,14 @@ mod tests {
     use tempfile::TempDir;
     use uwf_protocol::AgentConfig;
 
-    const T1: &str = "01J7K9M2XNPQR5VWBCDF8G3H4T";
-    const T2: &str = "01J8AB3QRMSTV6WKXZ2C4DF7GN";
-    const H0: &str = "8FWKR3TN5V1QA";
-    const H1: &str = "3CNWT9KR6D2HV";
-    const H2: &str = "0000000000002";
-    const WF: &str = "AAAAAAAAAAAAA";
+    // 01J7K9M2XNPQR5VWBCDF8G3H4T and 01J8AB3QRMSTV6WKXZ2C4DF7GN.
+    const T1: ThreadId = ThreadId::from_u128(0x191e69a0bb5b5f05df16c6bd101c49a);
+    const T2: ThreadId = ThreadId::from_u128(0x19214b1df14ceb66e4fbf1308d79e15);
+    // 8FWKR3TN5V1QA, 3CNWT9KR6D2HV, 0000000000002 and AAAAAAAAAAAAA.
+    const H0: Hash = Hash::from_u64(0x87f2781eaa5d86ea);
+    const H1: Hash = Hash::from_u64(0x36579a4cf0668a3b);
+    const H2: Hash = Hash::from_u64(2);
+    const WF: Hash = Hash::from_u64(0xa5294a5294a5294a);
 
     fn setup() -> (TempDir, StateDir) {
         let dir = tempfile::tempdir().unwrap();
@@ -1268,8 +1266,13 @@ mod tests {
     }
 
     /// A distinct, valid thread id.
-    fn tid(worker: usize, i: usize) -> String {
-        uwf_util::ids::ThreadId::from(ulid::Ulid((worker as u128) << 64 | i as u128)).to_string()
+    fn tid(worker: usize, i: usize) -> ThreadId {
+        ThreadId::from_u128((worker as u128) << 64 | i as u128)
+    }
+
+    /// A distinct hash for worker `w`'s `i`-th write.
+    fn head(worker: usize, i: usize) -> Hash {
+        Hash::from_u64(((worker as u64) << 32) | i as u64 | 1 << 63)
     }
 
     fn expect_parse(err: StateError, path: &Path, line: usize) -> (usize, String) {
@@ -1332,7 +1335,7 @@ mod tests {
         assert_eq!(s.config().unwrap(), Some(WorkflowConfig::default()));
         assert!(s.history().unwrap().is_empty());
         s.insert_thread(T1, H0).unwrap();
-        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H0));
+        assert_eq!(s.thread_head(T1).unwrap(), Some(H0));
     }
 
     #[test]
@@ -1340,7 +1343,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = StateDir::new(dir.path().join("a").join("b"));
         s.insert_thread(T1, H0).unwrap();
-        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H0));
+        assert_eq!(s.thread_head(T1).unwrap(), Some(H0));
         assert!(s.lock_path().exists());
     }
 
@@ -1353,18 +1356,18 @@ mod tests {
         s.insert_thread(T2, H1).unwrap();
         let threads = s.threads().unwrap();
         assert_eq!(threads.len(), 2);
-        assert_eq!(threads[T1], H0);
-        assert_eq!(threads[T2], H1);
+        assert_eq!(threads[&T1], H0);
+        assert_eq!(threads[&T2], H1);
         // One file per thread holding the head and a newline (docs/state.md).
-        let text = fs::read_to_string(s.heads_dir().join(T1)).unwrap();
+        let text = fs::read_to_string(s.heads_dir().join(T1.to_string())).unwrap();
         assert_eq!(text, format!("{H0}\n"));
         assert!(!s.threads_path().exists(), "no threads.yaml in a new store");
         // A fresh instance sees the same.
         assert_eq!(StateDir::new(s.root()).threads().unwrap(), threads);
 
         let err = s.insert_thread(T1, H2).unwrap_err();
-        assert!(matches!(&err, StateError::ThreadExists { thread } if thread == T1));
-        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H0));
+        assert!(matches!(&err, StateError::ThreadExists { thread } if *thread == T1));
+        assert_eq!(s.thread_head(T1).unwrap(), Some(H0));
     }
 
     #[test]
@@ -1376,8 +1379,8 @@ mod tests {
         )
         .unwrap();
         let threads = s.threads().unwrap();
-        assert_eq!(threads[T1], H0);
-        assert_eq!(threads[T2], H1);
+        assert_eq!(threads[&T1], H0);
+        assert_eq!(threads[&T2], H1);
     }
 
     #[test]
@@ -1385,7 +1388,7 @@ mod tests {
         let (_d, s) = setup();
         s.insert_thread(T1, H0).unwrap();
         s.swap_head(T1, H0, H1).unwrap();
-        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H1));
+        assert_eq!(s.thread_head(T1).unwrap(), Some(H1));
 
         // Wrong expected head.
         let err = s.swap_head(T1, H0, H2).unwrap_err();
@@ -1395,18 +1398,18 @@ mod tests {
                 expected,
                 actual,
             } => {
-                assert_eq!(thread, T1);
-                assert_eq!(expected, H0);
-                assert_eq!(actual.as_deref(), Some(H1));
+                assert_eq!(*thread, T1);
+                assert_eq!(*expected, H0);
+                assert_eq!(*actual, Some(H1));
             }
             other => panic!("{other:?}"),
         }
         assert!(err.to_string().contains(&format!("found {H1}")), "{err}");
-        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H1));
+        assert_eq!(s.thread_head(T1).unwrap(), Some(H1));
 
         // Same head: a successful no-op.
         s.swap_head(T1, H1, H1).unwrap();
-        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H1));
+        assert_eq!(s.thread_head(T1).unwrap(), Some(H1));
 
         // Unknown thread.
         let err = s.swap_head(T2, H0, H1).unwrap_err();
@@ -1421,7 +1424,7 @@ mod tests {
         s.archive(T1, WF, Some(H0), "done").unwrap();
         let err = s.swap_head(T1, H0, H1).unwrap_err();
         assert!(
-            matches!(&err, StateError::Conflict { actual: None, expected, .. } if expected == H0)
+            matches!(&err, StateError::Conflict { actual: None, expected, .. } if *expected == H0)
         );
         assert!(err.to_string().contains("no longer active"), "{err}");
         assert_eq!(s.thread_head(T1).unwrap(), None);
@@ -1443,7 +1446,7 @@ mod tests {
         assert!(entry.completed_at >= before && entry.completed_at <= now_ms());
 
         assert_eq!(s.thread_head(T1).unwrap(), None);
-        assert_eq!(s.thread_head(T2).unwrap().as_deref(), Some(H1));
+        assert_eq!(s.thread_head(T2).unwrap(), Some(H1));
         assert_eq!(s.history().unwrap(), vec![entry.clone()]);
         assert_eq!(s.find_archived(T1).unwrap(), Some(entry.clone()));
         assert_eq!(s.find_archived(T2).unwrap(), None);
@@ -1466,17 +1469,17 @@ mod tests {
     fn archive_checks_the_thread_and_head() {
         let (_d, s) = setup();
         let err = s.archive(T1, WF, None, "killed").unwrap_err();
-        assert!(matches!(&err, StateError::NotActive { thread } if thread == T1));
+        assert!(matches!(&err, StateError::NotActive { thread } if *thread == T1));
         let err = s.archive(T1, WF, Some(H0), "done").unwrap_err();
         assert!(matches!(err, StateError::Conflict { actual: None, .. }));
 
         s.insert_thread(T1, H1).unwrap();
         let err = s.archive(T1, WF, Some(H0), "done").unwrap_err();
         assert!(
-            matches!(&err, StateError::Conflict { actual: Some(a), .. } if a == H1),
+            matches!(&err, StateError::Conflict { actual: Some(a), .. } if *a == H1),
             "{err:?}"
         );
-        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H1));
+        assert_eq!(s.thread_head(T1).unwrap(), Some(H1));
         assert!(!s.history_path().exists(), "nothing written on conflict");
 
         s.archive(T1, WF, None, "killed").unwrap();
@@ -1491,14 +1494,14 @@ mod tests {
         s.insert_thread(T1, H0).unwrap();
         // What a crash after the append but before the rewrite leaves behind.
         let stale = HistoryEntry {
-            thread: T1.into(),
-            workflow: WF.into(),
-            head: H0.into(),
+            thread: T1,
+            workflow: WF,
+            head: H0,
             completed_at: 1,
             reason: Some("done".into()),
         };
         append_line(&s.history_path(), &serde_json::to_string(&stale).unwrap()).unwrap();
-        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H0));
+        assert_eq!(s.thread_head(T1).unwrap(), Some(H0));
         assert_eq!(s.find_archived(T1).unwrap(), Some(stale.clone()));
 
         // Archiving again completes the job; the latest entry wins.
@@ -1529,15 +1532,18 @@ mod tests {
     fn archive_writes_history_before_touching_threads() {
         let (_d, s) = setup();
         s.insert_thread(T1, H0).unwrap();
-        let threads_before = fs::read(s.heads_dir().join(T1)).unwrap();
+        let threads_before = fs::read(s.heads_dir().join(T1.to_string())).unwrap();
         CRASH.with(|c| c.set(true));
         let result = s.archive(T1, WF, Some(H0), "done");
         CRASH.with(|c| c.set(false));
         assert!(matches!(result, Err(StateError::Io { .. })), "{result:?}");
         // The crash left the thread in both places, not in neither.
         assert_eq!(s.history().unwrap().len(), 1, "history written first");
-        assert_eq!(fs::read(s.heads_dir().join(T1)).unwrap(), threads_before);
-        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H0));
+        assert_eq!(
+            fs::read(s.heads_dir().join(T1.to_string())).unwrap(),
+            threads_before
+        );
+        assert_eq!(s.thread_head(T1).unwrap(), Some(H0));
         // And the lock was released.
         let entry = s.archive(T1, WF, Some(H0), "done").unwrap();
         assert_eq!(s.find_archived(T1).unwrap(), Some(entry));
@@ -1545,11 +1551,11 @@ mod tests {
         assert_eq!(s.thread_head(T1).unwrap(), None);
     }
 
-    fn entry_line(thread: &str, at: u64) -> String {
+    fn entry_line(thread: ThreadId, at: u64) -> String {
         serde_json::to_string(&HistoryEntry {
-            thread: thread.into(),
-            workflow: WF.into(),
-            head: H0.into(),
+            thread,
+            workflow: WF,
+            head: H0,
             completed_at: at,
             reason: None,
         })
@@ -1572,8 +1578,8 @@ mod tests {
 
         // The next archive drops the fragment before appending.
         let t3 = tid(9, 9);
-        s.insert_thread(&t3, H1).unwrap();
-        let entry = s.archive(&t3, WF, None, "done").unwrap();
+        s.insert_thread(t3, H1).unwrap();
+        let entry = s.archive(t3, WF, None, "done").unwrap();
         let text = fs::read_to_string(s.history_path()).unwrap();
         assert!(text.starts_with(&good), "{text}");
         assert_eq!(text.lines().count(), 3);
@@ -1589,10 +1595,7 @@ mod tests {
         s.archive(T1, WF, None, "done").unwrap();
         let history = s.history().unwrap();
         assert_eq!(
-            history
-                .iter()
-                .map(|e| e.thread.as_str())
-                .collect::<Vec<_>>(),
+            history.iter().map(|e| e.thread).collect::<Vec<_>>(),
             [T2, T1]
         );
         assert!(
@@ -1629,8 +1632,8 @@ mod tests {
         // Archiving reads only the last line (its cost must not grow with
         // the history): it appends after the damage and rewrites nothing,
         // and readers still report the bad line.
-        s.insert_thread(tid(1, 1).as_str(), H0).unwrap();
-        s.archive(&tid(1, 1), WF, Some(H0), "done").unwrap();
+        s.insert_thread(tid(1, 1), H0).unwrap();
+        s.archive(tid(1, 1), WF, Some(H0), "done").unwrap();
         let after = fs::read(s.history_path()).unwrap();
         assert!(
             after.starts_with(content.as_bytes()),
@@ -1641,13 +1644,13 @@ mod tests {
             entry_len(&after[content.len()..])
         );
         expect_parse(s.history().unwrap_err(), &s.history_path(), 3);
-        assert_eq!(s.thread_head(&tid(1, 1)).unwrap(), None);
+        assert_eq!(s.thread_head(tid(1, 1)).unwrap(), None);
 
         // A terminated last line is not "torn": it is an error too.
         fs::write(s.history_path(), format!("{}\nnope\n", entry_line(T1, 1))).unwrap();
         expect_parse(s.history().unwrap_err(), &s.history_path(), 2);
         // And a wrongly shaped record is as bad as broken JSON.
-        fs::write(s.history_path(), "{\"thread\":\"x\"}\n").unwrap();
+        fs::write(s.history_path(), format!("{{\"thread\":\"{T1}\"}}\n")).unwrap();
         let (_, message) = expect_parse(s.history().unwrap_err(), &s.history_path(), 1);
         assert!(message.contains("missing field"), "{message}");
         assert!(
@@ -1672,7 +1675,7 @@ mod tests {
 
         let t3 = tid(3, 3);
         for result in [
-            s.insert_thread(&t3, H1),
+            s.insert_thread(t3, H1),
             s.swap_head(T1, H0, H1),
             s.archive(T1, WF, Some(H0), "done").map(drop),
             s.archive(T1, WF, None, "killed").map(drop),
@@ -1687,15 +1690,18 @@ mod tests {
     fn yaml_problems_name_the_line() {
         let (_d, s) = setup();
         let path = s.threads_path();
-        let cases: &[(&str, usize)] = &[
+        let cases: &[(String, usize)] = &[
             // Wrong shape.
-            ("- a\n- b\n", 1),
+            ("- a\n- b\n".into(), 1),
             // Non-string head.
-            ("A: x\nB:\n  nested: 1\n", 3),
+            (format!("{T1}: {H0}\n{T2}:\n  nested: 1\n"), 3),
             // Bad indentation.
-            ("A: x\n\tB: y\n", 2),
+            (format!("{T1}: {H0}\n\t{T2}: {H1}\n"), 2),
             // Unclosed quote.
-            ("A: x\nB: 'y\n", 3),
+            (format!("{T1}: {H0}\n{T2}: '{H1}\n"), 3),
+            // A head that is not a hash, a key that is not a thread id.
+            (format!("{T1}: {H0}\n{T2}: nope\n"), 2),
+            (format!("{T1}: {H0}\nnope: {H1}\n"), 2),
         ];
         for (text, line) in cases {
             fs::write(&path, text).unwrap();
@@ -1723,14 +1729,8 @@ mod tests {
         let (_d, s) = setup();
         assert_eq!(s.register_workflow("solve-issue", H0).unwrap(), None);
         assert_eq!(s.register_workflow("develop", H1).unwrap(), None);
-        assert_eq!(
-            s.register_workflow("solve-issue", H2).unwrap().as_deref(),
-            Some(H0)
-        );
-        assert_eq!(
-            s.register_workflow("solve-issue", H2).unwrap().as_deref(),
-            Some(H2)
-        );
+        assert_eq!(s.register_workflow("solve-issue", H2).unwrap(), Some(H0));
+        assert_eq!(s.register_workflow("solve-issue", H2).unwrap(), Some(H2));
         let registry = s.registry().unwrap();
         assert_eq!(registry.len(), 2);
         assert_eq!(registry["solve-issue"], H2);
@@ -1901,7 +1901,7 @@ modelOverrides:
         );
         assert!(err.to_string().contains(".state.lock"), "{err}");
         // Reads do not need the lock.
-        assert_eq!(s.thread_head(T1).unwrap().as_deref(), Some(H0));
+        assert_eq!(s.thread_head(T1).unwrap(), Some(H0));
     }
 
     #[test]
@@ -1916,7 +1916,7 @@ modelOverrides:
                     let s = StateDir::new(root);
                     barrier.wait();
                     for i in 0..50 {
-                        s.insert_thread(&tid(w, i), &format!("H{w}-{i}")).unwrap();
+                        s.insert_thread(tid(w, i), head(w, i)).unwrap();
                     }
                 })
             })
@@ -1928,7 +1928,7 @@ modelOverrides:
         assert_eq!(threads.len(), 400);
         for w in 0..8 {
             for i in 0..50 {
-                assert_eq!(threads[&tid(w, i)], format!("H{w}-{i}"));
+                assert_eq!(threads[&tid(w, i)], head(w, i));
             }
         }
     }
@@ -1943,14 +1943,14 @@ modelOverrides:
                 .map(|w| {
                     let (s, barrier) = (StateDir::new(s.root()), Arc::clone(&barrier));
                     thread::spawn(move || {
-                        let new = format!("NEW{w}");
+                        let new = head(w, 0);
                         barrier.wait();
-                        (s.swap_head(T1, H0, &new), new)
+                        (s.swap_head(T1, H0, new), new)
                     })
                 })
                 .collect();
             let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-            let winners: Vec<&String> = results
+            let winners: Vec<&Hash> = results
                 .iter()
                 .filter(|(r, _)| r.is_ok())
                 .map(|(_, n)| n)
@@ -1983,7 +1983,7 @@ modelOverrides:
                         if w % 2 == 0 {
                             s.archive(T1, WF, Some(H0), "done").is_ok()
                         } else {
-                            s.swap_head(T1, H0, &format!("NEW{w}")).is_ok()
+                            s.swap_head(T1, H0, head(w, 0)).is_ok()
                         }
                     })
                 })
@@ -2030,10 +2030,10 @@ modelOverrides:
             })
         };
         for i in 0..100 {
-            s.insert_thread(&tid(0, i), H0).unwrap();
+            s.insert_thread(tid(0, i), H0).unwrap();
             if i % 10 == 0 {
-                s.archive(&tid(0, i), WF, None, "done").unwrap();
-                s.insert_thread(&tid(1, i), H0).unwrap();
+                s.archive(tid(0, i), WF, None, "done").unwrap();
+                s.insert_thread(tid(1, i), H0).unwrap();
             }
         }
         done.store(true, Ordering::Relaxed);
@@ -2057,12 +2057,12 @@ modelOverrides:
         let w: usize = id.parse().unwrap();
         let s = StateDir::new(&root);
         for i in 0..CHILD_INSERTS {
-            s.insert_thread(&tid(w, i), H1).unwrap();
+            s.insert_thread(tid(w, i), H1).unwrap();
             // Keep the CAS race below well contended.
-            let _ = s.swap_head(T1, H0, &format!("P{w}"));
-            let _ = s.register_workflow("shared", &format!("P{w}-{i}"));
+            let _ = s.swap_head(T1, H0, head(w, 0));
+            let _ = s.register_workflow("shared", head(w, i + 1));
         }
-        match s.swap_head(T2, H0, &format!("P{w}")) {
+        match s.swap_head(T2, H0, head(w, 0)) {
             Ok(()) => fs::write(Path::new(&root).join(format!("won-{w}")), "").unwrap(),
             Err(StateError::Conflict { .. }) => {}
             Err(e) => panic!("{e:?}"),
@@ -2102,10 +2102,11 @@ modelOverrides:
             .filter(|n| n.starts_with("won-"))
             .collect();
         assert_eq!(won.len(), 1, "{won:?}");
-        let winner = won[0].trim_start_matches("won-");
-        assert_eq!(threads[T2], format!("P{winner}"));
-        assert_ne!(threads[T1], H0);
-        assert!(s.registry().unwrap()["shared"].starts_with('P'));
+        let winner: usize = won[0].trim_start_matches("won-").parse().unwrap();
+        assert_eq!(threads[&T2], head(winner, 0));
+        assert_ne!(threads[&T1], H0);
+        let shared = s.registry().unwrap()["shared"];
+        assert!((0..CHILD_PROCS).any(|w| (1..=CHILD_INSERTS).any(|i| shared == head(w, i))));
         // No temp files left behind.
         let leftovers: BTreeSet<_> = fs::read_dir(s.root())
             .unwrap()

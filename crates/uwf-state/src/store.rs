@@ -12,8 +12,8 @@ use std::fmt;
 use std::time::Duration;
 
 use uwf_protocol::{
-    AttemptsIndex, HistoryEntry, ThreadsIndex, WaitingIndex, WaitingRecord, WorkflowConfig,
-    WorkflowLimits, WorkflowRegistry,
+    AttemptsIndex, Hash, HistoryEntry, ThreadId, ThreadsIndex, WaitingIndex, WaitingRecord,
+    WorkflowConfig, WorkflowLimits, WorkflowRegistry,
 };
 
 use crate::slots::{SlotError, Waiting};
@@ -52,8 +52,9 @@ pub trait SlotHold: Send {
 
 /// The mutable state of a store, as the engine and the commands use it.
 ///
-/// Thread ids and hashes are passed as their canonical text (Crockford
-/// Base32), exactly as they are stored. Implementations must make
+/// Thread ids and hashes are typed ([`ThreadId`], [`Hash`]); a backend
+/// stores them as their canonical text or as numbers, as it likes, as long
+/// as they come back equal. Implementations must make
 /// [`swap_head`](Self::swap_head), [`archive`](Self::archive) and
 /// [`insert_thread`](Self::insert_thread) atomic with respect to each other
 /// and to every other process using the same store.
@@ -67,27 +68,27 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// The head of `thread` if it is active. This is also the kill flag of
     /// seed 004: a running step polls it and stops once the thread is gone
     /// or its head moved, so it must be cheap.
-    fn thread_head(&self, thread: &str) -> Result<Option<String>, StateError>;
+    fn thread_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError>;
 
     /// Every active thread and its head.
     fn threads(&self) -> Result<ThreadsIndex, StateError>;
 
     /// Adds a new active thread; [`StateError::ThreadExists`] if the id is
     /// already active.
-    fn insert_thread(&self, thread: &str, head: &str) -> Result<(), StateError>;
+    fn insert_thread(&self, thread: ThreadId, head: Hash) -> Result<(), StateError>;
 
     /// Compare-and-swap of a head: succeeds only if the thread is active and
     /// its head is `expected`; otherwise [`StateError::Conflict`] with the
     /// current head (or `None` if the thread is no longer active).
-    fn swap_head(&self, thread: &str, expected: &str, new: &str) -> Result<(), StateError>;
+    fn swap_head(&self, thread: ThreadId, expected: Hash, new: Hash) -> Result<(), StateError>;
 
     /// Archives an active thread (checking its head against
     /// `expected_head` if given) and returns the history entry written.
     fn archive(
         &self,
-        thread: &str,
-        workflow: &str,
-        expected_head: Option<&str>,
+        thread: ThreadId,
+        workflow: Hash,
+        expected_head: Option<Hash>,
         reason: &str,
     ) -> Result<HistoryEntry, StateError>;
 
@@ -97,7 +98,7 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     fn history(&self) -> Result<Vec<HistoryEntry>, StateError>;
 
     /// The latest history entry of `thread`, if it was ever archived.
-    fn find_archived(&self, thread: &str) -> Result<Option<HistoryEntry>, StateError>;
+    fn find_archived(&self, thread: ThreadId) -> Result<Option<HistoryEntry>, StateError>;
 
     // ----- registry and configuration -----------------------------------
 
@@ -105,7 +106,7 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     fn registry(&self) -> Result<WorkflowRegistry, StateError>;
 
     /// Records `name → hash`; returns the previous hash, if any.
-    fn register_workflow(&self, name: &str, hash: &str) -> Result<Option<String>, StateError>;
+    fn register_workflow(&self, name: &str, hash: Hash) -> Result<Option<Hash>, StateError>;
 
     /// The configuration (`None` when there is none).
     fn config(&self) -> Result<Option<WorkflowConfig>, StateError>;
@@ -135,21 +136,21 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     fn waiting(&self) -> Result<WaitingIndex, StateError>;
 
     /// What `thread` waits for now, if anything.
-    fn waiting_of(&self, thread: &str) -> Result<Option<WaitingRecord>, StateError> {
-        Ok(self.waiting()?.remove(thread))
+    fn waiting_of(&self, thread: ThreadId) -> Result<Option<WaitingRecord>, StateError> {
+        Ok(self.waiting()?.remove(&thread))
     }
 
     /// Records that `thread` waits as `record` says; `true` if this starts
     /// a wait. [`StateError::Conflict`] unless the thread is active at
     /// `record.head`.
-    fn mark_waiting(&self, thread: &str, record: WaitingRecord) -> Result<bool, StateError>;
+    fn mark_waiting(&self, thread: ThreadId, record: WaitingRecord) -> Result<bool, StateError>;
 
     /// Thread → newest AttemptRecord node, as stored.
     fn attempts(&self) -> Result<AttemptsIndex, StateError>;
 
     /// The newest AttemptRecord node of `thread`, if any.
-    fn attempt_head(&self, thread: &str) -> Result<Option<String>, StateError> {
-        Ok(self.attempts()?.remove(thread))
+    fn attempt_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
+        Ok(self.attempts()?.remove(&thread))
     }
 
     /// Adds an attempt record for `thread`: atomically, `write` gets the
@@ -157,9 +158,9 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// and returns its hash, which becomes the thread's newest record.
     fn record_attempt(
         &self,
-        thread: &str,
-        write: &mut dyn FnMut(Option<&str>) -> Result<String, StateError>,
-    ) -> Result<String, StateError>;
+        thread: ThreadId,
+        write: &mut dyn FnMut(Option<Hash>) -> Result<Hash, StateError>,
+    ) -> Result<Hash, StateError>;
 
     // ----- concurrency (seed 004) ----------------------------------------
 
@@ -186,5 +187,5 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// record of every active thread (roots that keep its records); with
     /// `prune`, also drops side-table entries of threads that are no longer
     /// active.
-    fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<String>, StateError>;
+    fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<Hash>, StateError>;
 }

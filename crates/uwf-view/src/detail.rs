@@ -83,7 +83,7 @@ pub enum Detail {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DetailView {
     /// The detail node.
-    pub hash: String,
+    pub hash: Hash,
     /// The title of its type, when it has one.
     pub title: Option<String>,
     /// Its content.
@@ -91,16 +91,13 @@ pub struct DetailView {
 }
 
 /// Reads the detail node `hash` of a step.
-pub fn read<S: Store>(cas: &Cas<S>, hash: &str) -> DetailView {
+pub fn read<S: Store>(cas: &Cas<S>, hash: Hash) -> DetailView {
     let mut view = DetailView {
-        hash: hash.to_string(),
+        hash,
         title: None,
         detail: Detail::Missing,
     };
-    let Ok(h) = hash.parse::<Hash>() else {
-        return view;
-    };
-    let Ok(Some(node)) = cas.try_get(h) else {
+    let Ok(Some(node)) = cas.try_get(hash) else {
         return view;
     };
     view.title = cas
@@ -362,7 +359,7 @@ mod tests {
                 json!({"model": "m", "turnCount": 2, "turns": [t0.to_string(), missing]}),
             )?
             .hash;
-        let v = read(&cas, &d.to_string());
+        let v = read(&cas, d);
         assert_eq!(v.title.as_deref(), Some("t-detail"));
         let Detail::Transcript {
             meta,
@@ -378,18 +375,15 @@ mod tests {
 
         let raw = cas.put(any, json!({"text": "the answer"}))?.hash;
         assert_eq!(
-            read(&cas, &raw.to_string()).detail,
+            read(&cas, raw).detail,
             Detail::Text {
                 meta: vec![],
                 text: "the answer".into()
             }
         );
         let other = cas.put(any, json!({"n": 1}))?.hash;
-        assert_eq!(
-            read(&cas, &other.to_string()).detail,
-            Detail::Json(json!({"n": 1}))
-        );
-        assert_eq!(read(&cas, "not a hash").detail, Detail::Missing);
+        assert_eq!(read(&cas, other).detail, Detail::Json(json!({"n": 1})));
+        assert_eq!(read(&cas, Hash::from_u64(12345)).detail, Detail::Missing);
         Ok(())
     }
 }

@@ -13,7 +13,7 @@ use base64::Engine as _;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use uwf_moderator::thread::LoadedStep;
-use uwf_protocol::{AttemptRecord, END, START};
+use uwf_protocol::{AttemptRecord, END, Hash, START};
 
 use crate::detail::{Detail, DetailView, Turn};
 use crate::escape::{attr, text};
@@ -56,7 +56,7 @@ fn status(r: &ThreadReport) -> (&'static str, String) {
     let failed_now = r
         .attempts
         .first()
-        .is_some_and(|(_, a)| a.head == r.view.head.to_string());
+        .is_some_and(|(_, a)| a.head == r.view.head);
     if r.waiting.is_some() {
         ("waiting", "waiting for a person".into())
     } else if r.trace.ended() {
@@ -105,14 +105,17 @@ fn thread(s: &mut String, r: &ThreadReport, gid: &str) {
     meta(
         s,
         "thread",
-        r.id.as_deref().unwrap_or("(no id in the state files)"),
+        &r.id.map_or_else(
+            || "(no id in the state files)".to_owned(),
+            |id| id.to_string(),
+        ),
     );
     meta(s, "started", &when(v.start_timestamp));
     meta(s, "steps", &v.steps.len().to_string());
     meta(s, "head", &v.head.to_string());
     meta(s, "workflow", &v.workflow_hash.to_string());
-    if let Some(p) = &v.start.parent_state {
-        meta(s, "called from", p);
+    if let Some(p) = v.start.parent_state {
+        meta(s, "called from", &p.to_string());
     }
     s.push_str("</dl>\n");
     if r.depth == 0 {
@@ -163,17 +166,17 @@ fn thread(s: &mut String, r: &ThreadReport, gid: &str) {
         s.push_str(r#"<p class="tools"><button type="button" data-act="open">expand all</button> <button type="button" data-act="close">collapse all</button></p>"#);
     }
 
-    attempts_at(s, r, &v.start_hash.to_string());
+    attempts_at(s, r, v.start_hash);
     let mut prev_ts = v.start_timestamp;
     for (i, (st, rep)) in v.steps.iter().zip(&r.steps).enumerate() {
         let hop = r.trace.hops.get(i);
         step(s, r, i, st, rep, hop, prev_ts, &format!("{gid}-{i}"));
         prev_ts = st.timestamp;
-        attempts_at(s, r, &st.hash.to_string());
+        attempts_at(s, r, st.hash);
     }
     // Attempts from a head that is no longer in the chain (a fork, a gc).
-    let known: Vec<String> = std::iter::once(v.start_hash.to_string())
-        .chain(v.steps.iter().map(|st| st.hash.to_string()))
+    let known: Vec<Hash> = std::iter::once(v.start_hash)
+        .chain(v.steps.iter().map(|st| st.hash))
         .collect();
     for (hash, a) in r.attempts.iter().rev() {
         if !known.contains(&a.head) {
@@ -189,13 +192,13 @@ fn meta(s: &mut String, k: &str, v: &str) {
 }
 
 /// The failed attempts that started from `head`, oldest first.
-fn attempts_at(s: &mut String, r: &ThreadReport, head: &str) {
+fn attempts_at(s: &mut String, r: &ThreadReport, head: Hash) {
     for (hash, a) in r.attempts.iter().rev().filter(|(_, a)| a.head == head) {
         attempt(s, hash, a);
     }
 }
 
-fn attempt(s: &mut String, hash: &str, a: &AttemptRecord) {
+fn attempt(s: &mut String, hash: &Hash, a: &AttemptRecord) {
     let _ = write!(
         s,
         r#"<article class="card attempt" data-role="{}"><div class="head"><span class="badge-fail">failed attempt {}</span> <b>{}</b> <span class="agent">{}</span> <span class="dur">{}</span></div><p class="why">{} ({}), started {}. Record <code>{}</code>.</p>"#,
@@ -207,7 +210,7 @@ fn attempt(s: &mut String, hash: &str, a: &AttemptRecord) {
         text(&a.reason),
         text(&a.kind),
         text(&when(a.started_at)),
-        text(hash),
+        text(&hash.to_string()),
     );
     if !a.stderr_tail.trim().is_empty() {
         let _ = write!(
@@ -311,7 +314,7 @@ fn step(
         s,
         r#"<p class="hashes">step <code>{}</code> · output <code>{}</code> · stored {}</p>"#,
         text(&st.hash.to_string()),
-        text(&st.payload.record.output),
+        text(&st.payload.record.output.to_string()),
         text(&when(st.timestamp))
     );
     s.push_str("</div></details>\n");
@@ -330,11 +333,11 @@ fn end(s: &mut String, r: &ThreadReport, gid: &str) {
             block(&w.prompt),
         );
         if let Some(id) = &r.id {
-            let target = w.child.as_deref().unwrap_or(id);
+            let target = w.child.unwrap_or(*id);
             let _ = write!(
                 s,
                 r#"<p class="why">Answer with <code>uwf thread answer {} --output '{{…}}'</code>.</p>"#,
-                text(target)
+                text(&target.to_string())
             );
         }
         if let Some(c) = &r.waiting_child {
@@ -425,14 +428,14 @@ fn detail(s: &mut String, d: &DetailView, has_child: bool) {
             let _ = write!(
                 s,
                 r#"<p class="why">Detail <code>{}</code>: the terminal step of a child thread.</p>"#,
-                text(&d.hash)
+                text(&d.hash.to_string())
             );
         }
         Detail::Missing => {
             let _ = write!(
                 s,
                 r#"<p class="warn">Detail <code>{}</code> is not in the store.</p>"#,
-                text(&d.hash)
+                text(&d.hash.to_string())
             );
         }
         Detail::Text { meta, text: t } => {
@@ -440,7 +443,7 @@ fn detail(s: &mut String, d: &DetailView, has_child: bool) {
                 s,
                 r#"<details class="sub"><summary>{} <code>{}</code></summary>"#,
                 text(title),
-                text(&d.hash)
+                text(&d.hash.to_string())
             );
             meta_line(s, meta);
             s.push_str(&block(t));
@@ -451,7 +454,7 @@ fn detail(s: &mut String, d: &DetailView, has_child: bool) {
                 s,
                 r#"<details class="sub"><summary>{} <code>{}</code></summary>"#,
                 text(title),
-                text(&d.hash)
+                text(&d.hash.to_string())
             );
             json(s, v);
             s.push_str("</details>");
@@ -470,7 +473,7 @@ fn detail(s: &mut String, d: &DetailView, has_child: bool) {
                 calls,
                 if calls == 1 { "" } else { "s" },
                 text(title),
-                text(&d.hash)
+                text(&d.hash.to_string())
             );
             meta_line(s, meta);
             for t in turns {

@@ -18,9 +18,9 @@
 //! let yaml = "name: w\ndescription: d\nroles:\n  r:\n    description: does it\n    systemPrompt: go\n    outputSchema: { type: object }\ngraph:\n  $START: [{ role: r, condition: null }]\n  r: [{ role: $END, condition: null }]\n";
 //! let cas = Cas::new(MemStore::new())?;
 //! let wf = definition::register(&cas, &definition::parse_yaml(yaml, "w.yaml")?)?;
-//! let start = StartNodePayload { workflow: wf.hash.to_string(), prompt: "a task".into(), parent_state: None };
+//! let start = StartNodePayload { workflow: wf.hash, prompt: "a task".into(), parent_state: None };
 //! let head = cas.put_value(cas.types().start_node, &start)?.hash;
-//! let report = uwf_view::report::collect(&cas, &uwf_view::report::NoState, Some("T1"), head)?;
+//! let report = uwf_view::report::collect(&cas, &uwf_view::report::NoState, Some(uwf_protocol::fixtures::thread("T1")), head)?;
 //! let html = uwf_view::html::page(&report);
 //! assert!(html.starts_with("<!DOCTYPE html>"));
 //! assert!(html.contains("a task"));

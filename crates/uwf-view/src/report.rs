@@ -4,7 +4,7 @@
 
 use uwf_cas::{Cas, Hash, Store};
 use uwf_moderator::thread::{self, ThreadView};
-use uwf_protocol::{AttemptRecord, WaitingRecord};
+use uwf_protocol::{AttemptRecord, ThreadId, WaitingRecord};
 
 use crate::ViewError;
 use crate::detail::{self, DetailView};
@@ -17,22 +17,22 @@ pub const MAX_DEPTH: usize = 8;
 /// `history.jsonl`, `waiting.yaml`, `attempts.yaml`); the CLI implements it.
 pub trait ThreadState {
     /// The id of the thread standing at `node` or started from `start`.
-    fn thread_id(&self, node: Hash, start: Hash) -> Option<String>;
+    fn thread_id(&self, node: Hash, start: Hash) -> Option<ThreadId>;
     /// What thread `id` waits for now, if anything.
-    fn waiting(&self, id: &str) -> Option<WaitingRecord>;
+    fn waiting(&self, id: ThreadId) -> Option<WaitingRecord>;
     /// The failed attempts of thread `id`, newest first: (record hash, record).
-    fn attempts(&self, id: &str) -> Vec<(String, AttemptRecord)>;
+    fn attempts(&self, id: ThreadId) -> Vec<(Hash, AttemptRecord)>;
     /// The head of thread `id` (active or archived).
-    fn head(&self, id: &str) -> Option<Hash>;
+    fn head(&self, id: ThreadId) -> Option<Hash>;
     /// Whether thread `id` is archived (done or killed).
-    fn archived(&self, id: &str) -> bool;
+    fn archived(&self, id: ThreadId) -> bool;
 }
 
 /// A thread, ready to draw.
 #[derive(Debug, Clone)]
 pub struct ThreadReport {
     /// Its id, when the state files name it.
-    pub id: Option<String>,
+    pub id: Option<ThreadId>,
     /// The thread as loaded.
     pub view: ThreadView,
     /// Its path.
@@ -46,7 +46,7 @@ pub struct ThreadReport {
     /// The waiting child thread, when the wait goes through one.
     pub waiting_child: Option<Box<ThreadReport>>,
     /// Failed attempts, newest first.
-    pub attempts: Vec<(String, AttemptRecord)>,
+    pub attempts: Vec<(Hash, AttemptRecord)>,
     /// How deep in the call stack this report sits (0 at the top).
     pub depth: usize,
 }
@@ -66,17 +66,17 @@ pub struct StepReport {
 pub fn collect<S: Store>(
     cas: &Cas<S>,
     state: &dyn ThreadState,
-    id: Option<&str>,
+    id: Option<ThreadId>,
     head: Hash,
 ) -> Result<ThreadReport, ViewError> {
     let view = thread::load(cas, head)?;
-    Ok(build(cas, state, id.map(str::to_string), view, 0))
+    Ok(build(cas, state, id, view, 0))
 }
 
 fn build<S: Store>(
     cas: &Cas<S>,
     state: &dyn ThreadState,
-    id: Option<String>,
+    id: Option<ThreadId>,
     view: ThreadView,
     depth: usize,
 ) -> ThreadReport {
@@ -87,11 +87,11 @@ fn build<S: Store>(
         .iter()
         .map(|s| {
             let mut step = StepReport {
-                detail: detail::read(cas, &s.payload.record.detail),
+                detail: detail::read(cas, s.payload.record.detail),
                 child: None,
                 child_error: None,
             };
-            if let Some(c) = &s.payload.child_thread {
+            if let Some(c) = s.payload.child_thread {
                 match child(cas, state, c, depth) {
                     Ok(r) => step.child = Some(Box::new(r)),
                     Err(e) => step.child_error = Some(e),
@@ -100,30 +100,22 @@ fn build<S: Store>(
             step
         })
         .collect();
-    let (archived, waiting, attempts) = match &id {
+    let (archived, waiting, attempts) = match id {
         Some(id) => {
             // A wait counts only while the head is the one it was recorded at.
-            let waiting = state
-                .waiting(id)
-                .filter(|w| w.head == view.head.to_string());
+            let waiting = state.waiting(id).filter(|w| w.head == view.head);
             (state.archived(id), waiting, state.attempts(id))
         }
         None => (false, None, Vec::new()),
     };
     let waiting_child = waiting
         .as_ref()
-        .and_then(|w| w.child.as_deref())
+        .and_then(|w| w.child)
         .filter(|_| depth < MAX_DEPTH)
         .and_then(|c| {
             let head = state.head(c)?;
             let v = thread::load(cas, head).ok()?;
-            Some(Box::new(build(
-                cas,
-                state,
-                Some(c.to_string()),
-                v,
-                depth + 1,
-            )))
+            Some(Box::new(build(cas, state, Some(c), v, depth + 1)))
         });
     ThreadReport {
         id,
@@ -141,14 +133,13 @@ fn build<S: Store>(
 fn child<S: Store>(
     cas: &Cas<S>,
     state: &dyn ThreadState,
-    terminal: &str,
+    terminal: Hash,
     depth: usize,
 ) -> Result<ThreadReport, String> {
     if depth + 1 > MAX_DEPTH {
         return Err(format!("nested deeper than {MAX_DEPTH} threads"));
     }
-    let h: Hash = terminal.parse().map_err(|e| format!("{e}"))?;
-    let v = thread::load(cas, h).map_err(|e| e.to_string())?;
+    let v = thread::load(cas, terminal).map_err(|e| e.to_string())?;
     Ok(build(cas, state, None, v, depth + 1))
 }
 
@@ -158,19 +149,19 @@ fn child<S: Store>(
 pub struct NoState;
 
 impl ThreadState for NoState {
-    fn thread_id(&self, _: Hash, _: Hash) -> Option<String> {
+    fn thread_id(&self, _: Hash, _: Hash) -> Option<ThreadId> {
         None
     }
-    fn waiting(&self, _: &str) -> Option<WaitingRecord> {
+    fn waiting(&self, _: ThreadId) -> Option<WaitingRecord> {
         None
     }
-    fn attempts(&self, _: &str) -> Vec<(String, AttemptRecord)> {
+    fn attempts(&self, _: ThreadId) -> Vec<(Hash, AttemptRecord)> {
         Vec::new()
     }
-    fn head(&self, _: &str) -> Option<Hash> {
+    fn head(&self, _: ThreadId) -> Option<Hash> {
         None
     }
-    fn archived(&self, _: &str) -> bool {
+    fn archived(&self, _: ThreadId) -> bool {
         false
     }
 }

@@ -53,7 +53,7 @@ fn thread() -> (Cas<MemStore>, Hash) {
         .put_value(
             cas.types().start_node,
             &StartNodePayload {
-                workflow: wf.hash.to_string(),
+                workflow: wf.hash,
                 prompt: "Fix the login redirect loop".into(),
                 parent_state: None,
             },
@@ -121,7 +121,7 @@ fn thread() -> (Cas<MemStore>, Hash) {
     ];
     let mut prev: Option<Hash> = None;
     for (role, output, detail) in steps {
-        let schema: Hash = wf.payload.roles[role].output_schema.parse().unwrap();
+        let schema: Hash = wf.payload.roles[role].output_schema;
         let out = cas.put(schema, output).unwrap().hash;
         let detail = detail.unwrap_or_else(|| {
             cas.put(answer, json!({"text": format!("{role} answered")}))
@@ -129,12 +129,12 @@ fn thread() -> (Cas<MemStore>, Hash) {
                 .hash
         });
         let step = StepNodePayload {
-            start: start.to_string(),
-            prev: prev.map(|p| p.to_string()),
+            start,
+            prev,
             record: StepRecord {
                 role: role.into(),
-                output: out.to_string(),
-                detail: detail.to_string(),
+                output: out,
+                detail,
                 agent: "uwf-mock scenario.yaml".into(),
             },
             child_thread: None,
@@ -147,7 +147,13 @@ fn thread() -> (Cas<MemStore>, Hash) {
 #[test]
 fn svg_golden() {
     let (cas, head) = thread();
-    let report = collect(&cas, &NoState, Some("01TEST"), head).unwrap();
+    let report = collect(
+        &cas,
+        &NoState,
+        Some(uwf_protocol::fixtures::thread("01TEST")),
+        head,
+    )
+    .unwrap();
     let svg = uwf_view::svg::render(
         &report.view.workflow,
         &report.trace,
@@ -191,7 +197,13 @@ fn the_path_is_traced_with_reasons() {
 #[test]
 fn page_structure_escaping_and_self_containment() {
     let (cas, head) = thread();
-    let report = collect(&cas, &NoState, Some("01TEST"), head).unwrap();
+    let report = collect(
+        &cas,
+        &NoState,
+        Some(uwf_protocol::fixtures::thread("01TEST")),
+        head,
+    )
+    .unwrap();
     let page = uwf_view::html::page(&report);
     // To look at it: UWF_VIEW_PAGE_DIR=/some/dir cargo test -p uwf-view --test render
     if let Some(dir) = std::env::var_os("UWF_VIEW_PAGE_DIR") {
@@ -236,7 +248,13 @@ fn page_structure_escaping_and_self_containment() {
 fn a_thread_without_steps_shows_what_comes_next() {
     let (cas, head) = thread();
     let view = uwf_moderator::thread::load(&cas, head).unwrap();
-    let report = collect(&cas, &NoState, Some("01NEW"), view.start_hash).unwrap();
+    let report = collect(
+        &cas,
+        &NoState,
+        Some(uwf_protocol::fixtures::thread("01NEW")),
+        view.start_hash,
+    )
+    .unwrap();
     let page = uwf_view::html::page(&report);
     assert_eq!(page.matches(r#"class="card step""#).count(), 0);
     assert!(page.contains(r#"class="card next" data-role="planner""#));

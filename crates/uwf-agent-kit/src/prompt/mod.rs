@@ -212,7 +212,7 @@ mod tests {
             }
             .into(),
             output: json!({ "plan": format!("{i}:{}", "x".repeat(size)) }),
-            detail: "0000000000000".into(),
+            detail: Hash::from_u64(0),
             agent: "uwf-mock".into(),
         }
     }
@@ -360,7 +360,7 @@ mod tests {
         let steps = vec![StepContext {
             role: "r".into(),
             output: json!({ "plan": "é".repeat(5_000) }),
-            detail: String::new(),
+            detail: Hash::from_u64(0),
             agent: "a".into(),
         }];
         let text = history_text("T", &steps, &[], 333);

@@ -31,7 +31,7 @@ use std::path::Path;
 
 use uwf_cas::{Cas, Hash};
 use uwf_engine::{Engine, NoProgress, Progress, StepOptions};
-use uwf_protocol::{StartNodePayload, WorkflowConfig};
+use uwf_protocol::{StartNodePayload, ThreadId, WorkflowConfig};
 
 use crate::{BoxError, KitError};
 
@@ -140,7 +140,7 @@ impl Fixture {
 
     /// Starts a thread of the fixture workflow for `prompt`, as `uwf thread
     /// start` does. Returns the thread id and the StartNode.
-    pub fn start_thread(&self, prompt: &str) -> Result<(String, Hash), BoxError> {
+    pub fn start_thread(&self, prompt: &str) -> Result<(ThreadId, Hash), BoxError> {
         self.start_thread_in(self.workflow, prompt)
     }
 
@@ -156,7 +156,7 @@ impl Fixture {
         &self,
         workflow: Hash,
         prompt: &str,
-    ) -> Result<(String, Hash), BoxError> {
+    ) -> Result<(ThreadId, Hash), BoxError> {
         let started = uwf_engine::start(&self.engine, workflow, prompt, None)?;
         Ok((started.thread, started.head))
     }
@@ -179,7 +179,7 @@ impl Fixture {
     /// roles run, in order.
     pub fn drive(
         &self,
-        thread: &str,
+        thread: ThreadId,
         max_steps: usize,
         step: impl FnMut(&str) -> Result<Hash, KitError>,
     ) -> Result<Vec<String>, BoxError> {
@@ -210,7 +210,7 @@ impl Fixture {
     /// Stores a StartNode of the fixture workflow (not registered as a thread).
     pub fn put_start(&self, prompt: &str) -> Result<Hash, BoxError> {
         let start = StartNodePayload {
-            workflow: self.workflow.to_string(),
+            workflow: self.workflow,
             prompt: prompt.into(),
             parent_state: None,
         };
@@ -223,33 +223,30 @@ impl Fixture {
     /// Points `thread` at `head` (adding the thread if it is not active),
     /// through the thread state with its compare-and-swap, without the
     /// engine's checks: for tests that build a chain by hand.
-    pub fn set_head(&self, thread: &str, head: Hash) -> Result<(), BoxError> {
+    pub fn set_head(&self, thread: ThreadId, head: Hash) -> Result<(), BoxError> {
         let state = self.engine.state();
         match state.thread_head(thread)? {
-            Some(current) => state.swap_head(thread, &current, &head.to_string())?,
-            None => state.insert_thread(thread, &head.to_string())?,
+            Some(current) => state.swap_head(thread, current, head)?,
+            None => state.insert_thread(thread, head)?,
         }
         Ok(())
     }
 
     /// Archives `thread` as done, as the engine does when it ends.
-    pub fn remove_thread(&self, thread: &str) -> Result<(), BoxError> {
+    pub fn remove_thread(&self, thread: ThreadId) -> Result<(), BoxError> {
         let head = self
             .head(thread)?
             .ok_or_else(|| format!("thread {thread} is not active"))?;
         let workflow = uwf_engine::workflow_of(&self.engine, head)?;
         self.engine
             .state()
-            .archive(thread, &workflow, Some(&head.to_string()), "done")?;
+            .archive(thread, workflow, Some(head), "done")?;
         Ok(())
     }
 
     /// The head of `thread` if it is active.
-    pub fn head(&self, thread: &str) -> Result<Option<Hash>, BoxError> {
-        Ok(match self.engine.state().thread_head(thread)? {
-            Some(h) => Some(h.parse()?),
-            None => None,
-        })
+    pub fn head(&self, thread: ThreadId) -> Result<Option<Hash>, BoxError> {
+        Ok(self.engine.state().thread_head(thread)?)
     }
 }
 

@@ -25,7 +25,7 @@ pub fn run(ctx: &Ctx, cmd: AgentCommand, format: Option<Format>) -> Result<(), C
         } => {
             let id = crate::lookup::thread(ctx, &thread)?;
             let quota = quota.unwrap_or_else(uwf_agent_kit::prompt::history_quota_from_env);
-            let agent = AgentContext::load(&ctx.root, &id, &role)
+            let agent = AgentContext::load(&ctx.root, &id.to_string(), &role)
                 .map_err(CliError::kit)?
                 .with_history_quota(quota);
             output::print(format, &context_json(&agent))
@@ -39,7 +39,8 @@ pub fn run(ctx: &Ctx, cmd: AgentCommand, format: Option<Format>) -> Result<(), C
             name,
         } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            let agent = AgentContext::load(&ctx.root, &id, &role).map_err(CliError::kit)?;
+            let agent =
+                AgentContext::load(&ctx.root, &id.to_string(), &role).map_err(CliError::kit)?;
             let mut run = match (output, text) {
                 (Some(o), _) => AgentRun::output(crate::input::read_json("--output", &o)?),
                 (None, Some(t)) => AgentRun::text(crate::input::read_text(&t)?),

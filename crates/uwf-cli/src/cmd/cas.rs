@@ -51,30 +51,12 @@ pub fn run(cas: &Cas, state: &dyn ThreadStore, cmd: CasCommand) -> Result<Outcom
             let mut report = None;
             let mut failure: Option<CliError> = None;
             let sweep = || -> Result<_, CliError> {
-                let mut roots = Vec::new();
-                let parse = |s: &str, what: &str| {
-                    s.parse::<Hash>().map_err(|e| -> CliError {
-                        uwf_engine::EngineError::CorruptState {
-                            what: what.into(),
-                            reason: e.to_string(),
-                        }
-                        .into()
-                    })
-                };
-                for (id, head) in state.threads()? {
-                    roots.push(parse(&head, &format!("the head of thread {id}"))?);
-                }
-                for entry in state.history()? {
-                    roots.push(parse(&entry.head, "the history")?);
-                }
-                for hash in state.registry()?.values() {
-                    roots.push(parse(hash, "the workflow registry")?);
-                }
+                let mut roots: Vec<Hash> = state.threads()?.into_values().collect();
+                roots.extend(state.history()?.into_iter().map(|e| e.head));
+                roots.extend(state.registry()?.into_values());
                 // Failed attempts of active threads (the entries of threads
                 // that are gone are dropped here, so their records go too).
-                for hash in state.side_table_roots_locked(!dry_run)? {
-                    roots.push(parse(&hash, "the attempt records")?);
-                }
+                roots.extend(state.side_table_roots_locked(!dry_run)?);
                 Ok(cas.gc(roots, opts)?)
             };
             // Under the state lock: no thread starts, steps, forks or

@@ -20,7 +20,7 @@ pub fn run(ctx: Option<&Ctx>, args: &EvalArgs) -> Result<Option<Value>, CliError
     let input = match (ctx, &args.thread, &args.at, &args.input) {
         (Some(ctx), Some(id), _, _) => {
             let id = crate::lookup::thread(ctx, id)?;
-            Some(context_at(ctx, engine::any_head(ctx, &id)?)?)
+            Some(context_at(ctx, engine::any_head(ctx, id)?)?)
         }
         (Some(ctx), None, Some(at), _) => {
             let hash = at.parse::<Hash>().map_err(CliError::from)?;

@@ -19,7 +19,7 @@ pub const WHY_STEPS: usize = 200;
 /// The fewest characters a step takes in `thread read` (its heading, hashes
 /// and output fence).
 const MIN_STEP_BLOCK: usize = 60;
-use uwf_protocol::ThreadListItem;
+use uwf_protocol::{ThreadId, ThreadListItem};
 
 use crate::engine::running::{self, Found, Marker};
 use crate::engine::{self, Ctx, Status};
@@ -41,7 +41,7 @@ pub fn coarse(ms: u64) -> String {
 }
 
 /// The live marker of thread `id`, if an agent of it runs now.
-pub fn running_now(ctx: &Ctx, id: &str) -> Option<Marker> {
+pub fn running_now(ctx: &Ctx, id: ThreadId) -> Option<Marker> {
     running::live(&ctx.root, id)
 }
 
@@ -65,31 +65,31 @@ fn marker_json(m: &Marker) -> Value {
 }
 
 /// The start node of a thread whose head is `head`: (prompt, timestamp).
-fn start_of(ctx: &Ctx, head: &str) -> Option<(String, u64)> {
-    let start = crate::engine::nested::start_of(ctx, head.parse().ok()?).ok()?;
+fn start_of(ctx: &Ctx, head: Hash) -> Option<(String, u64)> {
+    let start = crate::engine::nested::start_of(ctx, head).ok()?;
     let node = ctx.cas().get(start).ok()?;
     let prompt = node.payload.get("prompt")?.as_str()?.to_string();
     Some((prompt, node.timestamp))
 }
 
-fn workflow_name(ctx: &Ctx, workflow: &str, names: &mut HashMap<String, String>) -> String {
-    if let Some(n) = names.get(workflow) {
+fn workflow_name(ctx: &Ctx, workflow: Hash, names: &mut HashMap<Hash, String>) -> String {
+    if let Some(n) = names.get(&workflow) {
         return n.clone();
     }
-    let name = workflow
-        .parse::<Hash>()
+    let name = ctx
+        .cas()
+        .get(workflow)
         .ok()
-        .and_then(|h| ctx.cas().get(h).ok())
         .and_then(|n| n.payload.get("name")?.as_str().map(str::to_string))
         .unwrap_or_default();
-    names.insert(workflow.to_string(), name.clone());
+    names.insert(workflow, name.clone());
     name
 }
 
 /// The state of an active thread: `running` (a live marker), `waiting`
 /// (for a person), `failed` (its last attempt at this head failed),
 /// else `idle`.
-fn active_state(ctx: &Ctx, id: &str, head: &str) -> Result<&'static str, CliError> {
+fn active_state(ctx: &Ctx, id: ThreadId, head: Hash) -> Result<&'static str, CliError> {
     if running::live(&ctx.root, id).is_some() {
         return Ok("running");
     }
@@ -108,24 +108,24 @@ fn active_state(ctx: &Ctx, id: &str, head: &str) -> Result<&'static str, CliErro
 pub fn list_rows(
     ctx: &Ctx,
     items: Vec<ThreadListItem>,
-    reasons: &HashMap<String, String>,
+    reasons: &HashMap<ThreadId, String>,
 ) -> Result<Vec<Value>, CliError> {
     let now = uwf_state::state::now_ms();
     let mut names = HashMap::new();
     let mut rows = Vec::with_capacity(items.len());
     for item in items {
-        let (task, started) = start_of(ctx, &item.head).unwrap_or_default();
+        let (task, started) = start_of(ctx, item.head).unwrap_or_default();
         let state = if item.done {
             reasons
                 .get(&item.thread)
                 .cloned()
                 .unwrap_or_else(|| "done".into())
         } else {
-            active_state(ctx, &item.thread, &item.head)?.to_string()
+            active_state(ctx, item.thread, item.head)?.to_string()
         };
         rows.push(json!({
             "thread": item.thread,
-            "name": workflow_name(ctx, &item.workflow, &mut names),
+            "name": workflow_name(ctx, item.workflow, &mut names),
             "task": shorten(&task, 60),
             "age": coarse(now.saturating_sub(started)),
             "state": state,
@@ -140,13 +140,13 @@ pub fn list_rows(
 /// Adds to `thread show`'s answer: `name`, `task`, `state`, `running` (or
 /// `stale`: a marker whose process is gone), and `lastStep` (the head
 /// step's role, why it ran, how long it took).
-pub fn add_to_show(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), CliError> {
-    let head = v["head"].as_str().unwrap_or_default().to_string();
-    let view = uwf_moderator::thread::load(
-        ctx.cas(),
-        head.parse()
-            .map_err(|e| CliError::from(uwf_cas::CasError::from(e)))?,
-    )?;
+pub fn add_to_show(ctx: &Ctx, id: ThreadId, v: &mut Value) -> Result<(), CliError> {
+    let head: Hash = v["head"]
+        .as_str()
+        .unwrap_or_default()
+        .parse()
+        .map_err(|e| CliError::from(uwf_cas::CasError::from(e)))?;
+    let view = uwf_moderator::thread::load(ctx.cas(), head)?;
     v["name"] = json!(view.workflow.name);
     v["task"] = json!(view.start.prompt);
     let done = v["done"].as_bool().unwrap_or(false);
@@ -156,7 +156,7 @@ pub fn add_to_show(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), CliError> {
             Status::Active { .. } => "done".into(),
         }
     } else {
-        active_state(ctx, id, &head)?.to_string()
+        active_state(ctx, id, head)?.to_string()
     });
     match running::find(&ctx.root, id) {
         Some(Found::Live(m)) => v["running"] = marker_json(&m),
@@ -174,7 +174,7 @@ pub fn add_to_show(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), CliError> {
         if let Some(why) = whys.last() {
             step["why"] = why_json(why, &last.payload.record.role);
         }
-        if let Some(t) = timings.get(&last.hash.to_string()) {
+        if let Some(t) = timings.get(&last.hash) {
             step["durationMs"] = json!(t.duration_ms);
         }
         v["lastStep"] = step;
@@ -190,13 +190,18 @@ fn why_json(why: &Why, role: &str) -> Value {
 
 /// Adds `why`, `durationMs` and `failedAttempts` (the attempts that failed
 /// before it, with their exit status) to every step of `thread steps`.
-pub fn add_to_steps(ctx: &Ctx, id: &str, view: &ThreadView, v: &mut Value) -> Result<(), CliError> {
+pub fn add_to_steps(
+    ctx: &Ctx,
+    id: ThreadId,
+    view: &ThreadView,
+    v: &mut Value,
+) -> Result<(), CliError> {
     let first_why = view.steps.len().saturating_sub(WHY_STEPS);
     let whys = why_from(&view.workflow, &view.context(), first_why);
     let timings = running::timings(&ctx.root, id);
-    let mut failed: HashMap<String, Vec<Value>> = HashMap::new();
+    let mut failed: HashMap<Hash, Vec<Value>> = HashMap::new();
     for (hash, r) in crate::engine::retry::attempts(ctx, id, 200)? {
-        failed.entry(r.head.clone()).or_default().push(json!({
+        failed.entry(r.head).or_default().push(json!({
             "hash": hash,
             "attempt": r.attempt,
             "agent": r.agent,
@@ -216,13 +221,13 @@ pub fn add_to_steps(ctx: &Ctx, id: &str, view: &ThreadView, v: &mut Value) -> Re
         if let Some(why) = i.checked_sub(first_why).and_then(|k| whys.get(k)) {
             entry["why"] = why_json(why, &s.payload.record.role);
         }
-        if let Some(t) = timings.get(&s.hash.to_string()) {
+        if let Some(t) = timings.get(&s.hash) {
             entry["durationMs"] = json!(t.duration_ms);
         }
         let before = if i == 0 {
-            view.start_hash.to_string()
+            view.start_hash
         } else {
-            view.steps[i - 1].hash.to_string()
+            view.steps[i - 1].hash
         };
         if let Some(mut f) = failed.remove(&before) {
             f.reverse();
@@ -240,7 +245,7 @@ pub fn add_to_steps(ctx: &Ctx, id: &str, view: &ThreadView, v: &mut Value) -> Re
 /// read` shows is explained; at least the newest [`WHY_STEPS`] are.
 pub fn read_notes(
     ctx: &Ctx,
-    id: &str,
+    id: ThreadId,
     view: &ThreadView,
     quota: usize,
     before: Option<Hash>,
@@ -258,7 +263,7 @@ pub fn read_notes(
     let mut out = HashMap::new();
     for (s, why) in view.steps[first_why..end].iter().zip(&whys) {
         let mut text = format!("**Why:** {}", why.summary(&s.payload.record.role));
-        if let Some(t) = timings.get(&s.hash.to_string()) {
+        if let Some(t) = timings.get(&s.hash) {
             text.push_str(&format!(
                 " · took {:.1} s",
                 Duration::from_millis(t.duration_ms).as_secs_f64()
@@ -279,24 +284,24 @@ pub fn read_notes(
 /// `thread watch`: prints what happens to thread `id` as it happens (a
 /// step starts, lands, fails, waits), until the thread is archived or
 /// uwf is interrupted.
-pub fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
+pub fn watch(ctx: &Ctx, id: ThreadId) -> Result<(), CliError> {
     let mut last_head = None;
     let mut last_marker: Option<Marker> = None;
     let mut last_state = String::new();
     let mut seen_attempt = crate::engine::retry::attempts(ctx, id, 1)?
         .first()
-        .map(|(h, _)| h.clone());
+        .map(|(h, _)| *h);
     loop {
         let status = engine::status(ctx, id)?;
         let (head, archived) = match &status {
-            Status::Active { head } => (head.to_string(), None),
-            Status::Archived(e) => (e.head.clone(), Some(e.reason.clone().unwrap_or_default())),
+            Status::Active { head } => (*head, None),
+            Status::Archived(e) => (e.head, Some(e.reason.clone().unwrap_or_default())),
         };
-        if last_head.as_deref() != Some(head.as_str()) {
+        if last_head != Some(head) {
             if last_head.is_some() || archived.is_none() {
-                line(&describe_head(ctx, id, &head)?);
+                line(&describe_head(ctx, id, head)?);
             }
-            last_head = Some(head.clone());
+            last_head = Some(head);
         }
         let marker = running::live(&ctx.root, id);
         if marker != last_marker {
@@ -317,7 +322,7 @@ pub fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
             .into_iter()
             .next();
         if let Some((hash, r)) = newest
-            && seen_attempt.as_deref() != Some(hash.as_str())
+            && seen_attempt != Some(hash)
         {
             line(&format!(
                 "{}: {} failed (attempt {}): {}",
@@ -336,7 +341,7 @@ pub fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
             ));
             return Ok(());
         }
-        let state = active_state(ctx, id, &head)?;
+        let state = active_state(ctx, id, head)?;
         if state == "waiting" && last_state != "waiting" {
             line(&format!(
                 "{}: waits for a person (`uwf thread answer {id}`)",
@@ -351,12 +356,8 @@ pub fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     }
 }
 
-fn describe_head(ctx: &Ctx, id: &str, head: &str) -> Result<String, CliError> {
-    let view = uwf_moderator::thread::load(
-        ctx.cas(),
-        head.parse()
-            .map_err(|e| CliError::from(uwf_cas::CasError::from(e)))?,
-    )?;
+fn describe_head(ctx: &Ctx, id: ThreadId, head: Hash) -> Result<String, CliError> {
+    let view = uwf_moderator::thread::load(ctx.cas(), head)?;
     let Some(last) = view.steps.last() else {
         return Ok(format!(
             "{}: thread {id} · {} · {}",
@@ -373,7 +374,7 @@ fn describe_head(ctx: &Ctx, id: &str, head: &str) -> Result<String, CliError> {
         view.steps.len(),
         last.hash
     );
-    if let Some(t) = running::timings(&ctx.root, id).get(&last.hash.to_string()) {
+    if let Some(t) = running::timings(&ctx.root, id).get(&last.hash) {
         text.push_str(&format!(" in {:.1} s", t.duration_ms as f64 / 1000.0));
     }
     if let Some(w) = why.last() {
@@ -394,7 +395,7 @@ fn line(text: &str) {
 /// `thread log [-f]`: the stderr of thread `id`'s agents; with `follow`,
 /// then what they write, until the thread is archived or uwf is
 /// interrupted.
-pub fn log(ctx: &Ctx, id: &str, follow: bool) -> Result<(), CliError> {
+pub fn log(ctx: &Ctx, id: ThreadId, follow: bool) -> Result<(), CliError> {
     engine::status(ctx, id)?;
     let path = running::log_path(&ctx.root, id);
     let mut offset = 0u64;

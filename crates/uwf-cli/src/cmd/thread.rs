@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use uwf_cas::Hash;
 use uwf_moderator::thread::{self, ThreadView};
 use uwf_protocol::{
-    ForkedFrom, StartEntry, StartOutput, StepEntry, StepOutput, ThreadForkOutput, ThreadListItem,
-    ThreadShowOutput, ThreadStepsEntry, ThreadStepsOutput,
+    ForkedFrom, StartEntry, StartOutput, StepEntry, StepOutput, ThreadForkOutput, ThreadId,
+    ThreadListItem, ThreadShowOutput, ThreadStepsEntry, ThreadStepsOutput,
 };
 
 use crate::cli::{Format, PromptArgs, ThreadCommand};
@@ -44,17 +44,17 @@ fn start(
     let (hash, _) = workflow::resolve(ctx, workflow_arg, true)?;
     let started = engine::start(ctx, hash, prompt, parent)?;
     Ok(StartOutput {
-        workflow: hash.to_string(),
+        workflow: hash,
         thread: started.thread,
     })
 }
 
 /// The workflow hash of a thread whose head is `head`.
-fn workflow_of(ctx: &Ctx, head: Hash) -> Result<String, CliError> {
+fn workflow_of(ctx: &Ctx, head: Hash) -> Result<Hash, CliError> {
     Ok(engine::workflow_of(ctx, head)?)
 }
 
-fn show(ctx: &Ctx, id: &str) -> Result<ThreadShowOutput, CliError> {
+fn show(ctx: &Ctx, id: ThreadId) -> Result<ThreadShowOutput, CliError> {
     let mut out = ThreadShowOutput {
         head: head_of(ctx, id)?,
         parent: None,
@@ -71,14 +71,13 @@ fn show(ctx: &Ctx, id: &str) -> Result<ThreadShowOutput, CliError> {
 
 /// Fills in `parent`, `parentThread` and `childThreads` (seed 001 links).
 fn add_links(ctx: &Ctx, out: &mut ThreadShowOutput) -> Result<(), CliError> {
-    let view = thread::load(ctx.cas(), parse_hash(&out.head.head)?)?;
-    out.parent = view.start.parent_state.clone();
+    let view = thread::load(ctx.cas(), out.head.head)?;
+    out.parent = view.start.parent_state;
     if out.parent.is_none() && !nested::has_children(&view) {
         return Ok(());
     }
     let index = ThreadIndex::load(ctx)?;
-    if let Some(p) = &out.parent {
-        let p = parse_hash(p)?;
+    if let Some(p) = out.parent {
         out.parent_thread = nested::start_of(ctx, p)
             .ok()
             .and_then(|start| index.thread_of(p, start));
@@ -90,12 +89,12 @@ fn add_links(ctx: &Ctx, out: &mut ThreadShowOutput) -> Result<(), CliError> {
     Ok(())
 }
 
-fn head_of(ctx: &Ctx, id: &str) -> Result<StepOutput, CliError> {
+fn head_of(ctx: &Ctx, id: ThreadId) -> Result<StepOutput, CliError> {
     Ok(match engine::status(ctx, id)? {
         Status::Active { head } => StepOutput {
             workflow: workflow_of(ctx, head)?,
-            thread: id.to_string(),
-            head: head.to_string(),
+            thread: id,
+            head,
             done: false,
         },
         Status::Archived(e) => StepOutput {
@@ -128,7 +127,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 resume: false,
             };
             let progress: Arc<dyn Progress> = Arc::new(Plain);
-            let stepped = engine::step(ctx, &id, &opts, &progress)?;
+            let stepped = engine::step(ctx, id, &opts, &progress)?;
             if let Some(waiting) = stepped.waiting {
                 return waits(ctx, format, stepped.output, waiting);
             }
@@ -144,7 +143,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 resume: true,
             };
             let progress: Arc<dyn Progress> = Arc::new(Plain);
-            let stepped = engine::step(ctx, &id, &opts, &progress)?;
+            let stepped = engine::step(ctx, id, &opts, &progress)?;
             if let Some(waiting) = stepped.waiting {
                 return waits(ctx, format, stepped.output, waiting);
             }
@@ -161,7 +160,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             let id = match (thread, workflow) {
                 (Some(t), _) => {
                     let id = crate::lookup::thread(ctx, &t)?;
-                    engine::active_head(ctx, &id)?;
+                    engine::active_head(ctx, id)?;
                     id
                 }
                 (None, Some(w)) => match resume_target(ctx, &w, &prompt)? {
@@ -180,11 +179,11 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 in_process: None,
                 resume: false,
             };
-            run_steps(ctx, &id, &opts, max_steps, format).map_err(|e| e.in_thread(&id))
+            run_steps(ctx, id, &opts, max_steps, format).map_err(|e| e.in_thread(id))
         }
         ThreadCommand::Next { thread, explain } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            let view = thread::load(ctx.cas(), engine::active_head(ctx, &id)?)?;
+            let view = thread::load(ctx.cas(), engine::active_head(ctx, id)?)?;
             let decision = view.decide();
             if !explain {
                 let d = decision?;
@@ -219,11 +218,11 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::Show { thread } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            let shown = show(ctx, &id)?;
+            let shown = show(ctx, id)?;
             let mut v =
                 serde_json::to_value(&shown).map_err(|e| CliError::Output(e.to_string()))?;
-            add_waiting_and_attempts(ctx, &id, &mut v)?;
-            crate::cmd::story::add_to_show(ctx, &id, &mut v)?;
+            add_waiting_and_attempts(ctx, id, &mut v)?;
+            crate::cmd::story::add_to_show(ctx, id, &mut v)?;
             output::print(format, &v)
         }
         ThreadCommand::List { waiting: true, .. } => {
@@ -236,30 +235,30 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 (None, Some(t)) => human::AnswerInput::Text(t),
                 (None, None) => human::AnswerInput::Edit,
             };
-            let out = human::answer(ctx, &id, args.role.as_deref(), input, args.name.as_deref())?;
+            let out = human::answer(ctx, id, args.role.as_deref(), input, args.name.as_deref())?;
             output::print(format, &out)
         }
         ThreadCommand::List { all, top_level, .. } => {
             let mut items = Vec::new();
             let active = ctx.state().threads()?;
-            for (id, head) in &active {
-                let workflow = workflow_of(ctx, parse_hash(head)?)?;
+            for (&id, &head) in &active {
+                let workflow = workflow_of(ctx, head)?;
                 items.push(ThreadListItem {
-                    thread: id.clone(),
+                    thread: id,
                     workflow,
-                    head: head.clone(),
+                    head,
                     done: false,
                 });
             }
             let mut reasons = HashMap::new();
             if all {
                 // Latest entry per thread; an active thread is never also listed as archived.
-                let mut seen: BTreeSet<String> = active.keys().cloned().collect();
+                let mut seen: BTreeSet<ThreadId> = active.keys().copied().collect();
                 let history = ctx.state().history()?;
                 for e in history.into_iter().rev() {
-                    if seen.insert(e.thread.clone()) {
+                    if seen.insert(e.thread) {
                         if let Some(r) = &e.reason {
-                            reasons.insert(e.thread.clone(), r.clone());
+                            reasons.insert(e.thread, r.clone());
                         }
                         items.push(ThreadListItem {
                             thread: e.thread,
@@ -273,7 +272,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             if top_level {
                 let mut kept = Vec::with_capacity(items.len());
                 for item in items {
-                    if nested::parent_of(ctx, parse_hash(&item.head)?)?.is_none() {
+                    if nested::parent_of(ctx, item.head)?.is_none() {
                         kept.push(item);
                     }
                 }
@@ -286,15 +285,15 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::Kill { thread } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            engine::kill(ctx, &id)?;
+            engine::kill(ctx, id)?;
             output::print(format, &json!({ "thread": id, "archived": true }))
         }
         ThreadCommand::Steps { thread } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            let view = thread::load(ctx.cas(), engine::any_head(ctx, &id)?)?;
-            let mut v = serde_json::to_value(steps(&id, &view))
+            let view = thread::load(ctx.cas(), engine::any_head(ctx, id)?)?;
+            let mut v = serde_json::to_value(steps(id, &view))
                 .map_err(|e| CliError::Output(e.to_string()))?;
-            crate::cmd::story::add_to_steps(ctx, &id, &view, &mut v)?;
+            crate::cmd::story::add_to_steps(ctx, id, &view, &mut v)?;
             output::print(format, &v)
         }
         ThreadCommand::Read {
@@ -313,7 +312,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 });
             }
             let id = crate::lookup::thread(ctx, &thread)?;
-            let view = thread::load(ctx.cas(), engine::any_head(ctx, &id)?)?;
+            let view = thread::load(ctx.cas(), engine::any_head(ctx, id)?)?;
             let before = before.map(|b| parse_hash(&b)).transpose()?;
             // What each step's agent did (tool calls of its transcript).
             let activity = crate::activity::summaries(ctx.cas(), &view);
@@ -321,30 +320,27 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 let index = ThreadIndex::load(ctx)?;
                 let links = nested::child_links(ctx, &view, &index)
                     .iter()
-                    .filter_map(|c| {
-                        let step = c.link.step.parse::<Hash>().ok()?;
-                        Some((step, crate::child_view::child_summary(c)))
-                    })
+                    .map(|c| (c.link.step, crate::child_view::child_summary(c)))
                     .collect();
                 crate::activity::merge(links, activity)
             } else {
                 activity
             };
             let contents = crate::read_content::contents(ctx.cas(), &view);
-            let notes = crate::cmd::story::read_notes(ctx, &id, &view, quota, before);
-            let mut text = read(&id, &view, quota, before, &children, &contents, &notes)?;
+            let notes = crate::cmd::story::read_notes(ctx, id, &view, quota, before);
+            let mut text = read(id, &view, quota, before, &children, &contents, &notes)?;
             if before.is_none() {
-                text.push_str(&attempts_text(ctx, &id)?);
+                text.push_str(&attempts_text(ctx, id)?);
             }
             output::print_text(&text)
         }
         ThreadCommand::Watch { thread } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            crate::cmd::story::watch(ctx, &id)
+            crate::cmd::story::watch(ctx, id)
         }
         ThreadCommand::Log { thread, follow } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            crate::cmd::story::log(ctx, &id, follow)
+            crate::cmd::story::log(ctx, id, follow)
         }
         ThreadCommand::Prune {
             dry_run,
@@ -357,9 +353,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 format,
                 &ThreadForkOutput {
                     thread: forked.thread,
-                    forked_from: ForkedFrom {
-                        step: hash.to_string(),
-                    },
+                    forked_from: ForkedFrom { step: hash },
                 },
             )
         }
@@ -396,7 +390,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
 /// anything on stdout.
 fn run_steps(
     ctx: &Ctx,
-    id: &str,
+    id: ThreadId,
     opts: &StepOptions<'_>,
     max_steps: usize,
     format: Option<Format>,
@@ -414,14 +408,14 @@ fn run_steps(
         }
     }
     Err(CliError::MaxSteps {
-        thread: id.to_string(),
+        thread: id,
         steps: max_steps,
     })
 }
 
 /// `thread run <arg>` continues a thread when `arg` is not a workflow (a
 /// file, a registered name, a Workflow node) but names a known thread.
-fn resume_target(ctx: &Ctx, arg: &str, prompt: &PromptArgs) -> Result<Option<String>, CliError> {
+fn resume_target(ctx: &Ctx, arg: &str, prompt: &PromptArgs) -> Result<Option<ThreadId>, CliError> {
     let looks_like_thread = arg == crate::lookup::LAST || engine::thread_id(arg).is_ok();
     let is_workflow = !looks_like_thread
         && (std::path::Path::new(arg).exists() || ctx.state().registry()?.contains_key(arg));
@@ -443,7 +437,7 @@ fn resume_target(ctx: &Ctx, arg: &str, prompt: &PromptArgs) -> Result<Option<Str
     if prompt.prompt.is_some() || prompt.prompt_file.is_some() {
         return Err(CliError::PromptOnResume { thread: id });
     }
-    engine::active_head(ctx, &id)?;
+    engine::active_head(ctx, id)?;
     Ok(Some(id))
 }
 
@@ -480,26 +474,27 @@ fn prune(
     let min_age = u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX);
     let mut pruned = Vec::new();
     for (id, head) in ctx.state().threads()? {
-        let hash = parse_hash(&head)?;
-        let node = ctx.cas().get(hash)?;
+        let node = ctx.cas().get(head)?;
         if node.type_hash != ctx.cas().types().start_node {
             continue;
         }
         let age = now.saturating_sub(node.timestamp);
         if age < min_age
-            || ctx.state().waiting_of(&id)?.is_some()
-            || crate::cmd::story::running_now(ctx, &id).is_some()
+            || ctx.state().waiting_of(id)?.is_some()
+            || crate::cmd::story::running_now(ctx, id).is_some()
         {
             continue;
         }
-        let workflow = node
+        let Some(workflow) = node
             .payload
             .get("workflow")
             .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+            .and_then(|w| w.parse::<Hash>().ok())
+        else {
+            continue;
+        };
         if !dry_run {
-            match ctx.state().archive(&id, &workflow, Some(&head), "pruned") {
+            match ctx.state().archive(id, workflow, Some(head), "pruned") {
                 Ok(_) => {}
                 // It took a step (or was archived) meanwhile: not ours to prune.
                 Err(uwf_state::StateError::Conflict { .. }) => continue,
@@ -516,26 +511,26 @@ fn prune(
     Ok(pruned)
 }
 
-fn steps(id: &str, view: &ThreadView) -> ThreadStepsOutput {
+fn steps(id: ThreadId, view: &ThreadView) -> ThreadStepsOutput {
     let mut entries = vec![ThreadStepsEntry::Start(StartEntry {
-        hash: view.start_hash.to_string(),
-        workflow: view.workflow_hash.to_string(),
+        hash: view.start_hash,
+        workflow: view.workflow_hash,
         prompt: view.start.prompt.clone(),
         timestamp: view.start_timestamp,
     })];
     entries.extend(view.steps.iter().map(|s| {
         ThreadStepsEntry::Step(StepEntry {
-            hash: s.hash.to_string(),
+            hash: s.hash,
             role: s.payload.record.role.clone(),
             output: s.output.clone(),
-            detail: s.payload.record.detail.clone(),
+            detail: s.payload.record.detail,
             agent: s.payload.record.agent.clone(),
             timestamp: s.timestamp,
         })
     }));
     ThreadStepsOutput {
-        thread: id.to_string(),
-        workflow: view.workflow_hash.to_string(),
+        thread: id,
+        workflow: view.workflow_hash,
         steps: entries,
     }
 }
@@ -571,7 +566,7 @@ fn expand(
 /// A step done by a child thread carries the child's collapsible summary
 /// from `children` (by StepNode).
 fn read(
-    id: &str,
+    id: ThreadId,
     view: &ThreadView,
     quota: usize,
     before: Option<Hash>,
@@ -679,13 +674,13 @@ fn waits(
     head: StepOutput,
     waiting: uwf_protocol::WaitingRecord,
 ) -> Result<(), CliError> {
-    let thread = head.thread.clone();
+    let thread = head.thread;
     if waiting.role == uwf_moderator::SUSPEND {
         let prompt = waiting.prompt.clone();
         output::print(format, &uwf_protocol::WaitingOutput { head, waiting })?;
         return Err(CliError::Suspended { thread, prompt });
     }
-    let answer = engine::human::innermost(ctx, &thread, &waiting)?;
+    let answer = engine::human::innermost(ctx, thread, &waiting)?;
     let (role, agent) = (waiting.role.clone(), waiting.agent.clone());
     output::print(format, &uwf_protocol::WaitingOutput { head, waiting })?;
     Err(CliError::Waiting {
@@ -698,7 +693,7 @@ fn waits(
 
 /// `thread show`'s `waiting` (what the thread waits for now) and
 /// `attempts` (its failed attempts, newest first), when there are any.
-fn add_waiting_and_attempts(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), CliError> {
+fn add_waiting_and_attempts(ctx: &Ctx, id: ThreadId, v: &mut Value) -> Result<(), CliError> {
     if let Some(w) = engine::human::show(ctx, id)? {
         v["waiting"] = w;
     }
@@ -722,7 +717,7 @@ fn add_waiting_and_attempts(ctx: &Ctx, id: &str, v: &mut Value) -> Result<(), Cl
 }
 
 /// The failed attempts section of `thread read` ("" when there are none).
-fn attempts_text(ctx: &Ctx, id: &str) -> Result<String, CliError> {
+fn attempts_text(ctx: &Ctx, id: ThreadId) -> Result<String, CliError> {
     let attempts = engine::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?;
     if attempts.is_empty() {
         return Ok(String::new());

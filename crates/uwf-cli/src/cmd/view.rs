@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use uwf_cas::Hash;
-use uwf_protocol::{AttemptRecord, WaitingRecord};
+use uwf_protocol::{AttemptRecord, ThreadId, WaitingRecord};
 use uwf_view::report::{self, ThreadState};
 
 use crate::cli::Format;
@@ -55,29 +55,29 @@ struct State<'a> {
 }
 
 impl ThreadState for State<'_> {
-    fn thread_id(&self, node: Hash, start: Hash) -> Option<String> {
+    fn thread_id(&self, node: Hash, start: Hash) -> Option<ThreadId> {
         self.index.thread_of(node, start)
     }
 
-    fn waiting(&self, id: &str) -> Option<WaitingRecord> {
+    fn waiting(&self, id: ThreadId) -> Option<WaitingRecord> {
         self.ctx.state().waiting_of(id).unwrap_or_else(|e| {
-            tracing::warn!(thread = id, "cannot read waiting.yaml: {e}");
+            tracing::warn!(thread = %id, "cannot read waiting.yaml: {e}");
             None
         })
     }
 
-    fn attempts(&self, id: &str) -> Vec<(String, AttemptRecord)> {
+    fn attempts(&self, id: ThreadId) -> Vec<(Hash, AttemptRecord)> {
         crate::engine::retry::attempts(self.ctx, id, ATTEMPTS_SHOWN).unwrap_or_else(|e| {
-            tracing::warn!(thread = id, "cannot read the failed attempts: {e}");
+            tracing::warn!(thread = %id, "cannot read the failed attempts: {e}");
             Vec::new()
         })
     }
 
-    fn head(&self, id: &str) -> Option<Hash> {
+    fn head(&self, id: ThreadId) -> Option<Hash> {
         engine::any_head(self.ctx, id).ok()
     }
 
-    fn archived(&self, id: &str) -> bool {
+    fn archived(&self, id: ThreadId) -> bool {
         matches!(engine::status(self.ctx, id), Ok(Status::Archived(_)))
     }
 }
@@ -93,15 +93,15 @@ pub fn thread(
     format: Option<Format>,
 ) -> Result<(), CliError> {
     let id = engine::thread_id(thread)?;
-    let head = engine::any_head(ctx, &id)?;
+    let head = engine::any_head(ctx, id)?;
     // The state files the page reads must be sound for the thread itself.
-    ctx.state().waiting_of(&id)?;
-    crate::engine::retry::attempts(ctx, &id, 1)?;
+    ctx.state().waiting_of(id)?;
+    crate::engine::retry::attempts(ctx, id, 1)?;
     let state = State {
         ctx,
         index: ThreadIndex::load(ctx)?,
     };
-    let report = report::collect(ctx.cas(), &state, Some(&id), head).map_err(|e| match e {
+    let report = report::collect(ctx.cas(), &state, Some(id), head).map_err(|e| match e {
         uwf_view::ViewError::Thread(t) => CliError::from(t),
     })?;
     let page = uwf_view::html::page(&report);
@@ -126,7 +126,7 @@ pub fn thread(
 /// `uwf workflow graph --thread <id>`: the thread's workflow with its path.
 pub fn graph(ctx: &Ctx, thread: &str, format: Option<Format>) -> Result<(), CliError> {
     let id = engine::thread_id(thread)?;
-    let view = uwf_moderator::thread::load(ctx.cas(), engine::any_head(ctx, &id)?)?;
+    let view = uwf_moderator::thread::load(ctx.cas(), engine::any_head(ctx, id)?)?;
     let trace = uwf_view::trace::trace(&view);
     let overlay = trace.overlay();
     let w = &view.workflow;

@@ -61,7 +61,7 @@ pub fn put_file(ctx: &Ctx, path: &Path) -> Result<(Hash, WorkflowPayload), CliEr
     located.locate(&text, &path.display().to_string());
     warn(&located.warnings);
     ctx.state()
-        .register_workflow(&registered.payload.name, &registered.hash.to_string())?;
+        .register_workflow(&registered.payload.name, registered.hash)?;
     Ok((registered.hash, registered.payload))
 }
 
@@ -87,13 +87,7 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
         });
     }
     let hash = match registry.get(arg) {
-        Some(h) => h.parse::<Hash>().map_err(|e| -> CliError {
-            crate::engine::EngineError::CorruptState {
-                what: "the workflow registry".into(),
-                reason: format!("entry {arg}: {e}"),
-            }
-            .into()
-        })?,
+        Some(h) => *h,
         None => match arg.parse::<Hash>() {
             Ok(h) => h,
             Err(_) => {

@@ -126,7 +126,7 @@ fn payload(def: &WorkflowDefinition) -> WorkflowPayload {
                     RoleDefinition {
                         description: r.description.clone(),
                         system_prompt: r.system_prompt.clone(),
-                        output_schema: "0000000000000".into(),
+                        output_schema: uwf_protocol::Hash::from_u64(0),
                     },
                 )
             })
@@ -139,7 +139,7 @@ fn payload(def: &WorkflowDefinition) -> WorkflowPayload {
 fn ctx(steps: &[(&str, serde_json::Value)]) -> ModeratorContext {
     ModeratorContext {
         start: StartNodePayload {
-            workflow: "0000000000000".into(),
+            workflow: uwf_protocol::Hash::from_u64(0),
             prompt: "p".into(),
             parent_state: None,
         },
@@ -148,7 +148,7 @@ fn ctx(steps: &[(&str, serde_json::Value)]) -> ModeratorContext {
             .map(|(r, o)| StepContext {
                 role: (*r).into(),
                 output: o.clone(),
-                detail: "0000000000000".into(),
+                detail: uwf_protocol::Hash::from_u64(0),
                 agent: "a".into(),
             })
             .collect(),

@@ -86,7 +86,7 @@ pub fn register<S: Store>(
             RoleDefinition {
                 description: draft.description.clone(),
                 system_prompt: draft.system_prompt.clone(),
-                output_schema: stored.hash.to_string(),
+                output_schema: stored.hash,
             },
         );
     }
@@ -151,16 +151,10 @@ graph:
             serde_json::from_value(node.payload).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back, reg.payload);
 
-        let writer: Hash = reg.payload.roles["writer"]
-            .output_schema
-            .parse()
-            .unwrap_or_else(|e| panic!("{e}"));
+        let writer: Hash = reg.payload.roles["writer"].output_schema;
         let schema = cas.schema(writer).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(schema["title"], "review.writer");
-        let reviewer: Hash = reg.payload.roles["reviewer"]
-            .output_schema
-            .parse()
-            .unwrap_or_else(|e| panic!("{e}"));
+        let reviewer: Hash = reg.payload.roles["reviewer"].output_schema;
         let schema = cas.schema(reviewer).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(schema["title"], "Verdict", "an existing title is kept");
 

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use uwf_util::base32::{self, Base32Error};
+use crate::base32::{self, Base32Error};
 
 /// A CAS hash: the XXH64 of a node, shown as 13 Crockford Base32 characters.
 ///
@@ -75,24 +75,7 @@ impl fmt::Display for Hash {
     }
 }
 
-impl fmt::Debug for Hash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Hash({self})")
-    }
-}
-
-impl serde::Serialize for Hash {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Hash {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
+crate::text_id!(Hash, "a CAS hash (13 Crockford Base32 characters)");
 
 #[cfg(test)]
 mod tests {

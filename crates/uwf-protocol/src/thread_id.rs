@@ -21,7 +21,7 @@ pub const THREAD_ID_LEN: usize = 26;
 /// Identifier of a workflow thread (a ULID).
 ///
 /// Ordering follows creation time (millisecond resolution), then randomness.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ThreadId(Ulid);
 
 impl ThreadId {
@@ -29,6 +29,11 @@ impl ThreadId {
     #[allow(clippy::new_without_default)] // a "default" id would be misleading
     pub fn new() -> ThreadId {
         ThreadId(Ulid::new())
+    }
+
+    /// The id whose ULID is the 128-bit value `v` (tests and fixtures).
+    pub const fn from_u128(v: u128) -> ThreadId {
+        ThreadId(Ulid(v))
     }
 
     /// The underlying ULID.
@@ -49,6 +54,8 @@ impl fmt::Display for ThreadId {
         fmt::Display::fmt(&self.0, f)
     }
 }
+
+crate::text_id!(ThreadId, "a thread id (a 26-character ULID)");
 
 /// Why a string is not a thread id.
 #[derive(Debug, Clone, PartialEq, Eq, Error, Diagnostic)]
