@@ -45,21 +45,18 @@ fn count(engine: &Engine, call: &AgentCall<'_>) -> Result<uwf_cas::Hash, String>
         .last()
         .and_then(|s| s.output["n"].as_i64())
         .unwrap_or(0);
-    let schema = call.view.workflow.roles[call.role]
-        .output_schema
-        .parse()
-        .map_err(|e| format!("{e}"))?;
+    let schema = call.view.workflow.roles[call.role].output_schema;
     let output = cas
         .put_value(schema, &serde_json::json!({ "n": last + 1 }))
         .map_err(|e| e.to_string())?
         .hash;
     let step = StepNodePayload {
-        start: call.view.start_hash.to_string(),
-        prev: call.view.steps.last().map(|s| s.hash.to_string()),
+        start: call.view.start_hash,
+        prev: call.view.steps.last().map(|s| s.hash),
         record: StepRecord {
             role: call.role.to_string(),
-            output: output.to_string(),
-            detail: output.to_string(),
+            output,
+            detail: output,
             agent: "pg-test".to_string(),
         },
         child_thread: None,
@@ -87,7 +84,7 @@ fn two_machines_step_threads_to_the_end_within_the_workflow_limit() {
     let engines = [engine(&machines[0]), engine(&machines[1])];
     let definition = uwf_moderator::definition::parse_yaml(WORKFLOW, "count.yaml").unwrap();
     let workflow = uwf_moderator::definition::register(engines[0].cas(), &definition).unwrap();
-    let threads: Vec<(usize, String)> = (0..6)
+    let threads: Vec<(usize, uwf_protocol::ThreadId)> = (0..6)
         .map(|i| {
             let started = uwf_engine::start(&engines[i % 2], workflow.hash, "count", None).unwrap();
             (i % 2, started.thread)
@@ -117,7 +114,7 @@ fn two_machines_step_threads_to_the_end_within_the_workflow_limit() {
                     ..StepOptions::default()
                 };
                 let progress: Arc<dyn Progress> = Arc::new(NoProgress);
-                match uwf_engine::run(engine, thread, &opts, &progress, 10).unwrap() {
+                match uwf_engine::run(engine, *thread, &opts, &progress, 10).unwrap() {
                     Ran::Done(_) => {}
                     other => panic!("thread {thread} did not finish: {other:?}"),
                 }

@@ -28,7 +28,7 @@ use std::sync::{Barrier, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use uwf_protocol::{WaitingRecord, WorkflowLimits};
+use uwf_protocol::{Hash, ThreadId, WaitingRecord, WorkflowLimits};
 
 use crate::slots::SlotError;
 use crate::{StateError, ThreadStore};
@@ -78,14 +78,14 @@ fn ok<T>(r: Result<T, StateError>, what: &str) -> T {
     }
 }
 
-/// A thread id (26 digits: a valid ULID text).
-pub fn tid(n: u64) -> String {
-    format!("{n:026}")
+/// A thread id made from `n`.
+pub fn tid(n: u64) -> ThreadId {
+    ThreadId::from_u128(u128::from(n))
 }
 
-/// A head (13 digits: a valid hash text).
-pub fn head(n: u64) -> String {
-    format!("{n:013}")
+/// A head made from `n`.
+pub fn head(n: u64) -> Hash {
+    Hash::from_u64(n)
 }
 
 fn limits_queue(concurrency: u32, max_queue: u32) -> WorkflowLimits {
@@ -94,6 +94,10 @@ fn limits_queue(concurrency: u32, max_queue: u32) -> WorkflowLimits {
         Err(e) => panic!("limits: {e}"),
     }
 }
+
+/// The Workflow node hashes archived threads name.
+const WF: Hash = Hash::from_u64(0xABC);
+const WF2: Hash = Hash::from_u64(0xABD);
 
 const POLL: Option<Duration> = Some(Duration::from_millis(5));
 
@@ -106,27 +110,27 @@ fn join<T>(h: thread::ScopedJoinHandle<'_, T>) -> T {
 
 /// An unknown thread has no head, and nothing is listed in a fresh store.
 pub fn absent_threads_have_no_head(store: &dyn ThreadStore) {
-    assert_eq!(ok(store.thread_head(&tid(1)), "thread_head"), None);
+    assert_eq!(ok(store.thread_head(tid(1)), "thread_head"), None);
     assert!(ok(store.threads(), "threads").is_empty());
     assert!(ok(store.history(), "history").is_empty());
     assert!(ok(store.registry(), "registry").is_empty());
     assert!(ok(store.waiting(), "waiting").is_empty());
     assert!(ok(store.attempts(), "attempts").is_empty());
-    assert_eq!(ok(store.find_archived(&tid(1)), "find_archived"), None);
+    assert_eq!(ok(store.find_archived(tid(1)), "find_archived"), None);
     assert!(!store.describe().is_empty());
 }
 
 /// A second insert of an active id fails with `ThreadExists` and changes
 /// nothing.
 pub fn insert_refuses_an_active_id(store: &dyn ThreadStore) {
-    ok(store.insert_thread(&tid(1), &head(1)), "insert");
-    let err = store.insert_thread(&tid(1), &head(2)).err();
+    ok(store.insert_thread(tid(1), head(1)), "insert");
+    let err = store.insert_thread(tid(1), head(2)).err();
     assert!(
         matches!(err, Some(StateError::ThreadExists { ref thread }) if *thread == tid(1)),
         "{err:?}"
     );
-    assert_eq!(ok(store.thread_head(&tid(1)), "thread_head"), Some(head(1)));
-    ok(store.insert_thread(&tid(2), &head(1)), "insert another");
+    assert_eq!(ok(store.thread_head(tid(1)), "thread_head"), Some(head(1)));
+    ok(store.insert_thread(tid(2), head(1)), "insert another");
     let all = ok(store.threads(), "threads");
     assert_eq!(all.len(), 2);
     assert_eq!(all.get(&tid(2)), Some(&head(1)));
@@ -136,10 +140,10 @@ pub fn insert_refuses_an_active_id(store: &dyn ThreadStore) {
 /// found otherwise.
 pub fn heads_move_by_compare_and_swap(store: &dyn ThreadStore) {
     let t = tid(1);
-    ok(store.insert_thread(&t, &head(1)), "insert");
-    ok(store.swap_head(&t, &head(1), &head(2)), "swap");
-    assert_eq!(ok(store.thread_head(&t), "thread_head"), Some(head(2)));
-    match store.swap_head(&t, &head(1), &head(3)) {
+    ok(store.insert_thread(t, head(1)), "insert");
+    ok(store.swap_head(t, head(1), head(2)), "swap");
+    assert_eq!(ok(store.thread_head(t), "thread_head"), Some(head(2)));
+    match store.swap_head(t, head(1), head(3)) {
         Err(StateError::Conflict {
             expected, actual, ..
         }) => {
@@ -149,8 +153,8 @@ pub fn heads_move_by_compare_and_swap(store: &dyn ThreadStore) {
         other => panic!("a stale swap must conflict: {other:?}"),
     }
     // Swapping to the same head is a successful no-op.
-    ok(store.swap_head(&t, &head(2), &head(2)), "swap to itself");
-    match store.swap_head(&tid(9), &head(1), &head(2)) {
+    ok(store.swap_head(t, head(2), head(2)), "swap to itself");
+    match store.swap_head(tid(9), head(1), head(2)) {
         Err(e @ StateError::Conflict { actual: None, .. }) => {
             assert_eq!(e.kind(), crate::ErrorKind::Conflict);
         }
@@ -163,31 +167,31 @@ pub fn heads_move_by_compare_and_swap(store: &dyn ThreadStore) {
 /// winner's head.
 pub fn racing_swaps_have_exactly_one_winner_per_round(store: &dyn ThreadStore) {
     let t = tid(7);
-    ok(store.insert_thread(&t, &head(0)), "insert");
+    ok(store.insert_thread(t, head(0)), "insert");
     let mut current = head(0);
     for round in 1..=20u64 {
         let barrier = Barrier::new(8);
-        let results: Vec<(String, Result<(), StateError>)> = thread::scope(|s| {
+        let results: Vec<(Hash, Result<(), StateError>)> = thread::scope(|s| {
             let handles: Vec<_> = (0..8u64)
                 .map(|i| {
-                    let (t, current, barrier) = (&t, &current, &barrier);
+                    let (t, current, barrier) = (t, &current, &barrier);
                     s.spawn(move || {
                         let new = head(round * 100 + i);
                         barrier.wait();
-                        let r = store.swap_head(t, current, &new);
+                        let r = store.swap_head(t, *current, new);
                         (new, r)
                     })
                 })
                 .collect();
             handles.into_iter().map(join).collect()
         });
-        let winners: Vec<&String> = results
+        let winners: Vec<&Hash> = results
             .iter()
             .filter(|(_, r)| r.is_ok())
             .map(|(n, _)| n)
             .collect();
         assert_eq!(winners.len(), 1, "round {round}: {results:?}");
-        let winner = winners[0].clone();
+        let winner = *winners[0];
         for (_, r) in &results {
             match r {
                 Ok(()) => {}
@@ -197,10 +201,7 @@ pub fn racing_swaps_have_exactly_one_winner_per_round(store: &dyn ThreadStore) {
                 Err(e) => panic!("round {round}: a loser failed otherwise: {e}"),
             }
         }
-        assert_eq!(
-            ok(store.thread_head(&t), "thread_head"),
-            Some(winner.clone())
-        );
+        assert_eq!(ok(store.thread_head(t), "thread_head"), Some(winner));
         current = winner;
     }
 }
@@ -209,49 +210,36 @@ pub fn racing_swaps_have_exactly_one_winner_per_round(store: &dyn ThreadStore) {
 /// history, newest last; `find_archived` finds the latest entry.
 pub fn archive_moves_a_thread_into_the_history(store: &dyn ThreadStore) {
     let (a, b) = (tid(1), tid(2));
-    ok(store.insert_thread(&a, &head(1)), "insert a");
-    ok(store.insert_thread(&b, &head(2)), "insert b");
-    match store.archive(&a, "WF", Some(&head(9)), "done") {
+    ok(store.insert_thread(a, head(1)), "insert a");
+    ok(store.insert_thread(b, head(2)), "insert b");
+    match store.archive(a, WF, Some(head(9)), "done") {
         Err(StateError::Conflict { actual, .. }) => assert_eq!(actual, Some(head(1))),
         other => panic!("archiving at a wrong head must conflict: {other:?}"),
     }
-    let entry = ok(store.archive(&a, "WF", Some(&head(1)), "done"), "archive a");
-    assert_eq!(
-        (entry.thread.as_str(), entry.head.as_str()),
-        (a.as_str(), head(1).as_str())
-    );
+    let entry = ok(store.archive(a, WF, Some(head(1)), "done"), "archive a");
+    assert_eq!((entry.thread, entry.head), (a, head(1)));
     assert_eq!(entry.reason.as_deref(), Some("done"));
-    assert_eq!(ok(store.thread_head(&a), "thread_head"), None);
-    match store.archive(&a, "WF", None, "killed") {
+    assert_eq!(ok(store.thread_head(a), "thread_head"), None);
+    match store.archive(a, WF, None, "killed") {
         Err(e @ StateError::NotActive { .. }) => {
             assert_eq!(e.kind(), crate::ErrorKind::NotFound);
         }
         other => panic!("archiving an archived thread must fail: {other:?}"),
     }
-    match store.archive(&a, "WF", Some(&head(1)), "killed") {
+    match store.archive(a, WF, Some(head(1)), "killed") {
         Err(StateError::Conflict { actual: None, .. }) => {}
         other => panic!("archiving a gone thread at a head must conflict: {other:?}"),
     }
-    ok(store.archive(&b, "WF2", None, "killed"), "archive b");
+    ok(store.archive(b, WF2, None, "killed"), "archive b");
     // The same id again: active, then archived a second time.
-    ok(store.insert_thread(&a, &head(3)), "insert a again");
-    ok(store.archive(&a, "WF", None, "done"), "archive a again");
+    ok(store.insert_thread(a, head(3)), "insert a again");
+    ok(store.archive(a, WF, None, "done"), "archive a again");
     let history = ok(store.history(), "history");
-    let seen: Vec<(String, String)> = history
-        .iter()
-        .map(|e| (e.thread.clone(), e.head.clone()))
-        .collect();
-    assert_eq!(
-        seen,
-        vec![
-            (a.clone(), head(1)),
-            (b.clone(), head(2)),
-            (a.clone(), head(3))
-        ]
-    );
-    assert_eq!(history[1].workflow, "WF2");
+    let seen: Vec<(ThreadId, Hash)> = history.iter().map(|e| (e.thread, e.head)).collect();
+    assert_eq!(seen, vec![(a, head(1)), (b, head(2)), (a, head(3))]);
+    assert_eq!(history[1].workflow, WF2);
     assert_eq!(history[1].reason.as_deref(), Some("killed"));
-    let latest = ok(store.find_archived(&a), "find_archived");
+    let latest = ok(store.find_archived(a), "find_archived");
     assert_eq!(latest.map(|e| e.head), Some(head(3)));
     assert!(ok(store.threads(), "threads").is_empty());
 }
@@ -259,28 +247,25 @@ pub fn archive_moves_a_thread_into_the_history(store: &dyn ThreadStore) {
 /// `register_workflow` returns the previous hash and the registry lists
 /// the latest one.
 pub fn registry_records_the_latest_hash(store: &dyn ThreadStore) {
-    assert_eq!(ok(store.register_workflow("w", &head(1)), "register"), None);
+    assert_eq!(ok(store.register_workflow("w", head(1)), "register"), None);
     assert_eq!(
-        ok(store.register_workflow("w", &head(2)), "register"),
+        ok(store.register_workflow("w", head(2)), "register"),
         Some(head(1))
     );
     assert_eq!(
-        ok(store.register_workflow("w", &head(2)), "register same"),
+        ok(store.register_workflow("w", head(2)), "register same"),
         Some(head(2))
     );
-    ok(
-        store.register_workflow("other/name é", &head(3)),
-        "register",
-    );
+    ok(store.register_workflow("other/name é", head(3)), "register");
     let reg = ok(store.registry(), "registry");
     assert_eq!(reg.len(), 2);
     assert_eq!(reg.get("w"), Some(&head(2)));
     assert_eq!(reg.get("other/name é"), Some(&head(3)));
 }
 
-fn record(head: &str, role: &str, since: u64) -> WaitingRecord {
+fn record(head: Hash, role: &str, since: u64) -> WaitingRecord {
     WaitingRecord {
-        head: head.into(),
+        head,
         role: role.into(),
         prompt: "approve?".into(),
         agent: "me".into(),
@@ -293,32 +278,32 @@ fn record(head: &str, role: &str, since: u64) -> WaitingRecord {
 /// when the head moves or the thread is archived.
 pub fn a_wait_counts_only_at_its_head(store: &dyn ThreadStore) {
     let t = tid(1);
-    ok(store.insert_thread(&t, &head(1)), "insert");
+    ok(store.insert_thread(t, head(1)), "insert");
     assert!(ok(
-        store.mark_waiting(&t, record(&head(1), "reviewer", 1)),
+        store.mark_waiting(t, record(head(1), "reviewer", 1)),
         "mark"
     ));
     assert!(!ok(
-        store.mark_waiting(&t, record(&head(1), "reviewer", 99)),
+        store.mark_waiting(t, record(head(1), "reviewer", 99)),
         "mark again"
     ));
     assert_eq!(
-        ok(store.waiting_of(&t), "waiting_of").map(|r| r.since),
+        ok(store.waiting_of(t), "waiting_of").map(|r| r.since),
         Some(1)
     );
     assert_eq!(ok(store.waiting(), "waiting").len(), 1);
-    ok(store.swap_head(&t, &head(1), &head(2)), "swap");
-    assert_eq!(ok(store.waiting_of(&t), "waiting_of"), None);
+    ok(store.swap_head(t, head(1), head(2)), "swap");
+    assert_eq!(ok(store.waiting_of(t), "waiting_of"), None);
     assert!(ok(store.waiting(), "waiting").is_empty());
-    match store.mark_waiting(&t, record(&head(1), "reviewer", 3)) {
+    match store.mark_waiting(t, record(head(1), "reviewer", 3)) {
         Err(StateError::Conflict { actual, .. }) => assert_eq!(actual, Some(head(2))),
         other => panic!("a wait at a stale head must conflict: {other:?}"),
     }
     assert!(ok(
-        store.mark_waiting(&t, record(&head(2), "reviewer", 4)),
+        store.mark_waiting(t, record(head(2), "reviewer", 4)),
         "mark"
     ));
-    ok(store.archive(&t, "W", None, "killed"), "archive");
+    ok(store.archive(t, WF, None, "killed"), "archive");
     assert!(ok(store.waiting(), "waiting").is_empty());
     let mut roots = None;
     ok(
@@ -336,10 +321,10 @@ pub fn a_wait_counts_only_at_its_head(store: &dyn ThreadStore) {
 /// pruning drops the entries of archived threads only.
 pub fn attempts_chain_and_survive_only_for_active_threads(store: &dyn ThreadStore) {
     let (t, u) = (tid(1), tid(2));
-    ok(store.insert_thread(&t, &head(1)), "insert t");
-    ok(store.insert_thread(&u, &head(1)), "insert u");
+    ok(store.insert_thread(t, head(1)), "insert t");
+    ok(store.insert_thread(u, head(1)), "insert u");
     let first = ok(
-        store.record_attempt(&t, &mut |prev| {
+        store.record_attempt(t, &mut |prev| {
             assert_eq!(prev, None);
             Ok(head(11))
         }),
@@ -347,20 +332,18 @@ pub fn attempts_chain_and_survive_only_for_active_threads(store: &dyn ThreadStor
     );
     assert_eq!(first, head(11));
     let second = ok(
-        store.record_attempt(&t, &mut |prev| {
-            assert_eq!(prev, Some(head(11).as_str()));
+        store.record_attempt(t, &mut |prev| {
+            assert_eq!(prev, Some(head(11)));
             Ok(head(12))
         }),
         "second attempt",
     );
     assert_eq!(second, head(12));
-    let failed = store.record_attempt(&t, &mut |_| {
-        Err(StateError::NotActive { thread: "x".into() })
-    });
+    let failed = store.record_attempt(t, &mut |_| Err(StateError::NotActive { thread: tid(99) }));
     assert!(failed.is_err());
-    assert_eq!(ok(store.attempt_head(&t), "attempt_head"), Some(head(12)));
-    ok(store.record_attempt(&u, &mut |_| Ok(head(19))), "attempt u");
-    ok(store.archive(&u, "W", None, "done"), "archive u");
+    assert_eq!(ok(store.attempt_head(t), "attempt_head"), Some(head(12)));
+    ok(store.record_attempt(u, &mut |_| Ok(head(19))), "attempt u");
+    ok(store.archive(u, WF, None, "done"), "archive u");
     let roots = |prune: bool| {
         let mut out = Vec::new();
         ok(
@@ -373,9 +356,9 @@ pub fn attempts_chain_and_survive_only_for_active_threads(store: &dyn ThreadStor
         out
     };
     assert_eq!(roots(false), vec![head(12)]);
-    assert_eq!(ok(store.attempt_head(&u), "attempt_head"), Some(head(19)));
+    assert_eq!(ok(store.attempt_head(u), "attempt_head"), Some(head(19)));
     assert_eq!(roots(true), vec![head(12)]);
-    assert_eq!(ok(store.attempt_head(&u), "attempt_head"), None);
+    assert_eq!(ok(store.attempt_head(u), "attempt_head"), None);
     assert_eq!(ok(store.attempts(), "attempts").len(), 1);
 }
 
@@ -383,12 +366,12 @@ pub fn attempts_chain_and_survive_only_for_active_threads(store: &dyn ThreadStor
 /// links the one before it, none is lost.
 pub fn racing_attempts_are_all_kept(store: &dyn ThreadStore) {
     let t = tid(3);
-    ok(store.insert_thread(&t, &head(1)), "insert");
-    let links: Mutex<Vec<(Option<String>, String)>> = Mutex::new(Vec::new());
+    ok(store.insert_thread(t, head(1)), "insert");
+    let links: Mutex<Vec<(Option<Hash>, Hash)>> = Mutex::new(Vec::new());
     let barrier = Barrier::new(8);
     thread::scope(|s| {
         for i in 0..8u64 {
-            let (t, links, barrier) = (&t, &links, &barrier);
+            let (t, links, barrier) = (t, &links, &barrier);
             s.spawn(move || {
                 barrier.wait();
                 ok(
@@ -397,7 +380,7 @@ pub fn racing_attempts_are_all_kept(store: &dyn ThreadStore) {
                         links
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .push((prev.map(str::to_owned), new.clone()));
+                            .push((prev, new));
                         Ok(new)
                     }),
                     "record_attempt",
@@ -410,7 +393,7 @@ pub fn racing_attempts_are_all_kept(store: &dyn ThreadStore) {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     assert_eq!(links.len(), 8);
     // Walk back from the newest: every record reached exactly once.
-    let mut at = ok(store.attempt_head(&t), "attempt_head");
+    let mut at = ok(store.attempt_head(t), "attempt_head");
     let mut walked = 0;
     while let Some(h) = at {
         let link = links.iter().find(|(_, new)| *new == h);
@@ -419,7 +402,7 @@ pub fn racing_attempts_are_all_kept(store: &dyn ThreadStore) {
         };
         walked += 1;
         assert!(walked <= 8, "the chain loops: {links:?}");
-        at = prev.clone();
+        at = *prev;
     }
     assert_eq!(walked, 8, "a record was lost: {links:?}");
 }
@@ -428,17 +411,17 @@ pub fn racing_attempts_are_all_kept(store: &dyn ThreadStore) {
 /// is done.
 pub fn while_locked_holds_back_mutations(store: &dyn ThreadStore) {
     let t = tid(1);
-    ok(store.insert_thread(&t, &head(1)), "insert");
+    ok(store.insert_thread(t, head(1)), "insert");
     let inside = AtomicBool::new(false);
     let released = AtomicBool::new(false);
     thread::scope(|s| {
-        let (inside, released, t) = (&inside, &released, &t);
+        let (inside, released) = (&inside, &released);
         let mut mover = None;
         ok(
             store.while_locked(&mut || {
                 inside.store(true, Ordering::SeqCst);
                 let h = s.spawn(move || {
-                    ok(store.swap_head(t, &head(1), &head(2)), "swap");
+                    ok(store.swap_head(t, head(1), head(2)), "swap");
                     // The swap may only complete once the lock is released.
                     released.load(Ordering::SeqCst)
                 });
@@ -458,7 +441,7 @@ pub fn while_locked_holds_back_mutations(store: &dyn ThreadStore) {
         };
         assert!(join(h), "a swap completed while the store was locked");
     });
-    assert_eq!(ok(store.thread_head(&t), "thread_head"), Some(head(2)));
+    assert_eq!(ok(store.thread_head(t), "thread_head"), Some(head(2)));
 }
 
 /// `overflow: drop`: no free slot fails at once, and a freed slot is taken

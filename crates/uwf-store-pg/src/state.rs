@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use postgres::Transaction;
 use uwf_protocol::{
-    AttemptsIndex, HistoryEntry, ThreadsIndex, WaitingIndex, WaitingRecord, WorkflowConfig,
-    WorkflowLimits, WorkflowRegistry,
+    AttemptsIndex, Hash, HistoryEntry, ThreadId, ThreadsIndex, WaitingIndex, WaitingRecord,
+    WorkflowConfig, WorkflowLimits, WorkflowRegistry,
 };
 use uwf_state::slots::{SlotError, Waiting};
 use uwf_state::{SlotHold, StateDir, StateError, ThreadStore};
@@ -32,23 +32,8 @@ pub(crate) const STORE_LOCK: i64 = 0x7577_665f_7374_6174;
 /// (the filesystem store's lock timeout).
 const LOCK_TIMEOUT: &str = "30s";
 
-/// Longest thread id accepted, as in the filesystem store.
-const MAX_ID: usize = 64;
-
 fn now_ms() -> i64 {
     i64::try_from(uwf_state::state::now_ms()).unwrap_or(i64::MAX)
-}
-
-fn check_id(thread: &str) -> Result<(), StateError> {
-    if thread.is_empty()
-        || thread.len() > MAX_ID
-        || !thread.bytes().all(|b| b.is_ascii_alphanumeric())
-    {
-        return Err(StateError::BadThreadId {
-            thread: thread.to_owned(),
-        });
-    }
-    Ok(())
 }
 
 impl PgStore {
@@ -104,11 +89,28 @@ impl PgStore {
         })
     }
 
-    fn head_in(&self, tx: &mut Transaction<'_>, thread: &str) -> Result<Option<String>, PgError> {
+    /// A hash read from column `what` of a row.
+    fn hash_at(&self, row: &postgres::Row, idx: usize, what: &str) -> Result<Hash, PgError> {
+        let text: &str = row.get(idx);
+        text.parse()
+            .map_err(|e| self.corrupt(format!("{what} {text:?}"), format!("{e}")))
+    }
+
+    /// A thread id read from column `idx` of a row.
+    fn thread_at(&self, row: &postgres::Row, idx: usize) -> Result<ThreadId, PgError> {
+        let text: &str = row.get(idx);
+        text.parse()
+            .map_err(|e| self.corrupt(format!("thread id {text:?}"), format!("{e}")))
+    }
+
+    fn head_in(&self, tx: &mut Transaction<'_>, thread: ThreadId) -> Result<Option<Hash>, PgError> {
         let row = tx
-            .query_opt("SELECT head FROM uwf_threads WHERE thread = $1", &[&thread])
+            .query_opt(
+                "SELECT head FROM uwf_threads WHERE thread = $1",
+                &[&thread.to_string()],
+            )
             .map_err(self.err("read a head"))?;
-        Ok(row.map(|r| r.get(0)))
+        row.map(|r| self.hash_at(&r, 0, "head")).transpose()
     }
 
     fn parse_waiting(&self, thread: &str, text: &str) -> Result<WaitingRecord, PgError> {
@@ -119,9 +121,9 @@ impl PgStore {
     fn history_entry(&self, row: &postgres::Row) -> Result<HistoryEntry, PgError> {
         let completed: i64 = row.get(3);
         Ok(HistoryEntry {
-            thread: row.get(0),
-            workflow: row.get(1),
-            head: row.get(2),
+            thread: self.thread_at(row, 0)?,
+            workflow: self.hash_at(row, 1, "history workflow")?,
+            head: self.hash_at(row, 2, "history head")?,
             completed_at: u64::try_from(completed)
                 .map_err(|_| self.corrupt("history entry", format!("completed_at {completed}")))?,
             reason: row.get(4),
@@ -134,13 +136,15 @@ impl ThreadStore for PgStore {
         self.url().to_owned()
     }
 
-    fn thread_head(&self, thread: &str) -> Result<Option<String>, StateError> {
-        check_id(thread)?;
+    fn thread_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
         let row = self
             .conn()?
-            .query_opt("SELECT head FROM uwf_threads WHERE thread = $1", &[&thread])
+            .query_opt(
+                "SELECT head FROM uwf_threads WHERE thread = $1",
+                &[&thread.to_string()],
+            )
             .map_err(self.err("read a head"))?;
-        Ok(row.map(|r| r.get(0)))
+        Ok(row.map(|r| self.hash_at(&r, 0, "head")).transpose()?)
     }
 
     fn threads(&self) -> Result<ThreadsIndex, StateError> {
@@ -148,42 +152,42 @@ impl ThreadStore for PgStore {
             .conn()?
             .query("SELECT thread, head FROM uwf_threads", &[])
             .map_err(self.err("list the threads"))?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        let mut out = ThreadsIndex::new();
+        for r in &rows {
+            out.insert(self.thread_at(r, 0)?, self.hash_at(r, 1, "head")?);
+        }
+        Ok(out)
     }
 
-    fn insert_thread(&self, thread: &str, head: &str) -> Result<(), StateError> {
-        check_id(thread)?;
+    fn insert_thread(&self, thread: ThreadId, head: Hash) -> Result<(), StateError> {
         self.mutate(|tx| {
             let n = tx
                 .execute(
                     "INSERT INTO uwf_threads (thread, head) VALUES ($1, $2) ON CONFLICT (thread) DO NOTHING",
-                    &[&thread, &head],
+                    &[&thread.to_string(), &head.to_string()],
                 )
                 .map_err(self.err("add a thread"))?;
             if n == 0 {
-                return Err(StateError::ThreadExists {
-                    thread: thread.to_owned(),
-                });
+                return Err(StateError::ThreadExists { thread });
             }
             Ok(())
         })
     }
 
-    fn swap_head(&self, thread: &str, expected: &str, new: &str) -> Result<(), StateError> {
-        check_id(thread)?;
+    fn swap_head(&self, thread: ThreadId, expected: Hash, new: Hash) -> Result<(), StateError> {
         self.mutate(|tx| {
             let n = tx
                 .execute(
                     "UPDATE uwf_threads SET head = $3 WHERE thread = $1 AND head = $2",
-                    &[&thread, &expected, &new],
+                    &[&thread.to_string(), &expected.to_string(), &new.to_string()],
                 )
                 .map_err(self.err("move a head"))?;
             if n == 1 {
                 return Ok(());
             }
             Err(StateError::Conflict {
-                thread: thread.to_owned(),
-                expected: expected.to_owned(),
+                thread,
+                expected,
                 actual: self.head_in(tx, thread)?,
             })
         })
@@ -191,36 +195,33 @@ impl ThreadStore for PgStore {
 
     fn archive(
         &self,
-        thread: &str,
-        workflow: &str,
-        expected_head: Option<&str>,
+        thread: ThreadId,
+        workflow: Hash,
+        expected_head: Option<Hash>,
         reason: &str,
     ) -> Result<HistoryEntry, StateError> {
-        check_id(thread)?;
         self.mutate(|tx| {
             let removed = tx
                 .query_opt(
                     "DELETE FROM uwf_threads WHERE thread = $1 AND ($2::text IS NULL OR head = $2) \
                      RETURNING head",
-                    &[&thread, &expected_head],
+                    &[&thread.to_string(), &expected_head.map(|h| h.to_string())],
                 )
                 .map_err(self.err("archive a thread"))?;
             let Some(row) = removed else {
                 return Err(match expected_head {
                     Some(expected) => StateError::Conflict {
-                        thread: thread.to_owned(),
-                        expected: expected.to_owned(),
+                        thread,
+                        expected,
                         actual: self.head_in(tx, thread)?,
                     },
-                    None => StateError::NotActive {
-                        thread: thread.to_owned(),
-                    },
+                    None => StateError::NotActive { thread },
                 });
             };
             let entry = HistoryEntry {
-                thread: thread.to_owned(),
-                workflow: workflow.to_owned(),
-                head: row.get(0),
+                thread,
+                workflow,
+                head: self.hash_at(&row, 0, "head")?,
                 completed_at: uwf_state::state::now_ms(),
                 reason: Some(reason.to_owned()),
             };
@@ -228,9 +229,9 @@ impl ThreadStore for PgStore {
                 "INSERT INTO uwf_history (thread, workflow, head, completed_at, reason) \
                  VALUES ($1, $2, $3, $4, $5)",
                 &[
-                    &entry.thread,
-                    &entry.workflow,
-                    &entry.head,
+                    &entry.thread.to_string(),
+                    &entry.workflow.to_string(),
+                    &entry.head.to_string(),
                     &i64::try_from(entry.completed_at).unwrap_or(i64::MAX),
                     &entry.reason,
                 ],
@@ -254,13 +255,13 @@ impl ThreadStore for PgStore {
             .collect::<Result<_, _>>()?)
     }
 
-    fn find_archived(&self, thread: &str) -> Result<Option<HistoryEntry>, StateError> {
+    fn find_archived(&self, thread: ThreadId) -> Result<Option<HistoryEntry>, StateError> {
         let row = self
             .conn()?
             .query_opt(
                 "SELECT thread, workflow, head, completed_at, reason FROM uwf_history \
                  WHERE thread = $1 ORDER BY seq DESC LIMIT 1",
-                &[&thread],
+                &[&thread.to_string()],
             )
             .map_err(self.err("read the history"))?;
         Ok(row.map(|r| self.history_entry(&r)).transpose()?)
@@ -271,10 +272,14 @@ impl ThreadStore for PgStore {
             .conn()?
             .query("SELECT name, hash FROM uwf_registry", &[])
             .map_err(self.err("read the registry"))?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        let mut out = WorkflowRegistry::new();
+        for r in &rows {
+            out.insert(r.get(0), self.hash_at(r, 1, "registered workflow")?);
+        }
+        Ok(out)
     }
 
-    fn register_workflow(&self, name: &str, hash: &str) -> Result<Option<String>, StateError> {
+    fn register_workflow(&self, name: &str, hash: Hash) -> Result<Option<Hash>, StateError> {
         self.mutate(|tx| {
             // Serialises registrations of one name (a missing row cannot be
             // locked with FOR UPDATE).
@@ -283,15 +288,16 @@ impl ThreadStore for PgStore {
                 &[&name],
             )
             .map_err(self.err("lock a registry entry"))?;
-            let previous: Option<String> = tx
+            let previous = tx
                 .query_opt("SELECT hash FROM uwf_registry WHERE name = $1", &[&name])
                 .map_err(self.err("read the registry"))?
-                .map(|r| r.get(0));
-            if previous.as_deref() != Some(hash) {
+                .map(|r| self.hash_at(&r, 0, "registered workflow"))
+                .transpose()?;
+            if previous != Some(hash) {
                 tx.execute(
                     "INSERT INTO uwf_registry (name, hash) VALUES ($1, $2) \
                      ON CONFLICT (name) DO UPDATE SET hash = excluded.hash",
-                    &[&name, &hash],
+                    &[&name, &hash.to_string()],
                 )
                 .map_err(self.err("register a workflow"))?;
             }
@@ -324,58 +330,58 @@ impl ThreadStore for PgStore {
             .map_err(self.err("read the waiting threads"))?;
         let mut out = WaitingIndex::new();
         for r in &rows {
-            let thread: String = r.get(0);
-            let record = self.parse_waiting(&thread, r.get(1))?;
+            let thread = self.thread_at(r, 0)?;
+            let record = self.parse_waiting(r.get(0), r.get(1))?;
             out.insert(thread, record);
         }
         Ok(out)
     }
 
-    fn waiting_of(&self, thread: &str) -> Result<Option<WaitingRecord>, StateError> {
+    fn waiting_of(&self, thread: ThreadId) -> Result<Option<WaitingRecord>, StateError> {
+        let id = thread.to_string();
         let row = self
             .conn()?
             .query_opt(
                 "SELECT w.record FROM uwf_waiting w \
                  JOIN uwf_threads t ON t.thread = w.thread AND t.head = w.head \
                  WHERE w.thread = $1",
-                &[&thread],
+                &[&id],
             )
             .map_err(self.err("read a waiting thread"))?;
-        Ok(row
-            .map(|r| self.parse_waiting(thread, r.get(0)))
-            .transpose()?)
+        Ok(row.map(|r| self.parse_waiting(&id, r.get(0))).transpose()?)
     }
 
-    fn mark_waiting(&self, thread: &str, record: WaitingRecord) -> Result<bool, StateError> {
-        check_id(thread)?;
-        let text = serde_json::to_string(&record).map_err(|e| {
-            self.corrupt(format!("waiting entry of thread {thread}"), e.to_string())
-        })?;
+    fn mark_waiting(&self, thread: ThreadId, record: WaitingRecord) -> Result<bool, StateError> {
+        let id = thread.to_string();
+        let head = record.head.to_string();
+        let text = serde_json::to_string(&record)
+            .map_err(|e| self.corrupt(format!("waiting entry of thread {id}"), e.to_string()))?;
         self.mutate(|tx| {
             // Locks the thread's row: its head cannot move meanwhile, and
             // marks of one thread are serialised.
-            let actual: Option<String> = tx
+            let actual = tx
                 .query_opt(
                     "SELECT head FROM uwf_threads WHERE thread = $1 FOR UPDATE",
-                    &[&thread],
+                    &[&id],
                 )
                 .map_err(self.err("read a head"))?
-                .map(|r| r.get(0));
-            if actual.as_deref() != Some(record.head.as_str()) {
+                .map(|r| self.hash_at(&r, 0, "head"))
+                .transpose()?;
+            if actual != Some(record.head) {
                 return Err(StateError::Conflict {
-                    thread: thread.to_owned(),
-                    expected: record.head.clone(),
+                    thread,
+                    expected: record.head,
                     actual,
                 });
             }
             let existing = tx
                 .query_opt(
                     "SELECT record FROM uwf_waiting WHERE thread = $1 AND head = $2",
-                    &[&thread, &record.head],
+                    &[&id, &head],
                 )
                 .map_err(self.err("read a waiting thread"))?;
             if let Some(row) = existing {
-                let old = self.parse_waiting(thread, row.get(0))?;
+                let old = self.parse_waiting(&id, row.get(0))?;
                 if old.role == record.role && old.child == record.child {
                     return Ok(false);
                 }
@@ -383,7 +389,7 @@ impl ThreadStore for PgStore {
             tx.execute(
                 "INSERT INTO uwf_waiting (thread, head, record) VALUES ($1, $2, $3) \
                  ON CONFLICT (thread) DO UPDATE SET head = excluded.head, record = excluded.record",
-                &[&thread, &record.head, &text],
+                &[&id, &head, &text],
             )
             .map_err(self.err("record a waiting thread"))?;
             Ok(true)
@@ -395,43 +401,48 @@ impl ThreadStore for PgStore {
             .conn()?
             .query("SELECT thread, record FROM uwf_attempts", &[])
             .map_err(self.err("read the attempts"))?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        let mut out = AttemptsIndex::new();
+        for r in &rows {
+            out.insert(self.thread_at(r, 0)?, self.hash_at(r, 1, "attempt record")?);
+        }
+        Ok(out)
     }
 
-    fn attempt_head(&self, thread: &str) -> Result<Option<String>, StateError> {
+    fn attempt_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
         let row = self
             .conn()?
             .query_opt(
                 "SELECT record FROM uwf_attempts WHERE thread = $1",
-                &[&thread],
+                &[&thread.to_string()],
             )
             .map_err(self.err("read the attempts"))?;
-        Ok(row.map(|r| r.get(0)))
+        Ok(row
+            .map(|r| self.hash_at(&r, 0, "attempt record"))
+            .transpose()?)
     }
 
     fn record_attempt(
         &self,
-        thread: &str,
-        write: &mut dyn FnMut(Option<&str>) -> Result<String, StateError>,
-    ) -> Result<String, StateError> {
+        thread: ThreadId,
+        write: &mut dyn FnMut(Option<Hash>) -> Result<Hash, StateError>,
+    ) -> Result<Hash, StateError> {
+        let id = thread.to_string();
         self.mutate(|tx| {
             tx.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended('uwf-attempts:' || $1, 0))",
-                &[&thread],
+                &[&id],
             )
             .map_err(self.err("lock the attempts of a thread"))?;
-            let prev: Option<String> = tx
-                .query_opt(
-                    "SELECT record FROM uwf_attempts WHERE thread = $1",
-                    &[&thread],
-                )
+            let prev = tx
+                .query_opt("SELECT record FROM uwf_attempts WHERE thread = $1", &[&id])
                 .map_err(self.err("read the attempts"))?
-                .map(|r| r.get(0));
-            let new = write(prev.as_deref())?;
+                .map(|r| self.hash_at(&r, 0, "attempt record"))
+                .transpose()?;
+            let new = write(prev)?;
             tx.execute(
                 "INSERT INTO uwf_attempts (thread, record) VALUES ($1, $2) \
                  ON CONFLICT (thread) DO UPDATE SET record = excluded.record",
-                &[&thread, &new],
+                &[&id, &new.to_string()],
             )
             .map_err(self.err("record an attempt"))?;
             Ok(new)
@@ -466,11 +477,11 @@ impl ThreadStore for PgStore {
         out
     }
 
-    fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<String>, StateError> {
+    fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<Hash>, StateError> {
         // Called inside `while_locked`: no store lock here (it is held).
         let mut c = self.conn()?;
         let mut tx = c.transaction().map_err(self.err("begin a transaction"))?;
-        let roots: Vec<String> = tx
+        let roots = tx
             .query(
                 "SELECT a.record FROM uwf_attempts a JOIN uwf_threads t ON t.thread = a.thread \
                  ORDER BY a.thread",
@@ -478,8 +489,8 @@ impl ThreadStore for PgStore {
             )
             .map_err(self.err("read the attempts"))?
             .iter()
-            .map(|r| r.get(0))
-            .collect();
+            .map(|r| self.hash_at(r, 0, "attempt record"))
+            .collect::<Result<Vec<Hash>, PgError>>()?;
         if prune {
             tx.batch_execute(
                 "DELETE FROM uwf_attempts a WHERE NOT EXISTS \

@@ -42,6 +42,9 @@ use uwf_state::slots::SlotError;
 use uwf_state::{ErrorKind, StateError, ThreadStore};
 use uwf_store_pg::{PgError, PgOptions};
 
+/// A thread id for these tests.
+const T1: uwf_protocol::ThreadId = uwf_protocol::ThreadId::from_u128(1);
+
 /// Polls `cond` until it holds; panics after a minute (a hang, not a
 /// timing assertion).
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
@@ -107,7 +110,7 @@ fn first_use_creates_the_schema_and_a_newer_schema_is_refused() {
         return;
     };
     let store = PgStore::connect(&db.url, None).unwrap();
-    assert_eq!(store.thread_head("T1").unwrap(), None);
+    assert_eq!(store.thread_head(T1).unwrap(), None);
     assert_eq!(
         store.schema_version().unwrap(),
         uwf_store_pg::schema::latest_version()
@@ -419,10 +422,10 @@ fn the_password_never_appears_in_errors_or_descriptions() {
         .unwrap();
     let e = store.get(node.hash()).unwrap_err();
     record(&mut seen, &e, format!("{e:?}"));
-    store.insert_thread("T1", "0000000000001").unwrap();
+    store.insert_thread(T1, Hash::from_u64(1)).unwrap();
     raw.execute(
-        "INSERT INTO uwf_waiting VALUES ('T1', '0000000000001', 'not json')",
-        &[],
+        "INSERT INTO uwf_waiting VALUES ($1, $2, 'not json')",
+        &[&T1.to_string(), &Hash::from_u64(1).to_string()],
     )
     .unwrap();
     let e = store.waiting().unwrap_err();
@@ -602,7 +605,7 @@ fn separate_stores_share_the_slots_of_a_workflow() {
 #[test]
 fn pooled_connections_cut_by_the_server_are_replaced() {
     let Some((store, db)) = fresh() else { return };
-    store.insert_thread("T1", "0000000000001").unwrap();
+    store.insert_thread(T1, Hash::from_u64(1)).unwrap();
     // Several pooled connections.
     std::thread::scope(|s| {
         for _ in 0..4 {
@@ -622,10 +625,7 @@ fn pooled_connections_cut_by_the_server_are_replaced() {
     // Idle past the check interval (a lower bound, not a timing assertion).
     std::thread::sleep(uwf_store_pg::CHECK_IDLE_AFTER + Duration::from_millis(200));
     for _ in 0..6 {
-        assert_eq!(
-            store.thread_head("T1").unwrap().as_deref(),
-            Some("0000000000001")
-        );
+        assert_eq!(store.thread_head(T1).unwrap(), Some(Hash::from_u64(1)));
     }
 }
 
