@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! uwf-protocol ← uwf-util ← (uwf-cas, uwf-state) ← uwf-moderator ← uwf-engine ← uwf-agent-kit ← (agents/*, uwf-cli)
+//! (uwf-cas, uwf-state) ← uwf-store-pg ← uwf-engine
 //! uwf-picture ← uwf-jsonata ← uwf-moderator
 //! uwf-moderator ← uwf-view ← uwf-cli
 //! ```
@@ -26,12 +27,16 @@ use serde_json::Value;
 const LAYERS: &[(&str, u8)] = &[
     // Leaves that know nothing of uwf: JSONata and its picture strings.
     ("uwf-picture", 0),
+    // Test support: a throw-away PostgreSQL server (knows nothing of uwf).
+    ("uwf-pg-testing", 0),
     ("uwf-jsonata", 1),
     ("uwf-protocol", 0),
     ("uwf-util", 1),
     ("uwf-cas", 2),
     ("uwf-state", 2),
     ("uwf-moderator", 3),
+    // The PostgreSQL backend of both storage traits.
+    ("uwf-store-pg", 3),
     ("uwf-engine", 4),
     ("uwf-view", 4),
     ("uwf-agent-kit", 5),

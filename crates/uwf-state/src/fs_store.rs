@@ -22,6 +22,7 @@ impl StateError {
     /// What kind of failure this is (see [`ErrorKind`]).
     pub fn kind(&self) -> ErrorKind {
         match self {
+            StateError::Backend { kind, .. } => *kind,
             StateError::Conflict { .. }
             | StateError::ThreadExists { .. }
             | StateError::AlreadyQueued { .. }

@@ -18,7 +18,9 @@ pub mod side;
 pub mod slots;
 pub mod state;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState};
-pub use state::{StateDir, StateError};
+pub use state::{StateDir, StateError, parse_config};
 pub use store::{ErrorKind, SlotHold, ThreadStore};

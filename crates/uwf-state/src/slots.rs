@@ -133,6 +133,20 @@ pub enum SlotError {
         /// How long this step waited.
         waited: Duration,
     },
+    /// A failure of a storage backend other than the filesystem (a
+    /// database) while taking a slot. The message never holds a secret.
+    #[error("{backend} store: {message}")]
+    Backend {
+        /// The backend's name (e.g. `"postgres"`).
+        backend: &'static str,
+        /// What the failure means to the caller.
+        kind: crate::store::ErrorKind,
+        /// What went wrong, for people.
+        message: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     /// The [`Waiting`] callback asked to stop waiting.
     #[error("stopped waiting for a slot of workflow {workflow:?}")]
     Cancelled {

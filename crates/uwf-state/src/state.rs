@@ -176,6 +176,21 @@ pub enum StateError {
         /// What the record says now.
         why: String,
     },
+    /// A failure of a storage backend other than the filesystem (a
+    /// database), already classified by the backend. The message never
+    /// holds a secret such as a password.
+    #[error("{backend} store: {message}")]
+    Backend {
+        /// The backend's name (e.g. `"postgres"`).
+        backend: &'static str,
+        /// What the failure means to the caller.
+        kind: crate::store::ErrorKind,
+        /// What went wrong, for people.
+        message: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     /// A malformed line in the `.env` file.
     #[error("cannot parse {} at line {line}: {message}", path.display())]
     #[diagnostic(help("fix the line; entries look like KEY=value, and quotes must be closed"))]
@@ -646,6 +661,14 @@ pub(crate) fn load_yaml<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, S
         Some(text) => parse_yaml(path, &text),
         None => Ok(None),
     }
+}
+
+/// Parses the text of a configuration exactly as [`StateDir::config`] parses
+/// `config.yaml` (an empty document is the default configuration), naming
+/// `origin` in errors. For backends that keep the configuration elsewhere
+/// (e.g. a database row).
+pub fn parse_config(origin: &Path, text: &str) -> Result<WorkflowConfig, StateError> {
+    Ok(parse_yaml(origin, text)?.unwrap_or_default())
 }
 
 /// Parses YAML `text` read from `path`; `Ok(None)` for an empty document

@@ -1,0 +1,661 @@
+//! The contract of the [`ThreadStore`] trait, as tests any backend can run.
+//!
+//! Each public function checks one behaviour against a **fresh, empty**
+//! store and panics (with the reason) when the backend breaks the contract.
+//! [`thread_store_contract_tests!`](crate::thread_store_contract_tests)
+//! turns them all into `#[test]` functions for one backend: this crate runs
+//! them for [`StateDir`](crate::StateDir), and another backend (the
+//! PostgreSQL store) runs the very same bodies by enabling the `testing`
+//! feature in its dev-dependencies:
+//!
+//! ```ignore
+//! mod contract {
+//!     // An expression evaluated once per test: (store, guard). The guard
+//!     // (a temporary directory, a database) lives until the test ends.
+//!     uwf_state::thread_store_contract_tests!({
+//!         let dir = tempfile::tempdir().unwrap();
+//!         (uwf_state::StateDir::new(dir.path()), dir)
+//!     });
+//! }
+//! ```
+//!
+//! No test asserts on timing: waits are bounded only to turn a hang into a
+//! failure.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Barrier, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use uwf_protocol::{Hash, ThreadId, WaitingRecord, WorkflowLimits};
+
+use crate::slots::SlotError;
+use crate::{StateError, ThreadStore};
+
+/// Runs every contract test of this module as a `#[test]` function.
+///
+/// `$make` is an expression evaluated anew in each test, giving a tuple
+/// `(store, guard)`: a fresh, empty backend and anything that must stay
+/// alive while it is used (use `()` if nothing). It may `return` to skip
+/// the test. Invoke it inside a module of its own, once per backend.
+#[macro_export]
+macro_rules! thread_store_contract_tests {
+    ($make:expr) => {
+        $crate::thread_store_contract_tests!(@each $make;
+            absent_threads_have_no_head,
+            insert_refuses_an_active_id,
+            heads_move_by_compare_and_swap,
+            racing_swaps_have_exactly_one_winner_per_round,
+            archive_moves_a_thread_into_the_history,
+            registry_records_the_latest_hash,
+            a_wait_counts_only_at_its_head,
+            attempts_chain_and_survive_only_for_active_threads,
+            racing_attempts_are_all_kept,
+            while_locked_holds_back_mutations,
+            drop_overflow_fails_at_once_when_full,
+            the_limit_holds_across_contending_holders,
+            waiters_are_served_first_in_first_out,
+            a_full_queue_pushes_out_its_oldest_waiter,
+            waiting_can_be_cancelled,
+        );
+    };
+    (@each $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                let (store, _guard) = $make;
+                $crate::testing::$name(&store);
+            }
+        )*
+    };
+}
+
+fn ok<T>(r: Result<T, StateError>, what: &str) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{what}: {e}"),
+    }
+}
+
+/// A thread id made from `n`.
+pub fn tid(n: u64) -> ThreadId {
+    ThreadId::from_u128(u128::from(n))
+}
+
+/// A head made from `n`.
+pub fn head(n: u64) -> Hash {
+    Hash::from_u64(n)
+}
+
+fn limits_queue(concurrency: u32, max_queue: u32) -> WorkflowLimits {
+    match WorkflowLimits::queue(concurrency, max_queue) {
+        Ok(l) => l,
+        Err(e) => panic!("limits: {e}"),
+    }
+}
+
+/// The Workflow node hashes archived threads name.
+const WF: Hash = Hash::from_u64(0xABC);
+const WF2: Hash = Hash::from_u64(0xABD);
+
+const POLL: Option<Duration> = Some(Duration::from_millis(5));
+
+fn join<T>(h: thread::ScopedJoinHandle<'_, T>) -> T {
+    match h.join() {
+        Ok(v) => v,
+        Err(_) => panic!("a test thread panicked"),
+    }
+}
+
+/// An unknown thread has no head, and nothing is listed in a fresh store.
+pub fn absent_threads_have_no_head(store: &dyn ThreadStore) {
+    assert_eq!(ok(store.thread_head(tid(1)), "thread_head"), None);
+    assert!(ok(store.threads(), "threads").is_empty());
+    assert!(ok(store.history(), "history").is_empty());
+    assert!(ok(store.registry(), "registry").is_empty());
+    assert!(ok(store.waiting(), "waiting").is_empty());
+    assert!(ok(store.attempts(), "attempts").is_empty());
+    assert_eq!(ok(store.find_archived(tid(1)), "find_archived"), None);
+    assert!(!store.describe().is_empty());
+}
+
+/// A second insert of an active id fails with `ThreadExists` and changes
+/// nothing.
+pub fn insert_refuses_an_active_id(store: &dyn ThreadStore) {
+    ok(store.insert_thread(tid(1), head(1)), "insert");
+    let err = store.insert_thread(tid(1), head(2)).err();
+    assert!(
+        matches!(err, Some(StateError::ThreadExists { ref thread }) if *thread == tid(1)),
+        "{err:?}"
+    );
+    assert_eq!(ok(store.thread_head(tid(1)), "thread_head"), Some(head(1)));
+    ok(store.insert_thread(tid(2), head(1)), "insert another");
+    let all = ok(store.threads(), "threads");
+    assert_eq!(all.len(), 2);
+    assert_eq!(all.get(&tid(2)), Some(&head(1)));
+}
+
+/// `swap_head` moves a head only from the expected one, and says what it
+/// found otherwise.
+pub fn heads_move_by_compare_and_swap(store: &dyn ThreadStore) {
+    let t = tid(1);
+    ok(store.insert_thread(t, head(1)), "insert");
+    ok(store.swap_head(t, head(1), head(2)), "swap");
+    assert_eq!(ok(store.thread_head(t), "thread_head"), Some(head(2)));
+    match store.swap_head(t, head(1), head(3)) {
+        Err(StateError::Conflict {
+            expected, actual, ..
+        }) => {
+            assert_eq!(expected, head(1));
+            assert_eq!(actual, Some(head(2)));
+        }
+        other => panic!("a stale swap must conflict: {other:?}"),
+    }
+    // Swapping to the same head is a successful no-op.
+    ok(store.swap_head(t, head(2), head(2)), "swap to itself");
+    match store.swap_head(tid(9), head(1), head(2)) {
+        Err(e @ StateError::Conflict { actual: None, .. }) => {
+            assert_eq!(e.kind(), crate::ErrorKind::Conflict);
+        }
+        other => panic!("a swap of an unknown thread must conflict: {other:?}"),
+    }
+}
+
+/// Eight threads race to move one head from the same expected value, 20
+/// rounds: exactly one wins each round, and every loser is told the
+/// winner's head.
+pub fn racing_swaps_have_exactly_one_winner_per_round(store: &dyn ThreadStore) {
+    let t = tid(7);
+    ok(store.insert_thread(t, head(0)), "insert");
+    let mut current = head(0);
+    for round in 1..=20u64 {
+        let barrier = Barrier::new(8);
+        let results: Vec<(Hash, Result<(), StateError>)> = thread::scope(|s| {
+            let handles: Vec<_> = (0..8u64)
+                .map(|i| {
+                    let (t, current, barrier) = (t, &current, &barrier);
+                    s.spawn(move || {
+                        let new = head(round * 100 + i);
+                        barrier.wait();
+                        let r = store.swap_head(t, *current, new);
+                        (new, r)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(join).collect()
+        });
+        let winners: Vec<&Hash> = results
+            .iter()
+            .filter(|(_, r)| r.is_ok())
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: {results:?}");
+        let winner = *winners[0];
+        for (_, r) in &results {
+            match r {
+                Ok(()) => {}
+                Err(StateError::Conflict { actual, .. }) => {
+                    assert_eq!(actual.as_ref(), Some(&winner), "round {round}")
+                }
+                Err(e) => panic!("round {round}: a loser failed otherwise: {e}"),
+            }
+        }
+        assert_eq!(ok(store.thread_head(t), "thread_head"), Some(winner));
+        current = winner;
+    }
+}
+
+/// Archiving checks the head, removes the thread and appends to the
+/// history, newest last; `find_archived` finds the latest entry.
+pub fn archive_moves_a_thread_into_the_history(store: &dyn ThreadStore) {
+    let (a, b) = (tid(1), tid(2));
+    ok(store.insert_thread(a, head(1)), "insert a");
+    ok(store.insert_thread(b, head(2)), "insert b");
+    match store.archive(a, WF, Some(head(9)), "done") {
+        Err(StateError::Conflict { actual, .. }) => assert_eq!(actual, Some(head(1))),
+        other => panic!("archiving at a wrong head must conflict: {other:?}"),
+    }
+    let entry = ok(store.archive(a, WF, Some(head(1)), "done"), "archive a");
+    assert_eq!((entry.thread, entry.head), (a, head(1)));
+    assert_eq!(entry.reason.as_deref(), Some("done"));
+    assert_eq!(ok(store.thread_head(a), "thread_head"), None);
+    match store.archive(a, WF, None, "killed") {
+        Err(e @ StateError::NotActive { .. }) => {
+            assert_eq!(e.kind(), crate::ErrorKind::NotFound);
+        }
+        other => panic!("archiving an archived thread must fail: {other:?}"),
+    }
+    match store.archive(a, WF, Some(head(1)), "killed") {
+        Err(StateError::Conflict { actual: None, .. }) => {}
+        other => panic!("archiving a gone thread at a head must conflict: {other:?}"),
+    }
+    ok(store.archive(b, WF2, None, "killed"), "archive b");
+    // The same id again: active, then archived a second time.
+    ok(store.insert_thread(a, head(3)), "insert a again");
+    ok(store.archive(a, WF, None, "done"), "archive a again");
+    let history = ok(store.history(), "history");
+    let seen: Vec<(ThreadId, Hash)> = history.iter().map(|e| (e.thread, e.head)).collect();
+    assert_eq!(seen, vec![(a, head(1)), (b, head(2)), (a, head(3))]);
+    assert_eq!(history[1].workflow, WF2);
+    assert_eq!(history[1].reason.as_deref(), Some("killed"));
+    let latest = ok(store.find_archived(a), "find_archived");
+    assert_eq!(latest.map(|e| e.head), Some(head(3)));
+    assert!(ok(store.threads(), "threads").is_empty());
+}
+
+/// `register_workflow` returns the previous hash and the registry lists
+/// the latest one.
+pub fn registry_records_the_latest_hash(store: &dyn ThreadStore) {
+    assert_eq!(ok(store.register_workflow("w", head(1)), "register"), None);
+    assert_eq!(
+        ok(store.register_workflow("w", head(2)), "register"),
+        Some(head(1))
+    );
+    assert_eq!(
+        ok(store.register_workflow("w", head(2)), "register same"),
+        Some(head(2))
+    );
+    ok(store.register_workflow("other/name é", head(3)), "register");
+    let reg = ok(store.registry(), "registry");
+    assert_eq!(reg.len(), 2);
+    assert_eq!(reg.get("w"), Some(&head(2)));
+    assert_eq!(reg.get("other/name é"), Some(&head(3)));
+}
+
+fn record(head: Hash, role: &str, since: u64) -> WaitingRecord {
+    WaitingRecord {
+        head,
+        role: role.into(),
+        prompt: "approve?".into(),
+        agent: "me".into(),
+        since,
+        child: None,
+    }
+}
+
+/// A wait is recorded only at the thread's head, kept once, and forgotten
+/// when the head moves or the thread is archived.
+pub fn a_wait_counts_only_at_its_head(store: &dyn ThreadStore) {
+    let t = tid(1);
+    ok(store.insert_thread(t, head(1)), "insert");
+    assert!(ok(
+        store.mark_waiting(t, record(head(1), "reviewer", 1)),
+        "mark"
+    ));
+    assert!(!ok(
+        store.mark_waiting(t, record(head(1), "reviewer", 99)),
+        "mark again"
+    ));
+    assert_eq!(
+        ok(store.waiting_of(t), "waiting_of").map(|r| r.since),
+        Some(1)
+    );
+    assert_eq!(ok(store.waiting(), "waiting").len(), 1);
+    ok(store.swap_head(t, head(1), head(2)), "swap");
+    assert_eq!(ok(store.waiting_of(t), "waiting_of"), None);
+    assert!(ok(store.waiting(), "waiting").is_empty());
+    match store.mark_waiting(t, record(head(1), "reviewer", 3)) {
+        Err(StateError::Conflict { actual, .. }) => assert_eq!(actual, Some(head(2))),
+        other => panic!("a wait at a stale head must conflict: {other:?}"),
+    }
+    assert!(ok(
+        store.mark_waiting(t, record(head(2), "reviewer", 4)),
+        "mark"
+    ));
+    ok(store.archive(t, WF, None, "killed"), "archive");
+    assert!(ok(store.waiting(), "waiting").is_empty());
+    let mut roots = None;
+    ok(
+        store.while_locked(&mut || {
+            roots = Some(store.side_table_roots_locked(true)?);
+            Ok(())
+        }),
+        "while_locked",
+    );
+    assert_eq!(roots, Some(Vec::new()));
+    assert!(ok(store.waiting(), "waiting").is_empty());
+}
+
+/// Attempt records chain through `prev`; a failed write changes nothing;
+/// pruning drops the entries of archived threads only.
+pub fn attempts_chain_and_survive_only_for_active_threads(store: &dyn ThreadStore) {
+    let (t, u) = (tid(1), tid(2));
+    ok(store.insert_thread(t, head(1)), "insert t");
+    ok(store.insert_thread(u, head(1)), "insert u");
+    let first = ok(
+        store.record_attempt(t, &mut |prev| {
+            assert_eq!(prev, None);
+            Ok(head(11))
+        }),
+        "first attempt",
+    );
+    assert_eq!(first, head(11));
+    let second = ok(
+        store.record_attempt(t, &mut |prev| {
+            assert_eq!(prev, Some(head(11)));
+            Ok(head(12))
+        }),
+        "second attempt",
+    );
+    assert_eq!(second, head(12));
+    let failed = store.record_attempt(t, &mut |_| Err(StateError::NotActive { thread: tid(99) }));
+    assert!(failed.is_err());
+    assert_eq!(ok(store.attempt_head(t), "attempt_head"), Some(head(12)));
+    ok(store.record_attempt(u, &mut |_| Ok(head(19))), "attempt u");
+    ok(store.archive(u, WF, None, "done"), "archive u");
+    let roots = |prune: bool| {
+        let mut out = Vec::new();
+        ok(
+            store.while_locked(&mut || {
+                out = store.side_table_roots_locked(prune)?;
+                Ok(())
+            }),
+            "while_locked",
+        );
+        out
+    };
+    assert_eq!(roots(false), vec![head(12)]);
+    assert_eq!(ok(store.attempt_head(u), "attempt_head"), Some(head(19)));
+    assert_eq!(roots(true), vec![head(12)]);
+    assert_eq!(ok(store.attempt_head(u), "attempt_head"), None);
+    assert_eq!(ok(store.attempts(), "attempts").len(), 1);
+}
+
+/// Eight threads recording attempts of one thread at once: every record
+/// links the one before it, none is lost.
+pub fn racing_attempts_are_all_kept(store: &dyn ThreadStore) {
+    let t = tid(3);
+    ok(store.insert_thread(t, head(1)), "insert");
+    let links: Mutex<Vec<(Option<Hash>, Hash)>> = Mutex::new(Vec::new());
+    let barrier = Barrier::new(8);
+    thread::scope(|s| {
+        for i in 0..8u64 {
+            let (t, links, barrier) = (t, &links, &barrier);
+            s.spawn(move || {
+                barrier.wait();
+                ok(
+                    store.record_attempt(t, &mut |prev| {
+                        let new = head(100 + i);
+                        links
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push((prev, new));
+                        Ok(new)
+                    }),
+                    "record_attempt",
+                );
+            });
+        }
+    });
+    let links = links
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    assert_eq!(links.len(), 8);
+    // Walk back from the newest: every record reached exactly once.
+    let mut at = ok(store.attempt_head(t), "attempt_head");
+    let mut walked = 0;
+    while let Some(h) = at {
+        let link = links.iter().find(|(_, new)| *new == h);
+        let Some((prev, _)) = link else {
+            panic!("{h} is not a recorded attempt: {links:?}")
+        };
+        walked += 1;
+        assert!(walked <= 8, "the chain loops: {links:?}");
+        at = *prev;
+    }
+    assert_eq!(walked, 8, "a record was lost: {links:?}");
+}
+
+/// While `while_locked` runs, a mutation from another thread waits until it
+/// is done.
+pub fn while_locked_holds_back_mutations(store: &dyn ThreadStore) {
+    let t = tid(1);
+    ok(store.insert_thread(t, head(1)), "insert");
+    let inside = AtomicBool::new(false);
+    let released = AtomicBool::new(false);
+    thread::scope(|s| {
+        let (inside, released) = (&inside, &released);
+        let mut mover = None;
+        ok(
+            store.while_locked(&mut || {
+                inside.store(true, Ordering::SeqCst);
+                let h = s.spawn(move || {
+                    ok(store.swap_head(t, head(1), head(2)), "swap");
+                    // The swap may only complete once the lock is released.
+                    released.load(Ordering::SeqCst)
+                });
+                mover = Some(h);
+                // Give the mover every chance to (wrongly) get through.
+                thread::sleep(Duration::from_millis(200));
+                // Reads still work while locked.
+                assert_eq!(store.thread_head(t)?, Some(head(1)));
+                released.store(true, Ordering::SeqCst);
+                Ok(())
+            }),
+            "while_locked",
+        );
+        assert!(inside.load(Ordering::SeqCst));
+        let Some(h) = mover else {
+            panic!("while_locked did not run its closure")
+        };
+        assert!(join(h), "a swap completed while the store was locked");
+    });
+    assert_eq!(ok(store.thread_head(t), "thread_head"), Some(head(2)));
+}
+
+/// `overflow: drop`: no free slot fails at once, and a freed slot is taken
+/// again.
+pub fn drop_overflow_fails_at_once_when_full(store: &dyn ThreadStore) {
+    let limits = match WorkflowLimits::drop(2) {
+        Ok(l) => l,
+        Err(e) => panic!("limits: {e}"),
+    };
+    let take = || store.acquire_slot("wf", limits, POLL, &mut |_| panic!("drop never waits"));
+    let a = take().unwrap_or_else(|e| panic!("first slot: {e}"));
+    let b = take().unwrap_or_else(|e| panic!("second slot: {e}"));
+    assert_ne!(a.index(), b.index());
+    match take() {
+        Err(SlotError::Full {
+            workflow,
+            concurrency: 2,
+        }) => assert_eq!(workflow, "wf"),
+        Err(e) => panic!("a third holder must be refused as full: {e}"),
+        Ok(h) => panic!("a third holder got slot {}", h.index()),
+    }
+    // Another workflow has slots of its own.
+    let other = store.acquire_slot("wf2", limits, POLL, &mut |_| true);
+    assert!(other.is_ok(), "{:?}", other.err());
+    drop(a);
+    let c = take().unwrap_or_else(|e| panic!("a freed slot: {e}"));
+    drop((b, c));
+}
+
+/// Six holders contend for a workflow with `concurrency: 2` (queueing):
+/// never more than two hold a slot at once, and every one gets a turn.
+pub fn the_limit_holds_across_contending_holders(store: &dyn ThreadStore) {
+    let running = AtomicUsize::new(0);
+    let most = AtomicUsize::new(0);
+    let served = AtomicUsize::new(0);
+    let barrier = Barrier::new(6);
+    thread::scope(|s| {
+        for _ in 0..6 {
+            let (running, most, served, barrier) = (&running, &most, &served, &barrier);
+            s.spawn(move || {
+                barrier.wait();
+                for _ in 0..3 {
+                    let hold = store
+                        .acquire_slot("wf", limits_queue(2, 16), POLL, &mut |_| true)
+                        .unwrap_or_else(|e| panic!("acquire: {e}"));
+                    assert!(hold.index() < 2, "slot index {}", hold.index());
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(10));
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    served.fetch_add(1, Ordering::SeqCst);
+                    drop(hold);
+                }
+            });
+        }
+    });
+    assert!(
+        most.load(Ordering::SeqCst) <= 2,
+        "{} holders at once",
+        most.load(Ordering::SeqCst)
+    );
+    assert!(most.load(Ordering::SeqCst) >= 1);
+    assert_eq!(served.load(Ordering::SeqCst), 18);
+}
+
+/// Queues `n` waiters for `wf` one after the other (each is in the queue
+/// before the next starts); each records its number in `order` once served
+/// and holds the slot for a moment.
+fn queue_up<'s, 'e>(
+    s: &'s thread::Scope<'s, 'e>,
+    store: &'e dyn ThreadStore,
+    limits: WorkflowLimits,
+    range: std::ops::Range<usize>,
+    order: &'e Mutex<Vec<usize>>,
+) -> Vec<thread::ScopedJoinHandle<'s, Result<(), SlotError>>> {
+    range
+        .map(|i| {
+            let (tx, rx) = mpsc::channel::<()>();
+            let h = s.spawn(move || {
+                let hold = store.acquire_slot("wf", limits, POLL, &mut |_| {
+                    let _ = tx.send(());
+                    true
+                });
+                // Unblock the spawner even if this one never waited.
+                drop(tx);
+                let hold = hold?;
+                order
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(i);
+                thread::sleep(Duration::from_millis(10));
+                drop(hold);
+                Ok(())
+            });
+            // In the queue (or done) before the next one arrives.
+            let _ = rx.recv_timeout(Duration::from_secs(60));
+            h
+        })
+        .collect()
+}
+
+/// Who was served so far, in order.
+fn served(order: &Mutex<Vec<usize>>) -> Vec<usize> {
+    order
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
+/// Takes a slot of `wf` that must be free.
+fn take_free_slot(store: &dyn ThreadStore, limits: WorkflowLimits) -> Box<dyn crate::SlotHold> {
+    store
+        .acquire_slot("wf", limits, POLL, &mut |_| panic!("the slot is free"))
+        .unwrap_or_else(|e| panic!("acquire: {e}"))
+}
+
+/// With the only slot held, five waiters queue one after the other; once
+/// it is freed they are served in arrival order.
+pub fn waiters_are_served_first_in_first_out(store: &dyn ThreadStore) {
+    let limits = limits_queue(1, 16);
+    let held = take_free_slot(store, limits);
+    let order = Mutex::new(Vec::new());
+    thread::scope(|s| {
+        let waiters = queue_up(s, store, limits, 0..5, &order);
+        thread::sleep(Duration::from_millis(50));
+        assert!(served(&order).is_empty(), "somebody got the held slot");
+        drop(held);
+        for w in waiters {
+            join(w).unwrap_or_else(|e| panic!("waiter: {e}"));
+        }
+    });
+    assert_eq!(served(&order), [0, 1, 2, 3, 4]);
+    // Nobody is left in the queue: the slot is free for a newcomer at once.
+    let again = store.acquire_slot("wf", limits, POLL, &mut |w| {
+        panic!("an empty queue made a newcomer wait: {w:?}")
+    });
+    assert!(again.is_ok(), "{:?}", again.err());
+}
+
+/// `maxQueue: 2`: a third waiter pushes out the oldest, which fails with
+/// `Evicted`; the others are served in order.
+pub fn a_full_queue_pushes_out_its_oldest_waiter(store: &dyn ThreadStore) {
+    let limits = limits_queue(1, 2);
+    let held = take_free_slot(store, limits);
+    let order = Mutex::new(Vec::new());
+    thread::scope(|s| {
+        let mut first_two = queue_up(s, store, limits, 0..2, &order).into_iter();
+        let first = first_two.next();
+        let mut rest: Vec<_> = first_two.collect();
+        rest.extend(queue_up(s, store, limits, 2..3, &order));
+        let Some(first) = first else {
+            panic!("no first waiter")
+        };
+        match join(first) {
+            Err(SlotError::Evicted {
+                workflow,
+                max_queue: 2,
+                ..
+            }) => assert_eq!(workflow, "wf"),
+            other => panic!("the oldest waiter must be evicted: {other:?}"),
+        }
+        assert!(served(&order).is_empty());
+        drop(held);
+        for w in rest {
+            join(w).unwrap_or_else(|e| panic!("waiter: {e}"));
+        }
+    });
+    assert_eq!(served(&order), [1, 2]);
+}
+
+/// The waiting callback learns its place in the queue, and returning
+/// `false` gives up with `Cancelled` (leaving the queue).
+pub fn waiting_can_be_cancelled(store: &dyn ThreadStore) {
+    let limits = limits_queue(1, 16);
+    let held = take_free_slot(store, limits);
+    let order = Mutex::new(Vec::new());
+    thread::scope(|s| {
+        let first = queue_up(s, store, limits, 0..1, &order);
+        let mut seen = Vec::new();
+        let got = store.acquire_slot("wf", limits, POLL, &mut |w| {
+            seen.push(w.ahead);
+            seen.len() < 3
+        });
+        match got {
+            Err(SlotError::Cancelled { workflow }) => assert_eq!(workflow, "wf"),
+            Err(e) => panic!("must be cancelled: {e}"),
+            Ok(h) => panic!("got slot {} while it was held", h.index()),
+        }
+        assert_eq!(seen, [1, 1, 1]);
+        drop(held);
+        for w in first {
+            join(w).unwrap_or_else(|e| panic!("waiter: {e}"));
+        }
+    });
+    // The head of the queue sees nobody ahead.
+    let held = take_free_slot(store, limits);
+    let mut seen = Vec::new();
+    let _ = store.acquire_slot("wf", limits, POLL, &mut |w| {
+        seen.push(w.ahead);
+        false
+    });
+    assert_eq!(seen, [0]);
+    drop(held);
+}
+
+#[cfg(test)]
+mod tests {
+    mod fs {
+        crate::thread_store_contract_tests!({
+            let dir = match tempfile::tempdir() {
+                Ok(d) => d,
+                Err(e) => panic!("tempdir: {e}"),
+            };
+            (crate::StateDir::new(dir.path()), dir)
+        });
+    }
+}

@@ -1,0 +1,267 @@
+//! [`uwf_cas::Store`] on PostgreSQL: the `uwf_nodes` and `uwf_cache`
+//! tables.
+//!
+//! A node row keeps the payload as the exact JSON bytes the filesystem
+//! store writes for it (`serde_json`, keys in document order), so a node
+//! has the same hash and bytes in both backends and can be copied between
+//! them unchanged. Every read checks that the row still hashes to its
+//! name. The by-type listing is an index of the table, so it can never
+//! disagree with the nodes, and there are no strays (CHECK constraints
+//! refuse rows not named by a hash).
+
+use std::collections::{BTreeSet, HashMap};
+
+use postgres::Row;
+use uwf_cas::{
+    CasError, Hash, HashIter, Node, ReindexReport, Result, Store, check_cache_key, paged_hashes,
+};
+
+use crate::PgStore;
+
+/// Rows read per page of a listing.
+const PAGE: i64 = 1000;
+
+impl PgStore {
+    /// A node from its row (`hash, type_hash, payload, stored_at`),
+    /// checked against `hash`.
+    fn node_from_row(&self, hash: Hash, row: &Row) -> Result<Node> {
+        let corrupt = |reason: String| CasError::Corrupt {
+            hash,
+            location: format!("{} (table uwf_nodes)", self.url()),
+            reason,
+        };
+        let type_text: String = row
+            .try_get(1)
+            .map_err(|e| corrupt(format!("type column: {e}")))?;
+        let type_hash: Hash = type_text
+            .parse()
+            .map_err(|e| corrupt(format!("type {type_text:?}: {e}")))?;
+        let payload: Vec<u8> = row
+            .try_get(2)
+            .map_err(|e| corrupt(format!("payload column: {e}")))?;
+        let payload = serde_json::from_slice(&payload)
+            .map_err(|e| corrupt(format!("payload is not JSON: {e}")))?;
+        let stored_at: i64 = row
+            .try_get(3)
+            .map_err(|e| corrupt(format!("stored_at column: {e}")))?;
+        let timestamp =
+            u64::try_from(stored_at).map_err(|_| corrupt(format!("stored_at {stored_at}")))?;
+        let node = Node {
+            type_hash,
+            payload,
+            timestamp,
+        };
+        let actual = node.hash();
+        if actual != hash {
+            return Err(corrupt(format!("content hashes to {actual}")));
+        }
+        Ok(node)
+    }
+
+    fn parse_hash(&self, text: &str) -> Result<Hash> {
+        text.parse::<Hash>()
+            .map_err(|e| CasError::from(self.corrupt(format!("node name {text:?}"), e.to_string())))
+    }
+
+    /// One page of a listing: hashes after `after`, ascending.
+    fn page(&self, type_hash: Option<Hash>, after: Option<Hash>) -> Result<Vec<Hash>> {
+        let mut c = self.conn()?;
+        let after = after.map(|h| h.to_string());
+        let rows = match type_hash {
+            None => c.query(
+                "SELECT hash FROM uwf_nodes WHERE ($1::text IS NULL OR hash > $1) \
+                 ORDER BY hash LIMIT $2",
+                &[&after, &PAGE],
+            ),
+            Some(t) => c.query(
+                "SELECT hash FROM uwf_nodes WHERE type_hash = $1 AND ($2::text IS NULL OR hash > $2) \
+                 ORDER BY hash LIMIT $3",
+                &[&t.to_string(), &after, &PAGE],
+            ),
+        }
+        .map_err(self.err("list nodes"))?;
+        rows.iter()
+            .map(|r| self.parse_hash(&r.get::<_, String>(0)))
+            .collect()
+    }
+
+    fn encode_payload(node: &Node) -> Result<Vec<u8>> {
+        serde_json::to_vec(&node.payload).map_err(|e| CasError::UnsupportedSchema {
+            reason: format!("payload cannot be serialized: {e}"),
+        })
+    }
+}
+
+fn ms(t: u64) -> i64 {
+    i64::try_from(t).unwrap_or(i64::MAX)
+}
+
+impl Store for PgStore {
+    fn get(&self, hash: Hash) -> Result<Option<Node>> {
+        let row = self
+            .conn()?
+            .query_opt(
+                "SELECT hash, type_hash, payload, stored_at FROM uwf_nodes WHERE hash = $1",
+                &[&hash.to_string()],
+            )
+            .map_err(self.err("read a node"))?;
+        row.map(|r| self.node_from_row(hash, &r)).transpose()
+    }
+
+    fn get_many(&self, hashes: &[Hash]) -> Result<Vec<Option<Node>>> {
+        if hashes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let wanted: Vec<String> = hashes.iter().map(ToString::to_string).collect();
+        let rows = self
+            .conn()?
+            .query(
+                "SELECT hash, type_hash, payload, stored_at FROM uwf_nodes WHERE hash = ANY($1)",
+                &[&wanted],
+            )
+            .map_err(self.err("read nodes"))?;
+        let mut found: HashMap<Hash, Node> = HashMap::with_capacity(rows.len());
+        for r in &rows {
+            let h = self.parse_hash(&r.get::<_, String>(0))?;
+            found.insert(h, self.node_from_row(h, r)?);
+        }
+        Ok(hashes.iter().map(|h| found.get(h).cloned()).collect())
+    }
+
+    fn has(&self, hash: Hash) -> Result<bool> {
+        let row = self
+            .conn()?
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM uwf_nodes WHERE hash = $1)",
+                &[&hash.to_string()],
+            )
+            .map_err(self.err("look for a node"))?;
+        Ok(row.get(0))
+    }
+
+    fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)> {
+        let payload = Self::encode_payload(node)?;
+        let name = hash.to_string();
+        let type_hash = node.type_hash.to_string();
+        // A node removed between our two statements makes us go round again.
+        for _ in 0..3 {
+            let created = self
+                .conn()?
+                .execute(
+                    "INSERT INTO uwf_nodes (hash, type_hash, payload, stored_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (hash) DO NOTHING",
+                    &[&name, &type_hash, &payload, &ms(node.timestamp)],
+                )
+                .map_err(self.err("store a node"))?;
+            if created == 1 {
+                return Ok((node.clone(), true));
+            }
+            match self.get(hash) {
+                Ok(Some(existing)) => return Ok((existing, false)),
+                Ok(None) => continue,
+                Err(CasError::Corrupt { reason, .. }) => {
+                    // Same name, same content by definition: replacing it
+                    // repairs the store.
+                    tracing::warn!(%hash, %reason, store = self.url(), "replacing a corrupt node row");
+                    self.conn()?
+                        .execute(
+                            "UPDATE uwf_nodes SET type_hash = $2, payload = $3, stored_at = $4 \
+                             WHERE hash = $1",
+                            &[&name, &type_hash, &payload, &ms(node.timestamp)],
+                        )
+                        .map_err(self.err("repair a node"))?;
+                    return Ok((node.clone(), true));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(self
+            .corrupt(
+                format!("node {hash}"),
+                "it keeps disappearing while being stored",
+            )
+            .into())
+    }
+
+    fn hashes(&self) -> HashIter<'_> {
+        paged_hashes(move |after| self.page(None, after))
+    }
+
+    fn by_type(&self, type_hash: Hash) -> HashIter<'_> {
+        paged_hashes(move |after| self.page(Some(type_hash), after))
+    }
+
+    fn reindex(&self) -> Result<ReindexReport> {
+        // The by-type index is a database index: nothing to rebuild. Read
+        // every node (a page at a time) to report what is unreadable.
+        let mut report = ReindexReport::default();
+        let mut types = BTreeSet::new();
+        let mut after: Option<String> = None;
+        loop {
+            let rows = self
+                .conn()?
+                .query(
+                    "SELECT hash, type_hash, payload, stored_at FROM uwf_nodes \
+                     WHERE ($1::text IS NULL OR hash > $1) ORDER BY hash LIMIT $2",
+                    &[&after, &PAGE],
+                )
+                .map_err(self.err("read nodes"))?;
+            let Some(last) = rows.last() else { break };
+            after = Some(last.get(0));
+            for r in &rows {
+                let h = self.parse_hash(&r.get::<_, String>(0))?;
+                match self.node_from_row(h, r) {
+                    Ok(n) => {
+                        report.nodes += 1;
+                        types.insert(n.type_hash);
+                    }
+                    Err(CasError::Corrupt { .. }) => report.unreadable.push(h),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        report.types = types.len();
+        Ok(report)
+    }
+
+    fn remove(&self, hash: Hash) -> Result<bool> {
+        let n = self
+            .conn()?
+            .execute(
+                "DELETE FROM uwf_nodes WHERE hash = $1",
+                &[&hash.to_string()],
+            )
+            .map_err(self.err("remove a node"))?;
+        Ok(n == 1)
+    }
+
+    fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        check_cache_key(key)?;
+        let row = self
+            .conn()?
+            .query_opt("SELECT value FROM uwf_cache WHERE key = $1", &[&key])
+            .map_err(self.err("read a cache entry"))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    fn cache_put(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        check_cache_key(key)?;
+        self.conn()?
+            .execute(
+                "INSERT INTO uwf_cache (key, value) VALUES ($1, $2) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                &[&key, &bytes],
+            )
+            .map_err(self.err("write a cache entry"))?;
+        Ok(())
+    }
+
+    fn cache_remove(&self, key: &str) -> Result<bool> {
+        check_cache_key(key)?;
+        let n = self
+            .conn()?
+            .execute("DELETE FROM uwf_cache WHERE key = $1", &[&key])
+            .map_err(self.err("remove a cache entry"))?;
+        Ok(n == 1)
+    }
+}

@@ -1,0 +1,313 @@
+//! The PostgreSQL backend of uwf: one database holds what a storage root
+//! holds on disk, so engines on many machines share one store.
+//!
+//! [`PgStore`] implements both storage traits: [`uwf_cas::Store`] (the
+//! nodes, with the same hashes and payload bytes as the filesystem store,
+//! and the derived-data cache) and [`uwf_state::ThreadStore`] (thread heads
+//! with compare-and-swap, history, registry, configuration, the side tables
+//! and the per-workflow concurrency slots of seed 004, enforced across every
+//! machine). Secrets are **not** kept in the database: they are read from
+//! the `.env` of a local directory the caller names (see
+//! [`PgStore::connect`]). `docs/postgres.md` describes the schema and how
+//! each guarantee is kept.
+//!
+//! The client is the synchronous [`postgres`] crate (rust-postgres): it is
+//! well kept, synchronous like the rest of uwf (no async runtime to thread
+//! through the CLI), and speaks Unix sockets (`?host=/dir`) and LISTEN/NOTIFY.
+//!
+//! ```no_run
+//! use uwf_store_pg::PgStore;
+//! use uwf_state::ThreadStore;
+//!
+//! let store = PgStore::connect("postgres://uwf@db.internal/uwf", None)?;
+//! store.init()?; // creates or migrates the schema (also done on first use)
+//! println!("{} active threads in {}", store.threads()?.len(), store.describe());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod cas;
+mod error;
+pub mod schema;
+mod slots;
+mod state;
+mod url;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use postgres::{Client, NoTls};
+
+pub use error::{BACKEND, PgError};
+pub use schema::InitReport;
+pub use slots::PgSlot;
+
+/// Idle connections a [`PgStore`] keeps by default.
+pub const DEFAULT_POOL_SIZE: usize = 4;
+
+/// A pooled connection idle for longer than this is checked (one round
+/// trip) before it is used again, so a server restart or a dropped
+/// connection costs a reconnect instead of a failed call.
+pub const CHECK_IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// How long checking an idle connection may take.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How [`PgStore::connect_with`] connects.
+#[derive(Clone, Default)]
+pub struct PgOptions {
+    /// The password, used when the URL has none (like libpq's
+    /// `PGPASSWORD`; the integrator reads it from `.env`, never from
+    /// `config.yaml`). Never shown.
+    pub password: Option<String>,
+    /// The directory whose `.env` holds the secrets handed to agents
+    /// ([`ThreadStore::secrets`](uwf_state::ThreadStore::secrets)); none
+    /// when `None`.
+    pub secrets_dir: Option<PathBuf>,
+    /// Idle connections kept for reuse (default [`DEFAULT_POOL_SIZE`]).
+    pub pool_size: Option<usize>,
+}
+
+impl fmt::Debug for PgOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgOptions")
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("secrets_dir", &self.secrets_dir)
+            .field("pool_size", &self.pool_size)
+            .finish()
+    }
+}
+
+/// A uwf store in a PostgreSQL database.
+///
+/// Cheap to clone (the clones share one pool of connections) and safe to
+/// use from many threads. Every call takes a connection from the pool (or
+/// opens one) and gives it back; a held concurrency slot keeps a connection
+/// of its own for as long as it is held.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    config: postgres::Config,
+    /// The URL without its password.
+    target: String,
+    /// The password, only to redact it from messages.
+    secret: Option<String>,
+    secrets_dir: Option<PathBuf>,
+    idle: Mutex<Vec<(Client, Instant)>>,
+    pool_size: usize,
+    schema_ready: AtomicBool,
+    workflow_ids: Mutex<std::collections::HashMap<String, i32>>,
+}
+
+impl fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgStore")
+            .field("target", &self.inner.target)
+            .field("secrets_dir", &self.inner.secrets_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects to the store at `url` (`postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`,
+    /// or `postgresql://USER@/DATABASE?host=/socket/dir` for a Unix socket).
+    /// `secrets_dir` is the local directory whose `.env` holds the secrets
+    /// handed to agents (the database holds none).
+    ///
+    /// One connection is opened at once, so a wrong URL, password or
+    /// database fails here. The schema is created or migrated on first use
+    /// (or by [`init`](Self::init)).
+    pub fn connect(url: &str, secrets_dir: Option<&Path>) -> Result<PgStore, PgError> {
+        Self::connect_with(
+            url,
+            PgOptions {
+                secrets_dir: secrets_dir.map(Path::to_path_buf),
+                ..PgOptions::default()
+            },
+        )
+    }
+
+    /// [`connect`](Self::connect) with more options (a password from
+    /// elsewhere than the URL, the pool size).
+    pub fn connect_with(url: &str, options: PgOptions) -> Result<PgStore, PgError> {
+        let parsed = url::parse(url, options.password.as_deref())?;
+        let store = PgStore {
+            inner: Arc::new(Inner {
+                config: parsed.config,
+                target: parsed.display,
+                secret: parsed.password,
+                secrets_dir: options.secrets_dir,
+                idle: Mutex::new(Vec::new()),
+                pool_size: options.pool_size.unwrap_or(DEFAULT_POOL_SIZE),
+                schema_ready: AtomicBool::new(false),
+                workflow_ids: Mutex::new(std::collections::HashMap::new()),
+            }),
+        };
+        let client = store.inner.open()?;
+        store.inner.give_back(client);
+        Ok(store)
+    }
+
+    /// The URL of the store without its password.
+    pub fn url(&self) -> &str {
+        &self.inner.target
+    }
+
+    /// Creates the schema or brings it up to date (idempotent; safe when
+    /// several processes do it at once). Also done on first use.
+    pub fn init(&self) -> Result<InitReport, PgError> {
+        let mut client = self.inner.take()?;
+        let report = schema::migrate(&mut client, &self.inner.target, self.inner.secret());
+        if report.is_ok() {
+            self.inner.schema_ready.store(true, Ordering::SeqCst);
+            self.inner.give_back(client);
+        }
+        report
+    }
+
+    /// The schema version of the database (`0` before [`init`](Self::init)).
+    pub fn schema_version(&self) -> Result<i32, PgError> {
+        let mut client = self.inner.take()?;
+        let v = schema::current_version(&mut client, &self.inner.target, self.inner.secret())?;
+        self.inner.give_back(client);
+        Ok(v.unwrap_or(0))
+    }
+
+    /// A connection with the schema in place.
+    pub(crate) fn conn(&self) -> Result<Conn<'_>, PgError> {
+        self.inner.ensure_schema()?;
+        Ok(Conn {
+            inner: &self.inner,
+            client: Some(self.inner.take()?),
+        })
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    /// A [`PgError::Query`] for a failed statement.
+    pub(crate) fn err(&self, what: &'static str) -> impl Fn(postgres::Error) -> PgError + '_ {
+        move |e| PgError::query(&self.inner.target, what, &e, self.inner.secret())
+    }
+
+    /// A [`PgError::Corrupt`] for a row.
+    pub(crate) fn corrupt(&self, what: impl Into<String>, reason: impl Into<String>) -> PgError {
+        PgError::Corrupt {
+            target: self.inner.target.clone(),
+            what: what.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn secret(&self) -> Option<&str> {
+        self.secret.as_deref()
+    }
+
+    /// Opens a new connection.
+    pub(crate) fn open(&self) -> Result<Client, PgError> {
+        self.config
+            .connect(NoTls)
+            .map_err(|e| PgError::connect(&self.target, &e, self.secret()))
+    }
+
+    /// An idle connection, or a new one.
+    pub(crate) fn take(&self) -> Result<Client, PgError> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        match idle {
+            Some((mut c, since)) if !c.is_closed() => {
+                if since.elapsed() < CHECK_IDLE_AFTER || c.is_valid(CHECK_TIMEOUT).is_ok() {
+                    Ok(c)
+                } else {
+                    self.open()
+                }
+            }
+            _ => self.open(),
+        }
+    }
+
+    /// Returns a connection to the pool (or closes it if the pool is full
+    /// or the connection is broken).
+    pub(crate) fn give_back(&self, client: Client) {
+        if client.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < self.pool_size {
+            idle.push((client, Instant::now()));
+        }
+    }
+
+    fn ensure_schema(&self) -> Result<(), PgError> {
+        if self.schema_ready.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut client = self.take()?;
+        let current = schema::current_version(&mut client, &self.target, self.secret())?;
+        match current {
+            Some(v) if v == schema::latest_version() => {}
+            Some(v) if v > schema::latest_version() => {
+                return Err(PgError::SchemaTooNew {
+                    target: self.target.clone(),
+                    found: v,
+                    supported: schema::latest_version(),
+                });
+            }
+            _ => {
+                schema::migrate(&mut client, &self.target, self.secret())?;
+            }
+        }
+        self.schema_ready.store(true, Ordering::SeqCst);
+        self.give_back(client);
+        Ok(())
+    }
+
+    pub(crate) fn workflow_ids(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, i32>> {
+        self.workflow_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A pooled connection, given back when dropped. A connection whose
+/// transaction was left open is rolled back by the client library first;
+/// a broken one is closed instead.
+pub(crate) struct Conn<'a> {
+    inner: &'a Inner,
+    client: Option<Client>,
+}
+
+impl std::ops::Deref for Conn<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        // Only `Drop` takes it out.
+        self.client.as_ref().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl std::ops::DerefMut for Conn<'_> {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.client.as_mut().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl Drop for Conn<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take() {
+            self.inner.give_back(c);
+        }
+    }
+}

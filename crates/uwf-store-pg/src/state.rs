@@ -1,0 +1,506 @@
+//! [`ThreadStore`] on PostgreSQL.
+//!
+//! Every mutation is one transaction that first takes the store lock
+//! ([`STORE_LOCK`]) in **shared** mode, so mutations run side by side;
+//! [`while_locked`](ThreadStore::while_locked) takes it in **exclusive**
+//! mode, so garbage collection sees a stable set of roots. Reads take no
+//! lock: every statement sees a committed snapshot.
+//!
+//! Compare-and-swap of a head is one `UPDATE … WHERE thread = $1 AND head
+//! = $2`: under PostgreSQL's row locking, of several racing updates from
+//! the same expected head exactly one matches; the others re-check the
+//! row after the winner commits and match nothing.
+
+use std::path::Path;
+use std::time::Duration;
+
+use postgres::Transaction;
+use uwf_protocol::{
+    AttemptsIndex, Hash, HistoryEntry, ThreadId, ThreadsIndex, WaitingIndex, WaitingRecord,
+    WorkflowConfig, WorkflowLimits, WorkflowRegistry,
+};
+use uwf_state::slots::{SlotError, Waiting};
+use uwf_state::{SlotHold, StateDir, StateError, ThreadStore};
+
+use crate::{PgError, PgStore};
+
+/// Advisory lock key (bigint space) of the whole store: shared by every
+/// mutation, exclusive in `while_locked`. "uwf_stat" in ASCII.
+pub(crate) const STORE_LOCK: i64 = 0x7577_665f_7374_6174;
+
+/// How long a mutation waits for a lock before failing as unavailable
+/// (the filesystem store's lock timeout).
+const LOCK_TIMEOUT: &str = "30s";
+
+fn now_ms() -> i64 {
+    i64::try_from(uwf_state::state::now_ms()).unwrap_or(i64::MAX)
+}
+
+impl PgStore {
+    /// Runs `f` in a transaction holding the store lock in shared mode
+    /// (every mutation does), committing if it succeeds.
+    fn mutate<T, E: From<PgError>>(
+        &self,
+        f: impl FnOnce(&mut Transaction<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut c = self.conn()?;
+        let mut tx = c.transaction().map_err(self.err("begin a transaction"))?;
+        tx.batch_execute(&format!(
+            "SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; SELECT pg_advisory_xact_lock_shared({STORE_LOCK})"
+        ))
+        .map_err(self.err("take the store lock"))?;
+        let out = f(&mut tx)?;
+        tx.commit().map_err(self.err("commit"))?;
+        Ok(out)
+    }
+
+    /// Where the configuration lives, for messages.
+    fn config_origin(&self) -> String {
+        format!("{} (table uwf_config)", self.url())
+    }
+
+    /// The configuration text as stored, `None` if there is none.
+    pub fn config_text(&self) -> Result<Option<String>, PgError> {
+        let row = self
+            .conn()?
+            .query_opt("SELECT body FROM uwf_config", &[])
+            .map_err(self.err("read the configuration"))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    /// Replaces the configuration with `text` (YAML, as `config.yaml`),
+    /// after checking that it parses; `None` removes it. Secrets do not
+    /// belong here: they stay in the local `.env`.
+    pub fn set_config(&self, text: Option<&str>) -> Result<(), StateError> {
+        if let Some(text) = text {
+            uwf_state::parse_config(Path::new(&self.config_origin()), text)?;
+        }
+        self.mutate(|tx| -> Result<(), StateError> {
+            match text {
+                Some(text) => tx.execute(
+                    "INSERT INTO uwf_config (only_row, body, updated_at) VALUES (true, $1, $2) \
+                     ON CONFLICT (only_row) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at",
+                    &[&text, &now_ms()],
+                ),
+                None => tx.execute("DELETE FROM uwf_config", &[]),
+            }
+            .map_err(self.err("write the configuration"))?;
+            Ok(())
+        })
+    }
+
+    /// A hash read from column `what` of a row.
+    fn hash_at(&self, row: &postgres::Row, idx: usize, what: &str) -> Result<Hash, PgError> {
+        let text: &str = row.get(idx);
+        text.parse()
+            .map_err(|e| self.corrupt(format!("{what} {text:?}"), format!("{e}")))
+    }
+
+    /// A thread id read from column `idx` of a row.
+    fn thread_at(&self, row: &postgres::Row, idx: usize) -> Result<ThreadId, PgError> {
+        let text: &str = row.get(idx);
+        text.parse()
+            .map_err(|e| self.corrupt(format!("thread id {text:?}"), format!("{e}")))
+    }
+
+    fn head_in(&self, tx: &mut Transaction<'_>, thread: ThreadId) -> Result<Option<Hash>, PgError> {
+        let row = tx
+            .query_opt(
+                "SELECT head FROM uwf_threads WHERE thread = $1",
+                &[&thread.to_string()],
+            )
+            .map_err(self.err("read a head"))?;
+        row.map(|r| self.hash_at(&r, 0, "head")).transpose()
+    }
+
+    fn parse_waiting(&self, thread: &str, text: &str) -> Result<WaitingRecord, PgError> {
+        serde_json::from_str(text)
+            .map_err(|e| self.corrupt(format!("waiting entry of thread {thread}"), e.to_string()))
+    }
+
+    fn history_entry(&self, row: &postgres::Row) -> Result<HistoryEntry, PgError> {
+        let completed: i64 = row.get(3);
+        Ok(HistoryEntry {
+            thread: self.thread_at(row, 0)?,
+            workflow: self.hash_at(row, 1, "history workflow")?,
+            head: self.hash_at(row, 2, "history head")?,
+            completed_at: u64::try_from(completed)
+                .map_err(|_| self.corrupt("history entry", format!("completed_at {completed}")))?,
+            reason: row.get(4),
+        })
+    }
+}
+
+impl ThreadStore for PgStore {
+    fn describe(&self) -> String {
+        self.url().to_owned()
+    }
+
+    fn thread_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
+        let row = self
+            .conn()?
+            .query_opt(
+                "SELECT head FROM uwf_threads WHERE thread = $1",
+                &[&thread.to_string()],
+            )
+            .map_err(self.err("read a head"))?;
+        Ok(row.map(|r| self.hash_at(&r, 0, "head")).transpose()?)
+    }
+
+    fn threads(&self) -> Result<ThreadsIndex, StateError> {
+        let rows = self
+            .conn()?
+            .query("SELECT thread, head FROM uwf_threads", &[])
+            .map_err(self.err("list the threads"))?;
+        let mut out = ThreadsIndex::new();
+        for r in &rows {
+            out.insert(self.thread_at(r, 0)?, self.hash_at(r, 1, "head")?);
+        }
+        Ok(out)
+    }
+
+    fn insert_thread(&self, thread: ThreadId, head: Hash) -> Result<(), StateError> {
+        self.mutate(|tx| {
+            let n = tx
+                .execute(
+                    "INSERT INTO uwf_threads (thread, head) VALUES ($1, $2) ON CONFLICT (thread) DO NOTHING",
+                    &[&thread.to_string(), &head.to_string()],
+                )
+                .map_err(self.err("add a thread"))?;
+            if n == 0 {
+                return Err(StateError::ThreadExists { thread });
+            }
+            Ok(())
+        })
+    }
+
+    fn swap_head(&self, thread: ThreadId, expected: Hash, new: Hash) -> Result<(), StateError> {
+        self.mutate(|tx| {
+            let n = tx
+                .execute(
+                    "UPDATE uwf_threads SET head = $3 WHERE thread = $1 AND head = $2",
+                    &[&thread.to_string(), &expected.to_string(), &new.to_string()],
+                )
+                .map_err(self.err("move a head"))?;
+            if n == 1 {
+                return Ok(());
+            }
+            Err(StateError::Conflict {
+                thread,
+                expected,
+                actual: self.head_in(tx, thread)?,
+            })
+        })
+    }
+
+    fn archive(
+        &self,
+        thread: ThreadId,
+        workflow: Hash,
+        expected_head: Option<Hash>,
+        reason: &str,
+    ) -> Result<HistoryEntry, StateError> {
+        self.mutate(|tx| {
+            let removed = tx
+                .query_opt(
+                    "DELETE FROM uwf_threads WHERE thread = $1 AND ($2::text IS NULL OR head = $2) \
+                     RETURNING head",
+                    &[&thread.to_string(), &expected_head.map(|h| h.to_string())],
+                )
+                .map_err(self.err("archive a thread"))?;
+            let Some(row) = removed else {
+                return Err(match expected_head {
+                    Some(expected) => StateError::Conflict {
+                        thread,
+                        expected,
+                        actual: self.head_in(tx, thread)?,
+                    },
+                    None => StateError::NotActive { thread },
+                });
+            };
+            let entry = HistoryEntry {
+                thread,
+                workflow,
+                head: self.hash_at(&row, 0, "head")?,
+                completed_at: uwf_state::state::now_ms(),
+                reason: Some(reason.to_owned()),
+            };
+            tx.execute(
+                "INSERT INTO uwf_history (thread, workflow, head, completed_at, reason) \
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[
+                    &entry.thread.to_string(),
+                    &entry.workflow.to_string(),
+                    &entry.head.to_string(),
+                    &i64::try_from(entry.completed_at).unwrap_or(i64::MAX),
+                    &entry.reason,
+                ],
+            )
+            .map_err(self.err("append to the history"))?;
+            Ok(entry)
+        })
+    }
+
+    fn history(&self) -> Result<Vec<HistoryEntry>, StateError> {
+        let rows = self
+            .conn()?
+            .query(
+                "SELECT thread, workflow, head, completed_at, reason FROM uwf_history ORDER BY seq",
+                &[],
+            )
+            .map_err(self.err("read the history"))?;
+        Ok(rows
+            .iter()
+            .map(|r| self.history_entry(r))
+            .collect::<Result<_, _>>()?)
+    }
+
+    fn find_archived(&self, thread: ThreadId) -> Result<Option<HistoryEntry>, StateError> {
+        let row = self
+            .conn()?
+            .query_opt(
+                "SELECT thread, workflow, head, completed_at, reason FROM uwf_history \
+                 WHERE thread = $1 ORDER BY seq DESC LIMIT 1",
+                &[&thread.to_string()],
+            )
+            .map_err(self.err("read the history"))?;
+        Ok(row.map(|r| self.history_entry(&r)).transpose()?)
+    }
+
+    fn registry(&self) -> Result<WorkflowRegistry, StateError> {
+        let rows = self
+            .conn()?
+            .query("SELECT name, hash FROM uwf_registry", &[])
+            .map_err(self.err("read the registry"))?;
+        let mut out = WorkflowRegistry::new();
+        for r in &rows {
+            out.insert(r.get(0), self.hash_at(r, 1, "registered workflow")?);
+        }
+        Ok(out)
+    }
+
+    fn register_workflow(&self, name: &str, hash: Hash) -> Result<Option<Hash>, StateError> {
+        self.mutate(|tx| {
+            // Serialises registrations of one name (a missing row cannot be
+            // locked with FOR UPDATE).
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('uwf-registry:' || $1, 0))",
+                &[&name],
+            )
+            .map_err(self.err("lock a registry entry"))?;
+            let previous = tx
+                .query_opt("SELECT hash FROM uwf_registry WHERE name = $1", &[&name])
+                .map_err(self.err("read the registry"))?
+                .map(|r| self.hash_at(&r, 0, "registered workflow"))
+                .transpose()?;
+            if previous != Some(hash) {
+                tx.execute(
+                    "INSERT INTO uwf_registry (name, hash) VALUES ($1, $2) \
+                     ON CONFLICT (name) DO UPDATE SET hash = excluded.hash",
+                    &[&name, &hash.to_string()],
+                )
+                .map_err(self.err("register a workflow"))?;
+            }
+            Ok(previous)
+        })
+    }
+
+    fn config(&self) -> Result<Option<WorkflowConfig>, StateError> {
+        let Some(text) = self.config_text()? else {
+            return Ok(None);
+        };
+        uwf_state::parse_config(Path::new(&self.config_origin()), &text).map(Some)
+    }
+
+    fn secrets(&self) -> Result<Vec<(String, String)>, StateError> {
+        match &self.inner().secrets_dir {
+            Some(dir) => StateDir::new(dir).env_vars(),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn waiting(&self) -> Result<WaitingIndex, StateError> {
+        let rows = self
+            .conn()?
+            .query(
+                "SELECT w.thread, w.record FROM uwf_waiting w \
+                 JOIN uwf_threads t ON t.thread = w.thread AND t.head = w.head",
+                &[],
+            )
+            .map_err(self.err("read the waiting threads"))?;
+        let mut out = WaitingIndex::new();
+        for r in &rows {
+            let thread = self.thread_at(r, 0)?;
+            let record = self.parse_waiting(r.get(0), r.get(1))?;
+            out.insert(thread, record);
+        }
+        Ok(out)
+    }
+
+    fn waiting_of(&self, thread: ThreadId) -> Result<Option<WaitingRecord>, StateError> {
+        let id = thread.to_string();
+        let row = self
+            .conn()?
+            .query_opt(
+                "SELECT w.record FROM uwf_waiting w \
+                 JOIN uwf_threads t ON t.thread = w.thread AND t.head = w.head \
+                 WHERE w.thread = $1",
+                &[&id],
+            )
+            .map_err(self.err("read a waiting thread"))?;
+        Ok(row.map(|r| self.parse_waiting(&id, r.get(0))).transpose()?)
+    }
+
+    fn mark_waiting(&self, thread: ThreadId, record: WaitingRecord) -> Result<bool, StateError> {
+        let id = thread.to_string();
+        let head = record.head.to_string();
+        let text = serde_json::to_string(&record)
+            .map_err(|e| self.corrupt(format!("waiting entry of thread {id}"), e.to_string()))?;
+        self.mutate(|tx| {
+            // Locks the thread's row: its head cannot move meanwhile, and
+            // marks of one thread are serialised.
+            let actual = tx
+                .query_opt(
+                    "SELECT head FROM uwf_threads WHERE thread = $1 FOR UPDATE",
+                    &[&id],
+                )
+                .map_err(self.err("read a head"))?
+                .map(|r| self.hash_at(&r, 0, "head"))
+                .transpose()?;
+            if actual != Some(record.head) {
+                return Err(StateError::Conflict {
+                    thread,
+                    expected: record.head,
+                    actual,
+                });
+            }
+            let existing = tx
+                .query_opt(
+                    "SELECT record FROM uwf_waiting WHERE thread = $1 AND head = $2",
+                    &[&id, &head],
+                )
+                .map_err(self.err("read a waiting thread"))?;
+            if let Some(row) = existing {
+                let old = self.parse_waiting(&id, row.get(0))?;
+                if old.role == record.role && old.child == record.child {
+                    return Ok(false);
+                }
+            }
+            tx.execute(
+                "INSERT INTO uwf_waiting (thread, head, record) VALUES ($1, $2, $3) \
+                 ON CONFLICT (thread) DO UPDATE SET head = excluded.head, record = excluded.record",
+                &[&id, &head, &text],
+            )
+            .map_err(self.err("record a waiting thread"))?;
+            Ok(true)
+        })
+    }
+
+    fn attempts(&self) -> Result<AttemptsIndex, StateError> {
+        let rows = self
+            .conn()?
+            .query("SELECT thread, record FROM uwf_attempts", &[])
+            .map_err(self.err("read the attempts"))?;
+        let mut out = AttemptsIndex::new();
+        for r in &rows {
+            out.insert(self.thread_at(r, 0)?, self.hash_at(r, 1, "attempt record")?);
+        }
+        Ok(out)
+    }
+
+    fn attempt_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
+        let row = self
+            .conn()?
+            .query_opt(
+                "SELECT record FROM uwf_attempts WHERE thread = $1",
+                &[&thread.to_string()],
+            )
+            .map_err(self.err("read the attempts"))?;
+        Ok(row
+            .map(|r| self.hash_at(&r, 0, "attempt record"))
+            .transpose()?)
+    }
+
+    fn record_attempt(
+        &self,
+        thread: ThreadId,
+        write: &mut dyn FnMut(Option<Hash>) -> Result<Hash, StateError>,
+    ) -> Result<Hash, StateError> {
+        let id = thread.to_string();
+        self.mutate(|tx| {
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('uwf-attempts:' || $1, 0))",
+                &[&id],
+            )
+            .map_err(self.err("lock the attempts of a thread"))?;
+            let prev = tx
+                .query_opt("SELECT record FROM uwf_attempts WHERE thread = $1", &[&id])
+                .map_err(self.err("read the attempts"))?
+                .map(|r| self.hash_at(&r, 0, "attempt record"))
+                .transpose()?;
+            let new = write(prev)?;
+            tx.execute(
+                "INSERT INTO uwf_attempts (thread, record) VALUES ($1, $2) \
+                 ON CONFLICT (thread) DO UPDATE SET record = excluded.record",
+                &[&id, &new.to_string()],
+            )
+            .map_err(self.err("record an attempt"))?;
+            Ok(new)
+        })
+    }
+
+    fn acquire_slot(
+        &self,
+        workflow: &str,
+        limits: WorkflowLimits,
+        poll: Option<Duration>,
+        on_wait: &mut dyn FnMut(&Waiting) -> bool,
+    ) -> Result<Box<dyn SlotHold>, SlotError> {
+        Ok(Box::new(crate::slots::acquire(
+            self, workflow, limits, poll, on_wait,
+        )?))
+    }
+
+    fn while_locked(
+        &self,
+        f: &mut dyn FnMut() -> Result<(), StateError>,
+    ) -> Result<(), StateError> {
+        let mut c = self.conn()?;
+        let mut tx = c.transaction().map_err(self.err("begin a transaction"))?;
+        tx.batch_execute(&format!(
+            "SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; SELECT pg_advisory_xact_lock({STORE_LOCK})"
+        ))
+        .map_err(self.err("take the store lock"))?;
+        let out = f();
+        // Ending the transaction releases the lock, whatever `f` returned.
+        tx.rollback().map_err(self.err("release the store lock"))?;
+        out
+    }
+
+    fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<Hash>, StateError> {
+        // Called inside `while_locked`: no store lock here (it is held).
+        let mut c = self.conn()?;
+        let mut tx = c.transaction().map_err(self.err("begin a transaction"))?;
+        let roots = tx
+            .query(
+                "SELECT a.record FROM uwf_attempts a JOIN uwf_threads t ON t.thread = a.thread \
+                 ORDER BY a.thread",
+                &[],
+            )
+            .map_err(self.err("read the attempts"))?
+            .iter()
+            .map(|r| self.hash_at(r, 0, "attempt record"))
+            .collect::<Result<Vec<Hash>, PgError>>()?;
+        if prune {
+            tx.batch_execute(
+                "DELETE FROM uwf_attempts a WHERE NOT EXISTS \
+                     (SELECT 1 FROM uwf_threads t WHERE t.thread = a.thread); \
+                 DELETE FROM uwf_waiting w WHERE NOT EXISTS \
+                     (SELECT 1 FROM uwf_threads t WHERE t.thread = w.thread AND t.head = w.head)",
+            )
+            .map_err(self.err("prune the side tables"))?;
+        }
+        tx.commit().map_err(self.err("commit"))?;
+        Ok(roots)
+    }
+}
