@@ -83,6 +83,23 @@ fn threads_run_on_postgres_and_the_password_never_shows() {
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     let verify = env.json(&["cas", "verify"]);
     assert_eq!(verify["issues"], serde_json::json!([]), "{verify}");
+    // An unreachable node is collected by gc; the thread's are kept.
+    let stray = env.file("stray.json", r#"{"text": "nobody refers to this"}"#);
+    let schema = env.json(&["cas", "schema", "put", &example("note.schema.json")]);
+    let put = env.json(&[
+        "cas",
+        "put",
+        schema["hash"].as_str().unwrap(),
+        stray.to_str().unwrap(),
+    ]);
+    let gc = env.json(&["cas", "gc", "--grace", "0s"]);
+    assert!(
+        gc.to_string().contains(put["hash"].as_str().unwrap()),
+        "{gc}"
+    );
+    assert_eq!(roles(&env, &["thread", "steps", &thread]), SOLVED);
+    let verify = env.json(&["cas", "verify"]);
+    assert_eq!(verify["issues"], serde_json::json!([]), "{verify}");
     // Nothing of the thread is in the local root: it is all in the database.
     assert!(!env.root().join("threads").exists());
     assert!(!env.root().join("history.jsonl").exists());
