@@ -761,4 +761,16 @@ fn a_damaged_run_row_is_reported_corrupt() {
             None => panic!("a damaged row was read"),
         }
     }
+    // A claim that meets it fails once (the row stays claimed, its lease
+    // runs out); it does not stop the claims of the other runs.
+    let t2 = uwf_protocol::ThreadId::from_u128(2);
+    store.insert_thread(t2, Hash::from_u64(2)).unwrap();
+    store.enqueue(t2, "wf", RunRequest::default()).unwrap();
+    let lease = Duration::from_secs(600);
+    match store.claim("w", &[], lease) {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}"),
+        Ok(c) => panic!("claimed {c:?}"),
+    }
+    let next = store.claim("w", &[], lease).unwrap().unwrap();
+    assert_eq!(next.thread(), t2);
 }
