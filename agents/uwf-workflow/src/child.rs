@@ -42,7 +42,7 @@ impl Child {
         depth: usize,
         cancel: CancelToken,
     ) -> Result<Self, WorkflowAgentError> {
-        let mut engine = Engine::open(root)
+        let mut engine = uwf_engine::location::open_resolved(None, root)
             .map_err(Box::new)?
             .with_agent_env(CALL_DEPTH_ENV, OsString::from(depth.to_string()));
         // Agents installed beside this binary (as uwf does for its own).
@@ -54,6 +54,11 @@ impl Child {
             engine = engine.with_agent_dir(dir);
         }
         Ok(Self { engine, cancel })
+    }
+
+    /// The thread state of the store.
+    pub fn state(&self) -> &dyn uwf_state::ThreadStore {
+        self.engine.state()
     }
 
     /// Starts the child thread of `workflow` (a registered name, a Workflow

@@ -124,7 +124,7 @@ fn main() -> ExitCode {
 /// thread that waited for a person. Returns its id and, when it has ended
 /// since (the answer was its last step), its terminal StepNode.
 fn waiting_child(
-    state: &StateDir,
+    state: &dyn uwf_state::ThreadStore,
     ctx: &AgentContext,
 ) -> Result<Option<(ThreadId, Option<Hash>)>, WorkflowAgentError> {
     let parent = ctx.thread_id();
@@ -185,7 +185,6 @@ fn run(args: &Args) -> Result<Hash, WorkflowAgentError> {
     let depth = check_depth(&ctx, &args.child_workflow, limit)?;
 
     let task = prompt::child_prompt(&ctx, args.context_quota);
-    let state = StateDir::new(&root.path);
     // SIGINT/SIGTERM (the parent engine stopping this agent) stop the
     // child's running step and its agent's process group.
     let cancel = uwf_engine::CancelToken::new();
@@ -194,7 +193,7 @@ fn run(args: &Args) -> Result<Hash, WorkflowAgentError> {
     let _ = ctrlc::set_handler(move || token.cancel());
     let uwf = child::Child::open(&root.path, depth, cancel)?;
     let parent = ctx.head();
-    let (child, ended) = match waiting_child(&state, &ctx)? {
+    let (child, ended) = match waiting_child(uwf.state(), &ctx)? {
         Some((child, ended)) => {
             tracing::info!(%child, parent = %parent, "continuing the child thread that waited");
             (child, ended)

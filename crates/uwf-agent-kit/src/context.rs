@@ -33,6 +33,8 @@ pub struct AgentContext {
     root: PathBuf,
     args: Vec<String>,
     store: Cas,
+    /// The thread state of the same store (its configuration, for models).
+    state: std::sync::Arc<dyn uwf_state::ThreadStore>,
     view: ThreadView,
     history_quota: usize,
     thread_text: String,
@@ -57,7 +59,10 @@ impl std::fmt::Debug for AgentContext {
 }
 
 impl AgentContext {
-    /// Loads the context of `role` on `thread` from the storage root `root`.
+    /// Loads the context of `role` on `thread` from the store of the
+    /// storage root `root`: the root itself, or the store that
+    /// [`UWF_STORE`](uwf_engine::location::STORE_ENV) or `store:` in its
+    /// `config.yaml` names (uwf sets `UWF_STORE` for its agents).
     ///
     /// Validates the thread id, reads the thread's head from the thread state
     /// ([`KitError::NotActive`] when absent), loads the chain, checks the
@@ -66,8 +71,9 @@ impl AgentContext {
     /// this role; otherwise a warning is logged and the agent runs without.
     pub fn load(root: &Path, thread: &str, role: &str) -> Result<Self, KitError> {
         let thread_id: ThreadId = thread.parse()?;
-        let store = Cas::open(root)?;
-        let state = StateDir::new(root);
+        let (store, state) = uwf_engine::location::open_resolved(None, root)
+            .map_err(|e| KitError::Store(Box::new(e)))?
+            .into_stores();
         let head = state
             .thread_head(thread_id)?
             .ok_or(KitError::NotActive { thread: thread_id })?;
@@ -115,6 +121,7 @@ impl AgentContext {
             root: root.to_path_buf(),
             args: Vec::new(),
             store,
+            state,
             view,
             history_quota: crate::prompt::history_quota_from_env(),
             thread_text: thread_id.to_string(),
@@ -282,7 +289,7 @@ impl AgentContext {
     /// [`require_config`](Self::require_config) reports why).
     pub fn config(&self) -> Option<&WorkflowConfig> {
         self.config
-            .get_or_init(|| match StateDir::new(&self.root).config() {
+            .get_or_init(|| match self.state.config() {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read config.yaml");
@@ -299,10 +306,13 @@ impl AgentContext {
         if let Some(c) = self.config() {
             return Ok(c);
         }
-        let state = StateDir::new(&self.root);
-        state.config()?;
+        self.state.config()?;
         Err(KitError::NoConfig {
-            path: state.config_path(),
+            path: if self.state.describe() == self.root.display().to_string() {
+                StateDir::new(&self.root).config_path()
+            } else {
+                PathBuf::from(self.state.describe())
+            },
         })
     }
 

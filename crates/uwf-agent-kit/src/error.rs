@@ -103,6 +103,12 @@ pub enum KitError {
         help: String,
     },
 
+    /// The store could not be opened (a PostgreSQL store that cannot be
+    /// reached, a bad `UWF_STORE`, …).
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Store(Box<uwf_engine::EngineError>),
+
     /// `config.yaml` is missing, and something needs a model.
     #[error("no configuration file {}", path.display())]
     #[diagnostic(

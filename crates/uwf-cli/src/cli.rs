@@ -47,6 +47,10 @@ pub struct Global {
     #[arg(long, global = true, value_name = "DIR")]
     pub root: Option<PathBuf>,
 
+    /// The store: a directory, or postgres://USER@HOST:PORT/DATABASE with the password in $UWF_STORE_PASSWORD or the root's .env (overrides $UWF_STORE and `store:` in config.yaml; default: the storage root).
+    #[arg(long, global = true, value_name = "STORE")]
+    pub store: Option<String>,
+
     /// Output format of stdout [default: json; mermaid for `workflow graph`].
     #[arg(long, global = true, value_enum)]
     pub format: Option<Format>,
@@ -131,6 +135,9 @@ pub enum Command {
     /// Run queued threads (`uwf thread run --detach`) until stopped; SIGTERM drains.
     #[command(after_help = WORKER_AFTER_HELP)]
     Worker(WorkerArgs),
+    /// Set up a shared store, see which store is used, copy one store into another.
+    #[command(subcommand)]
+    Store(StoreCommand),
     /// Print a shell completion script (it completes thread ids and workflow names too).
     #[command(after_help = "\
 The script calls `uwf` while completing (UWF_COMPLETE=<shell> uwf -- <words>), so
@@ -693,6 +700,28 @@ threads go back to the queue. See docs/worker.md.
 Examples:
   uwf thread run solve-issue -p \"Fix the login bug\" --detach
   uwf worker --concurrency 4 --workflow solve-issue --log-format json";
+
+/// `uwf store …`
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Create or upgrade the store's schema (PostgreSQL; safe to run again, and from several machines at once).
+    Init {
+        /// Also make this file the store's configuration (agents, models, workflow limits), shared by every machine.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Which store commands use, and where that was decided.
+    Show,
+    /// Copy every node, thread, history entry, registry entry, the configuration and queued runs of one store into another (resumable, verified, never overwrites).
+    Copy {
+        /// The store to copy: a directory or a postgres:// URL.
+        #[arg(long, value_name = "STORE")]
+        from: String,
+        /// The store to copy into: a directory or a postgres:// URL.
+        #[arg(long, value_name = "STORE")]
+        to: String,
+    },
+}
 
 /// `uwf worker`
 #[derive(Debug, Args)]

@@ -42,7 +42,7 @@ pub fn script(shell: clap_complete::Shell) -> Result<String, CliError> {
 
 fn ctx() -> Option<Ctx> {
     let root = uwf_util::root::resolve_root(None).ok()?;
-    crate::engine::open(&root.path).ok()
+    crate::engine::open(&root.path, None).ok()
 }
 
 /// Thread ids, newest first (active ones with their task as help), and

@@ -24,10 +24,11 @@ impl std::ops::Deref for Ctx {
     }
 }
 
-/// Opens the filesystem store at `root`. Agents installed beside `uwf` are
+/// Opens the store a command on the storage root `root` uses (`store`:
+/// `--store`; see [`location::resolve`]). Agents installed beside `uwf` are
 /// found first.
-pub fn open(root: &Path) -> Result<Ctx, CliError> {
-    let engine = Engine::open(root)?;
+pub fn open(root: &Path, store: Option<&str>) -> Result<Ctx, CliError> {
+    let engine = location::open_resolved(store, root)?;
     let engine = match std::env::current_exe()
         .ok()
         .as_deref()

@@ -53,6 +53,23 @@ pub enum CliError {
     )]
     VerifyFailed(usize),
 
+    /// `uwf store copy` left things the destination holds differently.
+    #[error(
+        "{0} thing(s) were not copied because the destination differs (listed under `conflicts`)"
+    )]
+    #[diagnostic(
+        code(uwf::store::copy_conflicts),
+        help(
+            "nothing in the destination was overwritten; resolve each conflict (or copy into an empty store), then run the copy again: it skips what is there"
+        )
+    )]
+    CopyConflicts(usize),
+
+    /// `uwf store copy` from a store into itself.
+    #[error("--from and --to name the same store ({0}): nothing to copy")]
+    #[diagnostic(code(uwf::store::same))]
+    SameStore(String),
+
     /// A workflow definition could not be parsed.
     #[error(transparent)]
     #[diagnostic(transparent)]
@@ -371,6 +388,12 @@ pub struct JsonInputError {
 impl From<EngineError> for CliError {
     fn from(e: EngineError) -> Self {
         CliError::Engine(Box::new(EngineFailure(e)))
+    }
+}
+
+impl From<uwf_engine::location::LocationError> for CliError {
+    fn from(e: uwf_engine::location::LocationError) -> Self {
+        EngineError::Location(e).into()
     }
 }
 

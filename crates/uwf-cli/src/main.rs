@@ -118,11 +118,8 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Cas(sub) => {
-            let root = uwf_util::root::resolve_root(cli.global.root.as_deref())?;
-            tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
-            let cas = uwf_cas::Cas::open(&root.path)?;
-            let state = uwf_state::state::StateDir::new(&root.path);
-            match cmd::cas::run(&cas, &state, sub)? {
+            let ctx = open(&cli.global)?;
+            match cmd::cas::run(ctx.cas(), ctx.state(), sub)? {
                 cmd::cas::Outcome::Value(v) => {
                     output::print(format, &v)?;
                     Ok(ExitCode::SUCCESS)
@@ -180,6 +177,15 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             cmd::agent::run(&ctx, sub, format)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Store(sub) => {
+            let root = uwf_util::root::resolve_root(cli.global.root.as_deref())?;
+            let out = cmd::store::run(&root.path, cli.global.store.as_deref(), sub)?;
+            output::print(format, &out.value)?;
+            match out.failure {
+                Some(e) => Err(e),
+                None => Ok(ExitCode::SUCCESS),
+            }
+        }
         Command::Worker(args) => {
             let ctx = open(&cli.global)?;
             cmd::worker::run(&ctx, &args)?;
@@ -196,5 +202,5 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
 fn open(global: &cli::Global) -> Result<engine::Ctx, CliError> {
     let root = uwf_util::root::resolve_root(global.root.as_deref())?;
     tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
-    engine::open(&root.path)
+    engine::open(&root.path, global.store.as_deref())
 }

@@ -42,6 +42,26 @@ pub enum EngineError {
     #[diagnostic(transparent)]
     ThreadId(#[from] uwf_protocol::ThreadIdError),
 
+    /// The store setting cannot be used.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Location(#[from] crate::location::LocationError),
+
+    /// The PostgreSQL store failed (connecting, migrating, …).
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Postgres(Box<uwf_store_pg::PgError>),
+
+    /// A command needs something the store does not have.
+    #[error("the store {store} has no {what}")]
+    #[diagnostic(code(uwf::store::unsupported))]
+    Unsupported {
+        /// The store, as it may be shown.
+        store: String,
+        /// What is missing (`run queue`, …).
+        what: &'static str,
+    },
+
     /// A `retries` or `timeouts` setting cannot be used.
     #[error(transparent)]
     #[diagnostic(transparent)]

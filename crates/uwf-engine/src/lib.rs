@@ -18,8 +18,10 @@
 //! workflow and steps it to `$END` with a closure as the agent.
 
 pub mod check;
+pub mod copy;
 mod error;
 pub mod human;
+pub mod location;
 pub mod nested;
 mod ops;
 mod progress;
@@ -40,7 +42,7 @@ pub use ops::{Ran, Started, apply_offered, fork, kill, ready_to_start, run, star
 pub use progress::{NoProgress, Progress};
 pub use step::*;
 use uwf_cas::Cas;
-use uwf_state::{StateDir, ThreadStore};
+use uwf_state::{RunQueue, StateDir, ThreadStore};
 
 /// Environment variable telling an agent how uwf names it (its alias or
 /// command line); the StepNode records it as `agent`.
@@ -82,6 +84,8 @@ impl CancelToken {
 pub struct Engine {
     pub(crate) cas: Cas,
     pub(crate) state: Arc<dyn ThreadStore>,
+    /// The run queue of `uwf worker`, when the store has one.
+    pub(crate) runs: Option<Arc<dyn RunQueue>>,
     /// What an agent needs in its environment to open the same store.
     pub(crate) store_env: Vec<(String, OsString)>,
     /// Prepended to an agent's `PATH` (where agents installed beside the
@@ -99,6 +103,7 @@ impl Engine {
         Ok(Self {
             cas: Cas::open(root)?,
             state: Arc::new(StateDir::new(root)),
+            runs: Some(Arc::new(StateDir::new(root))),
             store_env: vec![(
                 uwf_util::root::ENV_ROOT.to_string(),
                 root.as_os_str().to_owned(),
@@ -119,6 +124,7 @@ impl Engine {
         Self {
             cas,
             state,
+            runs: None,
             store_env,
             agent_dir: None,
             run_dir: None,
@@ -159,5 +165,23 @@ impl Engine {
     /// The thread state.
     pub fn state(&self) -> &dyn ThreadStore {
         self.state.as_ref()
+    }
+
+    /// Gives the engine the run queue of its store (for `uwf worker` and
+    /// `thread run --detach`); [`Engine::open`] has the filesystem's.
+    pub fn with_run_queue(mut self, runs: Arc<dyn RunQueue>) -> Self {
+        self.runs = Some(runs);
+        self
+    }
+
+    /// The object store and the thread state, for a program that needs
+    /// them without the engine (an agent reading its thread).
+    pub fn into_stores(self) -> (Cas, Arc<dyn ThreadStore>) {
+        (self.cas, self.state)
+    }
+
+    /// The run queue of the store, if it has one.
+    pub fn run_queue(&self) -> Option<&Arc<dyn RunQueue>> {
+        self.runs.as_ref()
     }
 }

@@ -83,6 +83,11 @@ impl TryFrom<RawAgentConfig> for AgentConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WorkflowConfig {
+    /// Where the store lives, when it is not this directory: a PostgreSQL
+    /// URL (`postgres://USER@HOST:PORT/DATABASE`, the password in `.env` as
+    /// `UWF_STORE_PASSWORD`, never here) or another directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
     /// Provider aliases.
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,

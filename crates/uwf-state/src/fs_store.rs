@@ -146,6 +146,18 @@ impl ThreadStore for StateDir {
         Ok(Box::new(slots.acquire(on_wait)?))
     }
 
+    fn config_text(&self) -> Result<Option<String>, StateError> {
+        StateDir::config_text(self)
+    }
+
+    fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError> {
+        StateDir::set_config_text(self, text)
+    }
+
+    fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError> {
+        StateDir::import_history(self, entries)
+    }
+
     fn while_locked(
         &self,
         f: &mut dyn FnMut() -> Result<(), StateError>,

@@ -364,25 +364,7 @@ impl StateDir {
             let head = check_head(self.read_head(thread)?, thread, expected_head)?;
 
             let history_path = self.history_path();
-            match history_tail(&history_path)? {
-                Tail::Clean => {}
-                Tail::Unterminated => {
-                    // A complete record missing only its newline: end it.
-                    append_line(&history_path, "")?;
-                }
-                Tail::Torn { offset } => {
-                    // Left by a crashed append (all appends happen under this
-                    // lock, so nobody is writing it now). That thread is still
-                    // active and will be archived again; drop the fragment so
-                    // the next record starts on a line of its own.
-                    tracing::warn!(
-                        path = %history_path.display(),
-                        offset,
-                        "discarding an incomplete last line of the history (left by an interrupted write)"
-                    );
-                    truncate(&history_path, offset)?;
-                }
-            }
+            self.repair_history_tail_locked()?;
 
             let entry = HistoryEntry {
                 thread,
@@ -401,6 +383,82 @@ impl StateDir {
 
             self.remove_head_locked(thread)?;
             Ok(entry)
+        })
+    }
+
+    /// Makes the last line of `history.jsonl` end where a new record can
+    /// start (state lock held).
+    fn repair_history_tail_locked(&self) -> Result<(), StateError> {
+        let history_path = self.history_path();
+        match history_tail(&history_path)? {
+            Tail::Clean => {}
+            Tail::Unterminated => {
+                // A complete record missing only its newline: end it.
+                append_line(&history_path, "")?;
+            }
+            Tail::Torn { offset } => {
+                // Left by a crashed append (all appends happen under this
+                // lock, so nobody is writing it now). That thread is still
+                // active and will be archived again; drop the fragment so
+                // the next record starts on a line of its own.
+                tracing::warn!(
+                    path = %history_path.display(),
+                    offset,
+                    "discarding an incomplete last line of the history (left by an interrupted write)"
+                );
+                truncate(&history_path, offset)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends the entries of `entries` that the history does not hold yet
+    /// (equal in every field), in order; returns how many were added. For
+    /// copying a store: running it again adds nothing.
+    pub fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError> {
+        self.locked(|| {
+            self.repair_history_tail_locked()?;
+            let path = self.history_path();
+            let mut have = self.history()?;
+            let mut added = 0;
+            for entry in entries {
+                if have.contains(entry) {
+                    continue;
+                }
+                let line = serde_json::to_string(entry).map_err(|e| StateError::Io {
+                    path: path.clone(),
+                    source: io::Error::other(e),
+                })?;
+                append_line(&path, &line)?;
+                have.push(entry.clone());
+                added += 1;
+            }
+            Ok(added)
+        })
+    }
+
+    /// `config.yaml` as written, `None` if it is missing.
+    pub fn config_text(&self) -> Result<Option<String>, StateError> {
+        read_text(&self.config_path())
+    }
+
+    /// Replaces `config.yaml` with `text` once it parses (atomically, under
+    /// the lock); `None` removes it.
+    pub fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError> {
+        let path = self.config_path();
+        if let Some(text) = text {
+            parse_config(&path, text)?;
+        }
+        self.locked(|| match text {
+            Some(text) => Ok(write_atomic(&path, text.as_bytes())?),
+            None => match fs::remove_file(&path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(source) => Err(StateError::Io {
+                    path: path.clone(),
+                    source,
+                }),
+            },
         })
     }
 

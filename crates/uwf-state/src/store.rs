@@ -175,6 +175,21 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         on_wait: &mut dyn FnMut(&Waiting) -> bool,
     ) -> Result<Box<dyn SlotHold>, SlotError>;
 
+    // ----- copying a store (`uwf store copy`) ------------------------------
+
+    /// The configuration as stored (YAML text, comments kept), `None` when
+    /// there is none.
+    fn config_text(&self) -> Result<Option<String>, StateError>;
+
+    /// Replaces the configuration with `text` once it parses; `None`
+    /// removes it.
+    fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError>;
+
+    /// Appends the entries of `entries` that the history does not hold yet
+    /// (equal in every field), in order, and returns how many were added.
+    /// Copying a store uses it; running it again adds nothing.
+    fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError>;
+
     // ----- maintenance ---------------------------------------------------
 
     /// Runs `f` while no thread, registry or side-table change can happen

@@ -461,6 +461,40 @@ impl ThreadStore for PgStore {
         )?))
     }
 
+    fn config_text(&self) -> Result<Option<String>, StateError> {
+        Ok(PgStore::config_text(self)?)
+    }
+
+    fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError> {
+        self.set_config(text)
+    }
+
+    fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError> {
+        self.mutate(|tx| -> Result<usize, StateError> {
+            let mut added = 0;
+            for e in entries {
+                let at = i64::try_from(e.completed_at).unwrap_or(i64::MAX);
+                // Equal in every field: already there (a copy run again).
+                added += tx
+                    .execute(
+                        "INSERT INTO uwf_history (thread, workflow, head, completed_at, reason) \
+                         SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS ( \
+                           SELECT 1 FROM uwf_history WHERE thread = $1 AND workflow = $2 \
+                           AND head = $3 AND completed_at = $4 AND reason IS NOT DISTINCT FROM $5)",
+                        &[
+                            &e.thread.to_string(),
+                            &e.workflow.to_string(),
+                            &e.head.to_string(),
+                            &at,
+                            &e.reason,
+                        ],
+                    )
+                    .map_err(self.err("import the history"))?;
+            }
+            Ok(usize::try_from(added).unwrap_or(usize::MAX))
+        })
+    }
+
     fn while_locked(
         &self,
         f: &mut dyn FnMut() -> Result<(), StateError>,

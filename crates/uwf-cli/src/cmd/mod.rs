@@ -5,6 +5,7 @@ pub mod cas;
 pub mod config;
 pub mod eval;
 pub mod setup;
+pub mod store;
 pub mod story;
 pub mod thread;
 pub mod view;

@@ -7,7 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde_json::{Value, json};
 use uwf_protocol::{Hash, ThreadId};
 use uwf_state::runs::{Run, RunQueue, RunRequest, RunState};
-use uwf_state::state::{StateDir, now_ms};
+use uwf_state::state::now_ms;
 
 use crate::cli::{LogFormat, WorkerArgs};
 use crate::engine::worker::{Worker, WorkerEvent, WorkerLog, WorkerOptions, worker_id};
@@ -15,13 +15,19 @@ use crate::engine::{self, Ctx};
 use crate::error::CliError;
 
 /// The run queue of the store `ctx` opened.
-pub fn queue(ctx: &Ctx) -> StateDir {
-    StateDir::new(&ctx.root)
+pub fn queue(ctx: &Ctx) -> Result<&dyn RunQueue, CliError> {
+    ctx.run_queue().map(|q| q.as_ref()).ok_or_else(|| {
+        engine::EngineError::Unsupported {
+            store: ctx.state().describe(),
+            what: "run queue (uwf worker needs one)",
+        }
+        .into()
+    })
 }
 
 /// Runs the worker until SIGINT/SIGTERM, then drains.
 pub fn run(ctx: &Ctx, args: &WorkerArgs) -> Result<(), CliError> {
-    let queue = queue(ctx);
+    let queue = queue(ctx)?;
     let mut opts = WorkerOptions::new(worker_id());
     opts.concurrency = usize::from(args.concurrency);
     opts.workflows = args.workflow.clone();
@@ -31,7 +37,7 @@ pub fn run(ctx: &Ctx, args: &WorkerArgs) -> Result<(), CliError> {
     let log: Arc<dyn WorkerLog> = Arc::new(Lines {
         format: args.log_format,
     });
-    Worker::new(ctx, &queue, opts, log).run(engine::cancel_token());
+    Worker::new(ctx, queue, opts, log).run(engine::cancel_token());
     Ok(())
 }
 
@@ -45,7 +51,7 @@ pub fn detach(
 ) -> Result<Value, CliError> {
     let head = engine::active_head(ctx, id)?;
     let name = uwf_moderator::thread::load(ctx.cas(), head)?.workflow.name;
-    let run = queue(ctx).enqueue(id, &name, request)?;
+    let run = queue(ctx)?.enqueue(id, &name, request)?;
     Ok(json!({
         "workflow": workflow,
         "thread": id,
@@ -82,7 +88,11 @@ pub fn run_json(run: &Run, now: u64) -> Value {
 
 /// Adds `run` to `thread show`'s answer when the thread is in the queue.
 pub fn add_to_show(ctx: &Ctx, id: ThreadId, v: &mut Value) -> Result<(), CliError> {
-    if let Some(run) = queue(ctx).run_of(id)?
+    // A store without a run queue has nothing queued.
+    let Some(queue) = ctx.run_queue() else {
+        return Ok(());
+    };
+    if let Some(run) = queue.run_of(id)?
         && v["done"] != true
     {
         let run = run_json(&run, now_ms());
@@ -95,7 +105,10 @@ pub fn add_to_show(ctx: &Ctx, id: ThreadId, v: &mut Value) -> Result<(), CliErro
 /// Adds `run` (and `worker`, when one holds it) to `thread list` rows of
 /// threads in the queue.
 pub fn add_to_list(ctx: &Ctx, rows: &mut [Value]) -> Result<(), CliError> {
-    let runs = queue(ctx).runs()?;
+    let Some(queue) = ctx.run_queue() else {
+        return Ok(());
+    };
+    let runs = queue.runs()?;
     if runs.is_empty() {
         return Ok(());
     }

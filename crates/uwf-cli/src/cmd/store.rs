@@ -1,0 +1,100 @@
+//! `uwf store …`: which store commands use, setting one up, copying one
+//! into another.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::cli::StoreCommand;
+use crate::engine::copy::copy_store;
+use crate::engine::location::{self, LocationSource, StoreLocation};
+use crate::error::CliError;
+
+fn kind(location: &StoreLocation) -> &'static str {
+    if location.is_dir() {
+        "filesystem"
+    } else {
+        "postgres"
+    }
+}
+
+/// A store named on the command line (`--from`, `--to`).
+fn named(text: &str) -> Result<StoreLocation, CliError> {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    Ok(StoreLocation::parse(text, &cwd, LocationSource::Flag)?)
+}
+
+/// What a `store` subcommand answers, and the failure to report after
+/// printing it (a copy with conflicts).
+pub struct Outcome {
+    /// The answer.
+    pub value: Value,
+    /// Reported after the answer is printed.
+    pub failure: Option<CliError>,
+}
+
+/// Runs a `store` subcommand on the storage root `root` (`flag`: `--store`).
+pub fn run(root: &Path, flag: Option<&str>, cmd: StoreCommand) -> Result<Outcome, CliError> {
+    let value = |value| {
+        Ok(Outcome {
+            value,
+            failure: None,
+        })
+    };
+    match cmd {
+        StoreCommand::Show => {
+            let (loc, source) = location::resolve(flag, root)?;
+            value(json!({
+                "store": loc.display(),
+                "kind": kind(&loc),
+                "from": source.to_string(),
+                "root": root,
+            }))
+        }
+        StoreCommand::Init { config } => {
+            let (loc, _) = location::resolve(flag, root)?;
+            // Read before anything is written: a missing file changes nothing.
+            let text = config
+                .as_deref()
+                .map(|p| crate::input::read_text(&p.to_string_lossy()))
+                .transpose()?;
+            let report = location::init(root, &loc)?;
+            let mut v = json!({ "store": loc.display(), "kind": kind(&loc) });
+            if let Some(r) = report {
+                v["schemaVersion"] = json!(r.to);
+                v["previousVersion"] = json!(r.from);
+                v["applied"] = json!(r.applied);
+            }
+            if let Some(text) = text {
+                let engine = location::open(root, &loc)?;
+                engine.state().set_config_text(Some(&text))?;
+                v["config"] = json!("set");
+            }
+            value(v)
+        }
+        StoreCommand::Copy { from, to } => {
+            let (from, to) = (named(&from)?, named(&to)?);
+            if from == to {
+                return Err(CliError::SameStore(from.display()));
+            }
+            let src = location::open(root, &from)?;
+            // The destination's schema is created if it is new.
+            location::init(root, &to)?;
+            let dst = location::open(root, &to)?;
+            let report = copy_store(&src, &dst, &mut |line| {
+                tracing::info!("store copy: {line}");
+            })?;
+            let conflicts = report.conflicts.len();
+            let mut v =
+                serde_json::to_value(&report).map_err(|e| CliError::Output(e.to_string()))?;
+            v["from"] = json!(from.display());
+            v["to"] = json!(to.display());
+            // The report is the answer either way; the exit status says
+            // whether the destination holds everything.
+            Ok(Outcome {
+                value: v,
+                failure: (conflicts > 0).then_some(CliError::CopyConflicts(conflicts)),
+            })
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! `uwf` on a PostgreSQL store, on a real server (started by
+//! `uwf-pg-testing`; skipped loudly without the server binaries, failing
+//! instead under `CI=true`): `--store`, `UWF_STORE` and `store:` in
+//! config.yaml select it, the password never shows, agents (uwf-mock) read
+//! and write the same store, and `uwf store copy` moves a store into
+//! PostgreSQL and back, resumably.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Env, example, mock_agent};
+use serde_json::Value;
+use uwf_pg_testing::PASSWORD;
+
+/// The roles of a solve-issue thread run with its mock scenario (the
+/// reviewer asks for one more round).
+const SOLVED: [&str; 5] = ["planner", "developer", "reviewer", "developer", "reviewer"];
+
+/// A root whose commands use the PostgreSQL database `url` (without its
+/// password; the password is in the root's `.env`).
+fn pg_env(url: &str) -> Env {
+    let env = Env::new();
+    std::fs::create_dir_all(env.root()).unwrap();
+    std::fs::write(
+        env.root().join("config.yaml"),
+        format!("store: \"{url}\"\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        env.root().join(".env"),
+        format!("UWF_STORE_PASSWORD={PASSWORD}\n"),
+    )
+    .unwrap();
+    env
+}
+
+/// Runs solve-issue to its end with uwf-mock, returns the thread id.
+fn solve(env: &Env, task: &str) -> String {
+    let agent = mock_agent(std::path::Path::new(&example("solve-issue.mock.yaml")));
+    let out = env.json(&[
+        "thread",
+        "run",
+        &example("solve-issue.yaml"),
+        "-p",
+        task,
+        "--agent",
+        &agent,
+    ]);
+    assert_eq!(out["done"], true, "{out}");
+    out["thread"].as_str().unwrap().to_string()
+}
+
+fn roles(env: &Env, args: &[&str]) -> Vec<String> {
+    let v = env.json(args);
+    v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["role"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn threads_run_on_postgres_and_the_password_never_shows() {
+    let Some(db) = uwf_pg_testing::database() else {
+        return;
+    };
+    let env = pg_env(&db.url_without_password);
+
+    let shown = env.json(&["store", "show"]);
+    assert_eq!(shown["kind"], "postgres", "{shown}");
+    assert_eq!(shown["from"], "`store:` in config.yaml");
+    let init = env.json(&["store", "init"]);
+    assert!(init["schemaVersion"].as_i64().unwrap() >= 1, "{init}");
+    // Again: nothing left to apply.
+    let again = env.json(&["store", "init"]);
+    assert_eq!(again["applied"], serde_json::json!([]), "{again}");
+
+    let thread = solve(&env, "Fix the login bug");
+    assert_eq!(roles(&env, &["thread", "steps", &thread]), SOLVED);
+    let listed = env.json(&["thread", "list", "--all"]);
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    let verify = env.json(&["cas", "verify"]);
+    assert_eq!(verify["issues"], serde_json::json!([]), "{verify}");
+    // Nothing of the thread is in the local root: it is all in the database.
+    assert!(!env.root().join("threads").exists());
+    assert!(!env.root().join("history.jsonl").exists());
+
+    // A wrong password fails clearly, and no output or message shows a
+    // password, the right one or the wrong one.
+    let out = env
+        .uwf()
+        .env("UWF_STORE_PASSWORD", "not-the-password")
+        .args(["thread", "list"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("postgres"), "{err}");
+    assert!(
+        !err.contains("not-the-password") && !err.contains(PASSWORD),
+        "{err}"
+    );
+    for args in [&["store", "show"][..], &["thread", "show", &thread][..]] {
+        let out = env.uwf().args(args).output().unwrap();
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!all.contains(PASSWORD), "{args:?}: {all}");
+    }
+    // A password in the URL itself is cut out of what is shown.
+    let shown = env.json(&["--store", &db.url, "store", "show"]);
+    assert!(!shown.to_string().contains(PASSWORD), "{shown}");
+}
+
+#[test]
+fn a_store_is_copied_into_postgres_and_back_resumably() {
+    let Some(db) = uwf_pg_testing::database() else {
+        return;
+    };
+    // A filesystem store with two finished threads and one started.
+    let fs = Env::new();
+    let first = solve(&fs, "first task");
+    let second = solve(&fs, "second task");
+    let started = fs.json(&["thread", "start", "solve-issue", "-p", "third task"]);
+    let third = started["thread"].as_str().unwrap().to_string();
+    let before = fs.json(&["thread", "list", "--all"]);
+
+    let pg = pg_env(&db.url_without_password);
+    let root = fs.root().display().to_string();
+    let copied = pg.json(&[
+        "store",
+        "copy",
+        "--from",
+        &root,
+        "--to",
+        &db.url_without_password,
+    ]);
+    assert_eq!(copied["conflicts"], serde_json::json!([]), "{copied}");
+    assert_eq!(copied["threadsAdded"], 1, "{copied}");
+    assert_eq!(copied["historyAdded"], 2, "{copied}");
+    assert!(copied["nodesCopied"].as_u64().unwrap() > 10, "{copied}");
+    // The destination had only the node types every store starts with.
+    assert!(copied["nodes"].as_u64().unwrap() - copied["nodesCopied"].as_u64().unwrap() <= 4);
+
+    // The same threads, steps and registry in PostgreSQL.
+    let after: Value = pg.json(&["thread", "list", "--all"]);
+    let ids = |v: &Value| {
+        let mut ids: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| format!("{}:{}:{}", r["thread"], r["head"], r["done"]))
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&after), ids(&before));
+    for t in [&first, &second] {
+        assert_eq!(roles(&pg, &["thread", "steps", t]), SOLVED);
+    }
+    assert_eq!(pg.json(&["cas", "verify"])["issues"], serde_json::json!([]));
+
+    // Run again: everything is there, nothing is written.
+    let copy = |env: &Env, from: &str, to: &str| -> (bool, Value, String) {
+        let out = env
+            .uwf()
+            .args(["store", "copy", "--from", from, "--to", to])
+            .output()
+            .unwrap();
+        let report = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), report, stderr)
+    };
+    let (ok, again, _) = copy(&pg, &root, &db.url_without_password);
+    assert!(ok, "{again}");
+    assert_eq!(again["nodesCopied"], 0, "{again}");
+    assert_eq!(again["threadsSame"], 1, "{again}");
+    assert_eq!(again["historyAdded"], 0, "{again}");
+
+    // The started thread takes a step in the filesystem store: copying
+    // again moves the PostgreSQL head forward along the same chain.
+    let agent = mock_agent(std::path::Path::new(&example("solve-issue.mock.yaml")));
+    let stepped = fs.json(&["thread", "step", &third, "--agent", &agent]);
+    assert_eq!(stepped["done"], false);
+    let (ok, advanced, _) = copy(&pg, &root, &db.url_without_password);
+    assert!(ok, "{advanced}");
+    assert_eq!(advanced["threadsAdvanced"], 1, "{advanced}");
+    assert_eq!(
+        pg.json(&["thread", "show", &third])["head"],
+        stepped["head"]
+    );
+
+    // It runs to its end in PostgreSQL; a copy back into a fresh directory
+    // holds it, finished, and that filesystem store is sound.
+    let ran = pg.json(&["thread", "run", &third, "--agent", &agent]);
+    assert_eq!(ran["done"], true, "{ran}");
+    let back = Env::new();
+    let back_root = back.root().display().to_string();
+    let (ok, copied, _) = copy(&pg, &db.url_without_password, &back_root);
+    assert!(ok, "{copied}");
+    assert_eq!(copied["historyAdded"], 3, "{copied}");
+    assert_eq!(roles(&back, &["thread", "steps", &third]), SOLVED);
+    assert_eq!(
+        back.json(&["cas", "verify"])["issues"],
+        serde_json::json!([])
+    );
+
+    // The old filesystem store, copied once more, would revive the thread
+    // PostgreSQL finished: that is refused and reported, nothing is
+    // overwritten, and the exit status says so.
+    let (ok, report, stderr) = copy(&pg, &root, &db.url_without_password);
+    assert!(!ok);
+    let conflicts = report["conflicts"].as_array().unwrap();
+    assert_eq!(conflicts.len(), 1, "{report}");
+    assert!(conflicts[0].as_str().unwrap().contains(&third), "{report}");
+    assert!(stderr.contains("uwf::store::copy_conflicts"), "{stderr}");
+    assert_eq!(pg.json(&["thread", "show", &third])["done"], true);
+}
