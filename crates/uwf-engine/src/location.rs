@@ -226,8 +226,11 @@ pub fn open(root: &Path, location: &StoreLocation) -> Result<Engine, EngineError
                 env.push((STORE_PASSWORD_ENV.to_string(), p.into()));
             }
             let objects: Arc<dyn Store> = Arc::new(pg.clone());
+            let runs: Arc<dyn uwf_state::RunQueue> = Arc::new(pg.clone());
             let state: Arc<dyn ThreadStore> = Arc::new(pg);
-            Ok(Engine::with_stores(Cas::new(objects)?, state, env).with_run_dir(root))
+            Ok(Engine::with_stores(Cas::new(objects)?, state, env)
+                .with_run_dir(root)
+                .with_run_queue(runs))
         }
     }
 }

@@ -509,6 +509,11 @@ fn attempt_in_process(
     if let Some(e) = moved(ctx, id, a.head, true)? {
         return Err(e);
     }
+    // Cancelled while the call ran (it cannot be stopped like a process):
+    // nothing of it is applied, as for a stopped agent.
+    if a.cancel.is_cancelled() {
+        return Err(EngineError::Interrupted);
+    }
     let new = match answer {
         Ok(h) => h,
         Err(reason) => {

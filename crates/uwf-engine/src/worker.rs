@@ -33,7 +33,7 @@ use uwf_state::runs::{Claim, RunOutcome, RunQueue};
 use uwf_state::{ErrorKind, StateError};
 
 use crate::error::EngineError;
-use crate::step::{StepOptions, step};
+use crate::step::{AgentCall, StepOptions, step};
 use crate::{CancelToken, Engine, Progress};
 
 /// How many steps a run may take when its request does not say.
@@ -203,6 +203,10 @@ struct Counters {
     lost: AtomicU64,
 }
 
+/// An in-process agent a worker can share between its slots (see
+/// [`Worker::with_in_process_agent`]).
+pub type SharedInProcessAgent<'a> = dyn Fn(&AgentCall<'_>) -> Result<Hash, String> + Sync + 'a;
+
 /// A worker over an engine and a run queue.
 pub struct Worker<'e> {
     engine: &'e Engine,
@@ -210,6 +214,7 @@ pub struct Worker<'e> {
     opts: WorkerOptions,
     log: Arc<dyn WorkerLog>,
     counters: Counters,
+    in_process: Option<&'e SharedInProcessAgent<'e>>,
 }
 
 impl<'e> Worker<'e> {
@@ -227,7 +232,20 @@ impl<'e> Worker<'e> {
             opts,
             log,
             counters: Counters::default(),
+            in_process: None,
         }
+    }
+
+    /// Runs every role of every thread it claims with `agent`, in this
+    /// process ([`StepOptions::in_process`]), instead of an agent command:
+    /// for tests and programs that embed the engine. The `agent` of a
+    /// run's request is then ignored. An in-process agent cannot be
+    /// stopped: when the lease is lost, the worker lets go of the thread at
+    /// once and the call runs on until it returns, but nothing it returns
+    /// is applied (the step was cancelled).
+    pub fn with_in_process_agent(mut self, agent: &'e SharedInProcessAgent<'e>) -> Self {
+        self.in_process = Some(agent);
+        self
     }
 
     /// The worker's options.
@@ -357,7 +375,9 @@ impl<'e> Worker<'e> {
             agent: request.agent.as_deref(),
             timeout: request.timeout_ms.map(Duration::from_millis),
             cancel: step_cancel.clone(),
-            in_process: None,
+            in_process: self
+                .in_process
+                .map(|a| -> &crate::step::InProcessAgent<'_> { a }),
             resume: false,
         };
         let max_steps = request.max_steps.unwrap_or(DEFAULT_MAX_STEPS);
@@ -382,6 +402,8 @@ impl<'e> Worker<'e> {
         shutdown: &CancelToken,
     ) -> End {
         let mut steps = 0u64;
+        // The head as the run found it, then after each step.
+        let mut at = self.engine.state().thread_head(thread).ok().flatten();
         loop {
             if lease.lost.load(Ordering::SeqCst) {
                 return End::Lost;
@@ -412,19 +434,18 @@ impl<'e> Worker<'e> {
             let progress: Arc<dyn Progress> = step_log.clone();
             match step(self.engine, thread, opts, &progress) {
                 Ok(s) if s.waiting.is_some() => return End::Waiting,
-                Ok(s) if s.output.done => return End::Done(s.output.head),
+                Ok(s) if s.output.done => {
+                    // The step that reaches `$END` lands too (unless the
+                    // thread was at its end already when claimed).
+                    if at != Some(s.output.head) {
+                        self.landed(step_log, s.output.head);
+                    }
+                    return End::Done(s.output.head);
+                }
                 Ok(s) => {
                     steps += 1;
-                    self.counters.steps.fetch_add(1, Ordering::SeqCst);
-                    let role = step_log.role();
-                    self.log.event(&WorkerEvent {
-                        worker: &self.opts.id,
-                        event: Event::Landed,
-                        thread: Some(thread),
-                        role: role.as_deref(),
-                        duration: None,
-                        detail: Some(&s.output.head.to_string()),
-                    });
+                    at = Some(s.output.head);
+                    self.landed(step_log, s.output.head);
                 }
                 Err(_) if lease.lost.load(Ordering::SeqCst) => return End::Lost,
                 Err(EngineError::Interrupted) => return End::Shutdown,
@@ -438,6 +459,20 @@ impl<'e> Worker<'e> {
                 Err(e) => return End::Failed(e.to_string()),
             }
         }
+    }
+
+    /// A step of the run moved the head to `head`: counted and logged.
+    fn landed(&self, step_log: &StepLog, head: Hash) {
+        self.counters.steps.fetch_add(1, Ordering::SeqCst);
+        let role = step_log.role();
+        self.log.event(&WorkerEvent {
+            worker: &self.opts.id,
+            event: Event::Landed,
+            thread: Some(step_log.thread),
+            role: role.as_deref(),
+            duration: None,
+            detail: Some(&head.to_string()),
+        });
     }
 
     /// Hands the run back as `end` says and logs it.

@@ -5,67 +5,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use uwf_cas::Cas;
-use uwf_engine::{AgentCall, Engine, NoProgress, Progress, Ran, StepOptions};
-use uwf_protocol::{StepNodePayload, StepRecord};
+use common::{count, engine};
+use uwf_engine::{AgentCall, NoProgress, Progress, Ran, StepOptions};
 use uwf_state::ThreadStore;
 use uwf_store_pg::PgStore;
-
-const WORKFLOW: &str = r#"
-name: count
-description: counts to three
-roles:
-  counter:
-    description: adds one
-    systemPrompt: add one to the last number
-    outputSchema: { type: object, properties: { n: { type: integer } }, required: [n] }
-conditions:
-  three: { description: reached three, expression: "steps[-1].output.n >= 3" }
-graph:
-  $START: [ { role: counter, condition: null } ]
-  counter: [ { role: $END, condition: three }, { role: counter, condition: null } ]
-"#;
-
-fn engine(store: &PgStore) -> Engine {
-    let cas = Cas::with_store(Arc::new(store.clone())).unwrap();
-    Engine::with_stores(cas, Arc::new(store.clone()), Vec::new())
-}
-
-/// The counting agent: the next number as the role's output, and the
-/// StepNode that links it.
-fn count(engine: &Engine, call: &AgentCall<'_>) -> Result<uwf_cas::Hash, String> {
-    let cas = engine.cas();
-    let last = call
-        .view
-        .steps
-        .last()
-        .and_then(|s| s.output["n"].as_i64())
-        .unwrap_or(0);
-    let schema = call.view.workflow.roles[call.role].output_schema;
-    let output = cas
-        .put_value(schema, &serde_json::json!({ "n": last + 1 }))
-        .map_err(|e| e.to_string())?
-        .hash;
-    let step = StepNodePayload {
-        start: call.view.start_hash,
-        prev: call.view.steps.last().map(|s| s.hash),
-        record: StepRecord {
-            role: call.role.to_string(),
-            output,
-            detail: output,
-            agent: "pg-test".to_string(),
-        },
-        child_thread: None,
-    };
-    Ok(cas
-        .put_value(cas.types().step_node, &step)
-        .map_err(|e| e.to_string())?
-        .hash)
-}
 
 #[test]
 fn two_machines_step_threads_to_the_end_within_the_workflow_limit() {
@@ -82,11 +31,10 @@ fn two_machines_step_threads_to_the_end_within_the_workflow_limit() {
         ))
         .unwrap();
     let engines = [engine(&machines[0]), engine(&machines[1])];
-    let definition = uwf_moderator::definition::parse_yaml(WORKFLOW, "count.yaml").unwrap();
-    let workflow = uwf_moderator::definition::register(engines[0].cas(), &definition).unwrap();
+    let workflow = common::register(&engines[0]);
     let threads: Vec<(usize, uwf_protocol::ThreadId)> = (0..6)
         .map(|i| {
-            let started = uwf_engine::start(&engines[i % 2], workflow.hash, "count", None).unwrap();
+            let started = uwf_engine::start(&engines[i % 2], workflow, "count", None).unwrap();
             (i % 2, started.thread)
         })
         .collect();

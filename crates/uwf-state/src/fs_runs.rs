@@ -18,7 +18,7 @@ use std::time::Duration;
 use uwf_protocol::ThreadId;
 use uwf_util::atomic::{TEMP_PREFIX, sync_dir, write_atomic};
 
-use crate::runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState};
+use crate::runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState, lease_lost};
 use crate::state::{StateDir, StateError, now_ms};
 
 /// Directory of the run records.
@@ -113,24 +113,12 @@ impl StateDir {
 
     /// The run of `thread` with `claim`'s id, or [`StateError::LeaseLost`].
     fn held(&self, claim: &Claim) -> Result<Run, StateError> {
-        let thread = claim.thread();
-        let lost = |why: String| StateError::LeaseLost {
-            thread,
-            worker: claim.worker.clone(),
-            why,
-        };
-        match Self::read_run(&self.run_file(thread))? {
-            None => Err(lost("the run is no longer queued".into())),
-            Some(run) => match &run.state {
-                RunState::Claimed { claim_id, .. } if *claim_id == claim.claim_id => Ok(run),
-                RunState::Claimed { worker, .. } => {
-                    Err(lost(format!("worker {worker} claimed it since")))
-                }
-                RunState::Queued => Err(lost("it was queued again".into())),
-                RunState::Failed { error, .. } => {
-                    Err(lost(format!("it was marked failed: {error}")))
-                }
-            },
+        let run = Self::read_run(&self.run_file(claim.thread()))?;
+        match run {
+            Some(run) if matches!(&run.state, RunState::Claimed { claim_id, .. } if *claim_id == claim.claim_id) => {
+                Ok(run)
+            }
+            other => Err(lease_lost(claim, other.as_ref())),
         }
     }
 }
@@ -148,18 +136,8 @@ impl RunQueue for StateDir {
                 return Err(StateError::NotActive { thread });
             }
             let now = now_ms();
-            if let Some(old) = Self::read_run(&path)? {
-                let state = match &old.state {
-                    RunState::Failed { .. } => None,
-                    RunState::Queued => Some("queued".to_string()),
-                    RunState::Claimed { worker, .. } => match old.holder(now) {
-                        Some(_) => Some(format!("claimed by worker {worker}")),
-                        None => Some(format!("claimed by worker {worker}, lease expired")),
-                    },
-                };
-                if let Some(state) = state {
-                    return Err(StateError::AlreadyQueued { thread, state });
-                }
+            if let Some(state) = Self::read_run(&path)?.and_then(|old| old.busy(now)) {
+                return Err(StateError::AlreadyQueued { thread, state });
             }
             let run = Run {
                 thread,
@@ -304,10 +282,11 @@ impl StateDir {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Barrier};
+    //! The behaviour every backend shares is tested by the contract of
+    //! `crate::testing` (`run_queue_contract_tests!`, run on `StateDir` in
+    //! that module); these tests are about the files.
 
     use super::*;
-    use crate::ErrorKind;
     use uwf_protocol::fixtures::{hash as h, thread as t};
 
     const LONG: Duration = Duration::from_secs(60);
@@ -324,13 +303,6 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
     }
 
-    fn queued(state: &StateDir, thread: &str, workflow: &str) -> Run {
-        active(state, thread);
-        state
-            .enqueue(t(thread), workflow, RunRequest::default())
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
-
     fn claim(state: &StateDir, worker: &str, lease: Duration) -> Option<Claim> {
         state
             .claim(worker, &[], lease)
@@ -338,177 +310,12 @@ mod tests {
     }
 
     #[test]
-    fn enqueue_needs_an_active_thread_and_refuses_a_second_time() {
-        let (_d, state) = store();
-        let err = state.enqueue(t("T1"), "wf", RunRequest::default());
-        assert!(matches!(err, Err(StateError::NotActive { .. })), "{err:?}");
-        let run = queued(&state, "T1", "wf");
-        assert_eq!((run.state, run.claims), (RunState::Queued, 0));
-        match state.enqueue(t("T1"), "wf", RunRequest::default()) {
-            Err(e @ StateError::AlreadyQueued { .. }) => assert_eq!(e.kind(), ErrorKind::Conflict),
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(state.runs().unwrap_or_default().len(), 1);
-    }
-
-    #[test]
-    fn eight_racing_claimers_get_each_run_exactly_once() {
-        let (_d, state) = store();
-        for i in 0..5 {
-            queued(&state, &format!("T{i}"), "wf");
-        }
-        let state = Arc::new(state);
-        let barrier = Arc::new(Barrier::new(8));
-        let handles: Vec<_> = (0..8)
-            .map(|w| {
-                let (state, barrier) = (Arc::clone(&state), Arc::clone(&barrier));
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    let mut got = Vec::new();
-                    while let Some(c) = claim(&state, &format!("w{w}"), LONG) {
-                        got.push(c.thread());
-                    }
-                    got
-                })
-            })
-            .collect();
-        let mut all: Vec<ThreadId> = handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect();
-        all.sort();
-        assert_eq!(all, ["T0", "T1", "T2", "T3", "T4"].map(t));
-        assert!(claim(&state, "late", LONG).is_none());
-    }
-
-    #[test]
-    fn an_expired_lease_is_taken_over_and_the_old_holder_gets_a_conflict() {
-        let (_d, state) = store();
-        queued(&state, "T1", "wf");
-        let mut first = claim(&state, "w1", Duration::from_millis(1)).unwrap_or_else(|| panic!());
-        assert_eq!(first.run.claims, 1);
-        std::thread::sleep(Duration::from_millis(20));
-        let second = claim(&state, "w2", LONG).unwrap_or_else(|| panic!("not taken over"));
-        assert_eq!((second.thread(), second.run.claims), (t("T1"), 2));
-        match state.renew(&mut first, LONG) {
-            Err(e @ StateError::LeaseLost { .. }) => {
-                assert_eq!(e.kind(), ErrorKind::Conflict);
-                assert!(e.to_string().contains("worker w2 claimed it since"), "{e}");
-            }
-            other => panic!("{other:?}"),
-        }
-        let before = state.run_of(t("T1")).unwrap_or_default();
-        let err = state.release(&first, RunOutcome::Finished);
-        assert!(matches!(err, Err(StateError::LeaseLost { .. })), "{err:?}");
-        assert_eq!(state.run_of(t("T1")).unwrap_or_default(), before);
-        // The live holder renews and keeps it; nobody else can claim it.
-        let mut second = second;
-        state
-            .renew(&mut second, LONG)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(claim(&state, "w3", LONG).is_none());
-        assert_eq!(
-            state
-                .run_of(t("T1"))
-                .unwrap_or_default()
-                .and_then(|r| r.holder(now_ms()).map(str::to_string)),
-            Some("w2".to_string())
-        );
-    }
-
-    #[test]
-    fn release_outcomes() {
-        let (_d, state) = store();
-        queued(&state, "T1", "wf");
-        queued(&state, "T2", "wf");
-        queued(&state, "T3", "wf");
-        let c1 = claim(&state, "w", LONG).unwrap_or_else(|| panic!());
-        let c2 = claim(&state, "w", LONG).unwrap_or_else(|| panic!());
-        let c3 = claim(&state, "w", LONG).unwrap_or_else(|| panic!());
-        assert_eq!(
-            [c1.thread(), c2.thread(), c3.thread()],
-            [t("T1"), t("T2"), t("T3")]
-        );
-
-        state
-            .release(&c1, RunOutcome::Finished)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(state.run_of(t("T1")).unwrap_or_default(), None);
-
-        state
-            .release(&c2, RunOutcome::Failed("agent exploded".into()))
-            .unwrap_or_else(|e| panic!("{e}"));
-        match state.run_of(t("T2")).unwrap_or_default().map(|r| r.state) {
-            Some(RunState::Failed { error, worker, .. }) => {
-                assert_eq!((error.as_str(), worker.as_str()), ("agent exploded", "w"));
-            }
-            other => panic!("{other:?}"),
-        }
-
-        state
-            .release(&c3, RunOutcome::Interrupted)
-            .unwrap_or_else(|e| panic!("{e}"));
-        // Back in the queue, keeping its place; the failed one is not claimed.
-        let again = claim(&state, "w2", LONG).unwrap_or_else(|| panic!("not requeued"));
-        assert_eq!((again.thread(), again.run.claims), (t("T3"), 2));
-        assert_eq!(again.run.queued_at, c3.run.queued_at);
-        assert!(claim(&state, "w2", LONG).is_none());
-        // Releasing twice: the claim is gone.
-        let err = state.release(&c1, RunOutcome::Finished);
-        assert!(matches!(err, Err(StateError::LeaseLost { .. })), "{err:?}");
-
-        // A failed run can be queued again.
-        let run = state
-            .enqueue(t("T2"), "wf", RunRequest::default())
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(run.state, RunState::Queued);
-    }
-
-    #[test]
-    fn claims_follow_the_workflow_filter_and_drop_runs_of_inactive_threads() {
-        let (_d, state) = store();
-        queued(&state, "T1", "alpha");
-        queued(&state, "T2", "beta");
-        queued(&state, "T3", "beta");
-        state
-            .archive(t("T2"), h("WF"), None, "killed")
-            .unwrap_or_else(|e| panic!("{e}"));
-        let only_alpha = ["alpha".to_string()];
-        let c = state
-            .claim("w", &only_alpha, LONG)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(c.as_ref().map(Claim::thread), Some(t("T1")));
-        assert!(
-            state
-                .claim("w", &only_alpha, LONG)
-                .unwrap_or_else(|e| panic!("{e}"))
-                .is_none()
-        );
-        let c = claim(&state, "w", LONG);
-        assert_eq!(c.as_ref().map(Claim::thread), Some(t("T3")));
-        // T2 was killed while queued: its run is gone.
-        assert_eq!(state.run_of(t("T2")).unwrap_or_default(), None);
-        // A failed run stays while its thread is active, and goes once the
-        // thread is killed.
-        state
-            .release(
-                &c.unwrap_or_else(|| panic!()),
-                RunOutcome::Failed("no".into()),
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(claim(&state, "w", LONG).is_none());
-        assert!(state.run_of(t("T3")).unwrap_or_default().is_some());
-        state
-            .archive(t("T3"), h("WF"), None, "killed")
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(claim(&state, "w", LONG).is_none());
-        assert_eq!(state.run_of(t("T3")).unwrap_or_default(), None);
-    }
-
-    #[test]
     fn a_damaged_record_is_skipped_by_claims_and_reported_by_reads() {
         let (_d, state) = store();
-        queued(&state, "T1", "wf");
+        active(&state, "T1");
+        state
+            .enqueue(t("T1"), "wf", RunRequest::default())
+            .unwrap_or_else(|e| panic!("{e}"));
         active(&state, "T0");
         let bad = state.runs_dir().join("T0.json");
         fs::write(&bad, b"{not json").unwrap_or_else(|e| panic!("{e}"));

@@ -116,6 +116,20 @@ impl Run {
         }
     }
 
+    /// Why [`RunQueue::enqueue`] refuses to queue it again at `now`
+    /// (`queued`, or which worker holds it); `None` when it failed and may
+    /// be queued afresh.
+    pub fn busy(&self, now: u64) -> Option<String> {
+        match &self.state {
+            RunState::Failed { .. } => None,
+            RunState::Queued => Some("queued".to_string()),
+            RunState::Claimed { worker, .. } => Some(match self.holder(now) {
+                Some(_) => format!("claimed by worker {worker}"),
+                None => format!("claimed by worker {worker}, lease expired"),
+            }),
+        }
+    }
+
     /// The worker holding a live lease on it at `now`, if any.
     pub fn holder(&self, now: u64) -> Option<&str> {
         match &self.state {
@@ -148,6 +162,23 @@ impl Claim {
     /// The thread.
     pub fn thread(&self) -> ThreadId {
         self.run.thread
+    }
+}
+
+/// The [`StateError::LeaseLost`] of `claim`, saying what the store holds
+/// now instead (`run`: the thread's run as read after the claim was found
+/// missing, if there is one). Every backend words it the same way.
+pub fn lease_lost(claim: &Claim, run: Option<&Run>) -> StateError {
+    let why = match run.map(|r| &r.state) {
+        None => "the run is no longer queued".to_string(),
+        Some(RunState::Claimed { worker, .. }) => format!("worker {worker} claimed it since"),
+        Some(RunState::Queued) => "it was queued again".to_string(),
+        Some(RunState::Failed { error, .. }) => format!("it was marked failed: {error}"),
+    };
+    StateError::LeaseLost {
+        thread: claim.thread(),
+        worker: claim.worker.clone(),
+        why,
     }
 }
 

@@ -30,8 +30,9 @@ use std::time::Duration;
 
 use uwf_protocol::{Hash, ThreadId, WaitingRecord, WorkflowLimits};
 
+use crate::runs::{Claim, RunOutcome, RunQueue, RunRequest, RunState};
 use crate::slots::SlotError;
-use crate::{StateError, ThreadStore};
+use crate::{ErrorKind, StateError, ThreadStore};
 
 /// Runs every contract test of this module as a `#[test]` function.
 ///
@@ -68,6 +69,25 @@ macro_rules! thread_store_contract_tests {
                 $crate::testing::$name(&store);
             }
         )*
+    };
+}
+
+/// Runs every contract test of the [`RunQueue`] trait (the run queue of
+/// `uwf worker`) as a `#[test]` function, like
+/// [`thread_store_contract_tests!`](crate::thread_store_contract_tests):
+/// `$make` gives `(store, guard)`, where the store implements both
+/// [`ThreadStore`] (runs need active threads) and [`RunQueue`].
+#[macro_export]
+macro_rules! run_queue_contract_tests {
+    ($make:expr) => {
+        $crate::thread_store_contract_tests!(@each $make;
+            enqueue_needs_an_active_thread_and_refuses_a_second_time,
+            runs_are_listed_oldest_first_and_keep_their_request,
+            racing_claimers_get_each_run_exactly_once,
+            an_expired_lease_is_taken_over_and_the_old_holder_is_fenced,
+            release_outcomes,
+            claims_follow_the_workflow_filter_and_drop_runs_of_inactive_threads,
+        );
     };
 }
 
@@ -647,10 +667,320 @@ pub fn waiting_can_be_cancelled(store: &dyn ThreadStore) {
     drop(held);
 }
 
+// ----- the run queue ------------------------------------------------------
+
+/// A lease no test outlives.
+const LONG: Duration = Duration::from_secs(600);
+
+/// Makes thread `n` active and queues it for `workflow`.
+fn queued<S: ThreadStore + RunQueue>(store: &S, n: u64, workflow: &str) -> crate::Run {
+    ok(store.insert_thread(tid(n), head(n)), "insert");
+    ok(
+        store.enqueue(tid(n), workflow, RunRequest::default()),
+        "enqueue",
+    )
+}
+
+/// Claims any run for `worker`.
+fn claim_any(store: &dyn RunQueue, worker: &str, lease: Duration) -> Option<Claim> {
+    ok(store.claim(worker, &[], lease), "claim")
+}
+
+/// Claims a run that must be there.
+fn claim_one(store: &dyn RunQueue, worker: &str) -> Claim {
+    match claim_any(store, worker, LONG) {
+        Some(c) => c,
+        None => panic!("{worker} found nothing to claim"),
+    }
+}
+
+/// The worker named by the run of `thread`, if it is claimed.
+fn claimed_by(store: &dyn RunQueue, thread: ThreadId) -> Option<String> {
+    match ok(store.run_of(thread), "run_of").map(|r| r.state) {
+        Some(RunState::Claimed { worker, .. }) => Some(worker),
+        _ => None,
+    }
+}
+
+/// Only an active thread can be queued, and only once while it is queued
+/// or claimed (a conflict that changes nothing).
+pub fn enqueue_needs_an_active_thread_and_refuses_a_second_time<S: ThreadStore + RunQueue>(
+    store: &S,
+) {
+    match store.enqueue(tid(1), "wf", RunRequest::default()) {
+        Err(e @ StateError::NotActive { .. }) => assert_eq!(e.kind(), ErrorKind::NotFound),
+        other => panic!("queueing an unknown thread: {other:?}"),
+    }
+    assert!(ok(store.runs(), "runs").is_empty());
+    let run = queued(store, 1, "wf");
+    assert_eq!(
+        (run.thread, run.state, run.claims),
+        (tid(1), RunState::Queued, 0)
+    );
+    assert_eq!(run.workflow, "wf");
+    match store.enqueue(tid(1), "other", RunRequest::default()) {
+        Err(e @ StateError::AlreadyQueued { .. }) => {
+            assert_eq!(e.kind(), ErrorKind::Conflict);
+            assert!(e.to_string().contains("(queued)"), "{e}");
+        }
+        other => panic!("queueing twice: {other:?}"),
+    }
+    let _held = claim_one(store, "w1");
+    match store.enqueue(tid(1), "wf", RunRequest::default()) {
+        Err(e @ StateError::AlreadyQueued { .. }) => {
+            assert!(e.to_string().contains("claimed by worker w1"), "{e}");
+        }
+        other => panic!("queueing a claimed run: {other:?}"),
+    }
+    let runs = ok(store.runs(), "runs");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].workflow, "wf");
+}
+
+/// `runs` lists oldest first; a run keeps its request through a claim,
+/// and the claim is what `run_of` then shows.
+pub fn runs_are_listed_oldest_first_and_keep_their_request<S: ThreadStore + RunQueue>(store: &S) {
+    let request = RunRequest {
+        agent: Some("uwf-mock 's.yaml'".into()),
+        max_steps: Some(7),
+        timeout_ms: Some(1500),
+    };
+    for n in [3, 1, 2] {
+        ok(store.insert_thread(tid(n), head(n)), "insert");
+        ok(store.enqueue(tid(n), "wf", request.clone()), "enqueue");
+        // Distinct queue times, so the order is the order of queueing.
+        thread::sleep(Duration::from_millis(3));
+    }
+    let runs = ok(store.runs(), "runs");
+    let order: Vec<ThreadId> = runs.iter().map(|r| r.thread).collect();
+    assert_eq!(order, [tid(3), tid(1), tid(2)]);
+    assert!(runs.windows(2).all(|w| w[0].queued_at < w[1].queued_at));
+    assert!(runs.iter().all(|r| r.request == request));
+    assert_eq!(ok(store.run_of(tid(9)), "run_of"), None);
+
+    let c = claim_one(store, "host-1-ab");
+    assert_eq!((c.thread(), c.worker.as_str()), (tid(3), "host-1-ab"));
+    assert_eq!((c.run.request.clone(), c.run.claims), (request, 1));
+    assert_eq!(Some(&c.run), ok(store.run_of(tid(3)), "run_of").as_ref());
+    match &c.run.state {
+        RunState::Claimed {
+            worker,
+            claim_id,
+            claimed_at,
+            lease_until,
+        } => {
+            assert_eq!((worker, claim_id), (&c.worker, &c.claim_id));
+            assert_eq!(*lease_until, c.lease_until);
+            assert!(*lease_until >= claimed_at + 600_000, "{c:?}");
+        }
+        other => panic!("a claimed run is {other:?}"),
+    }
+    let next = claim_one(store, "w2");
+    assert_ne!(
+        next.claim_id, c.claim_id,
+        "every claim has an id of its own"
+    );
+    assert_eq!(next.thread(), tid(1));
+}
+
+/// Eight workers claim at once until nothing is left: every run is
+/// claimed exactly once.
+pub fn racing_claimers_get_each_run_exactly_once<S: ThreadStore + RunQueue + Sync>(store: &S) {
+    for n in 0..12 {
+        queued(store, n, "wf");
+    }
+    let barrier = Barrier::new(8);
+    let mut all: Vec<ThreadId> = thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|w| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    let mut got = Vec::new();
+                    while let Some(c) = claim_any(store, &format!("w{w}"), LONG) {
+                        assert_eq!(claimed_by(store, c.thread()), Some(format!("w{w}")));
+                        got.push(c.thread());
+                    }
+                    got
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(join).collect()
+    });
+    all.sort();
+    assert_eq!(all, (0..12).map(tid).collect::<Vec<_>>());
+    assert!(claim_any(store, "late", LONG).is_none());
+}
+
+/// A claim whose lease ran out is taken over; the old holder's renewal and
+/// release then fail with `LeaseLost` (a conflict) and change nothing,
+/// while the new holder renews and keeps the run.
+pub fn an_expired_lease_is_taken_over_and_the_old_holder_is_fenced<S: ThreadStore + RunQueue>(
+    store: &S,
+) {
+    queued(store, 1, "wf");
+    let mut first = match claim_any(store, "w1", Duration::from_millis(1)) {
+        Some(c) => c,
+        None => panic!("nothing to claim"),
+    };
+    assert_eq!(first.run.claims, 1);
+    // Not claimable while the lease runs (however short, it may not have
+    // run out yet); once it has, the next claim takes the run over.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let second = loop {
+        thread::sleep(Duration::from_millis(20));
+        if let Some(c) = claim_any(store, "w2", LONG) {
+            break c;
+        }
+        assert!(std::time::Instant::now() < deadline, "never taken over");
+    };
+    assert_eq!((second.thread(), second.run.claims), (tid(1), 2));
+    assert_ne!(second.claim_id, first.claim_id);
+    let lease_before = first.lease_until;
+    match store.renew(&mut first, LONG) {
+        Err(e @ StateError::LeaseLost { .. }) => {
+            assert_eq!(e.kind(), ErrorKind::Conflict);
+            assert!(e.to_string().contains("worker w2 claimed it since"), "{e}");
+        }
+        other => panic!("renewing a lost lease: {other:?}"),
+    }
+    assert_eq!(first.lease_until, lease_before);
+    let before = ok(store.run_of(tid(1)), "run_of");
+    for outcome in [
+        RunOutcome::Finished,
+        RunOutcome::Interrupted,
+        RunOutcome::Failed("stale".into()),
+    ] {
+        match store.release(&first, outcome) {
+            Err(e @ StateError::LeaseLost { .. }) => assert_eq!(e.kind(), ErrorKind::Conflict),
+            other => panic!("releasing a lost lease: {other:?}"),
+        }
+    }
+    assert_eq!(ok(store.run_of(tid(1)), "run_of"), before);
+    // The live holder renews and keeps it; nobody else can claim it.
+    let mut second = second;
+    let until = second.lease_until;
+    ok(store.renew(&mut second, LONG), "renew");
+    assert!(second.lease_until >= until);
+    assert!(claim_any(store, "w3", LONG).is_none());
+    assert_eq!(claimed_by(store, tid(1)), Some("w2".to_string()));
+}
+
+/// `Finished` removes the run, `Failed` keeps it (with its error, never
+/// claimed) until it is queued again, `Interrupted` puts it back keeping
+/// its place; a released claim is gone.
+pub fn release_outcomes<S: ThreadStore + RunQueue>(store: &S) {
+    for n in 1..=3 {
+        queued(store, n, "wf");
+    }
+    let c1 = claim_one(store, "w");
+    let c2 = claim_one(store, "w");
+    let c3 = claim_one(store, "w");
+    assert_eq!(
+        [c1.thread(), c2.thread(), c3.thread()],
+        [tid(1), tid(2), tid(3)]
+    );
+
+    ok(store.release(&c1, RunOutcome::Finished), "release finished");
+    assert_eq!(ok(store.run_of(tid(1)), "run_of"), None);
+
+    ok(
+        store.release(&c2, RunOutcome::Failed("agent exploded".into())),
+        "release failed",
+    );
+    match ok(store.run_of(tid(2)), "run_of").map(|r| r.state) {
+        Some(RunState::Failed { error, worker, .. }) => {
+            assert_eq!((error.as_str(), worker.as_str()), ("agent exploded", "w"));
+        }
+        other => panic!("a failed run is {other:?}"),
+    }
+
+    ok(
+        store.release(&c3, RunOutcome::Interrupted),
+        "release interrupted",
+    );
+    assert_eq!(
+        ok(store.run_of(tid(3)), "run_of").map(|r| r.state),
+        Some(RunState::Queued)
+    );
+    // Back in the queue, keeping its place; the failed one is not claimed.
+    let again = claim_one(store, "w2");
+    assert_eq!((again.thread(), again.run.claims), (tid(3), 2));
+    assert_eq!(again.run.queued_at, c3.run.queued_at);
+    assert!(claim_any(store, "w2", LONG).is_none());
+    // Releasing twice: the claim is gone.
+    match store.release(&c1, RunOutcome::Finished) {
+        Err(e @ StateError::LeaseLost { .. }) => {
+            assert!(e.to_string().contains("no longer queued"), "{e}");
+        }
+        other => panic!("releasing twice: {other:?}"),
+    }
+    let mut stale = c3.clone();
+    match store.renew(&mut stale, LONG) {
+        Err(StateError::LeaseLost { .. }) => {}
+        other => panic!("renewing a released claim: {other:?}"),
+    }
+
+    // A failed run can be queued again, and is claimed again.
+    let run = ok(
+        store.enqueue(tid(2), "wf", RunRequest::default()),
+        "enqueue a failed run",
+    );
+    assert_eq!((run.state, run.claims), (RunState::Queued, 0));
+    assert_eq!(claim_one(store, "w3").thread(), tid(2));
+}
+
+/// Claims take only runs of the workflows asked for; runs of threads that
+/// are no longer active are dropped on the way, and a failed run goes once
+/// its thread is no longer active.
+pub fn claims_follow_the_workflow_filter_and_drop_runs_of_inactive_threads<
+    S: ThreadStore + RunQueue,
+>(
+    store: &S,
+) {
+    queued(store, 1, "alpha");
+    queued(store, 2, "beta");
+    queued(store, 3, "beta");
+    queued(store, 4, "gamma");
+    ok(store.archive(tid(2), WF, None, "killed"), "archive");
+    let only_alpha = ["alpha".to_string()];
+    let c = ok(store.claim("w", &only_alpha, LONG), "claim alpha");
+    assert_eq!(c.as_ref().map(Claim::thread), Some(tid(1)));
+    assert!(ok(store.claim("w", &only_alpha, LONG), "claim alpha").is_none());
+    let beta_gamma = ["gamma".to_string(), "beta".to_string()];
+    let c = ok(store.claim("w", &beta_gamma, LONG), "claim beta");
+    assert_eq!(c.as_ref().map(Claim::thread), Some(tid(3)));
+    // Thread 2 was killed while queued: its run is gone.
+    assert_eq!(ok(store.run_of(tid(2)), "run_of"), None);
+    // A failed run stays while its thread is active, and goes once the
+    // thread is no longer active.
+    let Some(c) = c else { panic!("no claim") };
+    ok(
+        store.release(&c, RunOutcome::Failed("no".into())),
+        "release",
+    );
+    let last = claim_any(store, "w", LONG);
+    assert_eq!(last.as_ref().map(Claim::thread), Some(tid(4)));
+    assert!(claim_any(store, "w", LONG).is_none());
+    assert!(ok(store.run_of(tid(3)), "run_of").is_some());
+    ok(store.archive(tid(3), WF, None, "killed"), "archive");
+    assert!(claim_any(store, "w", LONG).is_none());
+    assert_eq!(ok(store.run_of(tid(3)), "run_of"), None);
+    let left: Vec<ThreadId> = ok(store.runs(), "runs").iter().map(|r| r.thread).collect();
+    assert_eq!(left, [tid(1), tid(4)], "the claimed runs are left");
+}
+
 #[cfg(test)]
 mod tests {
     mod fs {
         crate::thread_store_contract_tests!({
+            let dir = match tempfile::tempdir() {
+                Ok(d) => d,
+                Err(e) => panic!("tempdir: {e}"),
+            };
+            (crate::StateDir::new(dir.path()), dir)
+        });
+        crate::run_queue_contract_tests!({
             let dir = match tempfile::tempdir() {
                 Ok(d) => d,
                 Err(e) => panic!("tempdir: {e}"),

@@ -27,6 +27,7 @@
 
 mod cas;
 mod error;
+mod runs;
 pub mod schema;
 mod slots;
 mod state;

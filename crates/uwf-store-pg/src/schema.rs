@@ -98,6 +98,30 @@ CREATE TABLE uwf_slot_tickets (
 CREATE INDEX uwf_slot_tickets_queue ON uwf_slot_tickets (workflow_id, seq);
 "#,
     },
+    Migration {
+        version: 4,
+        name: "the run queue of uwf worker",
+        sql: r#"
+CREATE TABLE uwf_runs (
+    thread      text COLLATE "C" PRIMARY KEY,
+    workflow    text NOT NULL,
+    request     text NOT NULL,
+    queued_at   bigint NOT NULL,
+    claims      integer NOT NULL DEFAULT 0 CHECK (claims >= 0),
+    state       text NOT NULL CHECK (state IN ('queued', 'claimed', 'failed')),
+    worker      text,
+    claim_id    text,
+    claimed_at  bigint,
+    lease_until bigint,
+    error       text,
+    failed_at   bigint,
+    CHECK (state <> 'claimed' OR (worker IS NOT NULL AND claim_id IS NOT NULL
+                                  AND claimed_at IS NOT NULL AND lease_until IS NOT NULL)),
+    CHECK (state <> 'failed' OR (worker IS NOT NULL AND error IS NOT NULL AND failed_at IS NOT NULL))
+);
+CREATE INDEX uwf_runs_by_age ON uwf_runs (queued_at, thread);
+"#,
+    },
 ];
 
 /// The newest schema version this build knows.
@@ -201,6 +225,6 @@ mod tests {
         for (i, m) in MIGRATIONS.iter().enumerate() {
             assert_eq!(m.version, i32::try_from(i + 1).unwrap_or(0), "{}", m.name);
         }
-        assert_eq!(latest_version(), 3);
+        assert_eq!(latest_version(), 4);
     }
 }

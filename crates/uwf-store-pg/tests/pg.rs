@@ -32,6 +32,15 @@ mod state_contract {
     });
 }
 
+/// The `RunQueue` contract of `uwf-state` (the run queue of `uwf
+/// worker`), the same test bodies the filesystem backend passes.
+mod run_queue_contract {
+    uwf_state::run_queue_contract_tests!({
+        let Some(pair) = super::fresh() else { return };
+        pair
+    });
+}
+
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -664,4 +673,104 @@ fn missing_server_binaries_skip_loudly_or_fail_under_ci() {
     let (ok, stderr) = run(Some("true"));
     assert!(!ok, "CI=true must fail without the server: {stderr}");
     assert!(stderr.contains("CI=true"), "{stderr}");
+}
+
+// ----- the run queue: what only the PostgreSQL backend does --------------
+
+/// The database clock, in ms since the Unix epoch.
+fn db_now_ms(client: &mut postgres::Client) -> u64 {
+    let ms: i64 = client
+        .query_one("SELECT (extract(epoch FROM now()) * 1000)::bigint", &[])
+        .unwrap()
+        .get(0);
+    u64::try_from(ms).unwrap()
+}
+
+#[test]
+fn leases_are_set_on_the_database_clock() {
+    use uwf_state::runs::{RunQueue, RunRequest};
+    let Some((store, db)) = fresh() else { return };
+    let mut client = db.client();
+    store.insert_thread(T1, Hash::from_u64(1)).unwrap();
+    store.enqueue(T1, "wf", RunRequest::default()).unwrap();
+    let lease = Duration::from_secs(3600);
+    let before = db_now_ms(&mut client);
+    let claim = store.claim("w", &[], lease).unwrap().unwrap();
+    let after = db_now_ms(&mut client);
+    let start = claim.lease_until - 3_600_000;
+    assert!(
+        (before..=after).contains(&start),
+        "lease from {start}, the database said {before}..{after}"
+    );
+    // What the row holds is what the claim says.
+    let row = client
+        .query_one(
+            "SELECT lease_until, claim_id, worker, state FROM uwf_runs",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        u64::try_from(row.get::<_, i64>(0)).unwrap(),
+        claim.lease_until
+    );
+    assert_eq!(row.get::<_, String>(1), claim.claim_id);
+    assert_eq!(row.get::<_, String>(2), "w");
+    assert_eq!(row.get::<_, String>(3), "claimed");
+}
+
+#[test]
+fn a_hung_renewal_fails_instead_of_blocking() {
+    use uwf_state::runs::{RunQueue, RunRequest};
+    let Some((store, db)) = fresh() else { return };
+    store.insert_thread(T1, Hash::from_u64(1)).unwrap();
+    store.enqueue(T1, "wf", RunRequest::default()).unwrap();
+    let lease = Duration::from_secs(3);
+    let mut claim = store.claim("w", &[], lease).unwrap().unwrap();
+    // Another session holds the row (as a stuck transaction would).
+    let mut blocker = db.client();
+    let mut tx = blocker.transaction().unwrap();
+    tx.execute("SELECT 1 FROM uwf_runs FOR UPDATE", &[])
+        .unwrap();
+    match store.renew(&mut claim, lease) {
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+            assert!(!matches!(e, StateError::LeaseLost { .. }), "{e}");
+        }
+        Ok(()) => panic!("a renewal got through a locked row"),
+    }
+    tx.rollback().unwrap();
+    // Nothing was lost: the next renewal succeeds.
+    store.renew(&mut claim, lease).unwrap();
+}
+
+#[test]
+fn a_damaged_run_row_is_reported_corrupt() {
+    use uwf_state::runs::{RunQueue, RunRequest};
+    let Some((store, db)) = fresh() else { return };
+    store.insert_thread(T1, Hash::from_u64(1)).unwrap();
+    store.enqueue(T1, "wf", RunRequest::default()).unwrap();
+    db.client()
+        .execute("UPDATE uwf_runs SET request = '{not json'", &[])
+        .unwrap();
+    for err in [store.runs().err(), store.run_of(T1).err()] {
+        match err {
+            Some(e) => {
+                assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+                assert!(e.to_string().contains("run of thread"), "{e}");
+            }
+            None => panic!("a damaged row was read"),
+        }
+    }
+    // A claim that meets it fails once (the row stays claimed, its lease
+    // runs out); it does not stop the claims of the other runs.
+    let t2 = uwf_protocol::ThreadId::from_u128(2);
+    store.insert_thread(t2, Hash::from_u64(2)).unwrap();
+    store.enqueue(t2, "wf", RunRequest::default()).unwrap();
+    let lease = Duration::from_secs(600);
+    match store.claim("w", &[], lease) {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}"),
+        Ok(c) => panic!("claimed {c:?}"),
+    }
+    let next = store.claim("w", &[], lease).unwrap().unwrap();
+    assert_eq!(next.thread(), t2);
 }
