@@ -37,6 +37,12 @@ bench-step:
     cargo build --release --locked -p uwf-cli -p uwf-mock
     cargo bench --locked -p uwf-engine --bench step
 
+# Throughput of `uwf worker` (docs/performance.md "Workers"); sizes and the
+# store from UWF_BENCH_THREADS, UWF_BENCH_WORKERS, UWF_BENCH_STORE (fs, pg or a URL).
+bench-workers:
+    cargo build --release --locked -p uwf-cli -p uwf-mock
+    cargo bench --locked -p uwf-cli --bench workers
+
 # Run the full CI gate locally.
 ci:
     bash .ci/run
