@@ -16,6 +16,16 @@
 //! ends, the pipe closes and the watcher stops the server (fast shutdown)
 //! and deletes the temporary directory. Nothing is left behind.
 //!
+//! Faults, for the trials of issue 12: [`PgServer::shut_down`],
+//! [`PgServer::start_again`] and [`PgServer::restart`] stop the server
+//! (fast shutdown) and start it again on the same data directory and
+//! socket; a [`Proxy`] in front of its socket lets a test cut the network
+//! between a client and the server ([`ProxyHandle::cut`]) and heal it
+//! ([`TestDb::url_through`] gives the URL through a proxy). The server is
+//! one per test binary: a test that restarts it disturbs every other test
+//! of its binary, so keep such tests in a binary of their own (or
+//! serialise them).
+//!
 //! When the binaries are missing, [`database`] prints a loud `SKIPPED:`
 //! line to stderr and returns `None` (the test returns early), unless the
 //! environment says `CI=true`: then it panics, so CI cannot skip silently.
@@ -29,6 +39,10 @@ use std::time::{Duration, Instant};
 
 use postgres::{Client, NoTls};
 
+mod proxy;
+
+pub use proxy::{Proxy, ProxyHandle, Upstream};
+
 /// The password of the test cluster's superuser `uwf`.
 pub const PASSWORD: &str = "uwf-test-Pa55word";
 
@@ -39,7 +53,12 @@ pub const USER: &str = "uwf";
 pub struct PgServer {
     bindir: PathBuf,
     base: PathBuf,
+    data: PathBuf,
     socket_dir: PathBuf,
+    /// Whether the server runs as the `postgres` user (we are root).
+    as_postgres: bool,
+    /// Serialises restarts.
+    restarting: Mutex<()>,
     admin: Mutex<Client>,
     next_db: AtomicUsize,
     // Held open for as long as the server should run (see the module docs).
@@ -74,6 +93,17 @@ impl TestDb {
             Ok(c) => c,
             Err(e) => panic!("connecting to the test database {}: {e}", self.name),
         }
+    }
+
+    /// Its URL through a [`Proxy`] listening on `127.0.0.1:port`, with the
+    /// password if `password`.
+    pub fn url_through(&self, port: u16, password: bool) -> String {
+        let auth = if password {
+            format!("{USER}:{PASSWORD}")
+        } else {
+            USER.to_owned()
+        };
+        format!("postgresql://{auth}@127.0.0.1:{port}/{}", self.name)
     }
 }
 
@@ -131,6 +161,86 @@ impl PgServer {
             "postgresql://{auth}@/{name}?host={}",
             self.socket_dir.display()
         )
+    }
+
+    /// The server's Unix socket file (what a [`Proxy`] forwards to).
+    pub fn socket_file(&self) -> PathBuf {
+        self.socket_dir.join(".s.PGSQL.5432")
+    }
+
+    /// A [`Proxy`] on `127.0.0.1` in front of the server's socket: its port
+    /// and handle (see [`TestDb::url_through`]).
+    pub fn proxy(&self) -> (u16, ProxyHandle) {
+        match Proxy::start(Upstream::Unix(self.socket_file())) {
+            Ok(p) => p,
+            Err(e) => panic!("starting a proxy to the test server: {e}"),
+        }
+    }
+
+    /// Stops the server with a fast shutdown (`pg_ctl stop -m fast`: open
+    /// transactions are rolled back, clients are disconnected) and waits
+    /// until it is down; its data directory and socket directory stay, for
+    /// [`start_again`](Self::start_again). Until then every connection
+    /// attempt fails.
+    pub fn shut_down(&self) {
+        let _one = self
+            .restarting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        run(
+            "pg_ctl stop -m fast",
+            as_server_user(self.as_postgres, &self.bindir.join("pg_ctl"))
+                .arg("stop")
+                .arg("-D")
+                .arg(&self.data)
+                .args(["-m", "fast", "-w", "-t", "60"]),
+        );
+    }
+
+    /// Starts the server again after [`shut_down`](Self::shut_down), on
+    /// the same data directory and socket, and waits until it accepts
+    /// connections. The databases and their contents are kept.
+    pub fn start_again(&self) {
+        let _one = self
+            .restarting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let options: Vec<String> = server_options(&self.socket_dir)
+            .into_iter()
+            .map(|o| {
+                assert!(!o.contains('\''), "a quote in a server option: {o}");
+                format!("'{o}'")
+            })
+            .collect();
+        run(
+            "pg_ctl start",
+            as_server_user(self.as_postgres, &self.bindir.join("pg_ctl"))
+                .arg("start")
+                .arg("-D")
+                .arg(&self.data)
+                .args(["-w", "-t", "60", "-l"])
+                .arg(self.base.join("server-restarted.log"))
+                .arg("-o")
+                .arg(options.join(" ")),
+        );
+        let url = self.url("postgres", true);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let admin = loop {
+            match Client::connect(&url, NoTls) {
+                Ok(c) => break c,
+                Err(e) if Instant::now() > deadline => {
+                    panic!("the test server did not come back ({e})")
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        *self.admin.lock().unwrap_or_else(PoisonError::into_inner) = admin;
+    }
+
+    /// [`shut_down`](Self::shut_down), then [`start_again`](Self::start_again).
+    pub fn restart(&self) {
+        self.shut_down();
+        self.start_again();
     }
 
     /// Creates a fresh database.
@@ -191,6 +301,8 @@ cat >/dev/null
 pid=$(head -n 1 "$DATA/postmaster.pid" 2>/dev/null)
 if [ -n "$pid" ]; then kill -INT "$pid" 2>/dev/null; fi
 wait "$server"
+# A server started again by `pg_ctl` is not our child: wait for it too.
+while [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
 rm -rf "$BASE"
 "#;
 
@@ -270,6 +382,29 @@ fn run(what: &str, cmd: &mut Command) {
     }
 }
 
+/// The options of `postgres` after `-D DATA`: the socket directory, no TCP,
+/// no durability (a throw-away cluster), room for many clients.
+fn server_options(socket_dir: &Path) -> Vec<String> {
+    [
+        "-k".to_owned(),
+        socket_dir.display().to_string(),
+        "-c".to_owned(),
+        "listen_addresses=".to_owned(),
+    ]
+    .into_iter()
+    .chain(
+        [
+            "fsync=off",
+            "synchronous_commit=off",
+            "full_page_writes=off",
+            "max_connections=300",
+        ]
+        .into_iter()
+        .flat_map(|o| ["-c".to_owned(), o.to_owned()]),
+    )
+    .collect()
+}
+
 fn launch(bindir: PathBuf) -> PgServer {
     let root = is_root();
     let base = match tempfile::Builder::new().prefix("uwf-pg-").tempdir() {
@@ -303,11 +438,7 @@ fn launch(bindir: PathBuf) -> PgServer {
     server
         .arg("-D")
         .arg(&data)
-        .arg("-k")
-        .arg(&socket_dir)
-        .args(["-c", "listen_addresses="])
-        .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
-        .args(["-c", "full_page_writes=off", "-c", "max_connections=300"]);
+        .args(server_options(&socket_dir));
     let mut watcher = Command::new("sh");
     watcher
         .args(["-c", WATCHER, "uwf-pg-watcher"])
@@ -348,7 +479,10 @@ fn launch(bindir: PathBuf) -> PgServer {
     PgServer {
         bindir,
         base,
+        data,
         socket_dir,
+        as_postgres: root,
+        restarting: Mutex::new(()),
         admin: Mutex::new(admin),
         next_db: AtomicUsize::new(0),
         watcher: Mutex::new(Some((child, stdin))),
