@@ -417,5 +417,8 @@ fn a_network_cut_between_workers_and_database_loses_no_step_and_applies_none_twi
         t.pause();
         t.pause();
     }
-    t.finish("network cut trial");
+    assert!(proxy.accepted() >= 3, "the workers did not use the proxy");
+    let again = t.finish("network cut trial");
+    // A cut longer than the lease takes every running claim away.
+    assert!(again >= 1, "no run was taken over after {cuts} cuts");
 }
