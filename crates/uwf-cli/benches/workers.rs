@@ -258,7 +258,7 @@ impl Bench {
                         let id = v["thread"].as_str().unwrap().to_owned();
                         let at = v["run"]["queuedAt"].as_i64().unwrap();
                         queued.lock().unwrap().insert(id, at);
-                        if (i + 1) % 250 == 0 {
+                        if (i + 1).is_multiple_of(250) {
                             eprintln!("  queued {}", i + 1);
                         }
                     }
