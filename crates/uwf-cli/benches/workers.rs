@@ -39,8 +39,10 @@
 //!   everything queued up front it is mostly the backlog, given for
 //!   completeness;
 //! - **uwf CPU**: CPU seconds of the workers and their agents (the children
-//!   this process waited for) per wall second; **machine busy**: the share
-//!   of all cores busy during the run (`/proc/stat`, other processes
+//!   this process waited for) per wall second; **db CPU** (with
+//!   `UWF_BENCH_STORE=pg` only): the same for the PostgreSQL server (its
+//!   postmaster and the backends it reaped); **machine busy**: the share of
+//!   all cores busy during the run (`/proc/stat`, other processes
 //!   included).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -162,6 +164,36 @@ fn children_ticks() -> u64 {
         + f.get(14).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
 }
 
+/// CPU ticks of process `pid` and of the children it reaped.
+fn process_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some(after) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+        return 0;
+    };
+    // utime, stime, cutime, cstime: fields 14–17 of proc(5).
+    after
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .filter_map(|s| s.parse::<u64>().ok())
+        .sum()
+}
+
+/// The PostgreSQL server's postmaster, when the bench started it.
+fn postmaster(backend: &Backend) -> Option<u32> {
+    let Backend::PgTesting = backend else {
+        return None;
+    };
+    let server = uwf_pg_testing::server()?;
+    std::fs::read_to_string(server.data_dir().join("postmaster.pid"))
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// (busy, total) jiffies of all cores.
 fn machine_ticks() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
@@ -203,6 +235,7 @@ struct Row {
     claim_ms: Vec<i64>,
     wait_ms: Vec<i64>,
     uwf_cpu: f64,
+    db_cpu: Option<f64>,
     busy: f64,
 }
 
@@ -279,6 +312,8 @@ impl Bench {
             .map(|i| self.dir.join(format!("{label}-worker-{i}.log")))
             .collect();
         let cpu0 = children_ticks();
+        let db = postmaster(&self.backend);
+        let db0 = db.map(process_ticks);
         let busy0 = machine_ticks();
         let t0 = now_ms();
         let start = Instant::now();
@@ -327,6 +362,9 @@ impl Bench {
             let _ = c.wait();
         }
         let cpu = (children_ticks() - cpu0) as f64 / clock_ticks_per_second();
+        let db_cpu = db.zip(db0).map(|(pid, t0)| {
+            process_ticks(pid).saturating_sub(t0) as f64 / clock_ticks_per_second()
+        });
         let busy1 = machine_ticks();
 
         // Every thread is over: none is active any more.
@@ -388,6 +426,7 @@ impl Bench {
             claim_ms,
             wait_ms,
             uwf_cpu: cpu / wall.as_secs_f64(),
+            db_cpu: db_cpu.map(|c| c / wall.as_secs_f64()),
             busy,
         }
     }
@@ -452,13 +491,13 @@ fn main() {
          --concurrency {concurrency} per worker, {cores} cores\n"
     );
     println!(
-        "| workers | wall | steps/s | claim p50 | claim p99 | queue wait p50 | queue wait p99 | claims | uwf CPU | machine busy |"
+        "| workers | wall | steps/s | claim p50 | claim p99 | queue wait p50 | queue wait p99 | claims | uwf CPU | db CPU | machine busy |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let steps = (threads * STEPS_PER_THREAD) as f64;
         println!(
-            "| {} | {:.1} s | {:.1} | {} ms | {} ms | {:.1} s | {:.1} s | {} | {:.2} cores | {:.0} % |",
+            "| {} | {:.1} s | {:.1} | {} ms | {} ms | {:.1} s | {:.1} s | {} | {:.2} cores | {} | {:.0} % |",
             r.workers,
             r.wall.as_secs_f64(),
             steps / r.wall.as_secs_f64(),
@@ -468,6 +507,7 @@ fn main() {
             quantile(&r.wait_ms, 0.99) as f64 / 1000.0,
             r.claims,
             r.uwf_cpu,
+            r.db_cpu.map_or("—".to_owned(), |c| format!("{c:.2} cores")),
             r.busy * 100.0,
         );
     }

@@ -163,6 +163,11 @@ impl PgServer {
         )
     }
 
+    /// The server's data directory (`postmaster.pid` names its process).
+    pub fn data_dir(&self) -> &Path {
+        &self.data
+    }
+
     /// The server's Unix socket file (what a [`Proxy`] forwards to).
     pub fn socket_file(&self) -> PathBuf {
         self.socket_dir.join(".s.PGSQL.5432")
