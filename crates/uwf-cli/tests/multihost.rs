@@ -568,3 +568,44 @@ fn workers_ride_out_a_database_restart_and_a_network_cut() {
     // step was applied exactly once and nothing is damaged.
     c.check(&threads);
 }
+
+#[test]
+fn a_kill_from_another_host_stops_the_agent_where_it_runs() {
+    let Some(c) = Cluster::new("120s") else {
+        return;
+    };
+    let thread = c.queue(1).remove(0);
+    // Only host 1 works; the agent would take two minutes.
+    let worker =
+        c.m1.uwf()
+            .args(["worker", "--lease", "6", "--poll-ms", "200", "--grace", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while most_at_once(&c.log) == 0 {
+        assert!(Instant::now() < deadline, "the agent never started");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let scenario = c._dir.path().join("scenario.yaml").display().to_string();
+    assert!(
+        common::processes_matching(&scenario).is_some_and(|p| !p.is_empty()),
+        "the agent is not seen running"
+    );
+    // Killed from host 2: host 1's worker stops its agent long before the
+    // agent would have finished, and the thread is archived as killed.
+    let killed = c.m2.json(&["thread", "kill", &thread]);
+    assert_eq!(killed["archived"], true);
+    // (The agent's process group is stopped, its wrapper too: what shows
+    // is that no uwf-mock of this cluster's scenario runs any more.)
+    assert!(
+        common::wait_no_process(&scenario, Duration::from_secs(60)),
+        "the agent still runs a minute after the kill"
+    );
+    let shown = c.m1.json(&["thread", "show", &thread]);
+    assert_eq!(shown["done"], true, "{shown}");
+    assert_eq!(shown["state"], "killed", "{shown}");
+    let err = Cluster::stop(vec![worker]);
+    assert_eq!(err, vec![1]);
+}
