@@ -86,15 +86,24 @@ struct Hosts {
     db: String,
     w1: String,
     w2: String,
+    /// Names this set of hosts apart from those of the other tests of this
+    /// process (`cargo test` runs them in parallel threads).
+    tag: String,
 }
 
 impl Hosts {
     fn new() -> Result<Hosts, String> {
-        let tag = std::process::id();
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let tag = format!(
+            "{}{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        );
         let h = Hosts {
             db: format!("uwfdb{tag}"),
             w1: format!("uwfw1{tag}"),
             w2: format!("uwfw2{tag}"),
+            tag: tag.clone(),
         };
         let probe = Command::new("ip").args(["netns", "add", &h.db]).output();
         match probe {
@@ -557,7 +566,7 @@ fn workers_ride_out_a_database_restart_and_a_network_cut() {
     std::thread::sleep(Duration::from_secs(2));
     // Host 1 loses the network for longer than a lease: its worker fences
     // its runs and host 2 takes them over; then host 1 comes back.
-    let link = format!("uwa{}", std::process::id());
+    let link = format!("uwa{}", c.hosts.tag);
     ip(&["-n", &c.hosts.w1, "link", "set", &link, "down"]);
     std::thread::sleep(Duration::from_secs(9));
     ip(&["-n", &c.hosts.w1, "link", "set", &link, "up"]);
