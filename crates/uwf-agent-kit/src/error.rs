@@ -335,7 +335,20 @@ impl KitError {
     pub fn exit_code(&self) -> u8 {
         match self {
             KitError::Usage { .. } => 2,
+            e if e.is_unavailable() => uwf_engine::EXIT_UNAVAILABLE,
             _ => 1,
+        }
+    }
+
+    /// Whether the store could not be reached (a database restarting, a
+    /// network cut): the step may succeed when run again, and uwf's worker
+    /// hands such a run back instead of failing it.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            KitError::Store(e) => e.is_unavailable(),
+            KitError::Cas(e) => e.kind() == uwf_cas::StoreErrorKind::Unavailable,
+            KitError::State(e) => e.kind() == uwf_state::ErrorKind::Unavailable,
+            _ => false,
         }
     }
 

@@ -243,7 +243,29 @@ impl EngineError {
             EngineError::NoSlot { .. } | EngineError::Evicted { .. }
         )
     }
+
+    /// Whether this is worth trying again later as it is: the store could
+    /// not be reached (a database restarting, a network cut), by the engine
+    /// or by the agent (which then exits with [`EXIT_UNAVAILABLE`]).
+    pub fn is_unavailable(&self) -> bool {
+        use uwf_cas::StoreErrorKind;
+        match self {
+            EngineError::State(e) => e.kind() == uwf_state::ErrorKind::Unavailable,
+            EngineError::Cas(e) => e.kind() == StoreErrorKind::Unavailable,
+            EngineError::Postgres(e) => e.kind() == uwf_state::ErrorKind::Unavailable,
+            EngineError::Thread(uwf_moderator::thread::ThreadError::Cas(e)) => {
+                e.kind() == StoreErrorKind::Unavailable
+            }
+            EngineError::Agent(f) => f.unavailable,
+            _ => false,
+        }
+    }
 }
+
+/// The exit status of an agent that could not reach the store (BSD's
+/// `EX_TEMPFAIL`): the step failed for a reason that passes, and nothing
+/// was written.
+pub const EXIT_UNAVAILABLE: u8 = 75;
 
 /// An agent failed or produced something unusable.
 #[derive(Debug, Error, Diagnostic)]
@@ -260,4 +282,7 @@ pub struct AgentFailure {
     pub reason: String,
     /// The end of its stderr.
     pub stderr_tail: String,
+    /// It failed because the store could not be reached (it exited with
+    /// [`EXIT_UNAVAILABLE`]): trying again later is the answer.
+    pub unavailable: bool,
 }

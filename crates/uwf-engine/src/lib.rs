@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use error::{AgentFailure, EngineError};
+pub use error::{AgentFailure, EXIT_UNAVAILABLE, EngineError};
 pub use ops::{Ran, Started, apply_offered, fork, kill, ready_to_start, run, start, workflow_of};
 pub use progress::{NoProgress, Progress};
 pub use step::*;

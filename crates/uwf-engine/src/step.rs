@@ -301,6 +301,7 @@ impl Failed {
             role: role.to_string(),
             reason,
             stderr_tail: self.stderr_tail.join("\n"),
+            unavailable: self.kind == "unavailable",
         }))
     }
 }
@@ -427,6 +428,13 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
                     crate::human::child_waits(ctx, id, a.view, role, &agent.label)?
             {
                 return Ok(Tried::ChildWaiting(record));
+            }
+            if c == i32::from(crate::error::EXIT_UNAVAILABLE) {
+                return fail(
+                    "unavailable",
+                    format!("could not reach the store (exit status {c}); nothing was written"),
+                    Some(c),
+                );
             }
             return fail("exit", format!("exited with status {c}"), Some(c));
         }

@@ -456,6 +456,9 @@ impl<'e> Worker<'e> {
                     // from where it is now.
                     self.emit(Event::Warning, Some(thread), Some(&e.to_string()));
                 }
+                // The store could not be reached (by this worker or by the
+                // agent): nothing was applied, and another try will do.
+                Err(e) if e.is_unavailable() => return End::Unavailable(e.to_string()),
                 Err(e) => return End::Failed(e.to_string()),
             }
         }
@@ -497,6 +500,11 @@ impl<'e> Worker<'e> {
                 Some("another process runs an agent of this thread".to_string()),
             ),
             End::NoSlot(e) => (Event::HandedBack, RunOutcome::Interrupted, Some(e)),
+            End::Unavailable(e) => (
+                Event::HandedBack,
+                RunOutcome::Interrupted,
+                Some(format!("the store was unavailable: {e}")),
+            ),
             End::Failed(e) => (Event::RunFailed, RunOutcome::Failed(e.clone()), Some(e)),
         };
         let counter = match &outcome {
@@ -648,6 +656,7 @@ enum End {
     Shutdown,
     Busy,
     NoSlot(String),
+    Unavailable(String),
     Failed(String),
 }
 
