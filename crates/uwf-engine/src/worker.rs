@@ -25,7 +25,7 @@
 //! See `docs/worker.md` for the guarantee this gives.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use uwf_protocol::{Hash, ThreadId};
@@ -364,6 +364,7 @@ impl<'e> Worker<'e> {
             claim: Mutex::new(claim),
             lost: AtomicBool::new(false),
             over: AtomicBool::new(false),
+            wake: (Mutex::new(()), Condvar::new()),
         };
         let step_log = Arc::new(StepLog {
             log: Arc::clone(&self.log),
@@ -384,7 +385,7 @@ impl<'e> Worker<'e> {
         std::thread::scope(|scope| {
             scope.spawn(|| self.monitor(&lease, thread, &step_cancel, shutdown));
             let end = self.steps(thread, &opts, &step_log, max_steps, &lease, shutdown);
-            lease.over.store(true, Ordering::SeqCst);
+            lease.finish();
             let ran = !matches!(end, End::Busy | End::NoSlot(_));
             self.end(&lease, thread, end, started.elapsed());
             ran
@@ -563,7 +564,7 @@ impl<'e> Worker<'e> {
             scope.spawn(|| self.renew_loop(lease, thread, step_cancel, every, base, &last_ok));
             let mut shutdown_at: Option<Instant> = None;
             while !lease.over.load(Ordering::SeqCst) {
-                std::thread::sleep(TICK);
+                lease.tick();
                 if shutdown.is_cancelled() {
                     let at = *shutdown_at.get_or_insert_with(Instant::now);
                     if at.elapsed() >= self.opts.grace && !step_cancel.is_cancelled() {
@@ -598,7 +599,7 @@ impl<'e> Worker<'e> {
     ) {
         let mut last_try = Instant::now();
         while !lease.over.load(Ordering::SeqCst) && !lease.lost.load(Ordering::SeqCst) {
-            std::thread::sleep(TICK);
+            lease.tick();
             if last_try.elapsed() < every {
                 continue;
             }
@@ -645,6 +646,32 @@ struct Lease {
     claim: Mutex<Claim>,
     lost: AtomicBool,
     over: AtomicBool,
+    /// Wakes the lease threads when the run is over, so a finished run
+    /// does not wait out their tick before the slot takes the next one.
+    wake: (Mutex<()>, Condvar),
+}
+
+impl Lease {
+    /// The run is over: the lease threads stop now.
+    fn finish(&self) {
+        self.over.store(true, Ordering::SeqCst);
+        let _held = self.wake.0.lock().unwrap_or_else(PoisonError::into_inner);
+        self.wake.1.notify_all();
+    }
+
+    /// Waits one tick, or less if the run ends meanwhile.
+    fn tick(&self) {
+        let held = self.wake.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // Checked under the lock `finish` notifies under: no wake-up is lost.
+        if self.over.load(Ordering::SeqCst) {
+            return;
+        }
+        let _ = self
+            .wake
+            .1
+            .wait_timeout(held, TICK)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
 }
 
 /// Why a run's steps stopped.
