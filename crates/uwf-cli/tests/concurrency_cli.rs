@@ -20,19 +20,6 @@ const EXIT_NO_SLOT: i32 = 3;
 /// Exit status of a step whose thread was killed.
 const EXIT_KILLED: i32 = 5;
 
-/// solve-issue answers; `{delay}` is each entry's delay.
-const SOLVE: &str = r#"roles:
-  planner:
-    - output: { plan: "the plan", steps: ["one"] }
-      delay: {delay}
-  developer:
-    - output: { filesChanged: ["a.rs"], summary: "done" }
-      delay: {delay}
-  reviewer:
-    - output: { approved: true, comments: "LGTM" }
-      delay: {delay}
-"#;
-
 static AGENTS: AtomicUsize = AtomicUsize::new(0);
 
 /// A root with solve-issue registered and `limits` (the body of its
@@ -55,7 +42,7 @@ fn logging_agent(env: &Env, delay: &str) -> String {
     let n = AGENTS.fetch_add(1, Ordering::Relaxed);
     let scenario = env.file(
         &format!("scenario-{n}.yaml"),
-        &SOLVE.replace("{delay}", delay),
+        &common::solve_scenario(delay),
     );
     let (log, mock) = (log_path(env), mock_bin());
     let (log, mock, scenario) = (log.display(), mock.display(), scenario.display());

@@ -17,22 +17,6 @@ use std::time::{Duration, Instant};
 use common::{Env, example, mock_bin};
 use serde_json::Value;
 
-/// solve-issue answers, each after `{delay}` (the reviewer approves).
-const SOLVE: &str = r#"roles:
-  planner:
-    - output: { plan: "the plan", steps: ["one"] }
-      delay: {delay}
-  developer:
-    - output: { filesChanged: ["a.rs"], summary: "done" }
-      delay: {delay}
-  reviewer:
-    - output: { approved: true, comments: "LGTM" }
-      delay: {delay}
-"#;
-
-/// The roles of a solve-issue thread that ran to `$END` once.
-const ROLES: [&str; 3] = ["planner", "developer", "reviewer"];
-
 /// A generous bound for the whole trial to finish (catches a hang only).
 const BOUND: Duration = Duration::from_secs(240);
 
@@ -187,7 +171,7 @@ fn check_chain(env: &Env, id: &str) {
         .iter()
         .map(|s| s["role"].as_str().unwrap())
         .collect();
-    assert_eq!(roles, ROLES, "thread {id}: {v}");
+    assert_eq!(roles, common::SOLVED_ONCE, "thread {id}: {v}");
     let hashes: BTreeSet<&str> = steps.iter().map(|s| s["hash"].as_str().unwrap()).collect();
     assert_eq!(hashes.len(), steps.len(), "a node twice in {id}: {v}");
 }
@@ -213,7 +197,7 @@ impl Trial {
     /// step of their agent taking 600 ms; `None` when skipped.
     fn new(name: &str, backend: Backend, threads: usize) -> Option<Trial> {
         let (env, db) = store(backend)?;
-        let scenario = env.file("slow.yaml", &SOLVE.replace("{delay}", "600ms"));
+        let scenario = env.file("slow.yaml", &common::solve_scenario("600ms"));
         let agent = format!("'{}' '{}'", mock_bin().display(), scenario.display());
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -24,19 +24,6 @@ const PASSWORD: &str = "multi-host-Pa55";
 const THREADS: usize = 6;
 const BOUND: Duration = Duration::from_secs(240);
 
-/// planner → developer → reviewer (approves), each answer after 300 ms.
-const SCENARIO: &str = r#"roles:
-  planner:
-    - output: { plan: "the plan", steps: ["one"] }
-      delay: 300ms
-  developer:
-    - output: { filesChanged: ["a.rs"], summary: "done" }
-      delay: 300ms
-  reviewer:
-    - output: { approved: true, comments: "LGTM" }
-      delay: 300ms
-"#;
-
 fn skip_or_fail(why: &str) {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("the multi-host test must run here (CI=true) but cannot: {why}");
@@ -355,7 +342,7 @@ impl Cluster {
 
         // The agent: uwf-mock between two lines of the shared count log.
         let scenario = dir.path().join("scenario.yaml");
-        std::fs::write(&scenario, SCENARIO.replace("300ms", delay)).unwrap();
+        std::fs::write(&scenario, common::solve_scenario(delay)).unwrap();
         let log = dir.path().join("agents.log");
         let agent = dir.path().join("agent.sh");
         std::fs::write(
@@ -520,7 +507,7 @@ impl Cluster {
                 .iter()
                 .filter_map(|s| s["role"].as_str())
                 .collect();
-            assert_eq!(roles, ["planner", "developer", "reviewer"], "thread {t}");
+            assert_eq!(roles, common::SOLVED_ONCE, "thread {t}");
         }
         assert_eq!(
             self.m2.json(&["cas", "verify"])["issues"],

@@ -13,22 +13,6 @@ use std::time::{Duration, Instant};
 use common::{Env, example, mock_bin};
 use serde_json::Value;
 
-/// solve-issue answers, each after `{delay}`.
-const SOLVE: &str = r#"roles:
-  planner:
-    - output: { plan: "the plan", steps: ["one"] }
-      delay: {delay}
-  developer:
-    - output: { filesChanged: ["a.rs"], summary: "done" }
-      delay: {delay}
-  reviewer:
-    - output: { approved: true, comments: "LGTM" }
-      delay: {delay}
-"#;
-
-/// The roles of a solve-issue thread that ran to `$END` once.
-const ROLES: [&str; 3] = ["planner", "developer", "reviewer"];
-
 /// A generous bound for anything to happen.
 const BOUND: Duration = Duration::from_secs(120);
 
@@ -39,7 +23,7 @@ fn registered() -> Env {
 }
 
 fn scenario(env: &Env, name: &str, delay: &str) -> PathBuf {
-    env.file(name, &SOLVE.replace("{delay}", delay))
+    env.file(name, &common::solve_scenario(delay))
 }
 
 /// An agent that runs uwf-mock with every answer taking `delay`.
@@ -237,7 +221,7 @@ fn twenty_detached_threads_finish_on_two_workers_with_every_step_applied_once() 
 
     for id in &ids {
         assert!(done(&env, id), "{id} is not done");
-        assert_eq!(roles(&env, id), ROLES, "thread {id}");
+        assert_eq!(roles(&env, id), common::SOLVED_ONCE, "thread {id}");
     }
     // One `done` event per thread across both workers; every thread was
     // claimed at least once (more only if a lease was lost under load).
@@ -293,7 +277,7 @@ fn a_worker_killed_mid_step_is_taken_over_after_its_lease_and_its_agent_is_stopp
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("stopped agent process"), "{log}");
     assert!(log.contains("claim 2 of the run"), "{log}");
-    assert_eq!(roles(&env, &id), ROLES);
+    assert_eq!(roles(&env, &id), common::SOLVED_ONCE);
     assert!(queue_is_empty(&env));
 }
 
@@ -329,7 +313,7 @@ fn a_paused_worker_that_wakes_after_its_lease_expired_lets_go_and_its_agent_is_s
     assert!(log.contains("lease-lost"), "{log}");
     let (code, log) = second.drain();
     assert_eq!(code, Some(0), "{log}");
-    assert_eq!(roles(&env, &id), ROLES);
+    assert_eq!(roles(&env, &id), common::SOLVED_ONCE);
 }
 
 #[test]
@@ -355,7 +339,7 @@ fn sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it() 
     wait_for("the thread to finish", || done(&env, &id));
     let (code, log) = second.drain();
     assert_eq!(code, Some(0), "{log}");
-    assert_eq!(roles(&env, &id), ROLES);
+    assert_eq!(roles(&env, &id), common::SOLVED_ONCE);
 }
 
 #[test]
@@ -412,7 +396,7 @@ fn a_failed_run_is_recorded_and_can_be_queued_again() {
     let worker = WorkerProc::start(&env, "w2", &[]);
     wait_for("the thread to finish", || done(&env, &id));
     drop(worker);
-    assert_eq!(roles(&env, &id), ROLES);
+    assert_eq!(roles(&env, &id), common::SOLVED_ONCE);
 }
 
 #[test]

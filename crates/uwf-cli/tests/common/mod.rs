@@ -294,3 +294,14 @@ pub fn wait_no_process(pattern: &str, timeout: std::time::Duration) -> bool {
         }
     }
 }
+
+/// solve-issue answers for uwf-mock, the reviewer approving at once; each
+/// entry waits `delay` (`"600ms"`, `"60s"`, …).
+pub fn solve_scenario(delay: &str) -> String {
+    format!(
+        "roles:\n  planner:\n    - output: {{ plan: \"the plan\", steps: [\"one\"] }}\n      delay: {delay}\n  developer:\n    - output: {{ filesChanged: [\"a.rs\"], summary: \"done\" }}\n      delay: {delay}\n  reviewer:\n    - output: {{ approved: true, comments: \"LGTM\" }}\n      delay: {delay}\n"
+    )
+}
+
+/// The roles of a solve-issue thread run with [`solve_scenario`].
+pub const SOLVED_ONCE: [&str; 3] = ["planner", "developer", "reviewer"];
