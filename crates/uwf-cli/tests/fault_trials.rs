@@ -141,21 +141,6 @@ impl Rng {
     }
 }
 
-fn detach(env: &Env, agent: &str, task: &str) -> String {
-    let v = env.json(&[
-        "thread",
-        "run",
-        "solve-issue",
-        "-p",
-        task,
-        "--agent",
-        agent,
-        "--detach",
-    ]);
-    assert_eq!(v["queued"], true, "{v}");
-    v["thread"].as_str().unwrap().to_string()
-}
-
 fn active(env: &Env) -> usize {
     env.json(&["thread", "list"]).as_array().unwrap().len()
 }
@@ -224,7 +209,7 @@ impl Trial {
     fn queue(&mut self, n: usize) {
         for _ in 0..n {
             let i = self.ids.len();
-            let id = detach(&self.env, &self.agent, &format!("task {i}"));
+            let id = common::detach(&self.env, &self.agent, &format!("task {i}"));
             self.ids.push(id);
         }
     }

@@ -55,22 +55,6 @@ fn slow_first_agent(env: &Env) -> String {
     format!("sh -c '{script}' agent")
 }
 
-fn detach(env: &Env, agent: &str, task: &str) -> String {
-    let v = env.json(&[
-        "thread",
-        "run",
-        "solve-issue",
-        "-p",
-        task,
-        "--agent",
-        agent,
-        "--detach",
-    ]);
-    assert_eq!(v["queued"], true, "{v}");
-    assert_eq!(v["run"]["state"], "queued", "{v}");
-    v["thread"].as_str().unwrap().to_string()
-}
-
 /// A running `uwf worker` with its stderr in a file.
 struct WorkerProc {
     child: Child,
@@ -197,7 +181,7 @@ fn twenty_detached_threads_finish_on_two_workers_with_every_step_applied_once() 
     let env = registered();
     let agent = agent(&env, "0ms");
     let ids: Vec<String> = (0..20)
-        .map(|i| detach(&env, &agent, &format!("task {i}")))
+        .map(|i| common::detach(&env, &agent, &format!("task {i}")))
         .collect();
     let listed = env.json(&["thread", "list"]);
     assert_eq!(listed.as_array().unwrap().len(), 20);
@@ -253,7 +237,7 @@ fn twenty_detached_threads_finish_on_two_workers_with_every_step_applied_once() 
 #[test]
 fn a_worker_killed_mid_step_is_taken_over_after_its_lease_and_its_agent_is_stopped() {
     let env = registered();
-    let id = detach(&env, &slow_first_agent(&env), "crash me");
+    let id = common::detach(&env, &slow_first_agent(&env), "crash me");
     let first = WorkerProc::start(&env, "first", &[]);
     let agent_pid = read_pid(&env.dir.path().join("first.pid"));
     // The claim is visible while the agent runs.
@@ -284,7 +268,7 @@ fn a_worker_killed_mid_step_is_taken_over_after_its_lease_and_its_agent_is_stopp
 #[test]
 fn a_paused_worker_that_wakes_after_its_lease_expired_lets_go_and_its_agent_is_stopped() {
     let env = registered();
-    let id = detach(&env, &slow_first_agent(&env), "pause me");
+    let id = common::detach(&env, &slow_first_agent(&env), "pause me");
     let first = WorkerProc::start(&env, "first", &[]);
     let agent_pid = read_pid(&env.dir.path().join("first.pid"));
     first.signal("-STOP");
@@ -319,7 +303,7 @@ fn a_paused_worker_that_wakes_after_its_lease_expired_lets_go_and_its_agent_is_s
 #[test]
 fn sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it() {
     let env = registered();
-    let id = detach(&env, &slow_first_agent(&env), "drain me");
+    let id = common::detach(&env, &slow_first_agent(&env), "drain me");
     let head = show(&env, &id)["head"].clone();
     let first = WorkerProc::start(&env, "first", &["--grace", "1"]);
     let agent_pid = read_pid(&env.dir.path().join("first.pid"));
@@ -345,7 +329,7 @@ fn sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it() 
 #[test]
 fn thread_kill_stops_the_agent_a_worker_runs() {
     let env = registered();
-    let id = detach(&env, &slow_first_agent(&env), "kill me");
+    let id = common::detach(&env, &slow_first_agent(&env), "kill me");
     let worker = WorkerProc::start(&env, "w", &[]);
     let agent_pid = read_pid(&env.dir.path().join("first.pid"));
     env.json(&["thread", "kill", &id]);
@@ -358,7 +342,7 @@ fn thread_kill_stops_the_agent_a_worker_runs() {
     assert!(shown.get("run").is_none(), "{shown}");
     assert!(roles(&env, &id).is_empty());
     // The worker goes on with other work.
-    let next = detach(&env, &agent(&env, "0ms"), "after the kill");
+    let next = common::detach(&env, &agent(&env, "0ms"), "after the kill");
     wait_for("the next thread to finish", || done(&env, &next));
     let (code, log) = worker.drain();
     assert_eq!(code, Some(0), "{log}");
@@ -367,7 +351,7 @@ fn thread_kill_stops_the_agent_a_worker_runs() {
 #[test]
 fn a_failed_run_is_recorded_and_can_be_queued_again() {
     let env = registered();
-    let id = detach(&env, "sh -c 'echo broken >&2; exit 7' agent", "fail me");
+    let id = common::detach(&env, "sh -c 'echo broken >&2; exit 7' agent", "fail me");
     let worker = WorkerProc::start(&env, "w", &[]);
     wait_for("the run to fail", || {
         show(&env, &id)["run"]["state"] == "failed"
@@ -402,7 +386,7 @@ fn a_failed_run_is_recorded_and_can_be_queued_again() {
 #[test]
 fn a_worker_claims_only_the_workflows_it_is_given() {
     let env = registered();
-    let solve = detach(&env, &agent(&env, "0ms"), "solve it");
+    let solve = common::detach(&env, &agent(&env, "0ms"), "solve it");
     let draft = env.json(&[
         "thread",
         "run",
@@ -436,7 +420,7 @@ fn a_worker_claims_only_the_workflows_it_is_given() {
 fn detach_refuses_a_thread_already_queued_or_finished() {
     let env = registered();
     let agent = agent(&env, "0ms");
-    let id = detach(&env, &agent, "once");
+    let id = common::detach(&env, &agent, "once");
     let before = env.snapshot();
     let err = env.fails(&["thread", "run", "--thread", &id, "--detach"]);
     assert!(err.contains("already queued"), "{err}");

@@ -305,3 +305,21 @@ pub fn solve_scenario(delay: &str) -> String {
 
 /// The roles of a solve-issue thread run with [`solve_scenario`].
 pub const SOLVED_ONCE: [&str; 3] = ["planner", "developer", "reviewer"];
+
+/// `uwf thread run solve-issue -p task --agent agent --detach`: queues a
+/// new thread for a worker; returns its id.
+pub fn detach(env: &Env, agent: &str, task: &str) -> String {
+    let v = env.json(&[
+        "thread",
+        "run",
+        "solve-issue",
+        "-p",
+        task,
+        "--agent",
+        agent,
+        "--detach",
+    ]);
+    assert_eq!(v["queued"], true, "{v}");
+    assert_eq!(v["run"]["state"], "queued", "{v}");
+    v["thread"].as_str().unwrap().to_string()
+}
