@@ -1,10 +1,30 @@
-//! `uwf cas …` end to end, against the real binary.
+//! `uwf cas …` end to end, against the real binary, on both stores: every
+//! test in the `per_backend!` list runs once on the filesystem and once on
+//! PostgreSQL. The rest are about the filesystem layout itself (stray
+//! files, permissions, a root that is a file).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use common::{Env, golden, hash_of};
+use common::{Backend, Env, golden, hash_of};
 use serde_json::{Value, json};
+
+per_backend!(
+    schema_list_on_a_fresh_store_matches_golden,
+    get_prints_hash_type_payload_and_optionally_timestamp,
+    put_is_idempotent_and_keeps_the_first_timestamp,
+    payload_from_file_and_stdin,
+    has_refs_and_walk,
+    walk_reports_missing_nodes,
+    verify_and_reindex_on_a_sound_store,
+    malformed_and_path_like_hashes_are_rejected,
+    unknown_hashes_are_reported,
+    bad_payloads_are_refused_with_the_failing_path,
+    unsupported_schemas_are_refused_with_a_reason,
+    corrupt_truncated_and_renamed_nodes_are_detected,
+    many_writer_processes_at_once,
+    gc_sweeps_only_what_no_root_reaches
+);
 
 const NOTE: &str = r#"{"title":"note","type":"object","properties":{"text":{"type":"string"},"prev":{"type":["string","null"],"format":"cas_ref"},"tags":{"type":"array","items":{"type":"string"}}},"required":["text"],"additionalProperties":false}"#;
 
@@ -21,9 +41,10 @@ fn chain(env: &Env) -> (String, String, String) {
     (t, a, b)
 }
 
-#[test]
-fn schema_list_on_a_fresh_store_matches_golden() {
-    let env = Env::new();
+fn schema_list_on_a_fresh_store_matches_golden(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let out = env.uwf().args(["cas", "schema", "list"]).output().unwrap();
     assert!(out.status.success());
     golden(
@@ -32,9 +53,10 @@ fn schema_list_on_a_fresh_store_matches_golden() {
     );
 }
 
-#[test]
-fn get_prints_hash_type_payload_and_optionally_timestamp() {
-    let env = Env::new();
+fn get_prints_hash_type_payload_and_optionally_timestamp(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let (t, a, _) = chain(&env);
     let v = env.json(&["cas", "get", &a]);
     assert_eq!(
@@ -52,9 +74,10 @@ fn get_prints_hash_type_payload_and_optionally_timestamp() {
     assert_eq!(y["payload"]["text"], "first");
 }
 
-#[test]
-fn put_is_idempotent_and_keeps_the_first_timestamp() {
-    let env = Env::new();
+fn put_is_idempotent_and_keeps_the_first_timestamp(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let t = hash_of(&env.json(&["cas", "schema", "put", NOTE]));
     let first = env.json(&["cas", "put", &t, r#"{"text":"x"}"#]);
     assert_eq!(first["created"], true);
@@ -70,9 +93,10 @@ fn put_is_idempotent_and_keeps_the_first_timestamp() {
     );
 }
 
-#[test]
-fn payload_from_file_and_stdin() {
-    let env = Env::new();
+fn payload_from_file_and_stdin(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let schema_file = env.dir.path().join("note.schema.json");
     std::fs::write(&schema_file, NOTE).unwrap();
     let t = hash_of(&env.json(&["cas", "schema", "put", schema_file.to_str().unwrap()]));
@@ -94,9 +118,10 @@ fn payload_from_file_and_stdin() {
     );
 }
 
-#[test]
-fn has_refs_and_walk() {
-    let env = Env::new();
+fn has_refs_and_walk(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let (t, a, b) = chain(&env);
     assert_eq!(
         env.json(&["cas", "has", &a]),
@@ -117,9 +142,10 @@ fn has_refs_and_walk() {
     );
 }
 
-#[test]
-fn walk_reports_missing_nodes() {
-    let env = Env::new();
+fn walk_reports_missing_nodes(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let t = hash_of(&env.json(&["cas", "schema", "put", NOTE]));
     let h = hash_of(&env.json(&["cas", "put", &t, r#"{"text":"x","prev":"0000000000000"}"#]));
     let w = env.json(&["cas", "walk", &h]);
@@ -135,19 +161,27 @@ fn walk_reports_missing_nodes() {
     assert_eq!(report["issues"][0]["path"], "/prev");
 }
 
-#[test]
-fn verify_and_reindex_on_a_sound_store() {
-    let env = Env::new();
+fn verify_and_reindex_on_a_sound_store(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     chain(&env);
     let v = env.json(&["cas", "verify"]);
     assert_eq!(v["issues"], json!([]));
     assert_eq!(v["nodes"], 7); // meta + 3 protocol schemas + note + 2 notes
-    std::fs::remove_dir_all(env.root().join("cas/index")).unwrap();
-    std::fs::create_dir(env.root().join("cas/index")).unwrap();
+    // On the filesystem the by-type index is files that can be lost and
+    // rebuilt; on PostgreSQL it is a database index, so nothing is added.
+    let added = if env.db.is_none() {
+        std::fs::remove_dir_all(env.root().join("cas/index")).unwrap();
+        std::fs::create_dir(env.root().join("cas/index")).unwrap();
+        7
+    } else {
+        0
+    };
     let r = env.json(&["cas", "reindex"]);
     assert_eq!(
         (r["nodes"].as_u64(), r["added"].as_u64()),
-        (Some(7), Some(7))
+        (Some(7), Some(added))
     );
     assert_eq!(
         env.json(&["cas", "schema", "list"])
@@ -183,9 +217,10 @@ fn fails_unchanged(env: &Env, args: &[&str], expect: &str) {
     assert_eq!(before, env.snapshot(), "uwf {args:?} changed the store");
 }
 
-#[test]
-fn malformed_and_path_like_hashes_are_rejected() {
-    let env = Env::new();
+fn malformed_and_path_like_hashes_are_rejected(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     chain(&env);
     for bad in [
         "",
@@ -213,9 +248,10 @@ fn malformed_and_path_like_hashes_are_rejected() {
     }
 }
 
-#[test]
-fn unknown_hashes_are_reported() {
-    let env = Env::new();
+fn unknown_hashes_are_reported(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let (_, a, _) = chain(&env);
     for cmd in ["get", "refs", "walk"] {
         fails_unchanged(
@@ -233,9 +269,10 @@ fn unknown_hashes_are_reported() {
     fails_unchanged(&env, &["cas", "schema", "get", &a], "is not a schema node");
 }
 
-#[test]
-fn bad_payloads_are_refused_with_the_failing_path() {
-    let env = Env::new();
+fn bad_payloads_are_refused_with_the_failing_path(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let (t, _, _) = chain(&env);
     fails_unchanged(
         &env,
@@ -267,9 +304,10 @@ fn bad_payloads_are_refused_with_the_failing_path() {
     assert!(err.contains("\"text\" is a required property"), "{err}");
 }
 
-#[test]
-fn unsupported_schemas_are_refused_with_a_reason() {
-    let env = Env::new();
+fn unsupported_schemas_are_refused_with_a_reason(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     chain(&env);
     fails_unchanged(
         &env,
@@ -305,30 +343,56 @@ fn unsupported_schemas_are_refused_with_a_reason() {
     fails_unchanged(&env, &["cas", "schema", "put", "[1,2"], "is not valid JSON");
 }
 
-#[test]
-fn corrupt_truncated_and_renamed_node_files_are_detected() {
+fn corrupt_truncated_and_renamed_nodes_are_detected(backend: Backend) {
     for damage in ["corrupt", "truncate", "rename"] {
-        let env = Env::new();
+        let Some(env) = Env::on(backend) else {
+            return;
+        };
         let (t, a, b) = chain(&env);
-        let path = env.object_path(&a);
-        let bytes = std::fs::read(&path).unwrap();
-        let victim = match damage {
-            "corrupt" => {
-                let text = String::from_utf8(bytes).unwrap().replace("first", "fir5t");
-                std::fs::write(&path, text).unwrap();
-                a.clone()
+        // Where the store keeps `a`: what the error must name.
+        let shown = match &env.db {
+            None => {
+                let path = env.object_path(&a);
+                let bytes = std::fs::read(&path).unwrap();
+                match damage {
+                    "corrupt" => {
+                        let text = String::from_utf8(bytes).unwrap().replace("first", "fir5t");
+                        std::fs::write(&path, text).unwrap();
+                    }
+                    "truncate" => std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap(),
+                    // b's file takes a's name: valid JSON that hashes to b, not a.
+                    _ => drop(std::fs::copy(env.object_path(&b), &path).unwrap()),
+                }
+                path.display().to_string()
             }
-            "truncate" => {
-                std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
-                a.clone()
-            }
-            _ => {
-                // b's file takes a's name: valid JSON that hashes to b, not a.
-                std::fs::copy(env.object_path(&b), &path).unwrap();
-                a.clone()
+            Some(db) => {
+                let sql = match damage {
+                    "corrupt" => {
+                        "UPDATE uwf_nodes SET payload = \
+                         convert_to(replace(convert_from(payload, 'UTF8'), 'first', 'fir5t'), 'UTF8') \
+                         WHERE hash = $1"
+                    }
+                    "truncate" => {
+                        "UPDATE uwf_nodes SET payload = substring(payload FROM 1 FOR length(payload) / 2) \
+                         WHERE hash = $1"
+                    }
+                    // b's row under a's hash: content that hashes to b, not a.
+                    _ => {
+                        "UPDATE uwf_nodes SET (type_hash, payload) = \
+                         (SELECT type_hash, payload FROM uwf_nodes WHERE hash = $2) WHERE hash = $1"
+                    }
+                };
+                let mut client = db.client();
+                let changed = if damage == "rename" {
+                    client.execute(sql, &[&a, &b])
+                } else {
+                    client.execute(sql, &[&a])
+                };
+                assert_eq!(changed.unwrap(), 1, "{damage}");
+                "uwf_nodes".to_string()
             }
         };
-        let shown = path.display().to_string();
+        let victim = a.clone();
         fails_unchanged(
             &env,
             &["cas", "get", &victim],
@@ -337,7 +401,7 @@ fn corrupt_truncated_and_renamed_node_files_are_detected() {
         let err = env.fails(&["cas", "get", &victim]);
         assert!(
             err.replace('\n', "").contains(&shown.replace('\n', "")) || err.contains(&a[2..]),
-            "{damage}: file not named:\n{err}"
+            "{damage}: where the node is kept is not named:\n{err}"
         );
         fails_unchanged(&env, &["cas", "walk", &b], "is corrupt");
         let out = env.uwf().args(["cas", "verify"]).output().unwrap();
@@ -476,24 +540,23 @@ fn read_only_and_unreadable_roots() {
     set_tree(0o755, 0o644);
 }
 
-#[test]
-fn many_writer_processes_at_once() {
-    let env = Env::new();
+fn many_writer_processes_at_once(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let t = hash_of(&env.json(&["cas", "schema", "put", NOTE]));
     let children: Vec<_> = (0..8)
         .map(|i| {
-            let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("uwf"));
             // Half the processes write the same payload, half their own.
             let text = if i % 2 == 0 {
                 "shared".to_string()
             } else {
                 format!("own-{i}")
             };
-            cmd.args(["cas", "put", &t, &format!(r#"{{"text":"{text}"}}"#)])
-                .env("UNCAGED_WORKFLOW_STORAGE_ROOT", env.root())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
-            cmd.spawn().unwrap()
+            env.uwf_process()
+                .args(["cas", "put", &t, &format!(r#"{{"text":"{text}"}}"#)])
+                .spawn()
+                .unwrap()
         })
         .collect();
     let mut created_shared = 0;
@@ -517,9 +580,10 @@ fn many_writer_processes_at_once() {
     assert_eq!(env.json(&["cas", "verify"])["issues"], json!([]));
 }
 
-#[test]
-fn gc_sweeps_only_what_no_root_reaches() {
-    let env = Env::new();
+fn gc_sweeps_only_what_no_root_reaches(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let (t, a, b) = chain(&env);
     // Nothing references the notes: they are garbage once the grace is zero,
     // the type (a schema) is not.
@@ -542,14 +606,29 @@ fn gc_sweeps_only_what_no_root_reaches() {
     assert_eq!(env.json(&["cas", "has", &b])["exists"], false);
     assert_eq!(env.json(&["cas", "has", &t])["exists"], true);
     assert_eq!(env.json(&["cas", "verify"])["issues"], json!([]));
-    // A corrupt state file stops gc before anything is removed.
-    std::fs::write(
-        env.root().join("threads.yaml"),
-        "01J7K9M2XNPQR5VWBCDF8G3H4T: [oops\n",
-    )
-    .unwrap();
+    // A corrupt thread head stops gc before anything is removed: which
+    // nodes are reachable is unknown.
+    let expect = match &env.db {
+        None => {
+            std::fs::write(
+                env.root().join("threads.yaml"),
+                "01J7K9M2XNPQR5VWBCDF8G3H4T: [oops\n",
+            )
+            .unwrap();
+            "threads.yaml"
+        }
+        Some(db) => {
+            db.client()
+                .execute(
+                    "INSERT INTO uwf_threads (thread, head) VALUES ('01J7K9M2XNPQR5VWBCDF8G3H4T', 'oops')",
+                    &[],
+                )
+                .unwrap();
+            "uwf_threads"
+        }
+    };
     let before = env.snapshot();
     let err = env.fails(&["cas", "gc", "--grace", "0s"]);
-    assert!(err.contains("threads.yaml"), "{err}");
+    assert!(err.contains(expect), "{err}");
     assert_eq!(before, env.snapshot());
 }

@@ -89,18 +89,28 @@ impl PgStore {
         })
     }
 
-    /// A hash read from column `what` of a row.
-    fn hash_at(&self, row: &postgres::Row, idx: usize, what: &str) -> Result<Hash, PgError> {
+    /// A hash read from column `idx` of a row; `what` names that value,
+    /// its row and its table for the error (formatted only then).
+    fn hash_at(
+        &self,
+        row: &postgres::Row,
+        idx: usize,
+        what: std::fmt::Arguments<'_>,
+    ) -> Result<Hash, PgError> {
         let text: &str = row.get(idx);
         text.parse()
             .map_err(|e| self.corrupt(format!("{what} {text:?}"), format!("{e}")))
     }
 
     /// A thread id read from column `idx` of a row.
-    fn thread_at(&self, row: &postgres::Row, idx: usize) -> Result<ThreadId, PgError> {
+    fn thread_at(&self, row: &postgres::Row, idx: usize, table: &str) -> Result<ThreadId, PgError> {
         let text: &str = row.get(idx);
-        text.parse()
-            .map_err(|e| self.corrupt(format!("thread id {text:?}"), format!("{e}")))
+        text.parse().map_err(|e| {
+            self.corrupt(
+                format!("thread id {text:?} (table {table})"),
+                format!("{e}"),
+            )
+        })
     }
 
     fn head_in(&self, tx: &mut Transaction<'_>, thread: ThreadId) -> Result<Option<Hash>, PgError> {
@@ -110,7 +120,14 @@ impl PgStore {
                 &[&thread.to_string()],
             )
             .map_err(self.err("read a head"))?;
-        row.map(|r| self.hash_at(&r, 0, "head")).transpose()
+        row.map(|r| {
+            self.hash_at(
+                &r,
+                0,
+                format_args!("head of thread {thread} (table uwf_threads)"),
+            )
+        })
+        .transpose()
     }
 
     fn parse_waiting(&self, thread: &str, text: &str) -> Result<WaitingRecord, PgError> {
@@ -121,9 +138,17 @@ impl PgStore {
     fn history_entry(&self, row: &postgres::Row) -> Result<HistoryEntry, PgError> {
         let completed: i64 = row.get(3);
         Ok(HistoryEntry {
-            thread: self.thread_at(row, 0)?,
-            workflow: self.hash_at(row, 1, "history workflow")?,
-            head: self.hash_at(row, 2, "history head")?,
+            thread: self.thread_at(row, 0, "uwf_history")?,
+            workflow: self.hash_at(
+                row,
+                1,
+                format_args!("workflow of a history entry (table uwf_history)"),
+            )?,
+            head: self.hash_at(
+                row,
+                2,
+                format_args!("head of a history entry (table uwf_history)"),
+            )?,
             completed_at: u64::try_from(completed)
                 .map_err(|_| self.corrupt("history entry", format!("completed_at {completed}")))?,
             reason: row.get(4),
@@ -144,7 +169,15 @@ impl ThreadStore for PgStore {
                 &[&thread.to_string()],
             )
             .map_err(self.err("read a head"))?;
-        Ok(row.map(|r| self.hash_at(&r, 0, "head")).transpose()?)
+        Ok(row
+            .map(|r| {
+                self.hash_at(
+                    &r,
+                    0,
+                    format_args!("head of thread {thread} (table uwf_threads)"),
+                )
+            })
+            .transpose()?)
     }
 
     fn threads(&self) -> Result<ThreadsIndex, StateError> {
@@ -154,7 +187,13 @@ impl ThreadStore for PgStore {
             .map_err(self.err("list the threads"))?;
         let mut out = ThreadsIndex::new();
         for r in &rows {
-            out.insert(self.thread_at(r, 0)?, self.hash_at(r, 1, "head")?);
+            let thread = self.thread_at(r, 0, "uwf_threads")?;
+            let head = self.hash_at(
+                r,
+                1,
+                format_args!("head of thread {thread} (table uwf_threads)"),
+            )?;
+            out.insert(thread, head);
         }
         Ok(out)
     }
@@ -221,7 +260,11 @@ impl ThreadStore for PgStore {
             let entry = HistoryEntry {
                 thread,
                 workflow,
-                head: self.hash_at(&row, 0, "head")?,
+                head: self.hash_at(
+                    &row,
+                    0,
+                    format_args!("head of thread {thread} (table uwf_threads)"),
+                )?,
                 completed_at: uwf_state::state::now_ms(),
                 reason: Some(reason.to_owned()),
             };
@@ -274,7 +317,10 @@ impl ThreadStore for PgStore {
             .map_err(self.err("read the registry"))?;
         let mut out = WorkflowRegistry::new();
         for r in &rows {
-            out.insert(r.get(0), self.hash_at(r, 1, "registered workflow")?);
+            let name: String = r.get(0);
+            let hash =
+                self.hash_at(r, 1, format_args!("workflow {name:?} (table uwf_registry)"))?;
+            out.insert(name, hash);
         }
         Ok(out)
     }
@@ -291,7 +337,13 @@ impl ThreadStore for PgStore {
             let previous = tx
                 .query_opt("SELECT hash FROM uwf_registry WHERE name = $1", &[&name])
                 .map_err(self.err("read the registry"))?
-                .map(|r| self.hash_at(&r, 0, "registered workflow"))
+                .map(|r| {
+                    self.hash_at(
+                        &r,
+                        0,
+                        format_args!("workflow {name:?} (table uwf_registry)"),
+                    )
+                })
                 .transpose()?;
             if previous != Some(hash) {
                 tx.execute(
@@ -330,7 +382,7 @@ impl ThreadStore for PgStore {
             .map_err(self.err("read the waiting threads"))?;
         let mut out = WaitingIndex::new();
         for r in &rows {
-            let thread = self.thread_at(r, 0)?;
+            let thread = self.thread_at(r, 0, "uwf_waiting")?;
             let record = self.parse_waiting(r.get(0), r.get(1))?;
             out.insert(thread, record);
         }
@@ -365,7 +417,13 @@ impl ThreadStore for PgStore {
                     &[&id],
                 )
                 .map_err(self.err("read a head"))?
-                .map(|r| self.hash_at(&r, 0, "head"))
+                .map(|r| {
+                    self.hash_at(
+                        &r,
+                        0,
+                        format_args!("head of thread {id} (table uwf_threads)"),
+                    )
+                })
                 .transpose()?;
             if actual != Some(record.head) {
                 return Err(StateError::Conflict {
@@ -403,7 +461,13 @@ impl ThreadStore for PgStore {
             .map_err(self.err("read the attempts"))?;
         let mut out = AttemptsIndex::new();
         for r in &rows {
-            out.insert(self.thread_at(r, 0)?, self.hash_at(r, 1, "attempt record")?);
+            let thread = self.thread_at(r, 0, "uwf_attempts")?;
+            let record = self.hash_at(
+                r,
+                1,
+                format_args!("attempts of thread {thread} (table uwf_attempts)"),
+            )?;
+            out.insert(thread, record);
         }
         Ok(out)
     }
@@ -417,7 +481,13 @@ impl ThreadStore for PgStore {
             )
             .map_err(self.err("read the attempts"))?;
         Ok(row
-            .map(|r| self.hash_at(&r, 0, "attempt record"))
+            .map(|r| {
+                self.hash_at(
+                    &r,
+                    0,
+                    format_args!("attempts of thread {thread} (table uwf_attempts)"),
+                )
+            })
             .transpose()?)
     }
 
@@ -436,7 +506,13 @@ impl ThreadStore for PgStore {
             let prev = tx
                 .query_opt("SELECT record FROM uwf_attempts WHERE thread = $1", &[&id])
                 .map_err(self.err("read the attempts"))?
-                .map(|r| self.hash_at(&r, 0, "attempt record"))
+                .map(|r| {
+                    self.hash_at(
+                        &r,
+                        0,
+                        format_args!("attempts of thread {id} (table uwf_attempts)"),
+                    )
+                })
                 .transpose()?;
             let new = write(prev)?;
             tx.execute(
@@ -523,7 +599,7 @@ impl ThreadStore for PgStore {
             )
             .map_err(self.err("read the attempts"))?
             .iter()
-            .map(|r| self.hash_at(r, 0, "attempt record"))
+            .map(|r| self.hash_at(r, 0, format_args!("an attempt record (table uwf_attempts)")))
             .collect::<Result<Vec<Hash>, PgError>>()?;
         if prune {
             tx.batch_execute(

@@ -7,31 +7,104 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use serde_json::Value;
 
-/// A fresh storage root in a temporary directory.
+/// The store a test's commands use: see [`per_backend!`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The storage root itself (the default store).
+    Fs,
+    /// A fresh database on the test binary's PostgreSQL server
+    /// (`uwf_pg_testing`), selected with `UWF_STORE`.
+    Pg,
+}
+
+/// Runs each named test, a `fn(Backend)` of the test file, once per store:
+/// `filesystem::NAME` on the storage root, `postgresql::NAME` on a fresh
+/// PostgreSQL database. One suite, two backends: a test that holds on one
+/// store must hold on the other, and a function left out of the list is
+/// dead code (a warning, an error under clippy `-D warnings`).
+#[macro_export]
+macro_rules! per_backend {
+    ($($name:ident),* $(,)?) => {
+        mod filesystem {
+            $(#[test]
+            fn $name() {
+                super::$name($crate::common::Backend::Fs)
+            })*
+        }
+        mod postgresql {
+            $(#[test]
+            fn $name() {
+                super::$name($crate::common::Backend::Pg)
+            })*
+        }
+    };
+}
+
+/// A fresh storage root in a temporary directory, and on
+/// [`Backend::Pg`] the fresh database its commands use as their store.
 pub struct Env {
     pub dir: tempfile::TempDir,
+    /// The database of a [`Backend::Pg`] environment.
+    pub db: Option<uwf_pg_testing::TestDb>,
 }
 
 impl Env {
+    /// A filesystem environment.
     pub fn new() -> Self {
         Self {
             dir: tempfile::tempdir().unwrap(),
+            db: None,
         }
+    }
+
+    /// An environment on `backend`; `None` when PostgreSQL tests are
+    /// skipped (no server binaries and not `CI=true`: `uwf_pg_testing`
+    /// has said so loudly), so the test returns early.
+    pub fn on(backend: Backend) -> Option<Self> {
+        match backend {
+            Backend::Fs => Some(Self::new()),
+            Backend::Pg => Some(Self {
+                dir: tempfile::tempdir().unwrap(),
+                db: Some(uwf_pg_testing::database()?),
+            }),
+        }
+    }
+
+    /// Which store this environment's commands use.
+    pub fn backend(&self) -> Backend {
+        if self.db.is_some() {
+            Backend::Pg
+        } else {
+            Backend::Fs
+        }
+    }
+
+    /// `uwf` with this root and this store, no colour, and no inherited
+    /// root or store variables: on PostgreSQL `UWF_STORE` (the URL without
+    /// its password) and `UWF_STORE_PASSWORD` select the database.
+    fn command(&self) -> std::process::Command {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("uwf"));
+        c.env("UNCAGED_WORKFLOW_STORAGE_ROOT", self.root())
+            .env_remove("WORKFLOW_STORAGE_ROOT")
+            .env_remove("RUST_LOG")
+            .env_remove("UWF_STORE")
+            .env_remove("UWF_STORE_PASSWORD")
+            .env("NO_COLOR", "1")
+            .env("COLUMNS", "200");
+        if let Some(db) = &self.db {
+            c.env("UWF_STORE", &db.url_without_password)
+                .env("UWF_STORE_PASSWORD", uwf_pg_testing::PASSWORD);
+        }
+        c
     }
 
     pub fn root(&self) -> PathBuf {
         self.dir.path().join("root")
     }
 
-    /// `uwf` with this root, no colour, and no inherited root variables.
+    /// `uwf` with this root and store (see [`Env::command`]).
     pub fn uwf(&self) -> Command {
-        let mut c = Command::cargo_bin("uwf").unwrap();
-        c.env("UNCAGED_WORKFLOW_STORAGE_ROOT", self.root())
-            .env_remove("WORKFLOW_STORAGE_ROOT")
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .env("COLUMNS", "200");
-        c
+        Command::from_std(self.command())
     }
 
     /// Runs `uwf args…`, expects success, returns stdout as JSON.
@@ -62,10 +135,54 @@ impl Env {
         String::from_utf8_lossy(&out.stderr).into_owned()
     }
 
-    /// Every file under the root with its bytes, for "nothing changed" checks.
+    /// Every file under the root with its bytes and, on PostgreSQL, every
+    /// row of the store's tables ([`Env::tables`], keyed `postgresql/TABLE`),
+    /// for "nothing changed" checks.
     pub fn snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
         let mut out = BTreeMap::new();
         snap(&self.root(), &self.root(), &mut out);
+        for (table, rows) in self.tables() {
+            out.insert(
+                Path::new("postgresql").join(table),
+                rows.join("\n").into_bytes(),
+            );
+        }
+        out
+    }
+
+    /// On PostgreSQL, the rows of each of the store's tables that has any,
+    /// as text in a stable order: table → rows. Empty on the filesystem.
+    /// The schema's own bookkeeping (`uwf_schema_version`) is left out: a
+    /// command may apply the migrations on first use, and that is no change
+    /// of what the store holds.
+    pub fn tables(&self) -> BTreeMap<String, Vec<String>> {
+        let Some(db) = &self.db else {
+            return BTreeMap::new();
+        };
+        let mut client = db.client();
+        let names: Vec<String> = client
+            .query(
+                "SELECT table_name::text FROM information_schema.tables \
+                 WHERE table_schema = current_schema() AND table_name LIKE 'uwf\\_%' \
+                 AND table_name <> 'uwf_schema_version' ORDER BY 1",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut out = BTreeMap::new();
+        for name in names {
+            let rows: Vec<String> = client
+                .query(&format!("SELECT t::text FROM {name} t ORDER BY 1"), &[])
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            if !rows.is_empty() {
+                out.insert(name, rows);
+            }
+        }
         out
     }
 
@@ -192,6 +309,85 @@ pub fn mock_agent(scenario: &Path) -> String {
 pub const STATE_FILES: [&str; 2] = ["history.jsonl", "registry.yaml"];
 
 impl Env {
+    /// Sets the configuration the store's commands use: `config.yaml` in
+    /// the root on the filesystem, the store's own configuration (`uwf
+    /// store init --config`) on PostgreSQL. Returns the file written.
+    pub fn set_config(&self, yaml: &str) -> PathBuf {
+        if self.db.is_some() {
+            let p = self.file("config-for-the-store.yaml", yaml);
+            self.json(&["store", "init", "--config", p.to_str().unwrap()]);
+            return p;
+        }
+        std::fs::create_dir_all(self.root()).unwrap();
+        let p = self.root().join("config.yaml");
+        std::fs::write(&p, yaml).unwrap();
+        p
+    }
+
+    /// What errors about the configuration name: `config.yaml` on the
+    /// filesystem, the `uwf_config` table on PostgreSQL.
+    pub fn config_name(&self) -> &'static str {
+        if self.db.is_some() {
+            "uwf_config"
+        } else {
+            "config.yaml"
+        }
+    }
+
+    /// The archived threads, as `history.jsonl`'s lines say (or on
+    /// PostgreSQL the rows of `uwf_history`, in the same JSON form).
+    pub fn history(&self) -> Vec<Value> {
+        if let Some(db) = &self.db {
+            let Ok(rows) = db.client().query(
+                "SELECT thread::text, workflow, head, completed_at, reason \
+                 FROM uwf_history ORDER BY seq",
+                &[],
+            ) else {
+                return Vec::new();
+            };
+            return rows
+                .iter()
+                .map(|r| {
+                    let mut v = serde_json::json!({
+                        "thread": r.get::<_, String>(0),
+                        "workflow": r.get::<_, String>(1),
+                        "head": r.get::<_, String>(2),
+                        "completedAt": r.get::<_, i64>(3),
+                    });
+                    if let Some(reason) = r.get::<_, Option<String>>(4) {
+                        v["reason"] = reason.into();
+                    }
+                    v
+                })
+                .collect();
+        }
+        std::fs::read_to_string(self.root().join("history.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The registered workflows: name → Workflow node hash (`registry.yaml`,
+    /// or `uwf_registry` on PostgreSQL).
+    pub fn registry(&self) -> BTreeMap<String, String> {
+        if let Some(db) = &self.db {
+            let Ok(rows) = db
+                .client()
+                .query("SELECT name, hash FROM uwf_registry", &[])
+            else {
+                return BTreeMap::new();
+            };
+            return rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        }
+        std::fs::read(self.root().join("registry.yaml"))
+            .map(|b| serde_yaml::from_slice(&b).unwrap())
+            .unwrap_or_default()
+    }
+}
+
+impl Env {
     /// Writes `text` to `name` in the temporary directory (outside the root).
     pub fn file(&self, name: &str, text: &str) -> PathBuf {
         let p = self.dir.path().join(name);
@@ -200,8 +396,19 @@ impl Env {
     }
 
     /// The bytes of every head file (`threads/<id>`), `history.jsonl` and
-    /// `registry.yaml` (`None` when missing).
+    /// `registry.yaml` (`None` when missing); on PostgreSQL, the rows of
+    /// the tables that hold the same.
     pub fn state_snapshot(&self) -> BTreeMap<String, Option<Vec<u8>>> {
+        if self.db.is_some() {
+            let tables = self.tables();
+            return ["uwf_threads", "uwf_history", "uwf_registry"]
+                .into_iter()
+                .map(|t| {
+                    let rows = tables.get(t).map(|r| r.join("\n").into_bytes());
+                    (t.to_string(), rows)
+                })
+                .collect();
+        }
         let mut out: BTreeMap<String, Option<Vec<u8>>> = STATE_FILES
             .iter()
             .map(|f| (f.to_string(), std::fs::read(self.root().join(f)).ok()))
@@ -212,8 +419,23 @@ impl Env {
         out
     }
 
-    /// The active threads as their head files say: id → head file content.
+    /// The active threads as their head files say: id → head file content
+    /// (the hash and a newline); on PostgreSQL, as `uwf_threads` says, in
+    /// the same form.
     pub fn heads(&self) -> BTreeMap<String, String> {
+        if let Some(db) = &self.db {
+            let Ok(rows) = db
+                .client()
+                .query("SELECT thread::text, head FROM uwf_threads", &[])
+            else {
+                // No schema yet: no thread.
+                return BTreeMap::new();
+            };
+            return rows
+                .iter()
+                .map(|r| (r.get(0), format!("{}\n", r.get::<_, String>(1))))
+                .collect();
+        }
         let Ok(rd) = std::fs::read_dir(self.root().join("threads")) else {
             return BTreeMap::new();
         };
@@ -249,13 +471,8 @@ impl Env {
     /// `uwf` as a plain `std::process::Command` (to spawn it in the
     /// background), with the same environment as [`Env::uwf`].
     pub fn uwf_process(&self) -> std::process::Command {
-        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("uwf"));
-        c.env("UNCAGED_WORKFLOW_STORAGE_ROOT", self.root())
-            .env_remove("WORKFLOW_STORAGE_ROOT")
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .env("COLUMNS", "200")
-            .stdin(std::process::Stdio::null())
+        let mut c = self.command();
+        c.stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         c
