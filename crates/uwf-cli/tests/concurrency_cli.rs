@@ -1,17 +1,31 @@
 //! Per-workflow concurrency limits and the kill flag (seed 004) end to end:
 //! many real `uwf` processes at once, agents that log when they run, and
 //! the exit statuses of steps that get no slot or whose thread is killed.
+//! Every test runs on both stores (`per_backend!`): on PostgreSQL the
+//! slots are advisory locks and the queue a table, shared by every machine.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Env, example, mock_bin, processes_matching, wait_no_process};
+use common::{Backend, Env, example, mock_bin, processes_matching, wait_no_process};
 use serde_json::Value;
+
+per_backend!(
+    queued_steps_never_exceed_the_limit_and_all_land,
+    thread_run_respects_the_limit,
+    a_full_queue_pushes_out_its_oldest_waiter,
+    dropped_steps_fail_at_once_with_exit_3_and_nothing_is_lost,
+    a_slot_is_freed_when_its_uwf_is_killed_with_sigkill,
+    a_thread_killed_while_its_agent_runs_exits_5,
+    a_thread_killed_while_queued_exits_5_and_never_runs_its_agent,
+    bad_limits_are_refused_naming_the_file,
+    limits_of_other_workflows_change_nothing
+);
 
 // ---------------------------------------------------------------- helpers
 
@@ -22,17 +36,14 @@ const EXIT_KILLED: i32 = 5;
 
 static AGENTS: AtomicUsize = AtomicUsize::new(0);
 
-/// A root with solve-issue registered and `limits` (the body of its
-/// `workflows` entry, e.g. `{concurrency: 2}`) in config.yaml.
-fn limited(limits: &str) -> Env {
-    let env = Env::new();
+/// A store with solve-issue registered and `limits` (the body of its
+/// `workflows` entry, e.g. `{concurrency: 2}`) in its configuration;
+/// `None` when PostgreSQL tests are skipped.
+fn limited(backend: Backend, limits: &str) -> Option<Env> {
+    let env = Env::on(backend)?;
     env.json(&["workflow", "put", &example("solve-issue.yaml")]);
-    std::fs::write(
-        env.root().join("config.yaml"),
-        format!("workflows:\n  solve-issue: {limits}\n"),
-    )
-    .unwrap();
-    env
+    env.set_config(&format!("workflows:\n  solve-issue: {limits}\n"));
+    Some(env)
 }
 
 /// `--agent` running uwf-mock (every answer taking `delay`), wrapped in a
@@ -135,14 +146,24 @@ fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// The queue directory of solve-issue's slots.
+/// The queue directory of solve-issue's slots (filesystem store).
 fn queue_dir(env: &Env) -> PathBuf {
     env.root().join("slots/solve-issue/queue")
 }
 
-/// Tickets waiting in `dir` (not evicted, not being created).
-fn tickets(dir: &Path) -> usize {
-    std::fs::read_dir(dir).map_or(0, |rd| {
+/// Steps waiting in solve-issue's queue (tickets not evicted, not being
+/// created): files of its queue directory, or rows of `uwf_slot_tickets`.
+fn tickets(env: &Env) -> usize {
+    if let Some(db) = &env.db {
+        let row = db.client().query_one(
+            "SELECT count(*) FROM uwf_slot_tickets t JOIN uwf_slot_workflows w \
+             ON w.id = t.workflow_id WHERE w.name = 'solve-issue' AND NOT t.evicted",
+            &[],
+        );
+        // No table yet: nothing was ever queued.
+        return row.map_or(0, |r| usize::try_from(r.get::<_, i64>(0)).unwrap());
+    }
+    std::fs::read_dir(queue_dir(env)).map_or(0, |rd| {
         rd.filter(|e| {
             let name = e.as_ref().unwrap().file_name();
             let name = name.to_string_lossy();
@@ -152,11 +173,23 @@ fn tickets(dir: &Path) -> usize {
     })
 }
 
+/// Whether any slot or queue state exists: the `slots/` directory, or a
+/// row of the slot tables.
+fn slots_used(env: &Env) -> bool {
+    if env.db.is_some() {
+        let tables = env.tables();
+        return tables.contains_key("uwf_slot_workflows")
+            || tables.contains_key("uwf_slot_tickets");
+    }
+    env.root().join("slots").exists()
+}
+
 // ---------------------------------------------------------------- queue
 
-#[test]
-fn queued_steps_never_exceed_the_limit_and_all_land() {
-    let env = limited("{concurrency: 2, overflow: queue}");
+fn queued_steps_never_exceed_the_limit_and_all_land(backend: Backend) {
+    let Some(env) = limited(backend, "{concurrency: 2, overflow: queue}") else {
+        return;
+    };
     let ids: Vec<String> = (0..8).map(|_| start(&env)).collect();
     let agent = logging_agent(&env, "600ms");
     let children: Vec<Child> = ids.iter().map(|id| spawn_step(&env, id, &agent)).collect();
@@ -178,13 +211,14 @@ fn queued_steps_never_exceed_the_limit_and_all_land() {
         .filter(|o| stderr(o).contains("waiting for a slot of workflow solve-issue ("))
         .count();
     assert!(waited >= 3, "only {waited} step(s) reported waiting");
-    assert_eq!(tickets(&queue_dir(&env)), 0);
+    assert_eq!(tickets(&env), 0);
     env.json(&["cas", "verify"]);
 }
 
-#[test]
-fn thread_run_respects_the_limit() {
-    let env = limited("{concurrency: 1}");
+fn thread_run_respects_the_limit(backend: Backend) {
+    let Some(env) = limited(backend, "{concurrency: 1}") else {
+        return;
+    };
     let agent = logging_agent(&env, "50ms");
     let runs: Vec<Child> = (0..3)
         .map(|_| {
@@ -206,16 +240,17 @@ fn thread_run_respects_the_limit() {
     assert_eq!(max_overlap(&env), 1, "{:?}", log_events(&env));
 }
 
-#[test]
-fn a_full_queue_pushes_out_its_oldest_waiter() {
-    let env = limited("{concurrency: 1, overflow: queue, maxQueue: 1}");
+fn a_full_queue_pushes_out_its_oldest_waiter(backend: Backend) {
+    let Some(env) = limited(backend, "{concurrency: 1, overflow: queue, maxQueue: 1}") else {
+        return;
+    };
     let (a, b, c) = (start(&env), start(&env), start(&env));
     let b_head = env.json(&["thread", "show", &b])["head"].clone();
     let a_child = spawn_step(&env, &a, &logging_agent(&env, "1500ms"));
     wait_for("a's agent", Duration::from_secs(10), || begun(&env) == 1);
     let b_child = spawn_step(&env, &b, &logging_agent(&env, "0ms"));
     wait_for("b in the queue", Duration::from_secs(10), || {
-        tickets(&queue_dir(&env)) == 1
+        tickets(&env) == 1
     });
     let c_child = spawn_step(&env, &c, &logging_agent(&env, "0ms"));
 
@@ -254,14 +289,19 @@ fn a_full_queue_pushes_out_its_oldest_waiter() {
         }
     }
     assert_eq!(max_overlap(&env), 1);
-    assert_eq!(std::fs::read_dir(queue_dir(&env)).unwrap().count(), 0);
+    assert_eq!(tickets(&env), 0);
+    if env.db.is_none() {
+        // Not even a ticket being created or an evicted one left behind.
+        assert_eq!(std::fs::read_dir(queue_dir(&env)).unwrap().count(), 0);
+    }
 }
 
 // ---------------------------------------------------------------- drop
 
-#[test]
-fn dropped_steps_fail_at_once_with_exit_3_and_nothing_is_lost() {
-    let env = limited("{concurrency: 2, overflow: drop}");
+fn dropped_steps_fail_at_once_with_exit_3_and_nothing_is_lost(backend: Backend) {
+    let Some(env) = limited(backend, "{concurrency: 2, overflow: drop}") else {
+        return;
+    };
     let ids: Vec<String> = (0..6).map(|_| start(&env)).collect();
     let agent = logging_agent(&env, "1s");
     let children: Vec<Child> = ids.iter().map(|id| spawn_step(&env, id, &agent)).collect();
@@ -294,6 +334,7 @@ fn dropped_steps_fail_at_once_with_exit_3_and_nothing_is_lost() {
     assert!(landed >= 1 && !dropped.is_empty(), "{landed} landed");
     assert_eq!(begun(&env), landed, "a dropped step ran its agent");
     assert!(max_overlap(&env) <= 2, "{:?}", log_events(&env));
+    assert_eq!(tickets(&env), 0, "drop never queues");
     assert!(!queue_dir(&env).exists(), "drop never queues");
 
     // Nothing is lost: the dropped threads step fine once slots are free.
@@ -307,9 +348,10 @@ fn dropped_steps_fail_at_once_with_exit_3_and_nothing_is_lost() {
 
 // ---------------------------------------------------------------- crashes
 
-#[test]
-fn a_slot_is_freed_when_its_uwf_is_killed_with_sigkill() {
-    let env = limited("{concurrency: 1, overflow: queue}");
+fn a_slot_is_freed_when_its_uwf_is_killed_with_sigkill(backend: Backend) {
+    let Some(env) = limited(backend, "{concurrency: 1, overflow: queue}") else {
+        return;
+    };
     let (a, b) = (start(&env), start(&env));
     let a_head = env.json(&["thread", "show", &a])["head"].clone();
     let mut a_child = spawn_step(&env, &a, &logging_agent(&env, "4s"));
@@ -349,9 +391,10 @@ fn a_slot_is_freed_when_its_uwf_is_killed_with_sigkill() {
 
 // ---------------------------------------------------------------- kill
 
-#[test]
-fn a_thread_killed_while_its_agent_runs_exits_5() {
-    let env = Env::new();
+fn a_thread_killed_while_its_agent_runs_exits_5(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     env.json(&["workflow", "put", &example("solve-issue.yaml")]);
     let id = start(&env);
     let child = spawn_step(&env, &id, &logging_agent(&env, "3s"));
@@ -371,15 +414,16 @@ fn a_thread_killed_while_its_agent_runs_exits_5() {
     assert!(wait_no_process(&dir, Duration::from_secs(5)));
 }
 
-#[test]
-fn a_thread_killed_while_queued_exits_5_and_never_runs_its_agent() {
-    let env = limited("{concurrency: 1}");
+fn a_thread_killed_while_queued_exits_5_and_never_runs_its_agent(backend: Backend) {
+    let Some(env) = limited(backend, "{concurrency: 1}") else {
+        return;
+    };
     let (a, b) = (start(&env), start(&env));
     let a_child = spawn_step(&env, &a, &logging_agent(&env, "2s"));
     wait_for("a's agent", Duration::from_secs(10), || begun(&env) == 1);
     let b_child = spawn_step(&env, &b, &logging_agent(&env, "0ms"));
     wait_for("b in the queue", Duration::from_secs(10), || {
-        tickets(&queue_dir(&env)) == 1
+        tickets(&env) == 1
     });
     env.json(&["thread", "kill", &b]);
     let t = Instant::now();
@@ -398,7 +442,7 @@ fn a_thread_killed_while_queued_exits_5_and_never_runs_its_agent() {
             &format!("thread {b} was killed before its agent started; nothing was run"),
         ],
     );
-    assert_eq!(tickets(&queue_dir(&env)), 0, "b left the queue");
+    assert_eq!(tickets(&env), 0, "b left the queue");
     let out = a_child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(begun(&env), 1, "b's agent never ran");
@@ -406,8 +450,7 @@ fn a_thread_killed_while_queued_exits_5_and_never_runs_its_agent() {
 
 // ---------------------------------------------------------------- config
 
-#[test]
-fn bad_limits_are_refused_naming_the_file() {
+fn bad_limits_are_refused_naming_the_file(backend: Backend) {
     for (limits, expect) in [
         (
             "{concurrency: 0}",
@@ -420,15 +463,33 @@ fn bad_limits_are_refused_naming_the_file() {
         ("{concurrency: 1, overflow: fifo}", "unknown variant `fifo`"),
         ("{concurrency: 1, maxqueue: 4}", "unknown field `maxqueue`"),
     ] {
-        let env = limited(limits);
+        let Some(env) = Env::on(backend) else {
+            return;
+        };
+        env.json(&["workflow", "put", &example("solve-issue.yaml")]);
+        let yaml = format!("workflows:\n  solve-issue: {limits}\n");
+        // `store init --config` checks what it would share, and shares
+        // nothing when it is wrong.
+        let file = env.file("limits.yaml", &yaml);
+        let before = env.snapshot();
+        let err = env.fails(&["store", "init", "--config", file.to_str().unwrap()]);
+        contains_all(
+            &err,
+            &[
+                &format!("cannot parse {} at line 2", file.display()),
+                expect,
+            ],
+        );
+        assert_eq!(env.snapshot(), before, "{limits}");
+        // Put there all the same, the step names where it is.
+        env.set_config_unchecked(&yaml);
         let id = start(&env);
         let out = env.output(&["thread", "step", &id, "--agent", "true"]);
         assert_eq!(out.status.code(), Some(1), "{limits}");
-        let config = env.root().join("config.yaml");
         contains_all(
             &stderr(&out),
             &[
-                &format!("cannot parse {} at line 2", config.display()),
+                &format!("cannot parse {} at line 2", env.config_origin()),
                 expect,
             ],
         );
@@ -436,15 +497,12 @@ fn bad_limits_are_refused_naming_the_file() {
     }
 }
 
-#[test]
-fn limits_of_other_workflows_change_nothing() {
-    let env = Env::new();
+fn limits_of_other_workflows_change_nothing(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     env.json(&["workflow", "put", &example("solve-issue.yaml")]);
-    std::fs::write(
-        env.root().join("config.yaml"),
-        "workflows:\n  triage: {concurrency: 1, overflow: drop}\n",
-    )
-    .unwrap();
+    env.set_config("workflows:\n  triage: {concurrency: 1, overflow: drop}\n");
     let ids = [start(&env), start(&env)];
     let agent = logging_agent(&env, "300ms");
     let children: Vec<Child> = ids.iter().map(|id| spawn_step(&env, id, &agent)).collect();
@@ -452,5 +510,5 @@ fn limits_of_other_workflows_change_nothing() {
         let out = c.wait_with_output().unwrap();
         assert!(out.status.success(), "{}", stderr(&out));
     }
-    assert!(!env.root().join("slots").exists());
+    assert!(!slots_used(&env));
 }

@@ -53,10 +53,16 @@ pub fn run(root: &Path, flag: Option<&str>, cmd: StoreCommand) -> Result<Outcome
         }
         StoreCommand::Init { config } => {
             let (loc, _) = location::resolve(flag, root)?;
-            // Read before anything is written: a missing file changes nothing.
+            // Read and checked before anything is written: a missing or
+            // invalid file changes nothing, and a configuration every
+            // machine would fail to read is never shared.
             let text = config
                 .as_deref()
-                .map(|p| crate::input::read_text(&p.to_string_lossy()))
+                .map(|p| -> Result<String, CliError> {
+                    let text = crate::input::read_text(&p.to_string_lossy())?;
+                    uwf_state::parse_config(p, &text)?;
+                    Ok(text)
+                })
                 .transpose()?;
             let report = location::init(root, &loc)?;
             let mut v = json!({ "store": loc.display(), "kind": kind(&loc) });

@@ -324,13 +324,31 @@ impl Env {
         p
     }
 
-    /// What errors about the configuration name: `config.yaml` on the
-    /// filesystem, the `uwf_config` table on PostgreSQL.
-    pub fn config_name(&self) -> &'static str {
-        if self.db.is_some() {
-            "uwf_config"
-        } else {
-            "config.yaml"
+    /// Puts `yaml` where the store keeps its configuration without any
+    /// check (`uwf store init --config` refuses an invalid one): as
+    /// `config.yaml`, or straight into the `uwf_config` table (whose schema
+    /// is created first). For tests of configurations gone bad.
+    pub fn set_config_unchecked(&self, yaml: &str) {
+        let Some(db) = &self.db else {
+            self.set_config(yaml);
+            return;
+        };
+        self.json(&["store", "init"]);
+        db.client()
+            .execute(
+                "INSERT INTO uwf_config (only_row, body, updated_at) VALUES (true, $1, 0) \
+                 ON CONFLICT (only_row) DO UPDATE SET body = excluded.body",
+                &[&yaml],
+            )
+            .unwrap();
+    }
+
+    /// What errors about the configuration name: the path of `config.yaml`,
+    /// or the database's URL and the `uwf_config` table.
+    pub fn config_origin(&self) -> String {
+        match &self.db {
+            Some(db) => format!("{} (table uwf_config)", db.url_without_password),
+            None => self.root().join("config.yaml").display().to_string(),
         }
     }
 
