@@ -1,16 +1,59 @@
 //! `uwf thread …` end to end: the real `uwf` driving the real `uwf-mock`,
 //! including misbehaving agents, concurrent steps and interrupted runs.
+//! The tests in the `per_backend!` list run on both stores, the filesystem
+//! and PostgreSQL; the others are about files of the filesystem store
+//! (uwf 0.1.0's `threads.yaml`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Child, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Env, example, mock_agent, mock_bin, processes_matching, wait_no_process};
+use common::{Backend, Env, example, mock_agent, mock_bin, processes_matching, wait_no_process};
 use serde_json::{Value, json};
+
+per_backend!(
+    start_by_name_by_hash_and_by_file,
+    prompt_missing_or_empty_is_refused,
+    show_list_next_and_steps_of_a_running_thread,
+    read_within_a_quota_pages_back_with_before,
+    fork_a_finished_thread_mid_way_and_step_the_fork,
+    step_details_prints_the_detail_as_yaml,
+    run_solve_issue_to_done,
+    run_triage_to_done,
+    run_draft_loop_to_done,
+    run_stops_at_max_steps_and_continues_with_thread,
+    finished_unknown_and_malformed_threads_are_errors,
+    kill_archives_the_thread,
+    list_all_adds_archived_threads_marked_done,
+    a_thread_both_active_and_archived_is_active,
+    no_config_and_no_agent_says_how_to_fix_it,
+    config_default_agent_is_used_without_agent_flag,
+    agent_gets_the_root_the_env_file_and_its_arguments,
+    malformed_agent_command_lines_are_refused,
+    agent_overrides_pick_the_agent_per_role,
+    unknown_alias_in_config_is_an_error,
+    a_corrupt_head_file_is_reported_and_never_rewritten,
+    corrupt_config_yaml_is_reported_and_never_rewritten,
+    corrupt_history_is_reported,
+    moderator_evaluation_error_mid_thread,
+    moderator_no_transition_matched_mid_thread,
+    agent_not_found,
+    agent_exiting_non_zero_shows_its_stderr,
+    agent_hanging_past_the_timeout_is_stopped,
+    timeout_kills_the_agents_whole_process_group,
+    misbehaving_agents_get_distinct_clear_errors,
+    wrong_prev_mid_thread_is_refused,
+    two_concurrent_steps_of_one_thread_exactly_one_lands,
+    concurrent_steps_of_different_threads_all_land,
+    kill_while_a_step_runs_stops_it_and_keeps_the_thread_archived,
+    killed_thread_run_leaves_a_sound_root_and_can_be_continued,
+    killed_thread_run_early_or_late_leaves_a_sound_root,
+    the_step_records_the_agent_as_uwf_named_it,
+    interrupting_uwf_stops_the_agent_and_changes_nothing
+);
 
 // ---------------------------------------------------------------- helpers
 
@@ -58,12 +101,13 @@ fn start(env: &Env, workflow: &str) -> String {
     v["thread"].as_str().unwrap().to_string()
 }
 
-/// A root with solve-issue registered and a fresh thread on it.
-fn started() -> (Env, String) {
-    let env = Env::new();
+/// A store with solve-issue registered and a fresh thread on it; `None`
+/// when PostgreSQL tests are skipped.
+fn started(backend: Backend) -> Option<(Env, String)> {
+    let env = Env::on(backend)?;
     env.json(&["workflow", "put", &example("solve-issue.yaml")]);
     let id = start(&env, "solve-issue");
-    (env, id)
+    Some((env, id))
 }
 
 /// `thread show`'s `{workflow, thread, head, done}` (it says more).
@@ -139,15 +183,6 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn history(env: &Env) -> Vec<Value> {
-    std::fs::read_to_string(env.root().join("history.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 /// The active threads (id → head) as their head files under `threads/` say.
 fn threads_yaml(env: &Env) -> Value {
     env.heads()
@@ -163,18 +198,12 @@ fn threads_yaml(env: &Env) -> Value {
         .into()
 }
 
-fn config(env: &Env, yaml: &str) -> PathBuf {
-    std::fs::create_dir_all(env.root()).unwrap();
-    let p = env.root().join("config.yaml");
-    std::fs::write(&p, yaml).unwrap();
-    p
-}
-
 // ---------------------------------------------------------------- start
 
-#[test]
-fn start_by_name_by_hash_and_by_file() {
-    let env = Env::new();
+fn start_by_name_by_hash_and_by_file(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let hash = env.json(&["workflow", "put", &example("solve-issue.yaml")])["hash"]
         .as_str()
         .unwrap()
@@ -204,15 +233,14 @@ fn start_by_name_by_hash_and_by_file() {
         "-p",
         "Dark mode resets",
     ]);
-    let registry: Value =
-        serde_yaml::from_slice(&std::fs::read(env.root().join("registry.yaml")).unwrap()).unwrap();
-    assert_eq!(registry["triage"], v["workflow"]);
+    assert_eq!(env.registry()["triage"], v["workflow"].as_str().unwrap());
     assert_eq!(env.json(&["thread", "list"]).as_array().unwrap().len(), 4);
 }
 
-#[test]
-fn prompt_missing_or_empty_is_refused() {
-    let (env, _) = started();
+fn prompt_missing_or_empty_is_refused(backend: Backend) {
+    let Some((env, _)) = started(backend) else {
+        return;
+    };
     let before = env.snapshot();
     // Missing: clap's usage error.
     let out = env.output(&["thread", "start", "solve-issue"]);
@@ -237,9 +265,10 @@ fn prompt_missing_or_empty_is_refused() {
 
 // ---------------------------------------------------------------- inspect
 
-#[test]
-fn show_list_next_and_steps_of_a_running_thread() {
-    let (env, id) = started();
+fn show_list_next_and_steps_of_a_running_thread(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let start_hash = head(&env, &id);
     let wf = env.json(&["workflow", "show", "solve-issue"])["hash"].clone();
 
@@ -297,9 +326,10 @@ fn show_list_next_and_steps_of_a_running_thread() {
     assert_eq!(node["payload"]["start"], start_hash);
 }
 
-#[test]
-fn read_within_a_quota_pages_back_with_before() {
-    let env = Env::new();
+fn read_within_a_quota_pages_back_with_before(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let v = env.json(&[
         "thread",
         "run",
@@ -352,9 +382,10 @@ fn read_within_a_quota_pages_back_with_before() {
     contains_all(&err, &["0000000000000", "not a StepNode"]);
 }
 
-#[test]
-fn fork_a_finished_thread_mid_way_and_step_the_fork() {
-    let env = Env::new();
+fn fork_a_finished_thread_mid_way_and_step_the_fork(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let solve = solve_agent(&env, "0ms");
     let v = env.json(&[
         "thread",
@@ -370,7 +401,8 @@ fn fork_a_finished_thread_mid_way_and_step_the_fork() {
     assert_eq!(original.len(), 6);
     let dev = original[2]["hash"].as_str().unwrap().to_string();
     assert_eq!(original[2]["role"], "developer");
-    let history_before = std::fs::read(env.root().join("history.jsonl")).unwrap();
+    let history_before = env.history();
+    assert_eq!(history_before.len(), 1);
 
     let f = env.json(&["thread", "fork", &dev]);
     let fork = f["thread"].as_str().unwrap().to_string();
@@ -397,11 +429,7 @@ fn fork_a_finished_thread_mid_way_and_step_the_fork() {
     );
     // The original is untouched.
     assert_eq!(steps(&env, &id), original);
-    assert!(
-        std::fs::read(env.root().join("history.jsonl"))
-            .unwrap()
-            .starts_with(&history_before)
-    );
+    assert!(env.history().starts_with(&history_before));
 
     // A fork of the last step is finished: its first step archives it
     // without running an agent.
@@ -433,9 +461,10 @@ fn fork_a_finished_thread_mid_way_and_step_the_fork() {
     assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn step_details_prints_the_detail_as_yaml() {
-    let (env, id) = started();
+fn step_details_prints_the_detail_as_yaml(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let h = step(&env, &id, &solve_agent(&env, "0ms"))["head"]
         .as_str()
         .unwrap()
@@ -462,8 +491,13 @@ fn step_details_prints_the_detail_as_yaml() {
 // ---------------------------------------------------------------- run
 
 /// Runs an example to the end with its scenario; returns (thread, stderr).
-fn run_example(workflow: &str, scenario: &str, expected: &[&str]) -> (Env, String, String) {
-    let env = Env::new();
+fn run_example(
+    backend: Backend,
+    workflow: &str,
+    scenario: &str,
+    expected: &[&str],
+) -> Option<(Env, String, String)> {
+    let env = Env::on(backend)?;
     let out = env.output(&[
         "thread",
         "run",
@@ -499,7 +533,7 @@ fn run_example(workflow: &str, scenario: &str, expected: &[&str]) -> (Env, Strin
     );
     // Archived as done.
     assert_eq!(threads_yaml(&env), json!({}));
-    let h = history(&env);
+    let h = env.history();
     assert_eq!(h.len(), 1);
     assert_eq!(h[0]["thread"], id);
     assert_eq!(h[0]["head"], v["head"]);
@@ -508,27 +542,31 @@ fn run_example(workflow: &str, scenario: &str, expected: &[&str]) -> (Env, Strin
         show_head(&env, &id),
         json!({"workflow": v["workflow"], "thread": id, "head": v["head"], "done": true})
     );
-    (env, id, err)
+    Some((env, id, err))
 }
 
-#[test]
-fn run_solve_issue_to_done() {
-    let (_, _, err) = run_example(
+fn run_solve_issue_to_done(backend: Backend) {
+    let Some((_, _, err)) = run_example(
+        backend,
         "solve-issue.yaml",
         "solve-issue.mock.yaml",
         &["planner", "developer", "reviewer", "developer", "reviewer"],
-    );
+    ) else {
+        return;
+    };
     // The agent's stderr streams through.
     contains_all(&err, &["planner: reading the issue", "developer: editing"]);
 }
 
-#[test]
-fn run_triage_to_done() {
-    let (env, id, _) = run_example(
+fn run_triage_to_done(backend: Backend) {
+    let Some((env, id, _)) = run_example(
+        backend,
         "triage.yaml",
         "triage.mock.yaml",
         &["triager", "fixer", "responder"],
-    );
+    ) else {
+        return;
+    };
     let s = steps(&env, &id);
     assert_eq!(s[2]["output"]["$status"], "wontfix");
     // The edge prompts, rendered from the last output, seen from forks.
@@ -551,19 +589,22 @@ fn run_triage_to_done() {
     );
 }
 
-#[test]
-fn run_draft_loop_to_done() {
-    let (env, id, _) = run_example(
+fn run_draft_loop_to_done(backend: Backend) {
+    let Some((env, id, _)) = run_example(
+        backend,
         "draft-loop.yaml",
         "draft-loop.mock.yaml",
         &["writer", "critic", "writer", "critic", "writer", "critic"],
-    );
+    ) else {
+        return;
+    };
     assert_eq!(steps(&env, &id)[6]["output"]["score"], 7);
 }
 
-#[test]
-fn run_stops_at_max_steps_and_continues_with_thread() {
-    let (env, id) = started();
+fn run_stops_at_max_steps_and_continues_with_thread(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let solve = solve_agent(&env, "0ms");
     let out = env.output(&[
         "thread",
@@ -599,9 +640,10 @@ fn run_stops_at_max_steps_and_continues_with_thread() {
 
 // ---------------------------------------------------------------- finished, unknown, killed
 
-#[test]
-fn finished_unknown_and_malformed_threads_are_errors() {
-    let env = Env::new();
+fn finished_unknown_and_malformed_threads_are_errors(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let solve = solve_agent(&env, "0ms");
     let v = env.json(&[
         "thread",
@@ -646,9 +688,10 @@ fn finished_unknown_and_malformed_threads_are_errors() {
     assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn kill_archives_the_thread() {
-    let (env, id) = started();
+fn kill_archives_the_thread(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let h = step(&env, &id, &solve_agent(&env, "0ms"))["head"].clone();
     assert_eq!(
         env.json(&["thread", "kill", &id]),
@@ -661,7 +704,7 @@ fn kill_archives_the_thread() {
     assert_eq!(all[0]["head"], h);
     assert_eq!(all[0]["done"], true);
     assert_eq!(env.json(&["thread", "show", &id])["done"], true);
-    let hist = history(&env);
+    let hist = env.history();
     assert_eq!(hist.len(), 1);
     assert_eq!(hist[0]["reason"], "killed");
     // Steps and read still work on an archived thread.
@@ -675,9 +718,10 @@ fn kill_archives_the_thread() {
     assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn list_all_adds_archived_threads_marked_done() {
-    let (env, active) = started();
+fn list_all_adds_archived_threads_marked_done(backend: Backend) {
+    let Some((env, active)) = started(backend) else {
+        return;
+    };
     let solve = solve_agent(&env, "0ms");
     let v = env.json(&["thread", "run", "solve-issue", "-p", "x", "--agent", &solve]);
     let finished = v["thread"].as_str().unwrap();
@@ -694,16 +738,32 @@ fn list_all_adds_archived_threads_marked_done() {
     assert_eq!(act["done"], false);
 }
 
-#[test]
-fn a_thread_both_active_and_archived_is_active() {
+fn a_thread_both_active_and_archived_is_active(backend: Backend) {
     // What a crash between the two writes of an archive leaves behind.
-    let (env, id) = started();
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let solve = solve_agent(&env, "0ms");
     let h = step(&env, &id, &solve)["head"].clone();
     let wf = env.json(&["thread", "show", &id])["workflow"].clone();
     let entry =
         json!({"thread": id, "workflow": wf, "head": h, "completedAt": 1, "reason": "done"});
-    std::fs::write(env.root().join("history.jsonl"), format!("{entry}\n")).unwrap();
+    match &env.db {
+        None => std::fs::write(env.root().join("history.jsonl"), format!("{entry}\n")).unwrap(),
+        Some(db) => {
+            // The PostgreSQL store archives in one transaction; a history
+            // row beside an active one is what a copy or a repair by hand
+            // can leave.
+            db.client()
+                .execute(
+                    "INSERT INTO uwf_history (thread, workflow, head, completed_at, reason) \
+                     VALUES ($1, $2, $3, 1, 'done')",
+                    &[&id, &wf.as_str().unwrap(), &h.as_str().unwrap()],
+                )
+                .unwrap();
+        }
+    }
+    assert_eq!(env.history().len(), 1);
     assert_eq!(env.json(&["thread", "show", &id])["done"], false);
     let all = env.json(&["thread", "list", "--all"]);
     assert_eq!(
@@ -716,9 +776,10 @@ fn a_thread_both_active_and_archived_is_active() {
 
 // ---------------------------------------------------------------- agent resolution
 
-#[test]
-fn no_config_and_no_agent_says_how_to_fix_it() {
-    let (env, id) = started();
+fn no_config_and_no_agent_says_how_to_fix_it(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let before = env.snapshot();
     for args in [
         &["thread", "step", id.as_str()][..],
@@ -733,19 +794,17 @@ fn no_config_and_no_agent_says_how_to_fix_it() {
     assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn config_default_agent_is_used_without_agent_flag() {
-    let env = Env::new();
+fn config_default_agent_is_used_without_agent_flag(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     // `uwf-mock` by name: found because uwf puts its own directory first on PATH.
     mock_bin();
     let scenario = common::examples().join("solve-issue.mock.yaml");
-    config(
-        &env,
-        &format!(
-            "agents:\n  mock:\n    command: uwf-mock\n    args: ['{}']\ndefaultAgent: mock\n",
-            scenario.display()
-        ),
-    );
+    env.set_config(&format!(
+        "agents:\n  mock:\n    command: uwf-mock\n    args: ['{}']\ndefaultAgent: mock\n",
+        scenario.display()
+    ));
     // Not on the PATH uwf is started with.
     let out = env
         .uwf()
@@ -759,9 +818,12 @@ fn config_default_agent_is_used_without_agent_flag() {
     assert_eq!(roles(&env, v["thread"].as_str().unwrap()).len(), 5);
 }
 
-#[test]
-fn agent_gets_the_root_the_env_file_and_its_arguments() {
-    let (env, id) = started();
+fn agent_gets_the_root_the_env_file_and_its_arguments(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
+    // Secrets stay on the machine, in the root's `.env`, on every store.
+    std::fs::create_dir_all(env.root()).unwrap();
     std::fs::write(env.root().join(".env"), "UWF_TEST_KEY=s3cret\n").unwrap();
     let agent = r#"sh -c 'echo "root=$UNCAGED_WORKFLOW_STORAGE_ROOT key=$UWF_TEST_KEY args=$*" >&2; echo "path=${PATH%%:*}" >&2; exit 4' agent"#;
     let before = env.state_snapshot();
@@ -796,18 +858,20 @@ fn agent_gets_the_root_the_env_file_and_its_arguments() {
     assert_eq!(env.state_snapshot(), before);
 }
 
-#[test]
-fn malformed_agent_command_lines_are_refused() {
-    let (env, id) = started();
+fn malformed_agent_command_lines_are_refused(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let err = agent_fails(&env, &id, "", &[]);
     contains_all(&err, &["invalid agent command", "the command is empty"]);
     let err = agent_fails(&env, &id, "'unclosed", &[]);
     contains_all(&err, &["invalid agent command", "never closed"]);
 }
 
-#[test]
-fn agent_overrides_pick_the_agent_per_role() {
-    let env = Env::new();
+fn agent_overrides_pick_the_agent_per_role(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     env.json(&["workflow", "put", &example("solve-issue.yaml")]);
     let default = env.file("default.yaml", &SOLVE.replace("{delay}", "0ms"));
     let special = env.file(
@@ -817,9 +881,7 @@ fn agent_overrides_pick_the_agent_per_role() {
             .replace("the plan", "the overridden plan"),
     );
     let mock = mock_bin();
-    config(
-        &env,
-        &format!(
+    env.set_config(&format!(
             "agents:\n  normal: {{ command: '{m}', args: ['{d}'] }}\n  special: {{ command: '{m}', args: ['{s}'] }}\n\
              defaultAgent: normal\nagentOverrides:\n  solve-issue:\n    planner: special\n",
             m = mock.display(),
@@ -844,24 +906,42 @@ fn agent_overrides_pick_the_agent_per_role() {
     assert_eq!(steps(&env, &id)[3]["output"]["comments"], "from --agent");
 }
 
-#[test]
-fn unknown_alias_in_config_is_an_error() {
-    let (env, id) = started();
-    config(&env, "defaultAgent: ghost\n");
+fn unknown_alias_in_config_is_an_error(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
+    env.set_config("defaultAgent: ghost\n");
     let before = env.snapshot();
     let err = env.fails(&["thread", "step", &id]);
-    contains_all(&err, &["\"ghost\"", "config.yaml"]);
+    contains_all(&err, &["\"ghost\"", &env.config_origin()]);
     assert_eq!(env.snapshot(), before);
 }
 
 // ---------------------------------------------------------------- corrupt state
 
-#[test]
-fn a_corrupt_head_file_is_reported_and_never_rewritten() {
-    let (env, id) = started();
+fn a_corrupt_head_file_is_reported_and_never_rewritten(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let other = start(&env, "solve-issue");
     let solve = solve_agent(&env, "0ms");
-    std::fs::write(env.root().join("threads").join(&id), b"\xff oops\n").unwrap();
+    // Where the head is kept, as the errors must name it.
+    let expect = match &env.db {
+        None => {
+            std::fs::write(env.root().join("threads").join(&id), b"\xff oops\n").unwrap();
+            vec![format!("threads/{id}"), "never overwrites".to_string()]
+        }
+        Some(db) => {
+            db.client()
+                .execute(
+                    "UPDATE uwf_threads SET head = 'oops' WHERE thread = $1",
+                    &[&id],
+                )
+                .unwrap();
+            vec![format!("head of thread {id} (table uwf_threads)")]
+        }
+    };
+    let expect: Vec<&str> = expect.iter().map(String::as_str).collect();
     let before = env.snapshot();
     for args in [
         &["thread", "list"][..],
@@ -870,9 +950,9 @@ fn a_corrupt_head_file_is_reported_and_never_rewritten() {
         &["thread", "kill", id.as_str()],
     ] {
         let err = env.fails(args);
-        contains_all(&err, &[&format!("threads/{id}"), "never overwrites"]);
+        contains_all(&err, &expect);
     }
-    assert_eq!(env.snapshot(), before, "a corrupt head file was touched");
+    assert_eq!(env.snapshot(), before, "a corrupt head was touched");
     // Other threads are not affected by it.
     env.json(&["thread", "show", other.as_str()]);
     env.json(&["thread", "start", "solve-issue", "-p", "x"]);
@@ -882,7 +962,7 @@ fn a_corrupt_head_file_is_reported_and_never_rewritten() {
 /// every command that needs it stops, and nothing is migrated or rewritten.
 #[test]
 fn corrupt_threads_yaml_is_reported_and_never_rewritten() {
-    let (env, id) = started();
+    let (env, id) = started(Backend::Fs).unwrap();
     let solve = solve_agent(&env, "0ms");
     std::fs::remove_dir_all(env.root().join("threads")).unwrap();
     std::fs::write(
@@ -905,9 +985,10 @@ fn corrupt_threads_yaml_is_reported_and_never_rewritten() {
     assert_eq!(env.snapshot(), before, "a corrupt threads.yaml was touched");
 }
 
-#[test]
-fn corrupt_config_yaml_is_reported_and_never_rewritten() {
-    let (env, id) = started();
+fn corrupt_config_yaml_is_reported_and_never_rewritten(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     for (text, line) in [
         (
             "agents:\n  mock: { command: uwf-mock }\ndefaultAgent: mock\nbogus: : :\n",
@@ -918,23 +999,48 @@ fn corrupt_config_yaml_is_reported_and_never_rewritten() {
             "line 4",
         ),
     ] {
-        config(&env, text);
+        env.set_config_unchecked(text);
         let before = env.snapshot();
         let err = env.fails(&["thread", "step", &id]);
-        contains_all(&err, &["config.yaml", line, "never overwrites"]);
-        assert_eq!(env.snapshot(), before, "a corrupt config.yaml was touched");
+        contains_all(&err, &[&env.config_origin(), line, "never overwrites"]);
+        assert_eq!(
+            env.snapshot(),
+            before,
+            "a corrupt configuration was touched"
+        );
     }
 }
 
-#[test]
-fn corrupt_history_is_reported() {
-    let (env, id) = started();
-    std::fs::write(env.root().join("history.jsonl"), "{not json}\n").unwrap();
+fn corrupt_history_is_reported(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
+    let Some(db) = &env.db else {
+        std::fs::write(env.root().join("history.jsonl"), "{not json}\n").unwrap();
+        let before = env.snapshot();
+        let err = env.fails(&["thread", "list", "--all"]);
+        contains_all(&err, &["history.jsonl", "line 1"]);
+        // Appending to a file that does not parse would bury the damage.
+        let err = env.fails(&["thread", "kill", &id]);
+        contains_all(&err, &["history.jsonl", "line 1"]);
+        assert_eq!(env.snapshot(), before);
+        return;
+    };
+    // A row is damaged on its own: listing reports it, naming the table.
+    let wf = env.json(&["thread", "show", &id])["workflow"].clone();
+    db.client()
+        .execute(
+            "INSERT INTO uwf_history (thread, workflow, head, completed_at, reason) \
+             VALUES ($1, $2, 'oops', 1, 'done')",
+            &[&"01ARZ3NDEKTSV4RRFFQ69G5FAV", &wf.as_str().unwrap()],
+        )
+        .unwrap();
     let before = env.snapshot();
     let err = env.fails(&["thread", "list", "--all"]);
-    contains_all(&err, &["history.jsonl", "line 1"]);
-    let err = env.fails(&["thread", "kill", &id]);
-    contains_all(&err, &["history.jsonl", "line 1"]);
+    contains_all(
+        &err,
+        &["head of a history entry (table uwf_history)", "\"oops\""],
+    );
     assert_eq!(env.snapshot(), before);
 }
 
@@ -960,8 +1066,10 @@ graph:
 
 /// A thread of `MODFAIL` (with `cond` as the first condition) after its
 /// first step, and the failure of the second.
-fn moderator_failure(cond: &str, expect: &[&str]) {
-    let env = Env::new();
+fn moderator_failure(backend: Backend, cond: &str, expect: &[&str]) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let wf = env.file("modfail.yaml", &MODFAIL.replace("{cond}", cond));
     let id = start(&env, wf.to_str().unwrap());
     let a = agent(&env, "roles:\n  a:\n    - output: { x: 1 }\n");
@@ -989,24 +1097,24 @@ fn moderator_failure(cond: &str, expect: &[&str]) {
     assert_eq!(roles(&env, &id), ["a"]);
 }
 
-#[test]
-fn moderator_evaluation_error_mid_thread() {
+fn moderator_evaluation_error_mid_thread(backend: Backend) {
     moderator_failure(
+        backend,
         "typeError",
         &["condition `typeError`", "T2002", "steps[-1].output.x + 'a'"],
     );
 }
 
-#[test]
-fn moderator_no_transition_matched_mid_thread() {
-    moderator_failure("never", &["no transition matched", "`never`"]);
+fn moderator_no_transition_matched_mid_thread(backend: Backend) {
+    moderator_failure(backend, "never", &["no transition matched", "`never`"]);
 }
 
 // ---------------------------------------------------------------- agent failures
 
-#[test]
-fn agent_not_found() {
-    let (env, id) = started();
+fn agent_not_found(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let err = agent_fails(&env, &id, "/nonexistent/uwf-agent-xyz --flag", &[]);
     contains_all(
         &err,
@@ -1022,9 +1130,10 @@ fn agent_not_found() {
     assert_eq!(step(&env, &id, &solve_agent(&env, "0ms"))["done"], false);
 }
 
-#[test]
-fn agent_exiting_non_zero_shows_its_stderr() {
-    let (env, id) = started();
+fn agent_exiting_non_zero_shows_its_stderr(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let bad = agent(
         &env,
         "roles:\n  planner:\n    - exit: 3\n      stderr: \"boom: the disk is on fire\"\n",
@@ -1043,9 +1152,10 @@ fn agent_exiting_non_zero_shows_its_stderr() {
     assert_eq!(step(&env, &id, &solve_agent(&env, "0ms"))["done"], false);
 }
 
-#[test]
-fn agent_hanging_past_the_timeout_is_stopped() {
-    let (env, id) = started();
+fn agent_hanging_past_the_timeout_is_stopped(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let slow = agent(
         &env,
         "roles:\n  planner:\n    - output: { plan: p, steps: [] }\n      delay: 30s\n      stderr: never printed\n",
@@ -1069,9 +1179,10 @@ fn agent_hanging_past_the_timeout_is_stopped() {
     assert_eq!(step(&env, &id, &solve_agent(&env, "0ms"))["done"], false);
 }
 
-#[test]
-fn timeout_kills_the_agents_whole_process_group() {
-    let (env, id) = started();
+fn timeout_kills_the_agents_whole_process_group(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     // The agent starts a grandchild (whose command line names the thread)
     // and waits; both must be gone after the timeout.
     let script = r#"sh -c "sleep 30; :" grandchild "$1" & echo started >&2; sleep 30; :"#;
@@ -1091,9 +1202,10 @@ fn timeout_kills_the_agents_whole_process_group() {
     );
 }
 
-#[test]
-fn misbehaving_agents_get_distinct_clear_errors() {
-    let (env, id) = started();
+fn misbehaving_agents_get_distinct_clear_errors(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let output = "      output: { plan: p, steps: [] }\n";
     for (fault, needs_output, expect) in [
         (
@@ -1143,9 +1255,10 @@ fn misbehaving_agents_get_distinct_clear_errors() {
     assert_eq!(roles(&env, &id), ["planner"]);
 }
 
-#[test]
-fn wrong_prev_mid_thread_is_refused() {
-    let (env, id) = started();
+fn wrong_prev_mid_thread_is_refused(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     step(&env, &id, &solve_agent(&env, "0ms"));
     let scenario = "roles:\n  developer:\n    - fault: wrong-prev\n      output: { filesChanged: [], summary: s }\n";
     let err = agent_fails(&env, &id, &agent(&env, scenario), &[]);
@@ -1156,9 +1269,10 @@ fn wrong_prev_mid_thread_is_refused() {
 
 // ---------------------------------------------------------------- concurrency
 
-#[test]
-fn two_concurrent_steps_of_one_thread_exactly_one_lands() {
-    let (env, id) = started();
+fn two_concurrent_steps_of_one_thread_exactly_one_lands(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let slow = solve_agent(&env, "800ms");
     let args = ["thread", "step", id.as_str(), "--agent", slow.as_str()];
     let a = spawn(&env, &args);
@@ -1186,9 +1300,10 @@ fn two_concurrent_steps_of_one_thread_exactly_one_lands() {
     assert_eq!(head(&env, &id), won["head"].as_str().unwrap());
 }
 
-#[test]
-fn concurrent_steps_of_different_threads_all_land() {
-    let env = Env::new();
+fn concurrent_steps_of_different_threads_all_land(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     env.json(&["workflow", "put", &example("solve-issue.yaml")]);
     let ids: Vec<String> = (0..6).map(|_| start(&env, "solve-issue")).collect();
     let slow = solve_agent(&env, "500ms");
@@ -1210,9 +1325,10 @@ fn concurrent_steps_of_different_threads_all_land() {
     }
 }
 
-#[test]
-fn kill_while_a_step_runs_stops_it_and_keeps_the_thread_archived() {
-    let (env, id) = started();
+fn kill_while_a_step_runs_stops_it_and_keeps_the_thread_archived(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let start_hash = head(&env, &id);
     let slow = solve_agent(&env, "3s");
     let started_at = Instant::now();
@@ -1246,7 +1362,7 @@ fn kill_while_a_step_runs_stops_it_and_keeps_the_thread_archived() {
     );
     // Archived once, with the old head; nothing active.
     assert_eq!(threads_yaml(&env), json!({}));
-    let h = history(&env);
+    let h = env.history();
     assert_eq!(h.len(), 1, "{h:?}");
     assert_eq!(h[0]["head"], start_hash);
     assert_eq!(h[0]["reason"], "killed");
@@ -1261,8 +1377,10 @@ fn kill_while_a_step_runs_stops_it_and_keeps_the_thread_archived() {
 
 /// SIGKILLs `uwf thread run` after `after`, then checks the root is sound
 /// and the thread can be continued to the end.
-fn interrupted_run(after: Duration, must_have_started: bool) {
-    let env = Env::new();
+fn interrupted_run(backend: Backend, after: Duration, must_have_started: bool) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let slow = solve_agent(&env, "300ms");
     let mut child = spawn(
         &env,
@@ -1289,7 +1407,7 @@ fn interrupted_run(after: Duration, must_have_started: bool) {
         let registry: Value = serde_yaml::from_slice(&bytes).unwrap();
         assert!(registry["solve-issue"].is_string(), "{registry}");
     }
-    let archived = history(&env);
+    let archived = env.history();
     // Every head exists.
     let mut ids = std::collections::BTreeSet::new();
     for (id, h) in threads.as_object().unwrap() {
@@ -1324,20 +1442,19 @@ fn interrupted_run(after: Duration, must_have_started: bool) {
     }
 }
 
-#[test]
-fn killed_thread_run_leaves_a_sound_root_and_can_be_continued() {
-    interrupted_run(Duration::from_millis(700), true);
+fn killed_thread_run_leaves_a_sound_root_and_can_be_continued(backend: Backend) {
+    interrupted_run(backend, Duration::from_millis(700), true);
 }
 
-#[test]
-fn killed_thread_run_early_or_late_leaves_a_sound_root() {
-    interrupted_run(Duration::from_millis(350), false);
-    interrupted_run(Duration::from_millis(1200), true);
+fn killed_thread_run_early_or_late_leaves_a_sound_root(backend: Backend) {
+    interrupted_run(backend, Duration::from_millis(350), false);
+    interrupted_run(backend, Duration::from_millis(1200), true);
 }
 
-#[test]
-fn the_step_records_the_agent_as_uwf_named_it() {
-    let (env, id) = started();
+fn the_step_records_the_agent_as_uwf_named_it(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let scenario = env.file(
         "label.yaml",
         "roles:\n  planner:\n    - output: { plan: p, steps: [] }\n",
@@ -1352,9 +1469,10 @@ fn the_step_records_the_agent_as_uwf_named_it() {
     );
 }
 
-#[test]
-fn interrupting_uwf_stops_the_agent_and_changes_nothing() {
-    let (env, id) = started();
+fn interrupting_uwf_stops_the_agent_and_changes_nothing(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
     let before = env.state_snapshot();
     // The agent names the thread on its command line, so pgrep can find it.
     let script = r#"echo working >&2; sleep 30; :"#;

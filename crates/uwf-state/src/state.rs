@@ -551,13 +551,7 @@ impl StateDir {
         workflow: &str,
         role: &str,
     ) -> Result<ResolvedAgent, StateError> {
-        resolve_agent(config, explicit, workflow, role).map_err(|e| match e {
-            StateError::UnknownAgentAlias { alias, .. } => StateError::UnknownAgentAlias {
-                alias,
-                path: self.config_path(),
-            },
-            other => other,
-        })
+        resolve_agent_at(&self.config_path(), config, explicit, workflow, role)
     }
 
     /// Loads `<root>/.env` into the process environment without overriding
@@ -943,6 +937,24 @@ pub struct ResolvedAgent {
     pub human: bool,
 }
 
+/// [`resolve_agent`] with errors naming `origin`, where the configuration
+/// was read from (a file, or a database table).
+pub fn resolve_agent_at(
+    origin: &Path,
+    config: Option<&WorkflowConfig>,
+    explicit: Option<&str>,
+    workflow: &str,
+    role: &str,
+) -> Result<ResolvedAgent, StateError> {
+    resolve_agent(config, explicit, workflow, role).map_err(|e| match e {
+        StateError::UnknownAgentAlias { alias, .. } => StateError::UnknownAgentAlias {
+            alias,
+            path: origin.to_path_buf(),
+        },
+        other => other,
+    })
+}
+
 /// Resolves which agent runs `role` of `workflow`.
 ///
 /// Precedence: `explicit` (e.g. `--agent`) > `config.agentOverrides[workflow][role]`
@@ -953,7 +965,7 @@ pub struct ResolvedAgent {
 /// [`split_command_line`] (an unknown alias is therefore simply a command).
 /// Values from the configuration must name aliases:
 /// [`StateError::UnknownAgentAlias`] otherwise (its `path` is the bare
-/// [`CONFIG_FILE`] name; [`StateDir::resolve_agent`] fills in the real one).
+/// [`CONFIG_FILE`] name; [`resolve_agent_at`] puts the real origin in).
 /// Nothing applicable is [`StateError::NoAgent`].
 pub fn resolve_agent(
     config: Option<&WorkflowConfig>,

@@ -20,6 +20,7 @@ use uwf_protocol::{
     WorkflowConfig, WorkflowLimits, WorkflowRegistry,
 };
 use uwf_state::slots::{SlotError, Waiting};
+use uwf_state::state::ResolvedAgent;
 use uwf_state::{SlotHold, StateDir, StateError, ThreadStore};
 
 use crate::{PgError, PgStore};
@@ -362,6 +363,19 @@ impl ThreadStore for PgStore {
             return Ok(None);
         };
         uwf_state::parse_config(Path::new(&self.config_origin()), &text).map(Some)
+    }
+
+    fn resolve_agent_with(
+        &self,
+        config: Option<&WorkflowConfig>,
+        explicit: Option<&str>,
+        workflow: &str,
+        role: &str,
+    ) -> Result<ResolvedAgent, StateError> {
+        // The alias is missing from the configuration in the database, not
+        // from a config.yaml.
+        let origin = self.config_origin();
+        uwf_state::state::resolve_agent_at(Path::new(&origin), config, explicit, workflow, role)
     }
 
     fn secrets(&self) -> Result<Vec<(String, String)>, StateError> {
