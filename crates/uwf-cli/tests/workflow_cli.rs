@@ -1,10 +1,39 @@
-//! `uwf workflow …` end to end, against the real binary.
+//! `uwf workflow …` end to end, against the real binary, on both stores
+//! (`per_backend!`: the filesystem and PostgreSQL).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use common::{Env, example, golden, hash_of};
+use common::{Backend, Env, example, golden, hash_of};
 use serde_json::{Value, json};
+
+per_backend!(
+    put_returns_name_and_hash_and_records_it_in_the_registry,
+    put_of_a_changed_definition_moves_the_name,
+    validate_a_good_file_reports_valid_and_writes_nothing,
+    warnings_do_not_refuse_a_put,
+    validate_a_bad_file_prints_the_report_and_exits_1,
+    show_by_name_and_by_hash,
+    list_registered_workflows,
+    graph_as_mermaid_and_dot_matches_golden,
+    graph_of_a_file_does_not_register_it,
+    yaml_syntax_error_points_at_line_and_column,
+    quote_left_open_mid_file_points_at_where_parsing_failed,
+    missing_name_is_refused,
+    missing_roles_is_refused,
+    missing_graph_is_refused,
+    wrong_types_are_refused,
+    role_without_output_schema_is_refused,
+    invalid_json_schema_is_refused_and_stores_nothing,
+    jsonata_syntax_error_is_refused,
+    unknown_condition_is_refused,
+    unknown_target_is_refused,
+    graph_without_start_is_refused,
+    unreadable_file_is_an_error,
+    unknown_workflow_name_lists_the_registered_ones,
+    a_hash_that_is_not_a_workflow_is_refused,
+    corrupt_registry_is_reported_and_left_alone
+);
 
 /// A small valid workflow; the bad inputs below are variations of it.
 const TINY: &str = r#"name: tiny
@@ -30,19 +59,20 @@ fn tiny_with(from: &str, to: &str) -> String {
     TINY.replacen(from, to, 1)
 }
 
-/// A root that already holds a registered workflow (so the store, the lock
-/// file and registry.yaml exist and "nothing changed" is meaningful).
-fn populated() -> Env {
-    let env = Env::new();
+/// A store that already holds a registered workflow (so the store, the
+/// lock file and the registry exist and "nothing changed" is meaningful);
+/// `None` when PostgreSQL tests are skipped.
+fn populated(backend: Backend) -> Option<Env> {
+    let env = Env::on(backend)?;
     env.json(&["workflow", "put", &example("solve-issue.yaml")]);
-    env
+    Some(env)
 }
 
 /// `uwf workflow put` of `yaml` fails, says all of `expect` on stderr,
 /// prints nothing on stdout, and changes no byte under the root. Returns
 /// stderr.
-fn refused(yaml: &str, expect: &[&str]) -> String {
-    let env = populated();
+fn refused(backend: Backend, yaml: &str, expect: &[&str]) -> Option<String> {
+    let env = populated(backend)?;
     let file = env.file("bad.yaml", yaml);
     let before = env.snapshot();
     let err = env.fails(&["workflow", "put", file.to_str().unwrap()]);
@@ -58,21 +88,23 @@ fn refused(yaml: &str, expect: &[&str]) -> String {
         before,
         "a refused thread start changed the root"
     );
-    err
+    Some(err)
 }
 
-#[test]
-fn put_returns_name_and_hash_and_records_it_in_the_registry() {
-    let env = Env::new();
+fn put_returns_name_and_hash_and_records_it_in_the_registry(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let file = example("solve-issue.yaml");
     let v = env.json(&["workflow", "put", &file]);
     assert_eq!(v["name"], "solve-issue");
     let hash = hash_of(&v);
     assert_eq!(v.as_object().unwrap().len(), 2, "{v}");
 
-    let registry: Value =
-        serde_yaml::from_slice(&std::fs::read(env.root().join("registry.yaml")).unwrap()).unwrap();
-    assert_eq!(registry, json!({"solve-issue": hash}));
+    assert_eq!(
+        env.registry(),
+        [("solve-issue".to_string(), hash.clone())].into()
+    );
 
     // The roles' schemas are registered under `<workflow>.<role>`.
     let titles: Vec<Value> = env
@@ -95,9 +127,10 @@ fn put_returns_name_and_hash_and_records_it_in_the_registry() {
     assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn put_of_a_changed_definition_moves_the_name() {
-    let env = Env::new();
+fn put_of_a_changed_definition_moves_the_name(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let one = env.file("one.yaml", TINY);
     let two = env.file("two.yaml", &tiny_with("Does a", "Does a, better"));
     let h1 = hash_of(&env.json(&["workflow", "put", one.to_str().unwrap()]));
@@ -111,9 +144,10 @@ fn put_of_a_changed_definition_moves_the_name() {
     assert_eq!(env.json(&["workflow", "show", &h1])["hash"], h1);
 }
 
-#[test]
-fn validate_a_good_file_reports_valid_and_writes_nothing() {
-    let env = populated();
+fn validate_a_good_file_reports_valid_and_writes_nothing(backend: Backend) {
+    let Some(env) = populated(backend) else {
+        return;
+    };
     let before = env.snapshot();
     let v = env.json(&["workflow", "validate", &example("solve-issue.yaml")]);
     assert_eq!(v["name"], "solve-issue");
@@ -123,9 +157,10 @@ fn validate_a_good_file_reports_valid_and_writes_nothing() {
     assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn warnings_do_not_refuse_a_put() {
-    let env = Env::new();
+fn warnings_do_not_refuse_a_put(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     // A transition after the unconditional one is dead.
     let yaml = tiny_with(
         "    - { role: $END, condition: null }\n",
@@ -150,9 +185,10 @@ fn warnings_do_not_refuse_a_put() {
     );
 }
 
-#[test]
-fn validate_a_bad_file_prints_the_report_and_exits_1() {
-    let env = Env::new();
+fn validate_a_bad_file_prints_the_report_and_exits_1(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let yaml = tiny_with(
         "    - { role: a, condition: big }\n",
         "    - { role: ghost, condition: nope }\n",
@@ -176,9 +212,10 @@ fn validate_a_bad_file_prints_the_report_and_exits_1() {
     assert!(err.contains("3 error(s)"), "{err}");
 }
 
-#[test]
-fn show_by_name_and_by_hash() {
-    let env = Env::new();
+fn show_by_name_and_by_hash(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let hash = hash_of(&env.json(&["workflow", "put", &example("solve-issue.yaml")]));
     let by_name = env.json(&["workflow", "show", "solve-issue"]);
     let by_hash = env.json(&["workflow", "show", &hash.to_lowercase()]);
@@ -208,9 +245,10 @@ fn show_by_name_and_by_hash() {
     assert_eq!(y, by_name);
 }
 
-#[test]
-fn list_registered_workflows() {
-    let env = Env::new();
+fn list_registered_workflows(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     assert_eq!(env.json(&["workflow", "list"]), json!([]));
     let a = hash_of(&env.json(&["workflow", "put", &example("solve-issue.yaml")]));
     let b = hash_of(&env.json(&["workflow", "put", &example("triage.yaml")]));
@@ -225,9 +263,10 @@ fn list_registered_workflows() {
     );
 }
 
-#[test]
-fn graph_as_mermaid_and_dot_matches_golden() {
-    let env = populated();
+fn graph_as_mermaid_and_dot_matches_golden(backend: Backend) {
+    let Some(env) = populated(backend) else {
+        return;
+    };
     let file = example("solve-issue.yaml");
     let hash = env.json(&["workflow", "show", "solve-issue"])["hash"]
         .as_str()
@@ -254,9 +293,10 @@ fn graph_as_mermaid_and_dot_matches_golden() {
     assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn graph_of_a_file_does_not_register_it() {
-    let env = populated();
+fn graph_of_a_file_does_not_register_it(backend: Backend) {
+    let Some(env) = populated(backend) else {
+        return;
+    };
     let file = env.file("tiny.yaml", TINY);
     let before = env.snapshot();
     let mermaid = env.text(&["workflow", "graph", file.to_str().unwrap()]);
@@ -266,18 +306,19 @@ fn graph_of_a_file_does_not_register_it() {
 
 // ------------------------------------------------------------ bad input
 
-#[test]
-fn yaml_syntax_error_points_at_line_and_column() {
+fn yaml_syntax_error_points_at_line_and_column(backend: Backend) {
     let yaml = "name: tiny\ndescription: d\nroles:\n  a: { description: a\ngraph: {}\n";
-    let err = refused(yaml, &["bad.yaml:5:6", "did not find expected"]);
+    let Some(err) = refused(backend, yaml, &["bad.yaml:5:6", "did not find expected"]) else {
+        return;
+    };
     assert!(err.contains("here"), "the source is shown:\n{err}");
 }
 
-#[test]
-fn quote_left_open_mid_file_points_at_where_parsing_failed() {
+fn quote_left_open_mid_file_points_at_where_parsing_failed(backend: Backend) {
     // The string runs on to the next quote, three lines down.
     let yaml = tiny_with("systemPrompt: Do a.", "systemPrompt: \"Do a.");
     refused(
+        backend,
         &yaml,
         &[
             "bad.yaml:9:9",
@@ -287,26 +328,23 @@ fn quote_left_open_mid_file_points_at_where_parsing_failed() {
     );
 }
 
-#[test]
-fn missing_name_is_refused() {
-    refused(&tiny_with("name: tiny\n", ""), &["no `name`"]);
+fn missing_name_is_refused(backend: Backend) {
+    refused(backend, &tiny_with("name: tiny\n", ""), &["no `name`"]);
 }
 
-#[test]
-fn missing_roles_is_refused() {
+fn missing_roles_is_refused(backend: Backend) {
     let yaml = "name: tiny\ngraph:\n  $START: [{ role: $END, condition: null }]\n";
-    refused(yaml, &["no `roles`"]);
+    refused(backend, yaml, &["no `roles`"]);
 }
 
-#[test]
-fn missing_graph_is_refused() {
+fn missing_graph_is_refused(backend: Backend) {
     let cut = TINY.find("graph:").unwrap();
-    refused(&TINY[..cut], &["no `graph`"]);
+    refused(backend, &TINY[..cut], &["no `graph`"]);
 }
 
-#[test]
-fn wrong_types_are_refused() {
+fn wrong_types_are_refused(backend: Backend) {
     refused(
+        backend,
         &tiny_with("description: Does a", "description: [1, 2]"),
         &[
             "bad.yaml:5:18",
@@ -314,20 +352,18 @@ fn wrong_types_are_refused() {
         ],
     );
     let yaml = "name: tiny\nroles: 3\ngraph: {}\n";
-    refused(yaml, &["bad.yaml:2:8", "invalid type: integer"]);
+    refused(backend, yaml, &["bad.yaml:2:8", "invalid type: integer"]);
 }
 
-#[test]
-fn role_without_output_schema_is_refused() {
+fn role_without_output_schema_is_refused(backend: Backend) {
     let yaml = tiny_with(
         "    outputSchema: { type: object, properties: { x: { type: integer } }, required: [x] }\n",
         "",
     );
-    refused(&yaml, &["roles.a", "no output schema"]);
+    refused(backend, &yaml, &["roles.a", "no output schema"]);
 }
 
-#[test]
-fn invalid_json_schema_is_refused_and_stores_nothing() {
+fn invalid_json_schema_is_refused_and_stores_nothing(backend: Backend) {
     // Role `a` sorts first and has a good schema: it must not be stored
     // either when role `b`'s schema is refused.
     let yaml = tiny_with(
@@ -338,42 +374,49 @@ fn invalid_json_schema_is_refused_and_stores_nothing() {
         "    - { role: $END, condition: null }\n",
         "    - { role: b, condition: null }\n  b:\n    - { role: $END, condition: null }\n",
     );
-    refused(&yaml, &["output schema of role `b`", "/type", "12"]);
+    refused(
+        backend,
+        &yaml,
+        &["output schema of role `b`", "/type", "12"],
+    );
 }
 
-#[test]
-fn jsonata_syntax_error_is_refused() {
+fn jsonata_syntax_error_is_refused(backend: Backend) {
     let yaml = tiny_with("steps[-1].output.x > 5", "steps[-1].output.((");
     refused(
+        backend,
         &yaml,
         &["condition `big` is not valid JSONata", "condition-syntax"],
     );
 }
 
-#[test]
-fn unknown_condition_is_refused() {
+fn unknown_condition_is_refused(backend: Backend) {
     let yaml = tiny_with("condition: big", "condition: huge");
-    refused(&yaml, &["unknown-condition", "`huge`", "not defined"]);
+    refused(
+        backend,
+        &yaml,
+        &["unknown-condition", "`huge`", "not defined"],
+    );
 }
 
-#[test]
-fn unknown_target_is_refused() {
+fn unknown_target_is_refused(backend: Backend) {
     let yaml = tiny_with("role: a, condition: big", "role: ghost, condition: big");
     refused(
+        backend,
         &yaml,
         &["unknown-target", "`ghost` is neither a role nor `$END`"],
     );
 }
 
-#[test]
-fn graph_without_start_is_refused() {
+fn graph_without_start_is_refused(backend: Backend) {
     let yaml = tiny_with("  $START:\n    - { role: a, condition: null }\n", "");
-    refused(&yaml, &["no `$START`"]);
+    refused(backend, &yaml, &["no `$START`"]);
 }
 
-#[test]
-fn unreadable_file_is_an_error() {
-    let env = populated();
+fn unreadable_file_is_an_error(backend: Backend) {
+    let Some(env) = populated(backend) else {
+        return;
+    };
     let before = env.snapshot();
     let missing = env.dir.path().join("missing.yaml");
     let err = env.fails(&["workflow", "put", missing.to_str().unwrap()]);
@@ -383,9 +426,10 @@ fn unreadable_file_is_an_error() {
     assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn unknown_workflow_name_lists_the_registered_ones() {
-    let env = populated();
+fn unknown_workflow_name_lists_the_registered_ones(backend: Backend) {
+    let Some(env) = populated(backend) else {
+        return;
+    };
     let before = env.snapshot();
     for args in [
         &["workflow", "show", "nope"][..],
@@ -401,9 +445,10 @@ fn unknown_workflow_name_lists_the_registered_ones() {
     assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn a_hash_that_is_not_a_workflow_is_refused() {
-    let env = populated();
+fn a_hash_that_is_not_a_workflow_is_refused(backend: Backend) {
+    let Some(env) = populated(backend) else {
+        return;
+    };
     let show = env.json(&["workflow", "show", "solve-issue"]);
     // The planner's output schema: a node, but not a Workflow.
     let schema = show["payload"]["roles"]["planner"]["outputSchema"]
@@ -425,23 +470,52 @@ fn a_hash_that_is_not_a_workflow_is_refused() {
     assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn corrupt_registry_is_reported_and_left_alone() {
-    let env = populated();
-    let registry = env.root().join("registry.yaml");
-    std::fs::write(&registry, "solve-issue: 1TM6QWPENJAPY\nbroken: [1,\n").unwrap();
-    let before = env.snapshot();
+fn corrupt_registry_is_reported_and_left_alone(backend: Backend) {
+    let Some(env) = populated(backend) else {
+        return;
+    };
     let tiny = env.file("tiny.yaml", TINY);
-    for args in [
-        &["workflow", "list"][..],
-        &["workflow", "show", "solve-issue"],
-        &["workflow", "put", tiny.to_str().unwrap()],
-        &["thread", "start", tiny.to_str().unwrap(), "-p", "x"],
-    ] {
+    let solve = example("solve-issue.yaml");
+    let (commands, expect): (Vec<Vec<&str>>, Vec<&str>) = match &env.db {
+        None => {
+            let registry = env.root().join("registry.yaml");
+            std::fs::write(&registry, "solve-issue: 1TM6QWPENJAPY\nbroken: [1,\n").unwrap();
+            (
+                vec![
+                    vec!["workflow", "list"],
+                    vec!["workflow", "show", "solve-issue"],
+                    vec!["workflow", "put", tiny.to_str().unwrap()],
+                    vec!["thread", "start", tiny.to_str().unwrap(), "-p", "x"],
+                ],
+                vec!["registry.yaml", "line 3", "never overwrites"],
+            )
+        }
+        Some(db) => {
+            // Rows are damaged one at a time: every command that reads
+            // this entry stops, naming it and its table.
+            db.client()
+                .execute(
+                    "UPDATE uwf_registry SET hash = 'oops' WHERE name = 'solve-issue'",
+                    &[],
+                )
+                .unwrap();
+            (
+                vec![
+                    vec!["workflow", "list"],
+                    vec!["workflow", "show", "solve-issue"],
+                    vec!["workflow", "put", solve.as_str()],
+                    vec!["thread", "start", "solve-issue", "-p", "x"],
+                ],
+                vec!["workflow \"solve-issue\" (table uwf_registry)", "\"oops\""],
+            )
+        }
+    };
+    let before = env.snapshot();
+    for args in &commands {
         let err = env.fails(args);
-        assert!(err.contains("registry.yaml"), "{args:?}: {err}");
-        assert!(err.contains("line 3"), "{args:?}: {err}");
-        assert!(err.contains("never overwrites"), "{args:?}: {err}");
+        for e in &expect {
+            assert!(err.contains(e), "{args:?}: {err}");
+        }
     }
     assert_eq!(env.snapshot(), before, "a corrupt registry was touched");
 }
