@@ -1,7 +1,9 @@
 //! `uwf thread run --detach` and `uwf worker` end to end: real `uwf`
-//! processes over one filesystem store, uwf-mock as the agent, workers
-//! killed with SIGKILL and drained with SIGTERM, threads killed while a
-//! worker runs them. No timing asserts: every wait is a generous bound.
+//! processes over one store, uwf-mock as the agent, workers killed with
+//! SIGKILL and drained with SIGTERM, threads killed while a worker runs
+//! them. No timing asserts: every wait is a generous bound. Every test runs
+//! on both stores (`per_backend!`): the run queue is the files under `runs/`
+//! on the filesystem and the rows of `uwf_runs` on PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -10,16 +12,30 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Env, example, mock_bin};
+use common::{Backend, Env, example, mock_bin};
 use serde_json::Value;
+
+per_backend!(
+    twenty_detached_threads_finish_on_two_workers_with_every_step_applied_once,
+    a_worker_killed_mid_step_is_taken_over_after_its_lease_and_its_agent_is_stopped,
+    a_paused_worker_that_wakes_after_its_lease_expired_lets_go_and_its_agent_is_stopped,
+    sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it,
+    thread_kill_stops_the_agent_a_worker_runs,
+    a_failed_run_is_recorded_and_can_be_queued_again,
+    a_worker_claims_only_the_workflows_it_is_given,
+    detach_refuses_a_thread_already_queued_or_finished,
+    worker_rejects_bad_options,
+);
 
 /// A generous bound for anything to happen.
 const BOUND: Duration = Duration::from_secs(120);
 
-fn registered() -> Env {
-    let env = Env::new();
+/// A store on `backend` with solve-issue registered; `None` when
+/// PostgreSQL tests are skipped.
+fn registered(backend: Backend) -> Option<Env> {
+    let env = Env::on(backend)?;
     env.json(&["workflow", "put", &example("solve-issue.yaml")]);
-    env
+    Some(env)
 }
 
 fn scenario(env: &Env, name: &str, delay: &str) -> PathBuf {
@@ -165,24 +181,56 @@ fn read_pid(path: &Path) -> u32 {
     pid.unwrap()
 }
 
-fn queue_is_empty(env: &Env) -> bool {
-    std::fs::read_dir(env.root().join("runs"))
+/// The threads in the worker's run queue, sorted, as the store holds them:
+/// the `runs/<thread>.json` files on the filesystem, the rows of `uwf_runs`
+/// on PostgreSQL. Read straight from the store, not through `uwf`.
+fn queued_runs(env: &Env) -> Vec<String> {
+    if let Some(db) = &env.db {
+        return db
+            .client()
+            .query("SELECT thread::text FROM uwf_runs ORDER BY thread", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+    }
+    let mut out: Vec<String> = std::fs::read_dir(env.root().join("runs"))
         .map(|rd| {
             rd.filter_map(Result::ok)
-                .all(|e| !e.file_name().to_string_lossy().ends_with(".json"))
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .strip_suffix(".json")
+                        .map(str::to_string)
+                })
+                .collect()
         })
-        .unwrap_or(true)
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+fn queue_is_empty(env: &Env) -> bool {
+    queued_runs(env).is_empty()
 }
 
 // ------------------------------------------------------------------ tests
 
-#[test]
-fn twenty_detached_threads_finish_on_two_workers_with_every_step_applied_once() {
-    let env = registered();
+fn twenty_detached_threads_finish_on_two_workers_with_every_step_applied_once(backend: Backend) {
+    let Some(env) = registered(backend) else {
+        return;
+    };
     let agent = agent(&env, "0ms");
     let ids: Vec<String> = (0..20)
         .map(|i| common::detach(&env, &agent, &format!("task {i}")))
         .collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(
+        queued_runs(&env),
+        sorted,
+        "one queued run per detached thread"
+    );
     let listed = env.json(&["thread", "list"]);
     assert_eq!(listed.as_array().unwrap().len(), 20);
     assert!(
@@ -234,9 +282,12 @@ fn twenty_detached_threads_finish_on_two_workers_with_every_step_applied_once() 
     assert!(claims >= 20, "{log_a}\n{log_b}");
 }
 
-#[test]
-fn a_worker_killed_mid_step_is_taken_over_after_its_lease_and_its_agent_is_stopped() {
-    let env = registered();
+fn a_worker_killed_mid_step_is_taken_over_after_its_lease_and_its_agent_is_stopped(
+    backend: Backend,
+) {
+    let Some(env) = registered(backend) else {
+        return;
+    };
     let id = common::detach(&env, &slow_first_agent(&env), "crash me");
     let first = WorkerProc::start(&env, "first", &[]);
     let agent_pid = read_pid(&env.dir.path().join("first.pid"));
@@ -265,9 +316,12 @@ fn a_worker_killed_mid_step_is_taken_over_after_its_lease_and_its_agent_is_stopp
     assert!(queue_is_empty(&env));
 }
 
-#[test]
-fn a_paused_worker_that_wakes_after_its_lease_expired_lets_go_and_its_agent_is_stopped() {
-    let env = registered();
+fn a_paused_worker_that_wakes_after_its_lease_expired_lets_go_and_its_agent_is_stopped(
+    backend: Backend,
+) {
+    let Some(env) = registered(backend) else {
+        return;
+    };
     let id = common::detach(&env, &slow_first_agent(&env), "pause me");
     let first = WorkerProc::start(&env, "first", &[]);
     let agent_pid = read_pid(&env.dir.path().join("first.pid"));
@@ -300,9 +354,10 @@ fn a_paused_worker_that_wakes_after_its_lease_expired_lets_go_and_its_agent_is_s
     assert_eq!(roles(&env, &id), common::SOLVED_ONCE);
 }
 
-#[test]
-fn sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it() {
-    let env = registered();
+fn sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it(backend: Backend) {
+    let Some(env) = registered(backend) else {
+        return;
+    };
     let id = common::detach(&env, &slow_first_agent(&env), "drain me");
     let head = show(&env, &id)["head"].clone();
     let first = WorkerProc::start(&env, "first", &["--grace", "1"]);
@@ -318,6 +373,11 @@ fn sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it() 
     assert_eq!(shown["head"], head, "a step landed: {shown}");
     assert_eq!(shown["run"]["state"], "queued", "{shown}");
     assert_eq!(shown["run"]["claims"], 1, "{shown}");
+    assert_eq!(
+        queued_runs(&env),
+        [id.clone()],
+        "the run went back to the queue"
+    );
 
     let second = WorkerProc::start(&env, "second", &[]);
     wait_for("the thread to finish", || done(&env, &id));
@@ -326,9 +386,10 @@ fn sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it() 
     assert_eq!(roles(&env, &id), common::SOLVED_ONCE);
 }
 
-#[test]
-fn thread_kill_stops_the_agent_a_worker_runs() {
-    let env = registered();
+fn thread_kill_stops_the_agent_a_worker_runs(backend: Backend) {
+    let Some(env) = registered(backend) else {
+        return;
+    };
     let id = common::detach(&env, &slow_first_agent(&env), "kill me");
     let worker = WorkerProc::start(&env, "w", &[]);
     let agent_pid = read_pid(&env.dir.path().join("first.pid"));
@@ -341,6 +402,7 @@ fn thread_kill_stops_the_agent_a_worker_runs() {
     assert_eq!(shown["state"], "killed", "{shown}");
     assert!(shown.get("run").is_none(), "{shown}");
     assert!(roles(&env, &id).is_empty());
+    assert!(queue_is_empty(&env), "{:?}", queued_runs(&env));
     // The worker goes on with other work.
     let next = common::detach(&env, &agent(&env, "0ms"), "after the kill");
     wait_for("the next thread to finish", || done(&env, &next));
@@ -348,9 +410,10 @@ fn thread_kill_stops_the_agent_a_worker_runs() {
     assert_eq!(code, Some(0), "{log}");
 }
 
-#[test]
-fn a_failed_run_is_recorded_and_can_be_queued_again() {
-    let env = registered();
+fn a_failed_run_is_recorded_and_can_be_queued_again(backend: Backend) {
+    let Some(env) = registered(backend) else {
+        return;
+    };
     let id = common::detach(&env, "sh -c 'echo broken >&2; exit 7' agent", "fail me");
     let worker = WorkerProc::start(&env, "w", &[]);
     wait_for("the run to fail", || {
@@ -365,6 +428,7 @@ fn a_failed_run_is_recorded_and_can_be_queued_again() {
     let (code, log) = worker.drain();
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("run-failed"), "{log}");
+    assert_eq!(queued_runs(&env), [id.clone()], "the failed run is kept");
 
     // Queued again (continuing the thread, with a working agent).
     let v = env.json(&[
@@ -383,9 +447,10 @@ fn a_failed_run_is_recorded_and_can_be_queued_again() {
     assert_eq!(roles(&env, &id), common::SOLVED_ONCE);
 }
 
-#[test]
-fn a_worker_claims_only_the_workflows_it_is_given() {
-    let env = registered();
+fn a_worker_claims_only_the_workflows_it_is_given(backend: Backend) {
+    let Some(env) = registered(backend) else {
+        return;
+    };
     let solve = common::detach(&env, &agent(&env, "0ms"), "solve it");
     let draft = env.json(&[
         "thread",
@@ -416,9 +481,10 @@ fn a_worker_claims_only_the_workflows_it_is_given() {
     drop(worker);
 }
 
-#[test]
-fn detach_refuses_a_thread_already_queued_or_finished() {
-    let env = registered();
+fn detach_refuses_a_thread_already_queued_or_finished(backend: Backend) {
+    let Some(env) = registered(backend) else {
+        return;
+    };
     let agent = agent(&env, "0ms");
     let id = common::detach(&env, &agent, "once");
     let before = env.snapshot();
@@ -430,9 +496,10 @@ fn detach_refuses_a_thread_already_queued_or_finished() {
     assert!(err.contains("finished"), "{err}");
 }
 
-#[test]
-fn worker_rejects_bad_options() {
-    let env = registered();
+fn worker_rejects_bad_options(backend: Backend) {
+    let Some(env) = registered(backend) else {
+        return;
+    };
     for args in [
         &["worker", "--concurrency", "0"][..],
         &["worker", "--lease", "0"],
