@@ -4,14 +4,28 @@
 //! frontmatter text, or `$EDITOR`), racing answers land once, answers that
 //! do not fit change nothing, and a child thread that waits makes its
 //! parent wait (examples/approve-release.yaml run by `uwf-workflow`).
+//!
+//! Every test runs on both stores (`per_backend!`): the filesystem root,
+//! where waits are entries of `waiting.yaml`, and PostgreSQL, where they
+//! are rows of `uwf_waiting` and the configuration is the store's own.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::process::Output;
 
-use common::{Env, example, mock_bin, workflow_bin};
+use common::{Backend, Env, example, mock_bin, workflow_bin};
 use serde_json::Value;
+
+per_backend!(
+    a_person_answers_and_the_thread_finishes,
+    answers_that_do_not_fit_change_nothing,
+    edit_opens_the_editor_on_a_template_of_the_schema,
+    racing_answers_land_exactly_once,
+    a_child_thread_that_waits_makes_its_parent_wait,
+    an_answer_that_ends_the_child_lets_the_parent_finish,
+);
 
 const EXIT_WAITING: i32 = 4;
 
@@ -24,9 +38,11 @@ fn s(v: &Value) -> String {
 /// A root whose config binds the approver of `approve-release` and
 /// `sign-off` to a person, the release role of `ship` / `ship-signed` to
 /// `uwf-workflow approve-release` / `sign-off`, every other role to
-/// uwf-mock with `scenario`; `extra` is appended.
-fn human_env(scenario: &str, extra: &str) -> Env {
-    let env = Env::new();
+/// uwf-mock with `scenario`; `extra` is appended. The configuration is
+/// `config.yaml` or, on PostgreSQL, the store's own ([`Env::set_config`]).
+/// `None` when PostgreSQL tests are skipped.
+fn human_env(backend: Backend, scenario: &str, extra: &str) -> Option<Env> {
+    let env = Env::on(backend)?;
     let config = format!(
         "agents:\n  mock: {{ command: {mock:?}, args: [{scenario:?}] }}\n  me: {{ human: true }}\n  rel: {{ command: {wf:?}, args: [approve-release] }}\n  so: {{ command: {wf:?}, args: [sign-off] }}\n\
          defaultAgent: mock\nagentOverrides:\n  approve-release: {{ approver: me }}\n  ship: {{ release: rel }}\n  sign-off: {{ approver: me }}\n  ship-signed: {{ release: so }}\n{extra}",
@@ -34,9 +50,52 @@ fn human_env(scenario: &str, extra: &str) -> Env {
         wf = workflow_bin().display().to_string(),
         scenario = example(scenario),
     );
-    std::fs::create_dir_all(env.root()).unwrap();
-    std::fs::write(env.root().join("config.yaml"), config).unwrap();
-    env
+    env.set_config(&config);
+    Some(env)
+}
+
+/// The store's table of waits as it is stored, stale entries included:
+/// thread → the record (`head`, `role`, `child`, …). `waiting.yaml` on
+/// the filesystem, the rows of `uwf_waiting` on PostgreSQL (whose `head`
+/// column must agree with the record's).
+fn waiting_table(env: &Env) -> BTreeMap<String, Value> {
+    let Some(db) = &env.db else {
+        return std::fs::read(env.root().join("waiting.yaml"))
+            .map(|b| serde_yaml::from_slice(&b).unwrap())
+            .unwrap_or_default();
+    };
+    db.client()
+        .query("SELECT thread, head, record FROM uwf_waiting", &[])
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let (thread, head): (String, String) = (r.get(0), r.get(1));
+            let record: Value = serde_json::from_str(r.get(2)).unwrap();
+            assert_eq!(record["head"], head.as_str(), "uwf_waiting row of {thread}");
+            (thread, record)
+        })
+        .collect()
+}
+
+/// Asserts that the store records `thread` as waiting at `head` for
+/// `role` (through `child` when given).
+fn assert_recorded_wait(env: &Env, thread: &str, head: &Value, role: &str, child: Option<&str>) {
+    let table = waiting_table(env);
+    let entry = table
+        .get(thread)
+        .unwrap_or_else(|| panic!("no waiting entry for {thread}: {table:?}"));
+    assert_eq!(&entry["head"], head, "{entry}");
+    assert_eq!(entry["role"], role, "{entry}");
+    assert_eq!(entry["child"].as_str(), child, "{entry}");
+}
+
+/// Asserts that no entry of the store's waiting table is current for
+/// `thread`, whose head is now `head` (an entry at an older head is
+/// stale: readers skip it).
+fn assert_no_current_wait(env: &Env, thread: &str, head: &Value) {
+    if let Some(entry) = waiting_table(env).get(thread) {
+        assert_ne!(&entry["head"], head, "{thread} still waits: {entry}");
+    }
 }
 
 fn run(env: &Env, args: &[&str]) -> Output {
@@ -88,18 +147,20 @@ fn roles_and_agents(env: &Env, id: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn a_person_answers_and_the_thread_finishes() {
+fn a_person_answers_and_the_thread_finishes(backend: Backend) {
     // The notify hook appends to a file outside the root.
     let scratch = tempfile::tempdir().unwrap();
     let notified = scratch.path().join("notified.txt");
-    let env = human_env(
+    let Some(env) = human_env(
+        backend,
         "approve-release.mock.yaml",
         &format!(
             "notify: \"sh -c 'echo \\\"$0|$1|$UWF_WORKFLOW\\\" >> {}'\"\n",
             notified.display()
         ),
-    );
+    ) else {
+        return;
+    };
     let (id, waiting) = run_until_waiting(&env);
     assert_eq!(waiting["done"], false);
     assert_eq!(waiting["waiting"]["role"], "approver");
@@ -109,6 +170,7 @@ fn a_person_answers_and_the_thread_finishes() {
         s(&waiting["waiting"]["prompt"]).contains("Approve them"),
         "{waiting}"
     );
+    assert_recorded_wait(&env, &id, &waiting["head"], "approver", None);
 
     // Stepping again does not run anything, keeps the wait and does not notify twice.
     let again = run(&env, &["thread", "step", &id]);
@@ -144,6 +206,7 @@ fn a_person_answers_and_the_thread_finishes() {
     ]);
     assert_eq!(answered["done"], false);
     assert_ne!(answered["head"], waiting["head"]);
+    assert_no_current_wait(&env, &id, &answered["head"]);
     assert!(
         env.json(&["thread", "list", "--waiting"])
             .as_array()
@@ -183,10 +246,13 @@ fn a_person_answers_and_the_thread_finishes() {
     env.json(&["cas", "verify"]);
 }
 
-#[test]
-fn answers_that_do_not_fit_change_nothing() {
-    let env = human_env("approve-release.mock.yaml", "");
-    let (id, _) = run_until_waiting(&env);
+fn answers_that_do_not_fit_change_nothing(backend: Backend) {
+    let Some(env) = human_env(backend, "approve-release.mock.yaml", "") else {
+        return;
+    };
+    let (id, waiting) = run_until_waiting(&env);
+    // The wait is part of what must not change.
+    assert_recorded_wait(&env, &id, &waiting["head"], "approver", None);
     let before = env.snapshot();
     for (args, expect) in [
         (
@@ -243,6 +309,8 @@ fn answers_that_do_not_fit_change_nothing() {
             .unwrap()
             .is_empty()
     );
+    // Killed: no longer active, so whatever the table still holds is stale.
+    assert!(!env.heads().contains_key(&id), "{:?}", env.heads());
     let err = env.fails(&["thread", "answer", &id, "--output", r#"{"approved": true}"#]);
     assert!(err.contains("uwf::thread::finished"), "{err}");
 }
@@ -267,9 +335,10 @@ fn answer_with_editor(env: &Env, id: &str, editor: &str) -> Output {
         .unwrap()
 }
 
-#[test]
-fn edit_opens_the_editor_on_a_template_of_the_schema() {
-    let env = human_env("approve-release.mock.yaml", "");
+fn edit_opens_the_editor_on_a_template_of_the_schema(backend: Backend) {
+    let Some(env) = human_env(backend, "approve-release.mock.yaml", "") else {
+        return;
+    };
     let (id, _) = run_until_waiting(&env);
     let seen = env.dir.path().join("template.md");
     // Keeps a copy of the template, then writes the answer.
@@ -319,10 +388,11 @@ fn edit_opens_the_editor_on_a_template_of_the_schema() {
     assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn racing_answers_land_exactly_once() {
+fn racing_answers_land_exactly_once(backend: Backend) {
     for round in 0..4 {
-        let env = human_env("approve-release.mock.yaml", "");
+        let Some(env) = human_env(backend, "approve-release.mock.yaml", "") else {
+            return;
+        };
         let (id, waiting) = run_until_waiting(&env);
         let spawn = |approved: bool| {
             env.uwf_process()
@@ -356,6 +426,7 @@ fn racing_answers_land_exactly_once() {
         );
         let head = env.json(&["thread", "show", &id])["head"].clone();
         assert_eq!(head, stdout_json(won[0])["head"]);
+        assert_no_current_wait(&env, &id, &head);
         let steps = roles_and_agents(&env, &id);
         assert_eq!(steps.len(), 2, "{steps:?}");
         // The winner's step follows the head the thread waited at.
@@ -365,9 +436,10 @@ fn racing_answers_land_exactly_once() {
     }
 }
 
-#[test]
-fn a_child_thread_that_waits_makes_its_parent_wait() {
-    let env = human_env("approve-release.mock.yaml", "");
+fn a_child_thread_that_waits_makes_its_parent_wait(backend: Backend) {
+    let Some(env) = human_env(backend, "approve-release.mock.yaml", "") else {
+        return;
+    };
     env.json(&["workflow", "put", &example("approve-release.yaml")]);
     let ship = parent_workflow(&env, "ship", "{ url: { type: string } }", "url");
     let out = run(&env, &["thread", "run", &ship, "-p", "Ship 1.2"]);
@@ -383,6 +455,10 @@ fn a_child_thread_that_waits_makes_its_parent_wait() {
     assert_eq!(v["waiting"]["agent"], "rel");
     let child = s(&v["waiting"]["child"]);
     assert!(s(&v["waiting"]["prompt"]).contains("Approve them"), "{v}");
+    // Both waits are in the store: the parent's through its child.
+    assert_recorded_wait(&env, &parent, &v["head"], "release", Some(&child));
+    let child_head = env.heads()[&child].trim().to_string();
+    assert_recorded_wait(&env, &child, &Value::from(child_head), "approver", None);
 
     let list = env.json(&["thread", "list", "--waiting"]);
     let list = list.as_array().unwrap();
@@ -427,6 +503,12 @@ fn a_child_thread_that_waits_makes_its_parent_wait() {
         parent_show["childThreads"][0]["childThread"],
         child_show["head"]
     );
+    // Both finished: neither is active, so no entry of the table counts.
+    let heads = env.heads();
+    assert!(
+        !heads.contains_key(&parent) && !heads.contains_key(&child),
+        "{heads:?}"
+    );
     assert!(
         env.json(&["thread", "list", "--waiting"])
             .as_array()
@@ -449,9 +531,10 @@ fn parent_workflow(env: &Env, name: &str, props: &str, required: &str) -> String
     .to_string()
 }
 
-#[test]
-fn an_answer_that_ends_the_child_lets_the_parent_finish() {
-    let env = human_env("approve-release.mock.yaml", "");
+fn an_answer_that_ends_the_child_lets_the_parent_finish(backend: Backend) {
+    let Some(env) = human_env(backend, "approve-release.mock.yaml", "") else {
+        return;
+    };
     env.file(
         "sign-off.yaml",
         "name: sign-off\ndescription: One person signs off\nroles:\n  approver:\n    description: Signs off\n    systemPrompt: Sign it off.\n    outputSchema:\n      type: object\n      properties:\n        approved: { type: boolean }\n      required: [approved]\ngraph:\n  $START:\n    - role: approver\n      condition: null\n  approver:\n    - role: $END\n      condition: null\n",
