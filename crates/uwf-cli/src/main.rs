@@ -151,7 +151,8 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Config(sub) => {
             let root = uwf_util::root::resolve_root(cli.global.root.as_deref())?;
             tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
-            let value = cmd::config::run(&root, sub, cli.global.quiet)?;
+            let value =
+                cmd::config::run(&root, cli.global.store.as_deref(), sub, cli.global.quiet)?;
             output::print(format, &value)?;
             Ok(ExitCode::SUCCESS)
         }

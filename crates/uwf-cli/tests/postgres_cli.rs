@@ -239,3 +239,43 @@ fn a_store_is_copied_into_postgres_and_back_resumably() {
     assert!(stderr.contains("uwf::store::copy_conflicts"), "{stderr}");
     assert_eq!(pg.json(&["thread", "show", &third])["done"], true);
 }
+
+#[test]
+fn config_show_shows_the_configuration_the_store_shares() {
+    let Some(db) = uwf_pg_testing::database() else {
+        return;
+    };
+    let env = pg_env(&db.url_without_password);
+    // Local settings besides `store:` are not what commands use on a
+    // shared store: `config show` must not present them as if they were.
+    let local = env.root().join("config.yaml");
+    let text = std::fs::read_to_string(&local).unwrap();
+    std::fs::write(&local, format!("{text}defaultAgent: local-only\n")).unwrap();
+
+    let out = env.output(&["config", "show"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["config"], Value::Null, "{shown}");
+    let source = shown["configSource"].as_str().unwrap();
+    assert!(
+        source.starts_with(&db.url_without_password) && source.ends_with("(table uwf_config)"),
+        "{shown}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("uwf store init --config"), "{err}");
+
+    let shared = env.file(
+        "shared.yaml",
+        "agents:\n  mock: { command: uwf-mock }\ndefaultAgent: mock\n",
+    );
+    env.json(&["store", "init", "--config", shared.to_str().unwrap()]);
+    let shown = env.json(&["config", "show"]);
+    assert_eq!(shown["config"]["defaultAgent"], "mock", "{shown}");
+    assert_eq!(shown["defaultAgent"]["command"], "uwf-mock", "{shown}");
+    assert_eq!(shown["store"], db.url_without_password.as_str(), "{shown}");
+    assert!(!shown.to_string().contains(PASSWORD), "{shown}");
+}

@@ -9,6 +9,7 @@ use uwf_state::state::StateDir;
 use uwf_util::root::ResolvedRoot;
 
 use crate::cli::ConfigCommand;
+use crate::engine::location::{self, StoreLocation};
 use crate::error::CliError;
 
 /// What `uwf config show` prints. Never holds a full key.
@@ -19,8 +20,16 @@ pub struct Shown {
     pub root: PathBuf,
     /// Where the root came from (`--root`, `$VAR`, or the default).
     pub root_source: String,
-    /// `<root>/config.yaml`.
+    /// `<root>/config.yaml` (where `store:` is read, and the whole
+    /// configuration on the filesystem store).
     pub config_file: PathBuf,
+    /// The store commands use (a PostgreSQL URL without its password, or a
+    /// directory).
+    pub store: String,
+    /// Where the configuration shown comes from: the store's
+    /// `config.yaml`, or its `uwf_config` table on PostgreSQL (which every
+    /// machine shares, set with `uwf store init --config`).
+    pub config_source: String,
     /// `<root>/.env`, or `null` when it does not exist.
     pub env_file: Option<PathBuf>,
     /// `config.yaml` as parsed, `null` when it does not exist.
@@ -96,16 +105,40 @@ pub fn mask(key: &str) -> String {
     }
 }
 
-/// Runs `uwf config …`.
-pub fn run(root: &ResolvedRoot, command: ConfigCommand, quiet: bool) -> Result<Shown, CliError> {
+/// Runs `uwf config …` on the store `store` names (`--store`), or the one
+/// the root's settings name.
+pub fn run(
+    root: &ResolvedRoot,
+    store: Option<&str>,
+    command: ConfigCommand,
+    quiet: bool,
+) -> Result<Shown, CliError> {
     match command {
-        ConfigCommand::Show => show(root, quiet),
+        ConfigCommand::Show => show(root, store, quiet),
     }
 }
 
-fn show(root: &ResolvedRoot, quiet: bool) -> Result<Shown, CliError> {
+fn show(root: &ResolvedRoot, store: Option<&str>, quiet: bool) -> Result<Shown, CliError> {
+    // Secrets (`.env`) are always the root's: they never leave the machine.
     let state = StateDir::new(&root.path);
-    let config = state.config()?;
+    let (loc, _) = location::resolve(store, &root.path)?;
+    let (config, config_source, hint) = match &loc {
+        StoreLocation::Dir(dir) => {
+            let store_state = StateDir::new(dir);
+            let path = store_state.config_path();
+            let hint = format!("no {} yet; run `uwf setup` to create it", path.display());
+            (store_state.config()?, path.display().to_string(), hint)
+        }
+        StoreLocation::Postgres(_) => {
+            let engine = location::open(&root.path, &loc)?;
+            let source = format!("{} (table uwf_config)", loc.display());
+            let hint = format!(
+                "the store {} has no configuration yet; share one with `uwf store init --config FILE`",
+                loc.display()
+            );
+            (engine.state().config()?, source, hint)
+        }
+    };
     let none = WorkflowConfig::default();
     let c = config.as_ref().unwrap_or(&none);
 
@@ -183,16 +216,15 @@ fn show(root: &ResolvedRoot, quiet: bool) -> Result<Shown, CliError> {
     });
 
     if config.is_none() && !quiet {
-        eprintln!(
-            "hint: no {} yet; run `uwf setup` to create it",
-            state.config_path().display()
-        );
+        eprintln!("hint: {hint}");
     }
     let env_file = state.env_path();
     Ok(Shown {
         root: root.path.clone(),
         root_source: root.source.to_string(),
         config_file: state.config_path(),
+        store: loc.display(),
+        config_source,
         env_file: env_file.exists().then_some(env_file),
         config,
         providers,
