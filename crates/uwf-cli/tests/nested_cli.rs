@@ -3,7 +3,9 @@
 //! by the real `uwf-mock` (examples/solve-issue-nested.yaml calling
 //! examples/develop.yaml). Proves the links both ways (parent → child via
 //! `childThread`, child → parent via `parentState`) with `thread stack`,
-//! `cas walk`, `cas refs` and `cas gc`.
+//! `cas walk`, `cas refs` and `cas gc`. Every test runs on both stores (`per_backend!`): on
+//! PostgreSQL the child threads' `uwf-workflow` agent opens the same
+//! database, as `UWF_STORE` reaches it through the environment.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -11,14 +13,27 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::{Env, example, examples, mock_agent, mock_bin, workflow_bin};
+use common::{Backend, Env, example, examples, mock_agent, mock_bin, workflow_bin};
 use serde_json::{Value, json};
+
+per_backend!(
+    nested_example_runs_to_done_with_links_both_ways,
+    thread_stack_walks_from_a_child_step_to_the_top,
+    cas_walk_refs_and_gc_follow_the_links,
+    thread_read_shows_child_threads_as_collapsible_summaries,
+    thread_list_top_level_leaves_child_threads_out,
+    thread_start_and_run_take_a_parent,
+    recursion_fails_at_the_default_depth_limit,
+    the_depth_limit_is_configurable,
+    a_failing_child_leaves_the_parent_unchanged_and_is_kept,
+    uwf_refuses_a_child_thread_that_is_not_this_threads_child,
+);
 
 // ---------------------------------------------------------------- helpers
 
 const TASK: &str = "Fix the login redirect loop";
 
-/// `config.yaml` for the nested example: uwf-mock (with `scenario`)
+/// The configuration (see [`Env::set_config`]) for the nested example: uwf-mock (with `scenario`)
 /// answers every role by default, `uwf-workflow develop` is the parent's
 /// developer. `extra` is appended (more aliases and overrides).
 fn write_config(env: &Env, scenario: &Path, extra_agents: &str, extra_overrides: &str) {
@@ -29,13 +44,13 @@ fn write_config(env: &Env, scenario: &Path, extra_agents: &str, extra_overrides:
         wf = workflow_bin().display().to_string(),
         scenario = scenario.display().to_string(),
     );
-    std::fs::create_dir_all(env.root()).unwrap();
-    std::fs::write(env.root().join("config.yaml"), config).unwrap();
+    env.set_config(&config);
 }
 
-/// A root with `develop` registered and the nested example's config.
-fn nested_env() -> Env {
-    let env = Env::new();
+/// A store on `backend` with `develop` registered and the nested
+/// example's config; `None` when PostgreSQL tests are skipped.
+fn nested_env(backend: Backend) -> Option<Env> {
+    let env = Env::on(backend)?;
     env.json(&["workflow", "put", &example("develop.yaml")]);
     write_config(
         &env,
@@ -43,12 +58,13 @@ fn nested_env() -> Env {
         "",
         "",
     );
-    env
+    Some(env)
 }
 
-/// Runs the nested example to its end; returns the root and the parent id.
-fn run_example() -> (Env, String) {
-    let env = nested_env();
+/// Runs the nested example to its end; returns the store and the parent
+/// id (`None` when PostgreSQL tests are skipped).
+fn run_example(backend: Backend) -> Option<(Env, String)> {
+    let env = nested_env(backend)?;
     let out = env.json(&[
         "thread",
         "run",
@@ -58,7 +74,7 @@ fn run_example() -> (Env, String) {
     ]);
     assert_eq!(out["done"], true, "{out}");
     let id = s(&out["thread"]);
-    (env, id)
+    Some((env, id))
 }
 
 fn s(v: &Value) -> String {
@@ -108,11 +124,56 @@ fn listed(env: &Env, extra: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// What the store holds of archived threads, as it holds it: the bytes of
+/// `history.jsonl` (`None` when missing) on the filesystem, the rows of
+/// `uwf_history` (`None` when there is none) on PostgreSQL.
+fn archived(env: &Env) -> Option<Vec<u8>> {
+    if env.db.is_some() {
+        return env
+            .tables()
+            .get("uwf_history")
+            .map(|rows| rows.join("\n").into_bytes());
+    }
+    std::fs::read(env.root().join("history.jsonl")).ok()
+}
+
+/// Forgets every archived thread but `keep`: the other lines of
+/// `history.jsonl`, or the other rows of `uwf_history`. Expects exactly one
+/// record of `keep`.
+fn keep_only_in_history(env: &Env, keep: &str) {
+    let before = env.history();
+    assert_eq!(
+        before.iter().filter(|h| h["thread"] == keep).count(),
+        1,
+        "{before:?}"
+    );
+    if let Some(db) = &env.db {
+        let gone = db
+            .client()
+            .execute("DELETE FROM uwf_history WHERE thread <> $1", &[&keep])
+            .unwrap();
+        assert_eq!(gone as usize, before.len() - 1);
+    } else {
+        let history = std::fs::read_to_string(env.root().join("history.jsonl")).unwrap();
+        let kept: String = history
+            .lines()
+            .filter(|l| l.contains(keep))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(kept.lines().count(), 1, "{history}");
+        std::fs::write(env.root().join("history.jsonl"), kept).unwrap();
+    }
+    let after = env.history();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0]["thread"], keep);
+}
+
 // ---------------------------------------------------------------- the example
 
-#[test]
-fn nested_example_runs_to_done_with_links_both_ways() {
-    let (env, parent) = run_example();
+fn nested_example_runs_to_done_with_links_both_ways(backend: Backend) {
+    let Some((env, parent)) = run_example(backend) else {
+        return;
+    };
     let parent_steps = steps(&env, &parent);
     let roles: Vec<String> = parent_steps.iter().map(|st| s(&st["role"])).collect();
     assert_eq!(
@@ -194,6 +255,19 @@ fn nested_example_runs_to_done_with_links_both_ways() {
             );
         }
     }
+    // The children were archived where the parent was: the `uwf-workflow`
+    // agent and the `uwf` it runs opened this very store (on PostgreSQL,
+    // `UWF_STORE` reached them through the environment; nothing of the
+    // threads went to the filesystem root).
+    let archived: BTreeSet<String> = env.history().iter().map(|h| s(&h["thread"])).collect();
+    let mut expected: BTreeSet<String> = links.iter().map(|l| s(&l["thread"])).collect();
+    expected.insert(parent.clone());
+    assert_eq!(archived, expected);
+    if env.db.is_some() {
+        for file in ["cas", "threads", "history.jsonl"] {
+            assert!(!env.root().join(file).exists(), "{file} in the root");
+        }
+    }
     // The second call also sees the reviewer's comments (edge prompt).
     let second = s(&links[1]["thread"]);
     let task = s(&node(&env, &start_hash(&env, &second))["prompt"]);
@@ -203,9 +277,10 @@ fn nested_example_runs_to_done_with_links_both_ways() {
     );
 }
 
-#[test]
-fn thread_stack_walks_from_a_child_step_to_the_top() {
-    let (env, parent) = run_example();
+fn thread_stack_walks_from_a_child_step_to_the_top(backend: Backend) {
+    let Some((env, parent)) = run_example(backend) else {
+        return;
+    };
     let link = env.json(&["thread", "show", &parent])["childThreads"][0].clone();
     let child = s(&link["thread"]);
     let child_steps = steps(&env, &child);
@@ -248,9 +323,10 @@ fn thread_stack_walks_from_a_child_step_to_the_top() {
     assert!(err.contains("should be a StartNode or StepNode"), "{err}");
 }
 
-#[test]
-fn cas_walk_refs_and_gc_follow_the_links() {
-    let (env, parent) = run_example();
+fn cas_walk_refs_and_gc_follow_the_links(backend: Backend) {
+    let Some((env, parent)) = run_example(backend) else {
+        return;
+    };
     let head = s(&env.json(&["thread", "show", &parent])["head"]);
     let reachable = walk(&env, &head);
     let links = env.json(&["thread", "show", &parent])["childThreads"].clone();
@@ -293,19 +369,13 @@ fn cas_walk_refs_and_gc_follow_the_links() {
         "{refs}"
     );
 
-    // gc keeps the children: first as they are (archived in history.jsonl)…
+    // gc keeps the children: first as they are (archived in history.jsonl
+    // or uwf_history)…
     env.json(&["cas", "gc", "--grace", "0s"]);
     assert!(child_nodes.iter().all(|n| has(&env, n)));
-    // …and also once their own history lines are gone: only the parent's
+    // …and also once their own history records are gone: only the parent's
     // head reaches them now, through childThread.
-    let history = std::fs::read_to_string(env.root().join("history.jsonl")).unwrap();
-    let kept: String = history
-        .lines()
-        .filter(|l| l.contains(&parent))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    assert_eq!(kept.lines().count(), 1, "{history}");
-    std::fs::write(env.root().join("history.jsonl"), kept).unwrap();
+    keep_only_in_history(&env, &parent);
     assert_eq!(listed(&env, &[]), std::slice::from_ref(&parent));
     let gc = env.json(&["cas", "gc", "--grace", "0s"]);
     for n in &child_nodes {
@@ -319,9 +389,10 @@ fn cas_walk_refs_and_gc_follow_the_links() {
     assert_eq!(frames[1]["thread"], parent.as_str());
 }
 
-#[test]
-fn thread_read_shows_child_threads_as_collapsible_summaries() {
-    let (env, parent) = run_example();
+fn thread_read_shows_child_threads_as_collapsible_summaries(backend: Backend) {
+    let Some((env, parent)) = run_example(backend) else {
+        return;
+    };
     let links = env.json(&["thread", "show", &parent])["childThreads"].clone();
     let text = env.text(&["thread", "read", &parent]);
     for link in links.as_array().unwrap() {
@@ -350,9 +421,10 @@ fn thread_read_shows_child_threads_as_collapsible_summaries() {
     assert_eq!(text.matches("<details>").count(), 2);
 }
 
-#[test]
-fn thread_list_top_level_leaves_child_threads_out() {
-    let (env, parent) = run_example();
+fn thread_list_top_level_leaves_child_threads_out(backend: Backend) {
+    let Some((env, parent)) = run_example(backend) else {
+        return;
+    };
     let all = listed(&env, &[]);
     assert_eq!(all.len(), 3, "{all:?}");
     assert_eq!(
@@ -385,9 +457,10 @@ fn thread_list_top_level_leaves_child_threads_out() {
 
 // ---------------------------------------------------------------- --parent
 
-#[test]
-fn thread_start_and_run_take_a_parent() {
-    let env = Env::new();
+fn thread_start_and_run_take_a_parent(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     env.json(&["workflow", "put", &example("develop.yaml")]);
     let parent = s(&env.json(&["thread", "start", "develop", "-p", "parent"])["thread"]);
     let parent_start = start_hash(&env, &parent);
@@ -484,20 +557,17 @@ graph:
   worker: [{ role: $END, condition: null }]
 "#;
 
-/// A root where `recurse`'s worker is `uwf-workflow recurse <extra…>`.
-fn recurse_env(extra_args: &str) -> Env {
-    let env = Env::new();
+/// A store on `backend` where `recurse`'s worker is `uwf-workflow recurse
+/// <extra…>`; `None` when PostgreSQL tests are skipped.
+fn recurse_env(backend: Backend, extra_args: &str) -> Option<Env> {
+    let env = Env::on(backend)?;
     let file = env.file("recurse.yaml", RECURSE);
     env.json(&["workflow", "put", file.to_str().unwrap()]);
-    std::fs::write(
-        env.root().join("config.yaml"),
-        format!(
-            "agents:\n  self: {{ command: {:?}, args: [recurse{extra_args}] }}\ndefaultAgent: self\n",
-            workflow_bin().display().to_string()
-        ),
-    )
-    .unwrap();
-    env
+    env.set_config(&format!(
+        "agents:\n  self: {{ command: {:?}, args: [recurse{extra_args}] }}\ndefaultAgent: self\n",
+        workflow_bin().display().to_string()
+    ));
+    Some(env)
 }
 
 /// Runs `recurse` to its failure; checks the top-level thread is unchanged
@@ -522,9 +592,10 @@ fn recursion_fails(env: &Env, uwf_env: &[(&str, &str)]) -> (String, usize) {
     (err, listed(env, &[]).len())
 }
 
-#[test]
-fn recursion_fails_at_the_default_depth_limit() {
-    let env = recurse_env("");
+fn recursion_fails_at_the_default_depth_limit(backend: Backend) {
+    let Some(env) = recurse_env(backend, "") else {
+        return;
+    };
     let (err, threads) = recursion_fails(&env, &[]);
     // The top-level thread and one child per allowed depth (1..=8); the
     // ninth child is never started.
@@ -552,23 +623,25 @@ fn recursion_fails_at_the_default_depth_limit() {
     assert_eq!(deepest, 9);
 }
 
-#[test]
-fn the_depth_limit_is_configurable() {
+fn the_depth_limit_is_configurable(backend: Backend) {
     // By option (in the agent's config args)…
-    let env = recurse_env(", --max-depth, \"2\"");
+    let Some(env) = recurse_env(backend, ", --max-depth, \"2\"") else {
+        return;
+    };
     let (err, threads) = recursion_fails(&env, &[]);
     assert_eq!(threads, 3);
     assert!(err.contains("at depth 3, over the limit of 2"), "{err}");
     // …or by environment; 0 allows no child at all.
-    let env = recurse_env("");
+    let env = recurse_env(backend, "").unwrap();
     let (err, threads) = recursion_fails(&env, &[("UWF_MAX_CALL_DEPTH", "0")]);
     assert_eq!(threads, 1);
     assert!(err.contains("at depth 1, over the limit of 0"), "{err}");
 }
 
-#[test]
-fn a_failing_child_leaves_the_parent_unchanged_and_is_kept() {
-    let env = Env::new();
+fn a_failing_child_leaves_the_parent_unchanged_and_is_kept(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     env.json(&["workflow", "put", &example("develop.yaml")]);
     let failing = env.file(
         "fail.yaml",
@@ -593,7 +666,7 @@ fn a_failing_child_leaves_the_parent_unchanged_and_is_kept() {
     ])["thread"]);
     let planned = env.json(&["thread", "step", &parent]);
     let head = s(&planned["head"]);
-    let history = std::fs::read(env.root().join("history.jsonl")).ok();
+    let history = archived(&env);
 
     let err = env.fails(&["thread", "step", &parent]);
     // Parent unchanged.
@@ -602,10 +675,7 @@ fn a_failing_child_leaves_the_parent_unchanged_and_is_kept() {
         head.as_str()
     );
     assert_eq!(env.json(&["thread", "show", &parent])["done"], false);
-    assert_eq!(
-        std::fs::read(env.root().join("history.jsonl")).ok(),
-        history
-    );
+    assert_eq!(archived(&env), history);
     // The child thread: kept, active, named in the report, inspectable.
     let all = listed(&env, &[]);
     let child = all.iter().find(|t| **t != parent).unwrap().clone();
@@ -628,11 +698,12 @@ fn a_failing_child_leaves_the_parent_unchanged_and_is_kept() {
     assert_eq!(listed(&env, &["--top-level"]), [parent]);
 }
 
-#[test]
-fn uwf_refuses_a_child_thread_that_is_not_this_threads_child() {
+fn uwf_refuses_a_child_thread_that_is_not_this_threads_child(backend: Backend) {
     // An agent that claims as its childThread a step of an unrelated
     // top-level thread: uwf's checks refuse it and the head stays.
-    let env = Env::new();
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     env.json(&["workflow", "put", &example("solve-issue.yaml")]);
     let scenario = examples().join("solve-issue.mock.yaml");
     let agent = mock_agent(&scenario);

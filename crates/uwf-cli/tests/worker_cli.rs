@@ -375,7 +375,7 @@ fn sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it(ba
     assert_eq!(shown["run"]["claims"], 1, "{shown}");
     assert_eq!(
         queued_runs(&env),
-        [id.clone()],
+        std::slice::from_ref(&id),
         "the run went back to the queue"
     );
 
@@ -428,7 +428,11 @@ fn a_failed_run_is_recorded_and_can_be_queued_again(backend: Backend) {
     let (code, log) = worker.drain();
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("run-failed"), "{log}");
-    assert_eq!(queued_runs(&env), [id.clone()], "the failed run is kept");
+    assert_eq!(
+        queued_runs(&env),
+        std::slice::from_ref(&id),
+        "the failed run is kept"
+    );
 
     // Queued again (continuing the thread, with a working agent).
     let v = env.json(&[
