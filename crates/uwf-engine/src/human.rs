@@ -86,7 +86,8 @@ pub fn wait(
         .mark_waiting(id, record.clone())
         .map_err(|e| engine::conflict_or(e, id))?;
     if new && let Some(command) = config.and_then(|c| c.notify.as_deref()) {
-        notify(command, id, &view.workflow.name, &record, progress);
+        let origin = ctx.state.config_name();
+        notify(command, &origin, id, &view.workflow.name, &record, progress);
     }
     Ok(ctx.state.waiting_of(id)?.unwrap_or(record))
 }
@@ -136,6 +137,7 @@ pub fn child_waits(
 /// goes to uwf's stderr, so uwf's own stdout stays the step's JSON.
 fn notify(
     command: &str,
+    origin: &str,
     id: ThreadId,
     workflow: &str,
     record: &WaitingRecord,
@@ -145,7 +147,7 @@ fn notify(
         Ok(w) if !w.is_empty() => w,
         Ok(_) => return,
         Err(e) => {
-            tracing::warn!("config.yaml `notify` {command:?} cannot be split: {e}");
+            tracing::warn!("{origin} `notify` {command:?} cannot be split: {e}");
             return;
         }
     };

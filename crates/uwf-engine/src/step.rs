@@ -199,10 +199,12 @@ pub fn step(
         return Ok(Stepped::waiting(workflow, id, head, record));
     }
     let name = &view.workflow.name;
-    let policy = policy::retry_policy(config.as_ref(), name, &role)?;
+    // Errors name where the configuration lives (not config.yaml on every store).
+    let in_config = |e: policy::PolicyError| e.in_config(ctx.state.config_name());
+    let policy = policy::retry_policy(config.as_ref(), name, &role).map_err(in_config)?;
     let timeout = match opts.timeout {
         Some(t) => Some(t),
-        None => policy::timeout(config.as_ref(), name, &role)?,
+        None => policy::timeout(config.as_ref(), name, &role).map_err(in_config)?,
     };
     let attempt = Attempt {
         ctx,

@@ -23,12 +23,14 @@ use miette::Diagnostic;
 use thiserror::Error;
 use uwf_protocol::{RetriesEntry, RetryPolicyConfig, TimeoutsEntry, WorkflowConfig};
 
+use crate::state::CONFIG_FILE;
+
 /// The longest wait between two attempts, whatever the policy computes.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
 
 /// A setting of `retries` or `timeouts` that cannot be used.
 #[derive(Debug, Error, Diagnostic)]
-#[error("config.yaml `{key}`: {message}")]
+#[error("{origin} `{key}`: {message}")]
 #[diagnostic(
     code(uwf::config::policy),
     help(
@@ -36,10 +38,34 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
     )
 )]
 pub struct PolicyError {
+    /// Where the configuration was read from: [`CONFIG_FILE`] as the
+    /// functions of this module say, another origin (a database table)
+    /// once [`PolicyError::in_config`] has put it in.
+    pub origin: String,
     /// Where, e.g. `retries.solve-issue.developer.backoff`.
     pub key: String,
     /// What is wrong.
     pub message: String,
+}
+
+impl PolicyError {
+    /// An error about `key` of `config.yaml`.
+    fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            origin: CONFIG_FILE.to_owned(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// This error, naming `origin` as where the configuration lives (see
+    /// [`ThreadStore::config_name`](crate::ThreadStore::config_name)).
+    pub fn in_config(self, origin: impl Into<String>) -> Self {
+        Self {
+            origin: origin.into(),
+            ..self
+        }
+    }
 }
 
 /// How a failed attempt of a role is retried.
@@ -83,10 +109,10 @@ impl RetryPolicy {
         if let Some(f) = &c.factor {
             let f = f.as_f64().unwrap_or(f64::NAN);
             if !(1.0..=100.0).contains(&f) {
-                return Err(PolicyError {
-                    key: format!("{key}.factor"),
-                    message: format!("the factor must be between 1 and 100, not {f}"),
-                });
+                return Err(PolicyError::new(
+                    format!("{key}.factor"),
+                    format!("the factor must be between 1 and 100, not {f}"),
+                ));
             }
             self.factor = f;
         }
@@ -96,10 +122,8 @@ impl RetryPolicy {
 
 /// Parses a duration such as `10s`; `key` names the setting in the error.
 pub fn parse_duration(key: &str, text: &str) -> Result<Duration, PolicyError> {
-    humantime::parse_duration(text.trim()).map_err(|e| PolicyError {
-        key: key.to_owned(),
-        message: format!("{text:?} is not a duration: {e}"),
-    })
+    humantime::parse_duration(text.trim())
+        .map_err(|e| PolicyError::new(key, format!("{text:?} is not a duration: {e}")))
 }
 
 /// The retry policy of `role` in `workflow`.
@@ -115,10 +139,10 @@ pub fn retry_policy(
     match config.retries.get("default") {
         Some(RetriesEntry::Policy(p)) => policy.apply("retries.default", p)?,
         Some(RetriesEntry::Roles(_)) => {
-            return Err(PolicyError {
-                key: "retries.default".into(),
-                message: "expected a policy {max, backoff, factor}".into(),
-            });
+            return Err(PolicyError::new(
+                "retries.default",
+                "expected a policy {max, backoff, factor}",
+            ));
         }
         None => {}
     }
@@ -152,10 +176,10 @@ pub fn timeout(
     let mut found = match config.timeouts.get("default") {
         Some(TimeoutsEntry::Duration(d)) => Some(parse_duration("timeouts.default", d)?),
         Some(TimeoutsEntry::Roles(_)) => {
-            return Err(PolicyError {
-                key: "timeouts.default".into(),
-                message: "expected a duration such as 30m".into(),
-            });
+            return Err(PolicyError::new(
+                "timeouts.default",
+                "expected a duration such as 30m",
+            ));
         }
         None => None,
     };
@@ -280,5 +304,25 @@ mod tests {
             e.as_deref().unwrap_or_default().contains("timeouts.w.r"),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn errors_name_config_yaml_unless_told_where_the_configuration_is() {
+        let c = config("retries:\n  w:\n    r: { backoff: soon }\n");
+        let Err(e) = retry_policy(Some(&c), "w", "r") else {
+            panic!("`soon` was taken for a duration");
+        };
+        assert!(
+            e.to_string()
+                .starts_with("config.yaml `retries.w.r.backoff`: "),
+            "{e}"
+        );
+        let origin = "postgresql://uwf@/db (table uwf_config)";
+        let moved = e.in_config(origin).to_string();
+        assert!(
+            moved.starts_with(&format!("{origin} `retries.w.r.backoff`: \"soon\"")),
+            "{moved}"
+        );
+        assert!(!moved.contains("config.yaml"), "{moved}");
     }
 }

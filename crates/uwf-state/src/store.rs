@@ -111,6 +111,13 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// The configuration (`None` when there is none).
     fn config(&self) -> Result<Option<WorkflowConfig>, StateError>;
 
+    /// Where the configuration lives, as errors about one of its settings
+    /// name it ([`PolicyError::in_config`](crate::policy::PolicyError::in_config)):
+    /// `config.yaml` unless a backend keeps it elsewhere.
+    fn config_name(&self) -> String {
+        crate::state::CONFIG_FILE.to_owned()
+    }
+
     /// Which agent runs `role` of `workflow` (`explicit` overrides the
     /// configuration), as [`resolve_agent`](crate::state::resolve_agent)
     /// says; a backend may name where its configuration lives in errors.

@@ -365,6 +365,11 @@ impl ThreadStore for PgStore {
         uwf_state::parse_config(Path::new(&self.config_origin()), &text).map(Some)
     }
 
+    fn config_name(&self) -> String {
+        // There is no config.yaml to fix: the configuration is a row.
+        self.config_origin()
+    }
+
     fn resolve_agent_with(
         &self,
         config: Option<&WorkflowConfig>,
