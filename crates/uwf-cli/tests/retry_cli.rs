@@ -3,15 +3,31 @@
 //! every failed attempt kept as an AttemptRecord node listed by `thread
 //! show` and `thread read`, the chain identical to a run that never failed,
 //! Ctrl-C and `thread kill` during the backoff, and `cas gc`.
+//!
+//! Every test runs on both stores (`per_backend!`): the filesystem root,
+//! where each thread's newest attempt is an entry of `attempts.yaml`, and
+//! PostgreSQL, where it is a row of `uwf_attempts` and the policies are in
+//! the store's own configuration.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
 
-use common::{Env, example, mock_bin};
+use common::{Backend, Env, example, mock_bin};
 use serde_json::Value;
+
+per_backend!(
+    a_flaky_agent_is_retried_and_the_chain_matches_a_clean_run,
+    when_the_retries_run_out_the_step_fails_and_every_attempt_is_kept,
+    a_timeout_from_config_is_a_retried_failure,
+    ctrl_c_or_a_kill_during_the_backoff_stops_the_step,
+    bad_policies_are_reported_with_their_key,
+    a_kill_9_during_the_backoff_loses_nothing,
+    solve_issue_with_a_human_reviewer_and_a_flaky_developer,
+);
 
 fn s(v: &Value) -> String {
     v.as_str()
@@ -35,18 +51,40 @@ fn scenario(env: &Env, developer_extra: &str) -> String {
     env.file("scenario.yaml", &marked).display().to_string()
 }
 
-/// A root whose config runs every role with uwf-mock (alias `mock`) and
-/// has `policies` appended.
-fn env_with(developer_extra: &str, policies: &str) -> Env {
-    let env = Env::new();
-    let sc = scenario(&env, developer_extra);
-    let config = format!(
+/// The configuration that runs every role with uwf-mock (alias `mock`,
+/// running the scenario file `sc`) and has `policies` appended.
+fn mock_config(sc: &str, policies: &str) -> String {
+    format!(
         "agents:\n  mock: {{ command: {mock:?}, args: [{sc:?}] }}\ndefaultAgent: mock\n{policies}",
         mock = mock_bin().display().to_string(),
-    );
-    std::fs::create_dir_all(env.root()).unwrap();
-    std::fs::write(env.root().join("config.yaml"), config).unwrap();
-    env
+    )
+}
+
+/// A store whose configuration ([`Env::set_config`]: `config.yaml`, or the
+/// store's own on PostgreSQL) is [`mock_config`]. `None` when PostgreSQL
+/// tests are skipped.
+fn env_with(backend: Backend, developer_extra: &str, policies: &str) -> Option<Env> {
+    let env = Env::on(backend)?;
+    let sc = scenario(&env, developer_extra);
+    env.set_config(&mock_config(&sc, policies));
+    Some(env)
+}
+
+/// The store's table of attempts as it is stored: thread → its newest
+/// AttemptRecord node. `attempts.yaml` on the filesystem, the rows of
+/// `uwf_attempts` on PostgreSQL.
+fn attempts_table(env: &Env) -> BTreeMap<String, String> {
+    let Some(db) = &env.db else {
+        return std::fs::read(env.root().join("attempts.yaml"))
+            .map(|b| serde_yaml::from_slice(&b).unwrap())
+            .unwrap_or_default();
+    };
+    db.client()
+        .query("SELECT thread, record FROM uwf_attempts", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
 }
 
 fn hashes(env: &Env, id: &str) -> Vec<String> {
@@ -86,12 +124,14 @@ fn run_to_end(env: &Env) -> (String, String, Duration) {
     (s(&v["thread"]), stderr, took)
 }
 
-#[test]
-fn a_flaky_agent_is_retried_and_the_chain_matches_a_clean_run() {
-    let flaky = env_with(
+fn a_flaky_agent_is_retried_and_the_chain_matches_a_clean_run(backend: Backend) {
+    let Some(flaky) = env_with(
+        backend,
         "      failFirst: 2\n",
         "retries:\n  default: { max: 0 }\n  solve-issue:\n    developer: { max: 3, backoff: 300ms, factor: 2 }\n",
-    );
+    ) else {
+        return;
+    };
     let (id, stderr, took) = run_to_end(&flaky);
     assert!(
         stderr.contains("retry 1/3 in 300ms: developer exited with status 1"),
@@ -127,13 +167,20 @@ fn a_flaky_agent_is_retried_and_the_chain_matches_a_clean_run() {
     }
     let second = flaky.json(&["cas", "get", &s(&attempts[0]["hash"])])["payload"].clone();
     assert_eq!(second["prev"], attempts[1]["hash"]);
+    // The store links the thread to its newest attempt.
+    assert_eq!(
+        attempts_table(&flaky),
+        BTreeMap::from([(id.clone(), s(&attempts[0]["hash"]))])
+    );
     let read = flaky.uwf().args(["thread", "read", &id]).output().unwrap();
     let read = String::from_utf8_lossy(&read.stdout);
     assert!(read.contains("## Failed attempts"), "{read}");
     assert!(read.contains("developer attempt 2"), "{read}");
 
     // The chain is the one a run that never failed makes.
-    let clean = env_with("", "");
+    let Some(clean) = env_with(backend, "", "") else {
+        return;
+    };
     let (clean_id, clean_stderr, _) = run_to_end(&clean);
     assert!(!clean_stderr.contains("retry"), "{clean_stderr}");
     assert_eq!(hashes(&flaky, &id), hashes(&clean, &clean_id));
@@ -143,15 +190,18 @@ fn a_flaky_agent_is_retried_and_the_chain_matches_a_clean_run() {
             .get("attempts")
             .is_none()
     );
+    assert_eq!(attempts_table(&clean), BTreeMap::new());
     flaky.json(&["cas", "verify"]);
 }
 
-#[test]
-fn when_the_retries_run_out_the_step_fails_and_every_attempt_is_kept() {
-    let env = env_with(
+fn when_the_retries_run_out_the_step_fails_and_every_attempt_is_kept(backend: Backend) {
+    let Some(env) = env_with(
+        backend,
         "      failFirst: 9\n      failExit: 7\n",
         "retries:\n  default: { max: 1, backoff: 10ms }\n",
-    );
+    ) else {
+        return;
+    };
     let id = planned(&env, "Fix it");
     let head = env.json(&["thread", "show", &id])["head"].clone();
     let err = env.fails(&["thread", "step", &id]);
@@ -170,24 +220,30 @@ fn when_the_retries_run_out_the_step_fails_and_every_attempt_is_kept() {
     // gc keeps the records while the thread is active, not after.
     let record = s(&shown["attempts"][0]["hash"]);
     let older = s(&shown["attempts"][1]["hash"]);
+    assert_eq!(attempts_table(&env).get(&id), Some(&record));
     env.json(&["cas", "gc", "--grace", "0s"]);
     for h in [&record, &older] {
         assert_eq!(env.json(&["cas", "has", h])["exists"], true);
     }
+    assert_eq!(attempts_table(&env).get(&id), Some(&record));
     env.json(&["thread", "kill", &id]);
     env.json(&["cas", "gc", "--grace", "0s"]);
     for h in [&record, &older] {
         assert_eq!(env.json(&["cas", "has", h])["exists"], false);
     }
+    // gc dropped the killed thread's entry with its records.
+    assert_eq!(attempts_table(&env).get(&id), None);
     env.json(&["cas", "verify"]);
 }
 
-#[test]
-fn a_timeout_from_config_is_a_retried_failure() {
-    let env = env_with(
+fn a_timeout_from_config_is_a_retried_failure(backend: Backend) {
+    let Some(env) = env_with(
+        backend,
         "      failFirst: 1\n      failDelay: 30s\n",
         "timeouts:\n  default: 10m\n  solve-issue: { developer: 500ms }\nretries:\n  solve-issue: { max: 1, backoff: 0s }\n",
-    );
+    ) else {
+        return;
+    };
     let id = planned(&env, "Fix it");
     let started = Instant::now();
     let out = env.uwf().args(["thread", "step", &id]).output().unwrap();
@@ -201,6 +257,10 @@ fn a_timeout_from_config_is_a_retried_failure() {
     assert!(started.elapsed() < Duration::from_secs(20));
     let shown = env.json(&["thread", "show", &id]);
     let record = env.json(&["cas", "get", &s(&shown["attempts"][0]["hash"])])["payload"].clone();
+    assert_eq!(
+        attempts_table(&env).get(&id),
+        Some(&s(&shown["attempts"][0]["hash"]))
+    );
     assert_eq!(record["kind"], "timeout");
     assert_eq!(record["exitCode"], Value::Null);
 
@@ -245,13 +305,15 @@ fn step_until_backoff(env: &Env, id: &str) -> (std::process::Child, Vec<String>)
     (child, lines)
 }
 
-#[test]
-fn ctrl_c_or_a_kill_during_the_backoff_stops_the_step() {
+fn ctrl_c_or_a_kill_during_the_backoff_stops_the_step(backend: Backend) {
     // Two failures: one for the interrupted step, one for the killed one.
-    let env = env_with(
+    let Some(env) = env_with(
+        backend,
         "      failFirst: 2\n",
         "retries:\n  default: { max: 2, backoff: 1h }\n",
-    );
+    ) else {
+        return;
+    };
     let id = planned(&env, "Fix it");
     let head = env.json(&["thread", "show", &id])["head"].clone();
 
@@ -268,6 +330,10 @@ fn ctrl_c_or_a_kill_during_the_backoff_stops_the_step() {
     let shown = env.json(&["thread", "show", &id]);
     assert_eq!(shown["head"], head);
     assert_eq!(shown["attempts"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        attempts_table(&env).get(&id),
+        Some(&s(&shown["attempts"][0]["hash"]))
+    );
 
     // The kill flag ends the backoff too (exit status 5).
     let (child, _) = step_until_backoff(&env, &id);
@@ -277,12 +343,14 @@ fn ctrl_c_or_a_kill_during_the_backoff_stops_the_step() {
     assert!(out.stdout.is_empty());
 }
 
-#[test]
-fn bad_policies_are_reported_with_their_key() {
-    let env = env_with(
+fn bad_policies_are_reported_with_their_key(backend: Backend) {
+    let Some(env) = env_with(
+        backend,
         "",
         "retries:\n  solve-issue:\n    planner: { backoff: soon }\n",
-    );
+    ) else {
+        return;
+    };
     let id = s(&env.json(&[
         "thread",
         "start",
@@ -292,16 +360,31 @@ fn bad_policies_are_reported_with_their_key() {
     ])["thread"]);
     let before = env.snapshot();
     let err = env.fails(&["thread", "step", &id]);
-    assert!(err.contains("retries.solve-issue.planner.backoff"), "{err}");
+    assert!(err.contains("uwf::config::policy"), "{err}");
+    // The error names where the configuration is: config.yaml, or the
+    // database's table (there is no config.yaml to fix on PostgreSQL).
+    let origin = match backend {
+        Backend::Fs => "config.yaml".to_string(),
+        Backend::Pg => env.config_origin(),
+    };
+    assert!(
+        err.contains(&format!("{origin} `retries.solve-issue.planner.backoff`")),
+        "{err}"
+    );
+    if backend == Backend::Pg {
+        assert!(!err.contains("config.yaml"), "{err}");
+    }
     assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn a_kill_9_during_the_backoff_loses_nothing() {
-    let env = env_with(
+fn a_kill_9_during_the_backoff_loses_nothing(backend: Backend) {
+    let Some(env) = env_with(
+        backend,
         "      failFirst: 1\n",
         "retries:\n  default: { max: 1, backoff: 1h }\n",
-    );
+    ) else {
+        return;
+    };
     let id = planned(&env, "Fix it");
     let head = env.json(&["thread", "show", &id])["head"].clone();
     let (mut child, _) = step_until_backoff(&env, &id);
@@ -311,6 +394,8 @@ fn a_kill_9_during_the_backoff_loses_nothing() {
     let shown = env.json(&["thread", "show", &id]);
     assert_eq!(shown["head"], head);
     assert_eq!(shown["attempts"].as_array().unwrap().len(), 1, "{shown}");
+    let recorded = s(&shown["attempts"][0]["hash"]);
+    assert_eq!(attempts_table(&env).get(&id), Some(&recorded));
     env.json(&["cas", "verify"]);
     // Stepping again goes on: the scripted failure is spent, the developer lands.
     let stepped = env.json(&["thread", "step", &id]);
@@ -322,15 +407,17 @@ fn a_kill_9_during_the_backoff_loses_nothing() {
             .len(),
         1
     );
+    assert_eq!(attempts_table(&env).get(&id), Some(&recorded));
 }
 
 /// The issue's "done when": a person reviews in `solve-issue` (bound in
 /// config.yaml only), the developer fails twice and is retried; the thread
 /// runs until it waits, is answered from another process, and finishes,
 /// with both failures inspectable.
-#[test]
-fn solve_issue_with_a_human_reviewer_and_a_flaky_developer() {
-    let env = Env::new();
+fn solve_issue_with_a_human_reviewer_and_a_flaky_developer(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let sc = scenario(&env, "      failFirst: 2\n");
     let config = format!(
         "agents:\n  mock: {{ command: {mock:?}, args: [{sc:?}] }}\n  me: {{ human: true }}\n\
@@ -338,8 +425,7 @@ fn solve_issue_with_a_human_reviewer_and_a_flaky_developer() {
          retries:\n  solve-issue:\n    developer: {{ max: 2, backoff: 50ms }}\n",
         mock = mock_bin().display().to_string(),
     );
-    std::fs::create_dir_all(env.root()).unwrap();
-    std::fs::write(env.root().join("config.yaml"), config).unwrap();
+    env.set_config(&config);
 
     let out = env
         .uwf()
@@ -402,4 +488,8 @@ fn solve_issue_with_a_human_reviewer_and_a_flaky_developer() {
     let shown = env.json(&["thread", "show", &id]);
     assert_eq!(shown["done"], true);
     assert_eq!(shown["attempts"].as_array().unwrap().len(), 2, "{shown}");
+    assert_eq!(
+        attempts_table(&env).get(&id),
+        Some(&s(&shown["attempts"][0]["hash"]))
+    );
 }
