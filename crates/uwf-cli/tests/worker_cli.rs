@@ -231,6 +231,10 @@ fn twenty_detached_threads_finish_on_two_workers_with_every_step_applied_once(ba
         sorted,
         "one queued run per detached thread"
     );
+    if env.db.is_some() {
+        // The queue is the database's alone: nothing of it in the root.
+        assert!(!env.root().join("runs").exists());
+    }
     let listed = env.json(&["thread", "list"]);
     assert_eq!(listed.as_array().unwrap().len(), 20);
     assert!(
