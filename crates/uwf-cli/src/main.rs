@@ -143,8 +143,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Setup(args) => {
             let root = uwf_util::root::resolve_root(cli.global.root.as_deref())?;
             tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
-            let state = uwf_state::state::StateDir::new(&root.path);
-            let report = cmd::setup::run(&state, args)?;
+            let report = cmd::setup::run_at(&root.path, cli.global.store.as_deref(), args)?;
             output::print(format, &report)?;
             Ok(ExitCode::SUCCESS)
         }

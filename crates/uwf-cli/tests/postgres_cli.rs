@@ -279,3 +279,76 @@ fn config_show_shows_the_configuration_the_store_shares() {
     assert_eq!(shown["store"], db.url_without_password.as_str(), "{shown}");
     assert!(!shown.to_string().contains(PASSWORD), "{shown}");
 }
+
+#[test]
+fn setup_edits_the_shared_configuration_and_keeps_the_key_local() {
+    let Some(db) = uwf_pg_testing::database() else {
+        return;
+    };
+    let env = pg_env(&db.url_without_password);
+    let shared = env.file(
+        "shared.yaml",
+        "# the team's agents\nagents:\n  mock: { command: uwf-mock }\ndefaultAgent: mock\n",
+    );
+    env.json(&["store", "init", "--config", shared.to_str().unwrap()]);
+    let local_before = std::fs::read_to_string(env.root().join("config.yaml")).unwrap();
+    const KEY: &str = "sk-test-0123456789abcdef";
+    const SETUP: [&str; 7] = [
+        "setup",
+        "--provider",
+        "openai",
+        "--api-key",
+        KEY,
+        "--model",
+        "gpt-4o-mini",
+    ];
+
+    let out = env
+        .uwf()
+        .env_remove("OPENAI_API_KEY")
+        .args(SETUP)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!report.to_string().contains(KEY) && !err.contains(KEY));
+    assert!(
+        report["config"]
+            .as_str()
+            .unwrap()
+            .ends_with("(table uwf_config)"),
+        "{report}"
+    );
+    assert!(!report.to_string().contains(PASSWORD), "{report}");
+    // The shared configuration gained the provider and the model, kept the
+    // team's agents and default, and its comment is saved beside the root.
+    let shown = env.json(&["config", "show"]);
+    let config = &shown["config"];
+    assert_eq!(config["providers"]["openai"]["apiKeyEnv"], "OPENAI_API_KEY");
+    assert_eq!(config["defaultModel"], "gpt-4o-mini");
+    assert_eq!(config["agents"]["mock"]["command"], "uwf-mock");
+    assert_eq!(config["defaultAgent"], "mock", "{shown}");
+    let backup = std::path::PathBuf::from(report["backup"].as_str().unwrap());
+    assert!(
+        std::fs::read_to_string(&backup)
+            .unwrap()
+            .contains("# the team's agents")
+    );
+    // The key is in the local .env only, and the local config.yaml (its
+    // `store:`) is untouched.
+    let dotenv = std::fs::read_to_string(env.root().join(".env")).unwrap();
+    assert!(dotenv.contains(&format!("OPENAI_API_KEY={KEY}")), "no key");
+    assert!(!env.tables().values().flatten().any(|row| row.contains(KEY)));
+    assert_eq!(
+        std::fs::read_to_string(env.root().join("config.yaml")).unwrap(),
+        local_before
+    );
+    assert_eq!(shown["providers"]["openai"]["set"], true, "{shown}");
+
+    // The same setup again changes nothing in the database.
+    let before = env.tables();
+    let again = env.json(&SETUP);
+    assert_eq!(again["changed"], serde_json::json!([]), "{again}");
+    assert_eq!(env.tables(), before);
+}

@@ -9,7 +9,7 @@ use uwf_protocol::{
 use uwf_util::lock::LockError;
 
 use crate::slots::{SlotError, SlotGuard, Slots, Waiting};
-use crate::state::{ResolvedAgent, StateDir, StateError};
+use crate::state::{StateDir, StateError};
 use crate::store::{ErrorKind, SlotHold, ThreadStore};
 
 impl SlotHold for SlotGuard {
@@ -90,14 +90,8 @@ impl ThreadStore for StateDir {
         StateDir::config(self)
     }
 
-    fn resolve_agent_with(
-        &self,
-        config: Option<&WorkflowConfig>,
-        explicit: Option<&str>,
-        workflow: &str,
-        role: &str,
-    ) -> Result<ResolvedAgent, StateError> {
-        StateDir::resolve_agent_with(self, config, explicit, workflow, role)
+    fn config_name(&self) -> String {
+        self.config_path().display().to_string()
     }
 
     fn secrets(&self) -> Result<Vec<(String, String)>, StateError> {
@@ -152,6 +146,10 @@ impl ThreadStore for StateDir {
 
     fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError> {
         StateDir::set_config_text(self, text)
+    }
+
+    fn replace_config_text(&self, expected: Option<&str>, new: &str) -> Result<bool, StateError> {
+        StateDir::replace_config_text(self, expected, new)
     }
 
     fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError> {

@@ -462,6 +462,25 @@ impl StateDir {
         })
     }
 
+    /// Replaces `config.yaml` with `new` (once it parses) only if its text
+    /// is still `expected` (`None`: missing), atomically under the lock;
+    /// `false`, with nothing written, when it is not.
+    pub fn replace_config_text(
+        &self,
+        expected: Option<&str>,
+        new: &str,
+    ) -> Result<bool, StateError> {
+        let path = self.config_path();
+        parse_config(&path, new)?;
+        self.locked(|| {
+            if read_text(&path)?.as_deref() != expected {
+                return Ok(false);
+            }
+            write_atomic(&path, new.as_bytes())?;
+            Ok(true)
+        })
+    }
+
     // ----- history -------------------------------------------------------
 
     /// Every archived-thread record, in file order (empty if

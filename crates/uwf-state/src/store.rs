@@ -9,6 +9,7 @@
 //! damaged data ([`ErrorKind::Corrupt`]).
 
 use std::fmt;
+use std::path::Path;
 use std::time::Duration;
 
 use uwf_protocol::{
@@ -112,15 +113,17 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     fn config(&self) -> Result<Option<WorkflowConfig>, StateError>;
 
     /// Where the configuration lives, as errors about one of its settings
-    /// name it ([`PolicyError::in_config`](crate::policy::PolicyError::in_config)):
-    /// `config.yaml` unless a backend keeps it elsewhere.
+    /// name it ([`PolicyError::in_config`](crate::policy::PolicyError::in_config),
+    /// [`resolve_agent_with`](Self::resolve_agent_with)) and `uwf config
+    /// show` reports it: the path of its `config.yaml` for the filesystem
+    /// store, a table for PostgreSQL; bare `config.yaml` by default.
     fn config_name(&self) -> String {
         crate::state::CONFIG_FILE.to_owned()
     }
 
     /// Which agent runs `role` of `workflow` (`explicit` overrides the
     /// configuration), as [`resolve_agent`](crate::state::resolve_agent)
-    /// says; a backend may name where its configuration lives in errors.
+    /// says, errors naming [`config_name`](Self::config_name).
     fn resolve_agent_with(
         &self,
         config: Option<&WorkflowConfig>,
@@ -128,7 +131,8 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         workflow: &str,
         role: &str,
     ) -> Result<ResolvedAgent, StateError> {
-        crate::state::resolve_agent(config, explicit, workflow, role)
+        let origin = self.config_name();
+        crate::state::resolve_agent_at(Path::new(&origin), config, explicit, workflow, role)
     }
 
     /// The secrets of the store (`.env` for the filesystem backend) as
@@ -191,6 +195,12 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// Replaces the configuration with `text` once it parses; `None`
     /// removes it.
     fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError>;
+
+    /// Replaces the configuration with `new` (once it parses) only if it is
+    /// still `expected` (`None`: there is none): a compare-and-swap for
+    /// read-modify-write editors such as `uwf setup`. `false`, with nothing
+    /// written, when it changed meanwhile.
+    fn replace_config_text(&self, expected: Option<&str>, new: &str) -> Result<bool, StateError>;
 
     /// Appends the entries of `entries` that the history does not hold yet
     /// (equal in every field), in order, and returns how many were added.

@@ -50,6 +50,8 @@ macro_rules! thread_store_contract_tests {
             racing_swaps_have_exactly_one_winner_per_round,
             archive_moves_a_thread_into_the_history,
             registry_records_the_latest_hash,
+            the_configuration_is_replaced_by_compare_and_swap,
+            racing_configuration_edits_have_exactly_one_winner,
             a_wait_counts_only_at_its_head,
             attempts_chain_and_survive_only_for_active_threads,
             racing_attempts_are_all_kept,
@@ -281,6 +283,64 @@ pub fn registry_records_the_latest_hash(store: &dyn ThreadStore) {
     assert_eq!(reg.len(), 2);
     assert_eq!(reg.get("w"), Some(&head(2)));
     assert_eq!(reg.get("other/name é"), Some(&head(3)));
+}
+
+/// `replace_config_text` writes only over the text it was given, refuses
+/// a configuration that does not parse, and keeps the text as written.
+pub fn the_configuration_is_replaced_by_compare_and_swap(store: &dyn ThreadStore) {
+    const A: &str = "# the team's\ndefaultAgent: a\n";
+    const B: &str = "defaultAgent: b\n";
+    assert_eq!(ok(store.config_text(), "config text"), None);
+    assert!(
+        !ok(
+            store.replace_config_text(Some(A), B),
+            "replace a missing one"
+        ),
+        "replaced a configuration that does not exist"
+    );
+    assert!(ok(store.replace_config_text(None, A), "create"));
+    assert!(
+        !ok(store.replace_config_text(None, B), "create again"),
+        "created over an existing configuration"
+    );
+    assert_eq!(ok(store.config_text(), "config text").as_deref(), Some(A));
+    assert!(ok(store.replace_config_text(Some(A), B), "replace"));
+    assert!(!ok(
+        store.replace_config_text(Some(A), A),
+        "replace a stale one"
+    ));
+    assert_eq!(ok(store.config_text(), "config text").as_deref(), Some(B));
+    let config = ok(store.config(), "config").unwrap_or_default();
+    assert_eq!(config.default_agent.as_deref(), Some("b"));
+    match store.replace_config_text(Some(B), "defaultAgent: [unclosed\n") {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}"),
+        Ok(done) => panic!("an unparsable configuration was accepted ({done})"),
+    }
+    assert_eq!(ok(store.config_text(), "config text").as_deref(), Some(B));
+}
+
+/// Editors that read the same configuration and race to replace it: one
+/// wins, the others are told, and nothing is lost without them knowing.
+pub fn racing_configuration_edits_have_exactly_one_winner(store: &dyn ThreadStore) {
+    const BASE: &str = "defaultAgent: base\n";
+    assert!(ok(store.replace_config_text(None, BASE), "create"));
+    let barrier = Barrier::new(4);
+    let won = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for i in 0..4 {
+            let (barrier, won) = (&barrier, &won);
+            s.spawn(move || {
+                let mine = format!("defaultAgent: editor-{i}\n");
+                barrier.wait();
+                if ok(store.replace_config_text(Some(BASE), &mine), "replace") {
+                    won.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    assert_eq!(won.load(Ordering::SeqCst), 1);
+    let text = ok(store.config_text(), "config text").unwrap_or_default();
+    assert!(text.starts_with("defaultAgent: editor-"), "{text}");
 }
 
 fn record(head: Hash, role: &str, since: u64) -> WaitingRecord {

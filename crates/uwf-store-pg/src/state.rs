@@ -20,7 +20,6 @@ use uwf_protocol::{
     WorkflowConfig, WorkflowLimits, WorkflowRegistry,
 };
 use uwf_state::slots::{SlotError, Waiting};
-use uwf_state::state::ResolvedAgent;
 use uwf_state::{SlotHold, StateDir, StateError, ThreadStore};
 
 use crate::{PgError, PgStore};
@@ -55,11 +54,6 @@ impl PgStore {
         Ok(out)
     }
 
-    /// Where the configuration lives, for messages.
-    fn config_origin(&self) -> String {
-        format!("{} (table uwf_config)", self.url())
-    }
-
     /// The configuration text as stored, `None` if there is none.
     pub fn config_text(&self) -> Result<Option<String>, PgError> {
         let row = self
@@ -74,7 +68,7 @@ impl PgStore {
     /// belong here: they stay in the local `.env`.
     pub fn set_config(&self, text: Option<&str>) -> Result<(), StateError> {
         if let Some(text) = text {
-            uwf_state::parse_config(Path::new(&self.config_origin()), text)?;
+            uwf_state::parse_config(Path::new(&self.config_name()), text)?;
         }
         self.mutate(|tx| -> Result<(), StateError> {
             match text {
@@ -362,25 +356,12 @@ impl ThreadStore for PgStore {
         let Some(text) = self.config_text()? else {
             return Ok(None);
         };
-        uwf_state::parse_config(Path::new(&self.config_origin()), &text).map(Some)
+        uwf_state::parse_config(Path::new(&self.config_name()), &text).map(Some)
     }
 
     fn config_name(&self) -> String {
         // There is no config.yaml to fix: the configuration is a row.
-        self.config_origin()
-    }
-
-    fn resolve_agent_with(
-        &self,
-        config: Option<&WorkflowConfig>,
-        explicit: Option<&str>,
-        workflow: &str,
-        role: &str,
-    ) -> Result<ResolvedAgent, StateError> {
-        // The alias is missing from the configuration in the database, not
-        // from a config.yaml.
-        let origin = self.config_origin();
-        uwf_state::state::resolve_agent_at(Path::new(&origin), config, explicit, workflow, role)
+        format!("{} (table uwf_config)", self.url())
     }
 
     fn secrets(&self) -> Result<Vec<(String, String)>, StateError> {
@@ -562,6 +543,24 @@ impl ThreadStore for PgStore {
 
     fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError> {
         self.set_config(text)
+    }
+
+    fn replace_config_text(&self, expected: Option<&str>, new: &str) -> Result<bool, StateError> {
+        uwf_state::parse_config(Path::new(&self.config_name()), new)?;
+        // One statement each way: the row is compared and written atomically.
+        let changed = match expected {
+            None => self.conn()?.execute(
+                "INSERT INTO uwf_config (only_row, body, updated_at) VALUES (true, $1, $2) \
+                 ON CONFLICT (only_row) DO NOTHING",
+                &[&new, &now_ms()],
+            ),
+            Some(old) => self.conn()?.execute(
+                "UPDATE uwf_config SET body = $1, updated_at = $2 WHERE body = $3",
+                &[&new, &now_ms(), &old],
+            ),
+        }
+        .map_err(self.err("write the configuration"))?;
+        Ok(changed == 1)
     }
 
     fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError> {

@@ -119,19 +119,22 @@ pub fn run(
 }
 
 fn show(root: &ResolvedRoot, store: Option<&str>, quiet: bool) -> Result<Shown, CliError> {
-    // Secrets (`.env`) are always the root's: they never leave the machine.
-    let state = StateDir::new(&root.path);
     let (loc, _) = location::resolve(store, &root.path)?;
+    // A filesystem store is a directory holding everything; a shared store
+    // keeps the configuration, and secrets (`.env`) stay in the root.
+    let state = match &loc {
+        StoreLocation::Dir(dir) => StateDir::new(dir),
+        StoreLocation::Postgres(_) => StateDir::new(&root.path),
+    };
     let (config, config_source, hint) = match &loc {
-        StoreLocation::Dir(dir) => {
-            let store_state = StateDir::new(dir);
-            let path = store_state.config_path();
+        StoreLocation::Dir(_) => {
+            let path = state.config_path();
             let hint = format!("no {} yet; run `uwf setup` to create it", path.display());
-            (store_state.config()?, path.display().to_string(), hint)
+            (state.config()?, path.display().to_string(), hint)
         }
         StoreLocation::Postgres(_) => {
             let engine = location::open(&root.path, &loc)?;
-            let source = format!("{} (table uwf_config)", loc.display());
+            let source = engine.state().config_name();
             let hint = format!(
                 "the store {} has no configuration yet; share one with `uwf store init --config FILE`",
                 loc.display()

@@ -12,6 +12,11 @@
 //!   variable is replaced or appended; other lines and comments stay. The
 //!   file is written with mode `0600`.
 //!
+//! On a shared store (PostgreSQL, see docs/postgres.md) the configuration
+//! edited is the one the store keeps for every machine, replaced by
+//! compare-and-swap ([`Target::Shared`]); the key still goes to the local
+//! `.env`, which never leaves the machine.
+//!
 //! With flags it is scripted; without flags on a terminal it asks
 //! ([`ask`]). The key is never printed: not in the answer, in logs, in
 //! errors, nor echoed while typed.
@@ -31,12 +36,15 @@ use nix::sys::termios::{SetArg, Termios, tcgetattr, tcsetattr};
 use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 use uwf_protocol::WorkflowConfig;
+use uwf_state::ThreadStore;
 use uwf_state::state::{
-    CONFIG_FILE, ConfigFiles, ENV_FILE, SplitError, StateDir, StateError, split_command_line,
+    CONFIG_FILE, ConfigFiles, ConfigFilesWritten, ENV_FILE, SplitError, StateDir, StateError,
+    split_command_line,
 };
 use uwf_util::atomic::write_atomic;
 
 use crate::cli::SetupArgs;
+use crate::engine::location::{self, StoreLocation};
 use crate::error::CliError;
 
 /// A provider preset: where it lives and which variable holds its key.
@@ -322,6 +330,16 @@ pub enum SetupError {
         /// What went wrong.
         message: String,
     },
+    /// The shared configuration kept changing under us.
+    #[error("the configuration in {} kept changing while uwf setup ran; it was not changed", path.display())]
+    #[diagnostic(
+        code(uwf::setup::shared_busy),
+        help("someone else is editing it: run uwf setup again in a moment")
+    )]
+    SharedBusy {
+        /// Where the shared configuration is.
+        path: PathBuf,
+    },
     /// `config.yaml` parses but has a shape setup cannot merge into.
     #[error("cannot merge into {}: {message}", path.display())]
     #[diagnostic(
@@ -396,8 +414,45 @@ pub struct Report {
     pub backup: Option<PathBuf>,
 }
 
+/// Where `uwf setup` keeps the configuration it edits.
+pub enum Target<'a> {
+    /// `config.yaml` of the root: the filesystem store's.
+    Root,
+    /// The configuration a shared store keeps for every machine; `origin`
+    /// names it in messages. API keys still go to the root's `.env`.
+    Shared {
+        /// The store.
+        store: &'a dyn ThreadStore,
+        /// Where the configuration is, as messages name it.
+        origin: PathBuf,
+    },
+}
+
+/// How many times a shared configuration is read, merged and swapped in
+/// before giving up: each failed swap means someone else just wrote it.
+const SHARED_ATTEMPTS: usize = 5;
+
+/// Runs `uwf setup` on the store `store` names (`--store`), or the one the
+/// settings of `root` name. A filesystem store is a directory holding
+/// everything; a shared store keeps the configuration for every machine,
+/// and the keys (`.env`) stay in the root.
+pub fn run_at(root: &Path, store: Option<&str>, args: SetupArgs) -> Result<Report, CliError> {
+    let (location, _) = location::resolve(store, root)?;
+    match &location {
+        StoreLocation::Dir(dir) => run(&StateDir::new(dir), &Target::Root, args),
+        StoreLocation::Postgres(_) => {
+            let engine = location::open(root, &location)?;
+            let target = Target::Shared {
+                store: engine.state(),
+                origin: engine.state().config_name().into(),
+            };
+            run(&StateDir::new(root), &target, args)
+        }
+    }
+}
+
 /// Runs `uwf setup`.
-pub fn run(state: &StateDir, args: SetupArgs) -> Result<Report, CliError> {
+pub fn run(state: &StateDir, target: &Target<'_>, args: SetupArgs) -> Result<Report, CliError> {
     let interactive = args.provider.is_none()
         && args.base_url.is_none()
         && args.api_key.is_none()
@@ -412,14 +467,20 @@ pub fn run(state: &StateDir, args: SetupArgs) -> Result<Report, CliError> {
         if !std::io::stderr().is_terminal() {
             return Err(SetupError::NoPromptTerminal.into());
         }
-        // Refuses a broken config.yaml or .env before asking anything.
-        let files = state.config_files()?;
-        ask(state, &files)?
+        // Refuses a broken configuration or .env before asking anything.
+        let mut files = state.config_files()?;
+        if let Target::Shared { store, origin } = target {
+            files.config = shared_text(*store, origin)?;
+        }
+        ask(state, target, &files)?
     } else {
         request_from_args(args)?
     };
     let request = validate(request)?;
-    let report = apply_request(state, &request)?;
+    let report = match target {
+        Target::Root => apply_request(state, &request)?,
+        Target::Shared { store, origin } => apply_shared(state, *store, origin, &request)?,
+    };
     if interactive {
         let env = match &report.env {
             Some(env) => format!(" and {}", env.display()),
@@ -650,16 +711,7 @@ fn apply_request(state: &StateDir, request: &Request) -> Result<Report, CliError
         }
         Ok::<_, CliError>((new, report))
     })?;
-    if written.env {
-        report.env = Some(env_path.clone());
-    }
-    if let Some(mode) = written.env_loose_mode {
-        tracing::warn!(
-            "{} was accessible to other users (mode {mode:04o}); rewrote it with mode 0600",
-            env_path.display()
-        );
-        report.changed.push(".env:mode".to_owned());
-    }
+    note_env(&mut report, &written, &env_path);
     if let Some(backup) = &report.backup {
         tracing::warn!(
             "comments in {} cannot be kept when it is rewritten; the previous file is saved as {}",
@@ -668,6 +720,84 @@ fn apply_request(state: &StateDir, request: &Request) -> Result<Report, CliError
         );
     }
     Ok(report)
+}
+
+/// Records in `report` what was done to `.env` (at `env_path`).
+fn note_env(report: &mut Report, written: &ConfigFilesWritten, env_path: &Path) {
+    if written.env {
+        report.env = Some(env_path.to_path_buf());
+    }
+    if let Some(mode) = written.env_loose_mode {
+        tracing::warn!(
+            "{} was accessible to other users (mode {mode:04o}); rewrote it with mode 0600",
+            env_path.display()
+        );
+        report.changed.push(".env:mode".to_owned());
+    }
+}
+
+/// The shared configuration's text, refused when it does not parse.
+fn shared_text(store: &dyn ThreadStore, origin: &Path) -> Result<Option<String>, StateError> {
+    let text = store.config_text()?;
+    if let Some(text) = &text {
+        uwf_state::parse_config(origin, text)?;
+    }
+    Ok(text)
+}
+
+/// [`apply_request`] for a shared store: the key into the local `.env`
+/// (under the state lock), the rest into the store's configuration by
+/// compare-and-swap, read and merged again when someone else wrote it
+/// meanwhile (writing the same `.env` line again changes nothing).
+fn apply_shared(
+    state: &StateDir,
+    store: &dyn ThreadStore,
+    origin: &Path,
+    request: &Request,
+) -> Result<Report, CliError> {
+    let env_path = state.env_path();
+    let backup_path = state.root().join(format!("shared-{CONFIG_FILE}.bak"));
+    for _ in 0..SHARED_ATTEMPTS {
+        let shared = shared_text(store, origin)?;
+        let (written, (mut report, new_config)) = state.edit_config_files(|files| {
+            let view = ConfigFiles {
+                config: shared.clone(),
+                env: files.env.clone(),
+            };
+            let (new, report) = merge(&view, request, origin, &env_path)?;
+            // The local config.yaml (its `store:`) is left as it is.
+            let local = ConfigFiles {
+                config: None,
+                env: new.env,
+            };
+            Ok::<_, CliError>((local, (report, new.config)))
+        })?;
+        note_env(&mut report, &written, &env_path);
+        let Some(text) = new_config else {
+            return Ok(report);
+        };
+        if let Some(old) = &shared
+            && has_own_comments(old)
+        {
+            write_atomic(&backup_path, old.as_bytes()).map_err(StateError::from)?;
+            report.backup = Some(backup_path.clone());
+        }
+        if store.replace_config_text(shared.as_deref(), &text)? {
+            if let Some(backup) = &report.backup {
+                tracing::warn!(
+                    "comments in {} cannot be kept when it is rewritten; the previous text is saved as {}",
+                    origin.display(),
+                    backup.display()
+                );
+            }
+            return Ok(report);
+        }
+        tracing::debug!("the shared configuration changed meanwhile; merging again");
+    }
+    Err(SetupError::SharedBusy {
+        path: origin.to_path_buf(),
+    }
+    .into())
 }
 
 /// Whether `text` has comments other than [`CONFIG_HEADER`] (a heuristic:
@@ -1032,8 +1162,16 @@ fn set_env_var(
 // ----- asking ----------------------------------------------------------------
 
 /// Asks for a provider, base URL, model, key (hidden) and default agent.
-fn ask(state: &StateDir, files: &ConfigFiles) -> Result<Request, CliError> {
-    let config: WorkflowConfig = state.config()?.unwrap_or_default();
+fn ask(state: &StateDir, target: &Target<'_>, files: &ConfigFiles) -> Result<Request, CliError> {
+    let config_path = match target {
+        Target::Root => state.config_path(),
+        Target::Shared { origin, .. } => origin.clone(),
+    };
+    // Checked when `files` was read.
+    let config: WorkflowConfig = match &files.config {
+        Some(text) => uwf_state::parse_config(&config_path, text)?,
+        None => WorkflowConfig::default(),
+    };
     let theme = ColorfulTheme::default();
     let term = Term::stderr();
     let _cancel = CancelOnInterrupt::start();
@@ -1047,7 +1185,7 @@ fn ask(state: &StateDir, files: &ConfigFiles) -> Result<Request, CliError> {
     };
     eprintln!(
         "uwf setup: writes {} (no secrets) and {} (API keys, mode 0600).",
-        state.config_path().display(),
+        config_path.display(),
         state.env_path().display()
     );
 
