@@ -344,13 +344,29 @@ fn ctrl_c_or_a_kill_during_the_backoff_stops_the_step(backend: Backend) {
 }
 
 fn bad_policies_are_reported_with_their_key(backend: Backend) {
-    let Some(env) = env_with(
-        backend,
-        "",
-        "retries:\n  solve-issue:\n    planner: { backoff: soon }\n",
-    ) else {
+    let Some(env) = Env::on(backend) else {
         return;
     };
+    let sc = scenario(&env, "");
+    let yaml = mock_config(
+        &sc,
+        "retries:\n  solve-issue:\n    planner: { backoff: soon }\n",
+    );
+    // `store init --config` checks every setting of what it would share
+    // and shares nothing when one is wrong.
+    let file = env.file("bad-policies.yaml", &yaml);
+    let before = env.snapshot();
+    let err = env.fails(&["store", "init", "--config", file.to_str().unwrap()]);
+    assert!(
+        err.contains(&format!(
+            "{} `retries.solve-issue.planner.backoff`",
+            file.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(env.snapshot(), before);
+    // Put there all the same, the step that needs it reports it.
+    env.set_config_unchecked(&yaml);
     let id = s(&env.json(&[
         "thread",
         "start",

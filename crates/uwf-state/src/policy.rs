@@ -203,12 +203,58 @@ pub fn timeout(
     Ok(found)
 }
 
+/// Checks every `retries` and `timeouts` setting of `config` at once (the
+/// steps that use one check only theirs): for a configuration about to be
+/// shared by many machines, where a bad setting would fail their steps.
+pub fn check(config: &WorkflowConfig) -> Result<(), PolicyError> {
+    let mut pairs: Vec<(&str, &str)> = vec![("default", "default")];
+    for (workflow, entry) in &config.retries {
+        pairs.push((workflow, "default"));
+        if let RetriesEntry::Roles(roles) = entry {
+            pairs.extend(roles.keys().map(|role| (workflow.as_str(), role.as_str())));
+        }
+    }
+    for (workflow, entry) in &config.timeouts {
+        pairs.push((workflow, "default"));
+        if let TimeoutsEntry::Roles(roles) = entry {
+            pairs.extend(roles.keys().map(|role| (workflow.as_str(), role.as_str())));
+        }
+    }
+    for (workflow, role) in pairs {
+        retry_policy(Some(config), workflow, role)?;
+        timeout(Some(config), workflow, role)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn config(yaml: &str) -> WorkflowConfig {
         serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn check_finds_a_bad_setting_wherever_it_is() {
+        assert!(check(&config("retries:\n  default: { max: 2, backoff: 1s }\n")).is_ok());
+        for (yaml, key) in [
+            (
+                "retries:\n  w:\n    r: { backoff: soon }\n",
+                "retries.w.r.backoff",
+            ),
+            ("retries:\n  w: { factor: 0.5 }\n", "retries.w.factor"),
+            (
+                "timeouts:\n  w:\n    default: never\n",
+                "timeouts.w.default",
+            ),
+            ("timeouts:\n  default: { r: 1s }\n", "timeouts.default"),
+        ] {
+            match check(&config(yaml)) {
+                Err(e) => assert_eq!(e.key, key, "{yaml}"),
+                Ok(()) => panic!("accepted:\n{yaml}"),
+            }
+        }
     }
 
     #[test]

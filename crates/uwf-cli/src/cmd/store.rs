@@ -55,12 +55,14 @@ pub fn run(root: &Path, flag: Option<&str>, cmd: StoreCommand) -> Result<Outcome
             let (loc, _) = location::resolve(flag, root)?;
             // Read and checked before anything is written: a missing or
             // invalid file changes nothing, and a configuration every
-            // machine would fail to read is never shared.
+            // machine would fail to read or use is never shared.
             let text = config
                 .as_deref()
                 .map(|p| -> Result<String, CliError> {
                     let text = crate::input::read_text(&p.to_string_lossy())?;
-                    uwf_state::parse_config(p, &text)?;
+                    let config = uwf_state::parse_config(p, &text)?;
+                    uwf_state::policy::check(&config)
+                        .map_err(|e| e.in_config(p.display().to_string()))?;
                     Ok(text)
                 })
                 .transpose()?;
