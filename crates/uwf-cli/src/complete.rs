@@ -1,11 +1,13 @@
 //! Shell completion: the scripts `uwf completions <shell>` prints call
 //! `uwf` back (`UWF_COMPLETE=<shell> uwf -- <words>`, clap_complete's dynamic
-//! completion), so thread ids and workflow names come from the storage
-//! root at the moment of completing.
+//! completion), so thread ids and workflow names come from the store at the
+//! moment of completing: the storage root's, or the database `UWF_STORE`
+//! (or the root's `store:` setting) names.
 //!
-//! The root is the one of the environment (`$UNCAGED_WORKFLOW_STORAGE_ROOT`,
-//! …): a `--root` typed on the same command line is not seen. Completion
-//! never fails: a root that cannot be read offers nothing.
+//! The root and store are the ones of the environment
+//! (`$UNCAGED_WORKFLOW_STORAGE_ROOT`, `$UWF_STORE`, …): a `--root` or
+//! `--store` typed on the same command line is not seen. Completion never
+//! fails: a store that cannot be read offers nothing.
 
 use std::io::Write as _;
 

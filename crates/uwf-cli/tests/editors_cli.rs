@@ -1,15 +1,43 @@
 //! Editors and shells (issue 13 §5): the workflow JSON Schema, man pages,
 //! completion of thread ids and workflow names.
+//!
+//! The tests that touch the store run on both stores (`per_backend!`): on
+//! PostgreSQL completion offers the threads and workflows of the database
+//! `UWF_STORE` names, and printing the schema needs no database either.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use common::{Env, example};
+use common::{Backend, Env, example};
 use serde_json::Value;
 
-#[test]
-fn workflow_schema_is_json_schema_and_needs_no_root() {
-    let env = Env::new();
+per_backend!(
+    workflow_schema_is_json_schema_and_needs_no_root,
+    thread_ids_and_workflow_names_complete,
+);
+
+/// The names of the tables in the database of a PostgreSQL environment
+/// (the schema's bookkeeping included); empty on the filesystem.
+fn all_tables(env: &Env) -> Vec<String> {
+    let Some(db) = &env.db else {
+        return Vec::new();
+    };
+    db.client()
+        .query(
+            "SELECT table_name::text FROM information_schema.tables \
+             WHERE table_schema = current_schema() ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+fn workflow_schema_is_json_schema_and_needs_no_root(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let schema = env.json(&["workflow", "schema"]);
     assert_eq!(schema["$schema"], "http://json-schema.org/draft-07/schema#");
     assert_eq!(
@@ -18,11 +46,14 @@ fn workflow_schema_is_json_schema_and_needs_no_root() {
     );
     assert!(schema["definitions"]["role"]["properties"]["meta"].is_object());
     assert!(!env.root().exists(), "printing the schema created the root");
+    // Nor does it open the database: not even the schema is created.
+    assert_eq!(all_tables(&env), Vec::<String>::new());
     let yaml = env.text(&["--format", "yaml", "workflow", "schema"]);
     let back: Value = serde_yaml::from_str(&yaml).unwrap();
     assert_eq!(back, schema);
 }
 
+/// No store involved: the pages come from the command definitions.
 #[test]
 fn man_pages_come_from_the_command_definitions() {
     let env = Env::new();
@@ -68,14 +99,33 @@ fn complete(env: &Env, words: &[&str]) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn thread_ids_and_workflow_names_complete() {
-    let env = Env::new();
+fn thread_ids_and_workflow_names_complete(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    // No thread to offer yet, only `@last` (and the options), on a store
+    // that holds nothing.
+    let offered = complete(&env, &["uwf", "thread", "show", ""]);
+    let values: Vec<&String> = offered.iter().filter(|c| !c.starts_with('-')).collect();
+    assert_eq!(values, ["@last"], "{offered:?}");
     env.json(&["workflow", "put", &example("triage.yaml")]);
     let id = env.json(&["thread", "start", "triage", "-p", "Dark mode resets"])["thread"]
         .as_str()
         .unwrap()
         .to_string();
+    // The candidates come from the store: on PostgreSQL its tables, the
+    // root holding no thread or registry file.
+    assert!(env.heads().contains_key(&id), "{:?}", env.heads());
+    assert!(
+        env.registry().contains_key("triage"),
+        "{:?}",
+        env.registry()
+    );
+    if env.db.is_some() {
+        for file in ["threads", "registry.yaml", "cas"] {
+            assert!(!env.root().join(file).exists(), "{file} in the root");
+        }
+    }
     let threads = complete(&env, &["uwf", "thread", "show", ""]);
     assert!(threads.contains(&id), "{threads:?}");
     assert!(threads.contains(&"@last".to_string()), "{threads:?}");
