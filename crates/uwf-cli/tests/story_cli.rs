@@ -1,14 +1,30 @@
 //! What happened and what runs (issue 13 §1, §2): why each step ran, how
 //! long it took, running markers (live and stale), `thread watch` and
 //! `thread log -f`.
+//!
+//! Every test runs on both stores (`per_backend!`). On PostgreSQL the
+//! threads live in the database while the running markers, agent logs and
+//! step timings stay in the local root (`Engine::with_run_dir`: they are
+//! about processes of this machine), so the tests check both: the marker
+//! file under `running/` and the thread's row in `uwf_threads` or
+//! `uwf_history`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Env, example, mock_agent};
+use common::{Backend, Env, example, mock_agent};
 use serde_json::Value;
+
+per_backend!(
+    every_step_says_why_it_ran_and_how_long_it_took,
+    thread_read_shows_the_edge_prompt_each_step_was_given,
+    a_running_step_shows_in_show_and_list_until_it_ends,
+    a_marker_of_a_dead_process_is_stale,
+    watch_and_log_follow_a_thread_to_its_end,
+    watch_stops_when_its_reader_goes_away,
+);
 
 /// solve-issue: planner, developer, reviewer (rejects), developer, reviewer.
 const SOLVE: &str = r#"roles:
@@ -48,6 +64,64 @@ fn start(env: &Env) -> String {
         .to_string()
 }
 
+/// Where the running marker of `id` is kept on both stores: the local root.
+fn marker_path(env: &Env, id: &str) -> std::path::PathBuf {
+    env.root().join("running").join(format!("{id}.json"))
+}
+
+/// Asserts that the store holds `id` as an active thread (`threads/<id>`,
+/// or a row of `uwf_threads`) at the head `thread show` names, and has
+/// not archived it.
+fn assert_active(env: &Env, id: &str) {
+    let show = env.json(&["thread", "show", id]);
+    let head = show["head"].as_str().unwrap();
+    assert_eq!(
+        env.heads().get(id).map(String::as_str),
+        Some(format!("{head}\n").as_str()),
+        "{:?}",
+        env.heads()
+    );
+    assert!(
+        !env.history().iter().any(|h| h["thread"] == id),
+        "{:?}",
+        env.history()
+    );
+}
+
+/// Asserts that the store archived `id` (`history.jsonl`, or a row of
+/// `uwf_history`) with `reason` and holds it no longer as active.
+fn assert_archived(env: &Env, id: &str, reason: &str) {
+    let history = env.history();
+    let entry = history
+        .iter()
+        .find(|h| h["thread"] == id)
+        .unwrap_or_else(|| panic!("{id} not archived: {history:?}"));
+    assert_eq!(entry["reason"], reason, "{entry}");
+    assert!(!env.heads().contains_key(id), "{:?}", env.heads());
+}
+
+/// On PostgreSQL, asserts that the local root holds only what is kept
+/// per machine (markers, logs, timings), none of the store's own data: no
+/// head files, history, registry or nodes.
+fn assert_store_is_the_database(env: &Env) {
+    if env.db.is_none() {
+        return;
+    }
+    for name in [
+        "threads",
+        "history.jsonl",
+        "registry.yaml",
+        "cas",
+        "config.yaml",
+    ] {
+        assert!(
+            !env.root().join(name).exists(),
+            "{name} in the root of a PostgreSQL store"
+        );
+    }
+    assert!(env.tables().contains_key("uwf_nodes"), "{:?}", env.tables());
+}
+
 /// Polls `thread show` until `pred` holds (a wait, not a timing assert).
 fn show_until(env: &Env, id: &str, pred: impl Fn(&Value) -> bool) -> Value {
     let until = Instant::now() + Duration::from_secs(60);
@@ -61,14 +135,26 @@ fn show_until(env: &Env, id: &str, pred: impl Fn(&Value) -> bool) -> Value {
     }
 }
 
-#[test]
-fn every_step_says_why_it_ran_and_how_long_it_took() {
-    let env = Env::new();
+fn every_step_says_why_it_ran_and_how_long_it_took(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let id = start(&env);
     // A failed first attempt, then the run.
     let fail = mock_agent(&env.file("fail.yaml", "roles:\n  planner:\n    - exit: 3\n"));
     env.fails(&["thread", "step", &id, "--agent", &fail]);
+    assert_active(&env, &id);
     env.json(&["thread", "run", &id, "--agent", &solve(&env, "0ms")]);
+    assert_archived(&env, &id, "done");
+    assert_store_is_the_database(&env);
+    // The timings are this machine's, beside the markers, on both stores.
+    let timings = env.root().join("logs").join(format!("{id}.jsonl"));
+    assert_eq!(
+        std::fs::read_to_string(&timings).unwrap().lines().count(),
+        5,
+        "{}",
+        timings.display()
+    );
 
     let steps = env.json(&["thread", "steps", &id]);
     let steps = steps["steps"].as_array().unwrap();
@@ -107,9 +193,10 @@ fn every_step_says_why_it_ran_and_how_long_it_took() {
     );
 }
 
-#[test]
-fn thread_read_shows_the_edge_prompt_each_step_was_given() {
-    let env = Env::new();
+fn thread_read_shows_the_edge_prompt_each_step_was_given(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let done = env.json(&[
         "thread",
         "run",
@@ -120,6 +207,8 @@ fn thread_read_shows_the_edge_prompt_each_step_was_given() {
         &mock_agent(&common::examples().join("develop.mock.yaml")),
     ]);
     let id = done["thread"].as_str().unwrap();
+    assert_archived(&env, id, "done");
+    assert_store_is_the_database(&env);
     let steps = env.json(&["thread", "steps", id]);
     let prompted: Vec<&Value> = steps["steps"]
         .as_array()
@@ -137,9 +226,10 @@ fn thread_read_shows_the_edge_prompt_each_step_was_given() {
     );
 }
 
-#[test]
-fn a_running_step_shows_in_show_and_list_until_it_ends() {
-    let env = Env::new();
+fn a_running_step_shows_in_show_and_list_until_it_ends(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let id = start(&env);
     // Writes to stderr at once, then works for a minute.
     let script = env.file("slow.sh", "echo \"planner at work\" >&2\nexec sleep 60\n");
@@ -154,6 +244,15 @@ fn a_running_step_shows_in_show_and_list_until_it_ends() {
     assert!(text.starts_with("running planner for "), "{text}");
     assert!(text.contains(" s on "), "{text}");
     assert_eq!(show["running"]["pid"], child.id());
+    // The marker is a file of the local root on both stores; the thread
+    // is the store's (on PostgreSQL a row of `uwf_threads`).
+    let marker: Value =
+        serde_json::from_slice(&std::fs::read(marker_path(&env, &id)).unwrap()).unwrap();
+    assert_eq!(marker["pid"], child.id());
+    assert_eq!(marker["thread"], id.as_str());
+    assert_eq!(marker["role"], "planner");
+    assert_active(&env, &id);
+    assert_store_is_the_database(&env);
     let list = env.json(&["thread", "list"]);
     assert_eq!(list[0]["state"], "running");
     assert_eq!(list[0]["task"], "Fix the login bug");
@@ -178,19 +277,22 @@ fn a_running_step_shows_in_show_and_list_until_it_ends() {
     let show = env.json(&["thread", "show", &id]);
     assert!(show.get("running").is_none(), "{show:#}");
     assert_eq!(show["state"], "killed");
+    assert!(!marker_path(&env, &id).exists());
+    assert_archived(&env, &id, "killed");
 }
 
-#[test]
-fn a_marker_of_a_dead_process_is_stale() {
-    let env = Env::new();
+fn a_marker_of_a_dead_process_is_stale(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let id = start(&env);
     let mut gone = std::process::Command::new("true").spawn().unwrap();
     let pid = gone.id();
     gone.wait().unwrap();
+    // The markers are local on both stores (on PostgreSQL too: the root
+    // may not exist yet, as the database holds the thread).
     let dir = env.root().join("running");
     std::fs::create_dir_all(&dir).unwrap();
-    let host = env.json(&["thread", "show", &id]); // any command: the host is ours
-    let _ = host;
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
@@ -198,7 +300,8 @@ fn a_marker_of_a_dead_process_is_stale() {
         "thread": id, "role": "planner", "agent": "x", "pid": pid, "host": hostname,
         "startedAt": 1, "head": "0000000000000", "log": "/nonexistent"
     });
-    std::fs::write(dir.join(format!("{id}.json")), marker.to_string()).unwrap();
+    std::fs::write(marker_path(&env, &id), marker.to_string()).unwrap();
+    let before = env.state_snapshot();
     let show = env.json(&["thread", "show", &id]);
     assert_eq!(show["state"], "idle", "{show:#}");
     assert!(show.get("running").is_none(), "{show:#}");
@@ -206,11 +309,16 @@ fn a_marker_of_a_dead_process_is_stale() {
         show["stale"]["text"].as_str().unwrap().contains("is gone"),
         "{show:#}"
     );
+    // Reading a stale marker changes nothing of the store.
+    assert_eq!(env.state_snapshot(), before);
+    assert_active(&env, &id);
+    assert_store_is_the_database(&env);
 }
 
-#[test]
-fn watch_and_log_follow_a_thread_to_its_end() {
-    let env = Env::new();
+fn watch_and_log_follow_a_thread_to_its_end(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let id = start(&env);
     let watch = env
         .uwf_process()
@@ -241,11 +349,14 @@ fn watch_and_log_follow_a_thread_to_its_end() {
     let text = String::from_utf8(logged.stdout).unwrap();
     assert!(text.contains("planner at work"), "{text}");
     assert!(text.contains("── reviewer · "), "{text}");
+    assert_archived(&env, &id, "done");
+    assert_store_is_the_database(&env);
 }
 
-#[test]
-fn watch_stops_when_its_reader_goes_away() {
-    let env = Env::new();
+fn watch_stops_when_its_reader_goes_away(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let id = start(&env);
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
@@ -257,4 +368,5 @@ fn watch_stops_when_its_reader_goes_away() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_active(&env, &id);
 }
