@@ -3,15 +3,32 @@
 //! `$END`; `$SUSPEND` waits and `thread resume` continues; mustache and
 //! Liquid prompts render as upstream rendered them; bad inputs are refused
 //! with a diagnostic; `thread read` shows role prompts and step content.
+//!
+//! Every test runs on both stores (`per_backend!`): the filesystem root,
+//! where a `$SUSPEND` wait is an entry of `waiting.yaml`, and PostgreSQL,
+//! where it is a row of `uwf_waiting` and threads, nodes and workflows are
+//! the database's (nothing of them in the root).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Output;
 
-use common::{Env, example, mock_bin};
+use common::{Backend, Env, example, mock_bin};
 use serde_json::Value;
+
+per_backend!(
+    every_upstream_form_validates,
+    every_upstream_form_runs_to_the_end_with_the_mock,
+    suspend_waits_and_resume_continues_from_the_resume_route,
+    the_resumed_agent_gets_the_resume_prompt,
+    prompts_render_as_upstream_rendered_them,
+    bad_upstream_workflows_are_refused_with_a_diagnostic,
+    thread_read_shows_role_prompts_and_content,
+    workflows_without_new_forms_hash_as_before,
+);
 
 const EXIT_WAITING: i32 = 4;
 
@@ -62,11 +79,78 @@ fn corpus() -> Vec<String> {
 
 const SUSPENDING: &[&str] = &["suspend-edge", "suspend-status"];
 
-#[test]
-fn every_upstream_form_validates() {
-    let env = Env::new();
+/// The store's table of waits as stored: thread → record (`head`, `role`,
+/// `agent`, `prompt`, …). `waiting.yaml` on the filesystem, the rows of
+/// `uwf_waiting` on PostgreSQL (whose `head` column must agree with the
+/// record's). Written here rather than shared: human_cli has its own.
+fn waiting_table(env: &Env) -> BTreeMap<String, Value> {
+    let Some(db) = &env.db else {
+        return std::fs::read(env.root().join("waiting.yaml"))
+            .map(|b| serde_yaml::from_slice(&b).unwrap())
+            .unwrap_or_default();
+    };
+    db.client()
+        .query("SELECT thread, head, record FROM uwf_waiting", &[])
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let (thread, head): (String, String) = (r.get(0), r.get(1));
+            let record: Value = serde_json::from_str(r.get(2)).unwrap();
+            assert_eq!(record["head"], head.as_str(), "uwf_waiting row of {thread}");
+            (thread, record)
+        })
+        .collect()
+}
+
+/// The head of thread `id` as the store records it (`threads/<id>` or its
+/// `uwf_threads` row).
+fn head_of(env: &Env, id: &str) -> String {
+    let heads = env.heads();
+    let head = heads
+        .get(id)
+        .unwrap_or_else(|| panic!("{id} is not active: {heads:?}"));
+    head.trim_end().to_string()
+}
+
+/// Asserts that thread `id` finished: archived in the store's history
+/// (`history.jsonl` or `uwf_history`) and no longer active. On PostgreSQL
+/// the root holds none of it.
+fn assert_archived(env: &Env, id: &str) {
+    let history = env.history();
+    assert!(
+        history.iter().any(|h| h["thread"] == id),
+        "{id} not archived: {history:?}"
+    );
+    assert!(!env.heads().contains_key(id), "{:?}", env.heads());
+    assert_nothing_in_the_root(env);
+}
+
+/// On PostgreSQL, asserts that no node, thread or wait went to the root's
+/// files: the store is the database.
+fn assert_nothing_in_the_root(env: &Env) {
+    if env.db.is_some() {
+        for file in [
+            "cas",
+            "threads",
+            "history.jsonl",
+            "waiting.yaml",
+            "registry.yaml",
+        ] {
+            assert!(!env.root().join(file).exists(), "{file} in the root");
+        }
+    }
+}
+
+fn every_upstream_form_validates(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let names = corpus();
     assert_eq!(names.len(), 10, "{names:?}");
+    // Validating reads the files only: the store, once opened (which
+    // writes its built-in types), is left as it was.
+    env.json(&["workflow", "list"]);
+    let before = env.snapshot();
     for name in &names {
         assert!(
             fixtures().join(format!("{name}.mock.yaml")).exists(),
@@ -76,15 +160,17 @@ fn every_upstream_form_validates() {
         assert_eq!(report["valid"], true, "{name}: {report}");
         assert_eq!(report["errors"], serde_json::json!([]), "{name}");
     }
+    assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn every_upstream_form_runs_to_the_end_with_the_mock() {
+fn every_upstream_form_runs_to_the_end_with_the_mock(backend: Backend) {
     for name in corpus() {
         if SUSPENDING.contains(&name.as_str()) {
             continue;
         }
-        let env = Env::new();
+        let Some(env) = Env::on(backend) else {
+            return;
+        };
         let out = run(
             &env,
             &[
@@ -102,7 +188,9 @@ fn every_upstream_form_runs_to_the_end_with_the_mock() {
             "{name}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert_eq!(stdout_json(&out)["done"], true, "{name}");
+        let v = stdout_json(&out);
+        assert_eq!(v["done"], true, "{name}");
+        assert_archived(&env, v["thread"].as_str().unwrap());
     }
 }
 
@@ -135,8 +223,7 @@ fn run_until_suspended(env: &Env, name: &str) -> String {
     v["thread"].as_str().unwrap().to_string()
 }
 
-#[test]
-fn suspend_waits_and_resume_continues_from_the_resume_route() {
+fn suspend_waits_and_resume_continues_from_the_resume_route(backend: Backend) {
     for (name, why) in [
         (
             "suspend-edge",
@@ -144,8 +231,23 @@ fn suspend_waits_and_resume_continues_from_the_resume_route() {
         ),
         ("suspend-status", "The changelog mentions a breaking change"),
     ] {
-        let env = Env::new();
+        let Some(env) = Env::on(backend) else {
+            return;
+        };
         let id = run_until_suspended(&env, name);
+
+        // The store records the wait at the thread's head: role `$SUSPEND`,
+        // no agent ran.
+        let head = head_of(&env, &id);
+        let table = waiting_table(&env);
+        let wait = table
+            .get(&id)
+            .unwrap_or_else(|| panic!("no wait recorded for {id}: {table:?}"));
+        assert_eq!(wait["head"], head.as_str(), "{wait}");
+        assert_eq!(wait["role"], "$SUSPEND", "{wait}");
+        assert_eq!(wait["agent"], "suspended", "{wait}");
+        assert_eq!(wait["prompt"], why, "{wait}");
+        assert_nothing_in_the_root(&env);
 
         // The wait is listed; stepping again shows the same wait.
         let list = env.json(&["thread", "list", "--waiting"]);
@@ -166,6 +268,17 @@ fn suspend_waits_and_resume_continues_from_the_resume_route() {
         assert_eq!(next["role"], "$SUSPEND", "{next}");
         let resumed = env.json(&["thread", "resume", &id, "--agent", &agent(name)]);
         assert_eq!(resumed["thread"], id.as_str());
+        // The wait is over: no record current at the new head.
+        assert_ne!(resumed["head"], head.as_str(), "{resumed}");
+        if let Some(wait) = waiting_table(&env).get(&id) {
+            assert_ne!(wait["head"], resumed["head"], "{id} still waits: {wait}");
+        }
+        assert!(
+            env.json(&["thread", "list", "--waiting"])
+                .as_array()
+                .unwrap()
+                .is_empty()
+        );
 
         // A thread that is not suspended cannot be resumed.
         if name == "suspend-edge" {
@@ -179,6 +292,7 @@ fn suspend_waits_and_resume_continues_from_the_resume_route() {
         } else {
             assert_eq!(resumed["done"], true, "{resumed}");
         }
+        assert_archived(&env, &id);
         let steps = env.json(&["thread", "steps", &id]);
         let roles: Vec<&str> = steps["steps"]
             .as_array()
@@ -195,9 +309,10 @@ fn suspend_waits_and_resume_continues_from_the_resume_route() {
     }
 }
 
-#[test]
-fn the_resumed_agent_gets_the_resume_prompt() {
-    let env = Env::new();
+fn the_resumed_agent_gets_the_resume_prompt(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let id = run_until_suspended(&env, "suspend-edge");
     // The agent kit finds the resumed role's edge prompt (it warns when the
     // role it runs is not the one the moderator would choose).
@@ -212,6 +327,7 @@ fn the_resumed_agent_gets_the_resume_prompt() {
     let next = env.json(&["thread", "next", &id]);
     assert_eq!(next["role"], "worker");
     assert_eq!(next["prompt"], "Carry out: Migrate the Postgres schema");
+    assert_nothing_in_the_root(&env);
 }
 
 /// Starts `name` and runs `steps` steps; returns the thread id.
@@ -230,9 +346,10 @@ fn started(env: &Env, name: &str, steps: usize) -> String {
     id
 }
 
-#[test]
-fn prompts_render_as_upstream_rendered_them() {
-    let env = Env::new();
+fn prompts_render_as_upstream_rendered_them(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let id = started(&env, "liquid-v1", 1);
     let next = env.json(&["thread", "next", &id]);
     assert_eq!(
@@ -262,6 +379,8 @@ fn prompts_render_as_upstream_rendered_them() {
         env.json(&["thread", "next", &id])["prompt"],
         "Your opponent argues:\n\nTabs are wider\n\nAnswer."
     );
+    assert_eq!(env.heads().len(), 4, "{:?}", env.heads());
+    assert_nothing_in_the_root(&env);
 }
 
 fn validate_errors(env: &Env, yaml: &str) -> Value {
@@ -272,9 +391,10 @@ fn validate_errors(env: &Env, yaml: &str) -> Value {
     stdout_json(&out)["errors"].clone()
 }
 
-#[test]
-fn bad_upstream_workflows_are_refused_with_a_diagnostic() {
-    let env = Env::new();
+fn bad_upstream_workflows_are_refused_with_a_diagnostic(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     // A mustache syntax error: where, what, and why the prompt is mustache.
     let path = env.dir.path().join("syntax.yaml");
     std::fs::write(
@@ -283,6 +403,10 @@ fn bad_upstream_workflows_are_refused_with_a_diagnostic() {
          graph:\n  $START: {_: a}\n  a:\n    done: {role: $END, prompt: \"Fix {{#x}}{{.}}\"}\n",
     )
     .unwrap();
+    // Refusals change nothing in the store (once opened: that writes its
+    // built-in types).
+    env.json(&["workflow", "list"]);
+    let before = env.snapshot();
     let err = env.fails(&["workflow", "validate", path.to_str().unwrap()]);
     assert!(err.contains("uwf::workflow::definition"), "{err}");
     assert!(
@@ -330,11 +454,13 @@ fn bad_upstream_workflows_are_refused_with_a_diagnostic() {
     .unwrap();
     let err = env.fails(&["workflow", "validate", path.to_str().unwrap()]);
     assert!(err.contains("`version: 2`"), "{err}");
+    assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn thread_read_shows_role_prompts_and_content() {
-    let env = Env::new();
+fn thread_read_shows_role_prompts_and_content(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let out = run(
         &env,
         &[
@@ -349,6 +475,8 @@ fn thread_read_shows_role_prompts_and_content() {
     );
     assert!(out.status.success());
     let id = stdout_json(&out)["thread"].as_str().unwrap().to_string();
+    // `thread read` reads an archived thread from the store's history.
+    assert_archived(&env, &id);
     let read = run(&env, &["thread", "read", &id]);
     assert!(read.status.success());
     let text = String::from_utf8_lossy(&read.stdout);
@@ -373,10 +501,11 @@ fn thread_read_shows_role_prompts_and_content() {
     );
 }
 
-#[test]
-fn workflows_without_new_forms_hash_as_before() {
+fn workflows_without_new_forms_hash_as_before(backend: Backend) {
     // Hashes of uwf's own examples, unchanged by the upstream support.
-    let env = Env::new();
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     for (file, hash) in [
         ("solve-issue.yaml", "1TM6QWPENJAPY"),
         ("triage.yaml", "8YCZHJD643GC0"),
@@ -385,5 +514,10 @@ fn workflows_without_new_forms_hash_as_before() {
     ] {
         let v = env.json(&["workflow", "put", &example(file)]);
         assert_eq!(v["hash"], hash, "{file}");
+        // Registered under that hash in the store.
+        let name = v["name"].as_str().unwrap();
+        assert_eq!(env.registry()[name], hash, "{file}");
     }
+    assert_eq!(env.registry().len(), 4, "{:?}", env.registry());
+    assert_nothing_in_the_root(&env);
 }
