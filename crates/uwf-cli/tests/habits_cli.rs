@@ -2,13 +2,31 @@
 //! failure, prompts from stdin and files, mistyped paths, error codes and
 //! causes, thread-id prefixes and `@last`, resuming a failed run, pruning,
 //! colour.
+//!
+//! Every test runs on both stores (`per_backend!`): what they name, resume
+//! and prune is read from the filesystem root or, on PostgreSQL, from the
+//! database (`uwf_threads`, `uwf_history`, `uwf_registry`), and the tests
+//! check the store's own tables where a thread lives or was archived.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::process::Stdio;
 
-use common::{Env, example, mock_agent};
+use common::{Backend, Env, example, mock_agent};
+
+per_backend!(
+    a_reader_that_goes_away_ends_the_command_quietly,
+    the_task_comes_from_stdin_or_a_file,
+    a_mistyped_path_is_no_such_file_not_a_workflow_name,
+    thread_read_refuses_a_data_format_instead_of_printing_markdown,
+    a_cause_is_printed_once_and_every_error_has_a_code,
+    a_failed_run_names_its_thread_and_resumes_by_id,
+    prefixes_and_last_name_threads,
+    prune_archives_threads_that_never_took_a_step,
+    colour_follows_the_flag_and_the_environment,
+    typos_get_suggestions_and_expressions_a_caret,
+);
 
 fn start(env: &Env, prompt: &str) -> String {
     env.json(&[
@@ -46,15 +64,28 @@ fn into_closed_pipe(env: &Env, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// The store's archive entry of `id` (`history.jsonl`, or a row of
+/// `uwf_history` on PostgreSQL), if it archived it.
+fn archived(env: &Env, id: &str) -> Option<serde_json::Value> {
+    env.history().into_iter().find(|h| h["thread"] == id)
+}
+
+/// The head the store holds for the active thread `id` (its head file, or
+/// its row of `uwf_threads` on PostgreSQL), without the newline.
+fn active_head(env: &Env, id: &str) -> Option<String> {
+    env.heads().get(id).map(|h| h.trim_end().to_string())
+}
+
 fn has_code(stderr: &str) {
     assert!(stderr.contains("uwf::"), "no uwf:: code in:\n{stderr}");
 }
 
 // ---------------------------------------------------------------- broken pipes
 
-#[test]
-fn a_reader_that_goes_away_ends_the_command_quietly() {
-    let env = Env::new();
+fn a_reader_that_goes_away_ends_the_command_quietly(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let out = into_closed_pipe(&env, &["completions", "bash"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(
@@ -63,7 +94,8 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    start(&env, "one");
+    let one = start(&env, "one");
+    assert!(active_head(&env, &one).is_some(), "{:?}", env.heads());
     let out = into_closed_pipe(&env, &["thread", "list"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(
@@ -75,9 +107,10 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
 
 // ---------------------------------------------------------------- prompts
 
-#[test]
-fn the_task_comes_from_stdin_or_a_file() {
-    let env = Env::new();
+fn the_task_comes_from_stdin_or_a_file(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let out = env
         .uwf()
         .args(["thread", "start", &example("solve-issue.yaml"), "-p", "-"])
@@ -106,7 +139,10 @@ fn the_task_comes_from_stdin_or_a_file() {
     let steps = env.json(&["thread", "steps", v["thread"].as_str().unwrap()]);
     assert_eq!(steps["steps"][0]["prompt"], "Write the docs");
 
-    // Both at once is a usage error; an empty task is refused.
+    // Both at once is a usage error; an empty task is refused. Neither
+    // writes anything to the store.
+    let before = env.snapshot();
+    assert_eq!(env.heads().len(), 2, "{:?}", env.heads());
     let out = env.output(&[
         "thread",
         "start",
@@ -126,13 +162,16 @@ fn the_task_comes_from_stdin_or_a_file() {
         empty.to_str().unwrap(),
     ]);
     assert!(err.contains("uwf::thread::empty_prompt"), "{err}");
+    assert_eq!(env.snapshot(), before);
 }
 
 // ---------------------------------------------------------------- paths and formats
 
-#[test]
-fn a_mistyped_path_is_no_such_file_not_a_workflow_name() {
-    let env = Env::new();
+fn a_mistyped_path_is_no_such_file_not_a_workflow_name(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let before = env.state_snapshot();
     for arg in ["examples/solve-issue.yml", "solve-issue.yaml", "flow.json"] {
         let err = env.fails(&["thread", "run", arg, "-p", "x"]);
         assert!(err.contains(&format!("no such file: {arg}")), "{err}");
@@ -142,11 +181,16 @@ fn a_mistyped_path_is_no_such_file_not_a_workflow_name() {
     // A plain name is still looked up as a registered workflow.
     let err = env.fails(&["thread", "run", "solve-issue", "-p", "x"]);
     assert!(err.contains("uwf::workflow::unknown"), "{err}");
+    // None of them started a thread or registered anything (the store's
+    // built-in schema nodes may be written on first use).
+    assert_eq!(env.state_snapshot(), before);
+    assert!(env.heads().is_empty() && env.registry().is_empty());
 }
 
-#[test]
-fn thread_read_refuses_a_data_format_instead_of_printing_markdown() {
-    let env = Env::new();
+fn thread_read_refuses_a_data_format_instead_of_printing_markdown(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let id = start(&env, "task");
     for format in ["json", "yaml"] {
         let err = env.fails(&["--format", format, "thread", "read", &id]);
@@ -156,9 +200,10 @@ fn thread_read_refuses_a_data_format_instead_of_printing_markdown() {
     assert!(env.text(&["thread", "read", &id]).starts_with("# Thread "));
 }
 
-#[test]
-fn a_cause_is_printed_once_and_every_error_has_a_code() {
-    let env = Env::new();
+fn a_cause_is_printed_once_and_every_error_has_a_code(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let err = env.fails(&["workflow", "validate", "nonexist.yaml"]);
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
     has_code(&err);
@@ -176,9 +221,10 @@ fn a_cause_is_printed_once_and_every_error_has_a_code() {
 
 // ---------------------------------------------------------------- failed runs
 
-#[test]
-fn a_failed_run_names_its_thread_and_resumes_by_id() {
-    let env = Env::new();
+fn a_failed_run_names_its_thread_and_resumes_by_id(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let out = env.output(&[
         "thread",
         "run",
@@ -200,26 +246,40 @@ fn a_failed_run_names_its_thread_and_resumes_by_id() {
     assert!(!err.contains("finished"), "{err}");
     assert!(err.contains("step 1: planner failed after"), "{err}");
     assert_eq!(err.matches("planner broke").count(), 1, "{err}");
+    // The thread stays active in the store at its start, not archived.
+    let show = env.json(&["thread", "show", &id]);
+    assert_eq!(active_head(&env, &id).as_deref(), show["head"].as_str());
+    assert!(archived(&env, &id).is_none(), "{:?}", env.history());
 
     // Resumed by id, by a prefix of it, by @last.
     let v = env.json(&["thread", "run", &id, "--agent", &solve(&env)]);
     assert_eq!(v["done"], true);
     assert_eq!(v["thread"], id.as_str());
+    assert_eq!(archived(&env, &id).unwrap()["reason"], "done");
+    assert!(active_head(&env, &id).is_none());
     // A task is not given to an existing thread.
     let other = start(&env, "second");
     let err = env.fails(&["thread", "run", &other, "-p", "again"]);
     assert!(err.contains("uwf::thread::prompt_on_resume"), "{err}");
     let v = env.json(&["thread", "run", "@last", "--agent", &solve(&env)]);
     assert_eq!(v["thread"], other.as_str());
+    assert_eq!(archived(&env, &other).unwrap()["reason"], "done");
+    assert!(env.heads().is_empty(), "{:?}", env.heads());
 }
 
 // ---------------------------------------------------------------- ids
 
-#[test]
-fn prefixes_and_last_name_threads() {
-    let env = Env::new();
+fn prefixes_and_last_name_threads(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let first = start(&env, "first");
     let second = start(&env, "second");
+    // The names are resolved against the threads the store holds.
+    assert_eq!(
+        env.heads().into_keys().collect::<Vec<_>>(),
+        [first.clone(), second.clone()]
+    );
     assert_eq!(
         env.json(&["thread", "show", "@last"])["thread"],
         second.as_str()
@@ -244,15 +304,19 @@ fn prefixes_and_last_name_threads() {
 
 // ---------------------------------------------------------------- prune
 
-#[test]
-fn prune_archives_threads_that_never_took_a_step() {
-    let env = Env::new();
+fn prune_archives_threads_that_never_took_a_step(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let idle = start(&env, "never stepped");
+    let idle_head = active_head(&env, &idle).unwrap();
     let stepped = start(&env, "stepped");
     env.json(&["thread", "step", &stepped, "--agent", &solve(&env)]);
     // Young threads are kept by default.
     assert_eq!(env.json(&["thread", "prune"]), serde_json::json!([]));
+    let before = env.snapshot();
     let dry = env.json(&["thread", "prune", "--older-than", "0s", "--dry-run"]);
+    assert_eq!(env.snapshot(), before, "a dry run changed the store");
     assert_eq!(dry.as_array().unwrap().len(), 1);
     assert_eq!(dry[0]["thread"], idle.as_str());
     assert_eq!(env.json(&["thread", "list"]).as_array().unwrap().len(), 2);
@@ -262,15 +326,22 @@ fn prune_archives_threads_that_never_took_a_step() {
     let list = env.json(&["thread", "list"]);
     assert_eq!(list.as_array().unwrap().len(), 1);
     assert_eq!(list[0]["thread"], stepped.as_str());
-    // Archived, not lost.
+    // Archived, not lost: in the store's history, out of its active threads.
     assert_eq!(env.json(&["thread", "show", &idle])["done"], true);
+    let entry = archived(&env, &idle).unwrap();
+    assert_eq!(entry["reason"], "pruned", "{entry}");
+    assert_eq!(entry["head"], idle_head.as_str(), "{entry}");
+    assert!(active_head(&env, &idle).is_none());
+    assert!(active_head(&env, &stepped).is_some());
+    assert!(archived(&env, &stepped).is_none());
 }
 
 // ---------------------------------------------------------------- colour
 
-#[test]
-fn colour_follows_the_flag_and_the_environment() {
-    let env = Env::new();
+fn colour_follows_the_flag_and_the_environment(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let esc = |out: &std::process::Output| out.stderr.contains(&0x1b);
     let bad = ["thread", "show", "ZZZ"];
     // NO_COLOR (set by Env) and not a terminal: none.
@@ -299,10 +370,17 @@ fn colour_follows_the_flag_and_the_environment() {
 
 // ---------------------------------------------------------------- did you mean, carets
 
-#[test]
-fn typos_get_suggestions_and_expressions_a_caret() {
-    let env = Env::new();
+fn typos_get_suggestions_and_expressions_a_caret(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     env.json(&["workflow", "put", &example("solve-issue.yaml")]);
+    // The suggestion comes from the store's registry.
+    assert!(
+        env.registry().contains_key("solve-issue"),
+        "{:?}",
+        env.registry()
+    );
     let err = env.fails(&["thread", "run", "solve-isue", "-p", "x"]);
     assert!(err.contains("did you mean \"solve-issue\"?"), "{err}");
     let err = env.fails(&["eval", "1 + + 2"]);
