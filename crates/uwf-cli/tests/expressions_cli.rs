@@ -1,12 +1,26 @@
 //! Conditions you can trust, through the real binary: the same answer in
 //! every process, bad expressions refused at `workflow put` with a line and
 //! column, `uwf eval`, and `thread next --explain`.
+//!
+//! Every test runs on both stores (`per_backend!`): the filesystem root
+//! and PostgreSQL, where the threads a condition reads, `uwf eval
+//! --thread` reads and `thread next --explain` explains are rows of the
+//! database (checked: the heads are in `uwf_threads`, nothing in the root).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use common::{Env, mock_agent};
+use common::{Backend, Env, mock_agent};
 use serde_json::{Value, json};
+
+per_backend!(
+    conditions_give_the_same_answer_in_every_process,
+    functions_jsonata_rs_lacked_work_in_conditions,
+    workflow_put_refuses_expressions_that_can_never_work,
+    eval_against_json_a_thread_and_a_step,
+    eval_failures_are_clear_and_print_nothing,
+    next_explain_shows_every_condition,
+);
 
 /// A workflow whose `seed` step outputs an object; then `other` runs when
 /// `condition` holds, else the thread ends. After the seed step the thread
@@ -38,7 +52,8 @@ graph:
 }
 
 /// Starts a `seed` thread and runs its one step; the mock writes the
-/// output's members in an order that is not sorted.
+/// output's members in an order that is not sorted. `condition` must
+/// hold: the thread is checked to be still active in the store.
 fn seeded(env: &Env, condition: &str) -> String {
     let wf = env.file("seed.yaml", &seed_workflow(condition));
     let scenario = env.file(
@@ -47,20 +62,39 @@ fn seeded(env: &Env, condition: &str) -> String {
     );
     let start = env.json(&["thread", "start", wf.to_str().unwrap(), "-p", "go"]);
     let id = start["thread"].as_str().unwrap().to_string();
-    env.json(&["thread", "step", &id, "--agent", &mock_agent(&scenario)]);
+    let stepped = env.json(&["thread", "step", &id, "--agent", &mock_agent(&scenario)]);
+    assert_in_store(env, &id, &stepped["head"]);
     id
 }
 
+/// Asserts that the store holds `id` as an active thread at `head`: its
+/// head file, or on PostgreSQL its `uwf_threads` row, and then nothing
+/// of the thread in the root (the database is the store).
+fn assert_in_store(env: &Env, id: &str, head: &Value) {
+    let heads = env.heads();
+    assert_eq!(
+        heads.get(id).map(|h| h.trim_end()),
+        Some(head.as_str().unwrap()),
+        "{id} at {head}: {heads:?}"
+    );
+    if env.db.is_some() {
+        for dir in ["threads", "cas"] {
+            assert!(!env.root().join(dir).exists(), "{dir}/ in the root");
+        }
+    }
+}
+
 /// The table of issue 8: each condition, in ten separate processes, holds.
-#[test]
-fn conditions_give_the_same_answer_in_every_process() {
+fn conditions_give_the_same_answer_in_every_process(backend: Backend) {
     for condition in [
         "$keys(steps[-1].output)[0] = 'aa'",
         "steps[-1].output.*[0] = 1",
         r#"$string(steps[-1].output) = '{"aa":1,"bb":2,"cc":3,"dd":4}'"#,
         "$each(steps[-1].output, function($v, $k) { $k })[3] = 'dd'",
     ] {
-        let env = Env::new();
+        let Some(env) = Env::on(backend) else {
+            return;
+        };
         let id = seeded(&env, condition);
         for run in 0..10 {
             let next = env.json(&["thread", "next", &id]);
@@ -73,8 +107,7 @@ fn conditions_give_the_same_answer_in_every_process() {
     }
 }
 
-#[test]
-fn functions_jsonata_rs_lacked_work_in_conditions() {
+fn functions_jsonata_rs_lacked_work_in_conditions(backend: Backend) {
     for condition in [
         "$type(steps[-1].output.aa) = 'number'",
         "$average([steps[-1].output.aa, steps[-1].output.dd]) = 2.5",
@@ -87,7 +120,9 @@ fn functions_jsonata_rs_lacked_work_in_conditions() {
         "$decodeUrl($encodeUrl('a b')) = 'a b'",
         "steps[-1].output.aa.%.bb = 2",
     ] {
-        let env = Env::new();
+        let Some(env) = Env::on(backend) else {
+            return;
+        };
         let id = seeded(&env, condition);
         assert_eq!(
             env.json(&["thread", "next", &id])["role"],
@@ -98,9 +133,8 @@ fn functions_jsonata_rs_lacked_work_in_conditions() {
 }
 
 /// Bad expressions are refused at `put` (and `validate`), placed in the
-/// file, and nothing is stored.
-#[test]
-fn workflow_put_refuses_expressions_that_can_never_work() {
+/// file, and nothing is stored (no file, and on PostgreSQL no row).
+fn workflow_put_refuses_expressions_that_can_never_work(backend: Backend) {
     for (condition, code, needle) in [
         ("steps[-1].output.x = ", "condition-syntax", "S0"),
         (
@@ -112,7 +146,9 @@ fn workflow_put_refuses_expressions_that_can_never_work() {
         ("$count(steps[role = 'sed']) > 1", "unknown-role", "\"sed\""),
         ("$now() > '2020'", "impure-function", "$now"),
     ] {
-        let env = Env::new();
+        let Some(env) = Env::on(backend) else {
+            return;
+        };
         let text = seed_workflow(condition);
         let wf = env.file("seed.yaml", &text);
         env.json(&["workflow", "list"]);
@@ -140,9 +176,10 @@ fn workflow_put_refuses_expressions_that_can_never_work() {
     }
 }
 
-#[test]
-fn eval_against_json_a_thread_and_a_step() {
-    let env = Env::new();
+fn eval_against_json_a_thread_and_a_step(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     // Plain JSON, as an argument and on stdin.
     assert_eq!(
         env.json(&[
@@ -188,17 +225,24 @@ fn eval_against_json_a_thread_and_a_step() {
         .as_str()
         .unwrap()
         .to_string();
+    let before = env.snapshot();
     assert_eq!(
         env.json(&["eval", "steps[-1].role & ':' & start.prompt", "--at", &head]),
         json!("seed:go")
     );
-    // Evaluating changes nothing.
+    assert_eq!(
+        env.json(&["eval", "steps[-1].output.aa", "--thread", &id]),
+        json!(1)
+    );
+    // Evaluating changes nothing: not the head, not a file, not a row.
     assert_eq!(env.json(&["thread", "show", &id])["head"], head);
+    assert_eq!(env.snapshot(), before);
 }
 
-#[test]
-fn eval_failures_are_clear_and_print_nothing() {
-    let env = Env::new();
+fn eval_failures_are_clear_and_print_nothing(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let err = env.fails(&["eval", "1 +", "--input", "{}"]);
     assert!(
         err.contains("not valid JSONata") && err.contains("S0"),
@@ -215,9 +259,10 @@ fn eval_failures_are_clear_and_print_nothing() {
     assert!(err.contains("U1001"), "{err}");
 }
 
-#[test]
-fn next_explain_shows_every_condition() {
-    let env = Env::new();
+fn next_explain_shows_every_condition(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let wf = env.file(
         "explain.yaml",
         r#"name: explain
@@ -245,7 +290,9 @@ graph:
         .as_str()
         .unwrap()
         .to_string();
-    env.json(&["thread", "step", &id, "--agent", &mock_agent(&scenario)]);
+    let stepped = env.json(&["thread", "step", &id, "--agent", &mock_agent(&scenario)]);
+    assert_in_store(&env, &id, &stepped["head"]);
+    let before = env.snapshot();
     let e = env.json(&["thread", "next", &id, "--explain"]);
     assert_eq!(e["role"], "other");
     assert_eq!(e["done"], false);
@@ -266,4 +313,6 @@ graph:
         env.json(&["thread", "next", &id]),
         json!({"thread": id, "role": "other", "done": false, "prompt": "aa is 1"})
     );
+    // Explaining is reading: the store is as it was.
+    assert_eq!(env.snapshot(), before);
 }
