@@ -1,12 +1,29 @@
 //! `uwf thread view` and `uwf workflow graph --thread` with the real
 //! binaries: a thread of examples/solve-issue.yaml run by uwf-mock, one of
 //! whose outputs is a script payload.
+//!
+//! Every test runs on both stores (`per_backend!`): the filesystem root,
+//! and PostgreSQL, where the threads the page and the graph are drawn
+//! from (their nodes, heads, history, waits and attempts) are the
+//! database's rows — checked: the threads are in the store and nothing of
+//! them in the root. Headless Chromium looks at the page once, on the
+//! filesystem: see [`view_in_headless_chromium`].
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use common::{Env, example, mock_agent};
+use common::{Backend, Env, example, mock_agent};
 use serde_json::Value;
+
+per_backend!(
+    view_writes_one_self_contained_page,
+    view_to_stdout_and_to_the_temp_dir,
+    view_failures_say_why_and_print_nothing,
+    graph_overlays_the_threads_path,
+    view_marks_the_wait_and_the_failed_attempts,
+    view_nests_child_threads,
+    view_in_headless_chromium,
+);
 
 /// What a malicious agent might answer.
 pub const PAYLOAD: &str = r#"<script>window.__pwned = 1; document.title = "PWNED"</script><img src=x onerror="window.__pwned = 2">"#;
@@ -31,12 +48,39 @@ pub fn payload_thread(env: &Env) -> String {
         &mock_agent(&path),
     ]);
     assert_eq!(out["done"], true);
-    out["thread"].as_str().unwrap().to_string()
+    let id = out["thread"].as_str().unwrap().to_string();
+    assert_archived(env, &[&id]);
+    id
 }
 
-#[test]
-fn view_writes_one_self_contained_page() {
-    let env = Env::new();
+/// Asserts that the store has archived each of `threads` (done):
+/// `history.jsonl`, or the rows of `uwf_history` on PostgreSQL, where
+/// nothing of a thread is in the root.
+fn assert_archived(env: &Env, threads: &[&str]) {
+    let history = env.history();
+    for id in threads {
+        assert!(
+            history.iter().any(|h| h["thread"] == *id),
+            "{id} not archived: {history:?}"
+        );
+    }
+    assert_nothing_in_the_root(env);
+}
+
+/// On PostgreSQL, the root holds no thread state: the database is the
+/// store (the root keeps only local things such as `.env`).
+fn assert_nothing_in_the_root(env: &Env) {
+    if env.db.is_some() {
+        for name in ["cas", "threads", "history.jsonl", "registry.yaml"] {
+            assert!(!env.root().join(name).exists(), "{name} in the root");
+        }
+    }
+}
+
+fn view_writes_one_self_contained_page(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let id = payload_thread(&env);
     let file = env.dir.path().join("out.html");
     let out = env.json(&["thread", "view", &id, "--html", file.to_str().unwrap()]);
@@ -63,9 +107,10 @@ fn view_writes_one_self_contained_page() {
     assert!(page.contains(&format!("<dd>{id}</dd>")));
 }
 
-#[test]
-fn view_to_stdout_and_to_the_temp_dir() {
-    let env = Env::new();
+fn view_to_stdout_and_to_the_temp_dir(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let id = payload_thread(&env);
     let page = env.text(&["thread", "view", &id, "--html", "-"]);
     assert!(page.starts_with("<!DOCTYPE html>") && page.trim_end().ends_with("</html>"));
@@ -90,9 +135,10 @@ fn view_to_stdout_and_to_the_temp_dir() {
     assert_eq!(std::fs::read_to_string(&want).unwrap(), page);
 }
 
-#[test]
-fn view_failures_say_why_and_print_nothing() {
-    let env = Env::new();
+fn view_failures_say_why_and_print_nothing(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let id = payload_thread(&env);
     let err = env.fails(&["thread", "view", "01J7K9M2XNPQR5VWBCDF8G3H4T"]);
     assert!(
@@ -110,9 +156,10 @@ fn view_failures_say_why_and_print_nothing() {
     assert!(!err.is_empty());
 }
 
-#[test]
-fn graph_overlays_the_threads_path() {
-    let env = Env::new();
+fn graph_overlays_the_threads_path(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let id = payload_thread(&env);
     let mermaid = env.text(&["workflow", "graph", "--thread", &id]);
     assert!(mermaid.starts_with("flowchart TD\n"), "{mermaid}");
@@ -176,10 +223,10 @@ fn graph_overlays_the_threads_path() {
     ]);
 }
 
-#[test]
-fn view_marks_the_wait_and_the_failed_attempts() {
-    let env = Env::new();
-    std::fs::create_dir_all(env.root()).unwrap();
+fn view_marks_the_wait_and_the_failed_attempts(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let config = format!(
         "agents:\n  mock: {{ command: {mock:?}, args: [{scenario:?}] }}\n  me: {{ human: true }}\n\
          defaultAgent: mock\nagentOverrides:\n  approve-release: {{ approver: me }}\n\
@@ -187,7 +234,7 @@ fn view_marks_the_wait_and_the_failed_attempts() {
         mock = common::mock_bin().display().to_string(),
         scenario = example("approve-release.human.mock.yaml"),
     );
-    std::fs::write(env.root().join("config.yaml"), config).unwrap();
+    env.set_config(&config);
     let out = env.output(&[
         "thread",
         "run",
@@ -205,6 +252,9 @@ fn view_marks_the_wait_and_the_failed_attempts() {
         .as_str()
         .unwrap()
         .to_string();
+    // Waiting: still active in the store.
+    assert!(env.heads().contains_key(&id), "{:?}", env.heads());
+    assert_nothing_in_the_root(&env);
     let page = env.text(&["thread", "view", &id, "--html", "-"]);
     assert!(page.contains(r#"<span class="state waiting">waiting for a person</span>"#));
     assert_eq!(
@@ -227,10 +277,10 @@ fn view_marks_the_wait_and_the_failed_attempts() {
     assert!(attempt < step);
 }
 
-#[test]
-fn view_nests_child_threads() {
-    let env = Env::new();
-    env.json(&["workflow", "put", &example("develop.yaml")]);
+fn view_nests_child_threads(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
     let config = format!(
         "agents:\n  mock: {{ command: {mock:?}, args: [{scenario:?}] }}\n  develop: {{ command: {wf:?}, args: [develop] }}\n\
          defaultAgent: mock\nagentOverrides:\n  solve-issue-nested: {{ developer: develop }}\n",
@@ -238,7 +288,8 @@ fn view_nests_child_threads() {
         wf = common::workflow_bin().display().to_string(),
         scenario = example("solve-issue-nested.mock.yaml"),
     );
-    std::fs::write(env.root().join("config.yaml"), config).unwrap();
+    env.set_config(&config);
+    env.json(&["workflow", "put", &example("develop.yaml")]);
     let out = env.json(&[
         "thread",
         "run",
@@ -254,6 +305,12 @@ fn view_nests_child_threads() {
         2,
         "the developer ran twice as a child thread"
     );
+    // The children are the store's too (on PostgreSQL: the same database).
+    let child_ids: Vec<&str> = children
+        .iter()
+        .map(|c| c["thread"].as_str().unwrap())
+        .collect();
+    assert_archived(&env, &[&[id.as_str()][..], &child_ids].concat());
     let page = env.text(&["thread", "view", &id, "--html", "-"]);
     // Each child thread is a section of its own inside its parent's step,
     // with its own graph and steps, and its id.
@@ -292,8 +349,34 @@ fn view_nests_child_threads() {
 /// `$UWF_VIEW_SCREENSHOT_DIR` when set). Without Chromium the test says
 /// loudly that it was skipped; with `CI=true` or `UWF_CHROMIUM_REQUIRED`
 /// set it fails instead.
-#[test]
-fn view_in_headless_chromium() {
+///
+/// The browser runs on the filesystem only. The page is drawn from the
+/// thread's nodes, which are the same whichever store holds them, so a
+/// second browser would look at the same page: instead, on PostgreSQL,
+/// the page the database gives is checked to be the filesystem's page of
+/// the same run, up to what differs between any two runs (ids, hashes of
+/// timed nodes, times, temporary paths: [`comparable`]). The store-reading
+/// part — the run and `thread view` — runs on both.
+fn view_in_headless_chromium(backend: Backend) {
+    if backend == Backend::Pg {
+        let Some(env) = Env::on(backend) else {
+            return;
+        };
+        let id = payload_thread(&env);
+        let file = env.dir.path().join("view.html");
+        env.json(&["thread", "view", &id, "--html", file.to_str().unwrap()]);
+        let page = std::fs::read_to_string(&file).unwrap();
+        let fs = Env::new();
+        let fs_id = payload_thread(&fs);
+        let fs_page = fs.text(&["thread", "view", &fs_id, "--html", "-"]);
+        assert_eq!(
+            comparable(&page, &env, &id),
+            comparable(&fs_page, &fs, &fs_id),
+            "the page of a PostgreSQL thread is not the filesystem's"
+        );
+        assert!(page.contains(&format!("<dd>{id}</dd>")), "{page}");
+        return;
+    }
     let Some(chromium) = browser::find() else {
         let msg = "chromium not found (install Debian's `chromium`, or set CHROMIUM_BIN)";
         if std::env::var("CI").is_ok_and(|v| v == "true")
@@ -401,6 +484,69 @@ fn view_in_headless_chromium() {
     if let Some(dir) = std::env::var_os("UWF_VIEW_SCREENSHOT_DIR") {
         std::fs::copy(&shot, std::path::Path::new(&dir).join("view.png")).unwrap();
     }
+}
+
+/// `page` (the view of thread `id` of `env`) with what differs between
+/// two runs of the same thread blanked out: the thread's id, the paths
+/// under the test's temporary directory, the hashes of the step nodes
+/// (which hold times) wherever they appear, the times, and the durations
+/// between steps. Outputs and their hashes stay: they are the content.
+fn comparable(page: &str, env: &Env, id: &str) -> String {
+    let mut page = page
+        .replace(id, "THREAD")
+        .replace(env.dir.path().to_str().unwrap(), "TMP");
+    for (start, end, what) in [
+        ("step <code>", "</code>", "STEP"),
+        (
+            r#"title="time since the previous node">"#,
+            "</span>",
+            "DURATION",
+        ),
+    ] {
+        let mut out = String::new();
+        let mut blanked = Vec::new();
+        let mut rest = page.as_str();
+        while let Some(i) = rest.find(start) {
+            let after = &rest[i + start.len()..];
+            let j = after.find(end).unwrap();
+            blanked.push(after[..j].to_string());
+            out.push_str(&rest[..i + start.len()]);
+            out.push_str(what);
+            rest = &after[j..];
+        }
+        out.push_str(rest);
+        assert!(!blanked.is_empty(), "no {start:?} in the page");
+        page = out;
+        if what == "STEP" {
+            // The head is the last step: named again in the header.
+            for hash in blanked {
+                page = page.replace(&hash, what);
+            }
+        }
+    }
+    // Times: `YYYY-MM-DD HH:MM:SSZ`.
+    let mask = "dddd-dd-dd dd:dd:ddZ".as_bytes();
+    let bytes = page.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    let mut times = 0;
+    while i < bytes.len() {
+        let is_time = bytes.len() - i >= mask.len()
+            && mask.iter().zip(&bytes[i..]).all(|(m, b)| match m {
+                b'd' => b.is_ascii_digit(),
+                m => m == b,
+            });
+        if is_time {
+            out.extend_from_slice(b"TIME");
+            i += mask.len();
+            times += 1;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    assert!(times > 0, "no time in the page");
+    String::from_utf8(out).unwrap()
 }
 
 /// A minimal DevTools-protocol client over `--remote-debugging-pipe`
