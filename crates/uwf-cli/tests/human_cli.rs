@@ -12,7 +12,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::process::Output;
 
 use common::{Backend, Env, example, mock_bin, workflow_bin};
@@ -54,33 +53,10 @@ fn human_env(backend: Backend, scenario: &str, extra: &str) -> Option<Env> {
     Some(env)
 }
 
-/// The store's table of waits as it is stored, stale entries included:
-/// thread → the record (`head`, `role`, `child`, …). `waiting.yaml` on
-/// the filesystem, the rows of `uwf_waiting` on PostgreSQL (whose `head`
-/// column must agree with the record's).
-fn waiting_table(env: &Env) -> BTreeMap<String, Value> {
-    let Some(db) = &env.db else {
-        return std::fs::read(env.root().join("waiting.yaml"))
-            .map(|b| serde_yaml::from_slice(&b).unwrap())
-            .unwrap_or_default();
-    };
-    db.client()
-        .query("SELECT thread, head, record FROM uwf_waiting", &[])
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let (thread, head): (String, String) = (r.get(0), r.get(1));
-            let record: Value = serde_json::from_str(r.get(2)).unwrap();
-            assert_eq!(record["head"], head.as_str(), "uwf_waiting row of {thread}");
-            (thread, record)
-        })
-        .collect()
-}
-
 /// Asserts that the store records `thread` as waiting at `head` for
 /// `role` (through `child` when given).
 fn assert_recorded_wait(env: &Env, thread: &str, head: &Value, role: &str, child: Option<&str>) {
-    let table = waiting_table(env);
+    let table = env.waiting_table();
     let entry = table
         .get(thread)
         .unwrap_or_else(|| panic!("no waiting entry for {thread}: {table:?}"));
@@ -93,7 +69,7 @@ fn assert_recorded_wait(env: &Env, thread: &str, head: &Value, role: &str, child
 /// `thread`, whose head is now `head` (an entry at an older head is
 /// stale: readers skip it).
 fn assert_no_current_wait(env: &Env, thread: &str, head: &Value) {
-    if let Some(entry) = waiting_table(env).get(thread) {
+    if let Some(entry) = env.waiting_table().get(thread) {
         assert_ne!(&entry["head"], head, "{thread} still waits: {entry}");
     }
 }

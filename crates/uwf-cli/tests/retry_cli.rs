@@ -70,23 +70,6 @@ fn env_with(backend: Backend, developer_extra: &str, policies: &str) -> Option<E
     Some(env)
 }
 
-/// The store's table of attempts as it is stored: thread → its newest
-/// AttemptRecord node. `attempts.yaml` on the filesystem, the rows of
-/// `uwf_attempts` on PostgreSQL.
-fn attempts_table(env: &Env) -> BTreeMap<String, String> {
-    let Some(db) = &env.db else {
-        return std::fs::read(env.root().join("attempts.yaml"))
-            .map(|b| serde_yaml::from_slice(&b).unwrap())
-            .unwrap_or_default();
-    };
-    db.client()
-        .query("SELECT thread, record FROM uwf_attempts", &[])
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect()
-}
-
 fn hashes(env: &Env, id: &str) -> Vec<String> {
     env.json(&["thread", "steps", id])["steps"]
         .as_array()
@@ -169,7 +152,7 @@ fn a_flaky_agent_is_retried_and_the_chain_matches_a_clean_run(backend: Backend) 
     assert_eq!(second["prev"], attempts[1]["hash"]);
     // The store links the thread to its newest attempt.
     assert_eq!(
-        attempts_table(&flaky),
+        flaky.attempts_table(),
         BTreeMap::from([(id.clone(), s(&attempts[0]["hash"]))])
     );
     let read = flaky.uwf().args(["thread", "read", &id]).output().unwrap();
@@ -190,7 +173,7 @@ fn a_flaky_agent_is_retried_and_the_chain_matches_a_clean_run(backend: Backend) 
             .get("attempts")
             .is_none()
     );
-    assert_eq!(attempts_table(&clean), BTreeMap::new());
+    assert_eq!(clean.attempts_table(), BTreeMap::new());
     flaky.json(&["cas", "verify"]);
 }
 
@@ -220,19 +203,19 @@ fn when_the_retries_run_out_the_step_fails_and_every_attempt_is_kept(backend: Ba
     // gc keeps the records while the thread is active, not after.
     let record = s(&shown["attempts"][0]["hash"]);
     let older = s(&shown["attempts"][1]["hash"]);
-    assert_eq!(attempts_table(&env).get(&id), Some(&record));
+    assert_eq!(env.attempts_table().get(&id), Some(&record));
     env.json(&["cas", "gc", "--grace", "0s"]);
     for h in [&record, &older] {
         assert_eq!(env.json(&["cas", "has", h])["exists"], true);
     }
-    assert_eq!(attempts_table(&env).get(&id), Some(&record));
+    assert_eq!(env.attempts_table().get(&id), Some(&record));
     env.json(&["thread", "kill", &id]);
     env.json(&["cas", "gc", "--grace", "0s"]);
     for h in [&record, &older] {
         assert_eq!(env.json(&["cas", "has", h])["exists"], false);
     }
     // gc dropped the killed thread's entry with its records.
-    assert_eq!(attempts_table(&env).get(&id), None);
+    assert_eq!(env.attempts_table().get(&id), None);
     env.json(&["cas", "verify"]);
 }
 
@@ -258,7 +241,7 @@ fn a_timeout_from_config_is_a_retried_failure(backend: Backend) {
     let shown = env.json(&["thread", "show", &id]);
     let record = env.json(&["cas", "get", &s(&shown["attempts"][0]["hash"])])["payload"].clone();
     assert_eq!(
-        attempts_table(&env).get(&id),
+        env.attempts_table().get(&id),
         Some(&s(&shown["attempts"][0]["hash"]))
     );
     assert_eq!(record["kind"], "timeout");
@@ -331,7 +314,7 @@ fn ctrl_c_or_a_kill_during_the_backoff_stops_the_step(backend: Backend) {
     assert_eq!(shown["head"], head);
     assert_eq!(shown["attempts"].as_array().unwrap().len(), 1);
     assert_eq!(
-        attempts_table(&env).get(&id),
+        env.attempts_table().get(&id),
         Some(&s(&shown["attempts"][0]["hash"]))
     );
 
@@ -411,7 +394,7 @@ fn a_kill_9_during_the_backoff_loses_nothing(backend: Backend) {
     assert_eq!(shown["head"], head);
     assert_eq!(shown["attempts"].as_array().unwrap().len(), 1, "{shown}");
     let recorded = s(&shown["attempts"][0]["hash"]);
-    assert_eq!(attempts_table(&env).get(&id), Some(&recorded));
+    assert_eq!(env.attempts_table().get(&id), Some(&recorded));
     env.json(&["cas", "verify"]);
     // Stepping again goes on: the scripted failure is spent, the developer lands.
     let stepped = env.json(&["thread", "step", &id]);
@@ -423,7 +406,7 @@ fn a_kill_9_during_the_backoff_loses_nothing(backend: Backend) {
             .len(),
         1
     );
-    assert_eq!(attempts_table(&env).get(&id), Some(&recorded));
+    assert_eq!(env.attempts_table().get(&id), Some(&recorded));
 }
 
 /// The issue's "done when": a person reviews in `solve-issue` (bound in
@@ -505,7 +488,7 @@ fn solve_issue_with_a_human_reviewer_and_a_flaky_developer(backend: Backend) {
     assert_eq!(shown["done"], true);
     assert_eq!(shown["attempts"].as_array().unwrap().len(), 2, "{shown}");
     assert_eq!(
-        attempts_table(&env).get(&id),
+        env.attempts_table().get(&id),
         Some(&s(&shown["attempts"][0]["hash"]))
     );
 }

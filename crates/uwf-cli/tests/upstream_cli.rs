@@ -12,7 +12,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Output;
 
@@ -78,29 +77,6 @@ fn corpus() -> Vec<String> {
 }
 
 const SUSPENDING: &[&str] = &["suspend-edge", "suspend-status"];
-
-/// The store's table of waits as stored: thread → record (`head`, `role`,
-/// `agent`, `prompt`, …). `waiting.yaml` on the filesystem, the rows of
-/// `uwf_waiting` on PostgreSQL (whose `head` column must agree with the
-/// record's). Written here rather than shared: human_cli has its own.
-fn waiting_table(env: &Env) -> BTreeMap<String, Value> {
-    let Some(db) = &env.db else {
-        return std::fs::read(env.root().join("waiting.yaml"))
-            .map(|b| serde_yaml::from_slice(&b).unwrap())
-            .unwrap_or_default();
-    };
-    db.client()
-        .query("SELECT thread, head, record FROM uwf_waiting", &[])
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let (thread, head): (String, String) = (r.get(0), r.get(1));
-            let record: Value = serde_json::from_str(r.get(2)).unwrap();
-            assert_eq!(record["head"], head.as_str(), "uwf_waiting row of {thread}");
-            (thread, record)
-        })
-        .collect()
-}
 
 /// The head of thread `id` as the store records it (`threads/<id>` or its
 /// `uwf_threads` row).
@@ -239,7 +215,7 @@ fn suspend_waits_and_resume_continues_from_the_resume_route(backend: Backend) {
         // The store records the wait at the thread's head: role `$SUSPEND`,
         // no agent ran.
         let head = head_of(&env, &id);
-        let table = waiting_table(&env);
+        let table = env.waiting_table();
         let wait = table
             .get(&id)
             .unwrap_or_else(|| panic!("no wait recorded for {id}: {table:?}"));
@@ -270,7 +246,7 @@ fn suspend_waits_and_resume_continues_from_the_resume_route(backend: Backend) {
         assert_eq!(resumed["thread"], id.as_str());
         // The wait is over: no record current at the new head.
         assert_ne!(resumed["head"], head.as_str(), "{resumed}");
-        if let Some(wait) = waiting_table(&env).get(&id) {
+        if let Some(wait) = env.waiting_table().get(&id) {
             assert_ne!(wait["head"], resumed["head"], "{id} still waits: {wait}");
         }
         assert!(

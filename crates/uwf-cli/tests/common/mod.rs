@@ -387,6 +387,46 @@ impl Env {
             .collect()
     }
 
+    /// The store's table of waits as it is stored, stale entries included:
+    /// thread → the record (`head`, `role`, `agent`, `prompt`, `child`, …).
+    /// `waiting.yaml` on the filesystem, the rows of `uwf_waiting` on
+    /// PostgreSQL (whose `head` column must agree with the record's).
+    pub fn waiting_table(&self) -> BTreeMap<String, Value> {
+        let Some(db) = &self.db else {
+            return std::fs::read(self.root().join("waiting.yaml"))
+                .map(|b| serde_yaml::from_slice(&b).unwrap())
+                .unwrap_or_default();
+        };
+        db.client()
+            .query("SELECT thread, head, record FROM uwf_waiting", &[])
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let (thread, head): (String, String) = (r.get(0), r.get(1));
+                let record: Value = serde_json::from_str(r.get(2)).unwrap();
+                assert_eq!(record["head"], head.as_str(), "uwf_waiting row of {thread}");
+                (thread, record)
+            })
+            .collect()
+    }
+
+    /// The store's table of attempts as it is stored: thread → its newest
+    /// AttemptRecord node. `attempts.yaml` on the filesystem, the rows of
+    /// `uwf_attempts` on PostgreSQL.
+    pub fn attempts_table(&self) -> BTreeMap<String, String> {
+        let Some(db) = &self.db else {
+            return std::fs::read(self.root().join("attempts.yaml"))
+                .map(|b| serde_yaml::from_slice(&b).unwrap())
+                .unwrap_or_default();
+        };
+        db.client()
+            .query("SELECT thread, record FROM uwf_attempts", &[])
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    }
+
     /// The registered workflows: name → Workflow node hash (`registry.yaml`,
     /// or `uwf_registry` on PostgreSQL).
     pub fn registry(&self) -> BTreeMap<String, String> {
