@@ -128,16 +128,6 @@ fn contains_all(text: &str, parts: &[&str]) {
     }
 }
 
-/// Roles of the thread's steps.
-fn roles(env: &Env, id: &str) -> Vec<String> {
-    env.json(&["thread", "steps", id])["steps"]
-        .as_array()
-        .unwrap()[1..]
-        .iter()
-        .map(|s| s["role"].as_str().unwrap().to_string())
-        .collect()
-}
-
 fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !cond() {
@@ -201,7 +191,7 @@ fn queued_steps_never_exceed_the_limit_and_all_land(backend: Backend) {
         assert!(out.status.success(), "{id}: {}", stderr(out));
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["thread"], id.as_str());
-        assert_eq!(roles(&env, id), ["planner"]);
+        assert_eq!(env.roles(id), ["planner"]);
     }
     assert_eq!((begun(&env), ended(&env)), (8, 8));
     assert_eq!(max_overlap(&env), 2, "{:?}", log_events(&env));
@@ -234,7 +224,7 @@ fn thread_run_respects_the_limit(backend: Backend) {
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["done"], true);
         let id = v["thread"].as_str().unwrap();
-        assert_eq!(roles(&env, id), ["planner", "developer", "reviewer"]);
+        assert_eq!(env.roles(id), ["planner", "developer", "reviewer"]);
     }
     assert_eq!(begun(&env), 9);
     assert_eq!(max_overlap(&env), 1, "{:?}", log_events(&env));
@@ -280,7 +270,7 @@ fn a_full_queue_pushes_out_its_oldest_waiter(backend: Backend) {
     for (id, child) in [(&a, a_child), (&c, c_child)] {
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "{id}: {}", stderr(&out));
-        assert_eq!(roles(&env, id), ["planner"]);
+        assert_eq!(env.roles(id), ["planner"]);
         if *id == c {
             contains_all(
                 &stderr(&out),
@@ -312,7 +302,7 @@ fn dropped_steps_fail_at_once_with_exit_3_and_nothing_is_lost(backend: Backend) 
         match out.status.code() {
             Some(0) => {
                 landed += 1;
-                assert_eq!(roles(&env, id), ["planner"]);
+                assert_eq!(env.roles(id), ["planner"]);
             }
             Some(EXIT_NO_SLOT) => {
                 assert!(out.stdout.is_empty());
@@ -325,7 +315,7 @@ fn dropped_steps_fail_at_once_with_exit_3_and_nothing_is_lost(backend: Backend) 
                         &format!("`uwf thread step {id}`"),
                     ],
                 );
-                assert!(roles(&env, id).is_empty());
+                assert!(env.roles(id).is_empty());
                 dropped.push(id.clone());
             }
             other => panic!("{id}: exit {other:?}: {}", stderr(&out)),
@@ -341,7 +331,7 @@ fn dropped_steps_fail_at_once_with_exit_3_and_nothing_is_lost(backend: Backend) 
     let quick = logging_agent(&env, "0ms");
     for id in &dropped {
         env.json(&["thread", "step", id, "--agent", &quick]);
-        assert_eq!(roles(&env, id), ["planner"]);
+        assert_eq!(env.roles(id), ["planner"]);
     }
     env.json(&["cas", "verify"]);
 }
@@ -377,7 +367,7 @@ fn a_slot_is_freed_when_its_uwf_is_killed_with_sigkill(backend: Backend) {
         "took {:?}",
         t.elapsed()
     );
-    assert_eq!(roles(&env, &b), ["planner"]);
+    assert_eq!(env.roles(&b), ["planner"]);
     assert_eq!(ended(&env), 1, "only b's agent has ended: a's still runs");
 
     let dir = env.dir.path().to_str().unwrap().to_string();
@@ -493,7 +483,7 @@ fn bad_limits_are_refused_naming_the_file(backend: Backend) {
                 expect,
             ],
         );
-        assert!(roles(&env, &id).is_empty());
+        assert!(env.roles(&id).is_empty());
     }
 }
 

@@ -51,16 +51,6 @@ fn solve(env: &Env, task: &str) -> String {
     out["thread"].as_str().unwrap().to_string()
 }
 
-fn roles(env: &Env, args: &[&str]) -> Vec<String> {
-    let v = env.json(args);
-    v["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|s| s["role"].as_str().map(str::to_string))
-        .collect()
-}
-
 #[test]
 fn threads_run_on_postgres_and_the_password_never_shows() {
     let Some(db) = uwf_pg_testing::database() else {
@@ -78,7 +68,7 @@ fn threads_run_on_postgres_and_the_password_never_shows() {
     assert_eq!(again["applied"], serde_json::json!([]), "{again}");
 
     let thread = solve(&env, "Fix the login bug");
-    assert_eq!(roles(&env, &["thread", "steps", &thread]), SOLVED);
+    assert_eq!(env.roles(&thread), SOLVED);
     let listed = env.json(&["thread", "list", "--all"]);
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     let verify = env.json(&["cas", "verify"]);
@@ -97,7 +87,7 @@ fn threads_run_on_postgres_and_the_password_never_shows() {
         gc.to_string().contains(put["hash"].as_str().unwrap()),
         "{gc}"
     );
-    assert_eq!(roles(&env, &["thread", "steps", &thread]), SOLVED);
+    assert_eq!(env.roles(&thread), SOLVED);
     let verify = env.json(&["cas", "verify"]);
     assert_eq!(verify["issues"], serde_json::json!([]), "{verify}");
     // Nothing of the thread is in the local root: it is all in the database.
@@ -178,7 +168,7 @@ fn a_store_is_copied_into_postgres_and_back_resumably() {
     };
     assert_eq!(ids(&after), ids(&before));
     for t in [&first, &second] {
-        assert_eq!(roles(&pg, &["thread", "steps", t]), SOLVED);
+        assert_eq!(pg.roles(t), SOLVED);
     }
     assert_eq!(pg.json(&["cas", "verify"])["issues"], serde_json::json!([]));
 
@@ -222,7 +212,7 @@ fn a_store_is_copied_into_postgres_and_back_resumably() {
     let (ok, copied, _) = copy(&pg, &db.url_without_password, &back_root);
     assert!(ok, "{copied}");
     assert_eq!(copied["historyAdded"], 3, "{copied}");
-    assert_eq!(roles(&back, &["thread", "steps", &third]), SOLVED);
+    assert_eq!(back.roles(&third), SOLVED);
     assert_eq!(
         back.json(&["cas", "verify"])["issues"],
         serde_json::json!([])

@@ -140,13 +140,6 @@ fn steps(env: &Env, id: &str) -> Vec<Value> {
         .clone()
 }
 
-fn roles(env: &Env, id: &str) -> Vec<String> {
-    steps(env, id)[1..]
-        .iter()
-        .map(|s| s["role"].as_str().unwrap().to_string())
-        .collect()
-}
-
 fn step(env: &Env, id: &str, agent: &str) -> Value {
     env.json(&["thread", "step", id, "--agent", agent])
 }
@@ -424,7 +417,7 @@ fn fork_a_finished_thread_mid_way_and_step_the_fork(backend: Backend) {
     let done = env.json(&["thread", "run", "--thread", &fork, "--agent", &solve]);
     assert_eq!(done["done"], true);
     assert_eq!(
-        roles(&env, &fork),
+        env.roles(&fork),
         ["planner", "developer", "reviewer", "developer", "reviewer"]
     );
     // The original is untouched.
@@ -512,7 +505,7 @@ fn run_example(
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let id = v["thread"].as_str().unwrap().to_string();
     assert_eq!(v["done"], true);
-    assert_eq!(roles(&env, &id), expected);
+    assert_eq!(env.roles(&id), expected);
     assert_eq!(v["head"], steps(&env, &id).last().unwrap()["hash"]);
     // Progress: one line per step start and finish, then the summary.
     for (i, role) in expected.iter().enumerate() {
@@ -627,10 +620,10 @@ fn run_stops_at_max_steps_and_continues_with_thread(backend: Backend) {
         &stderr(&out),
         &["not done after 2 step(s)", &format!("uwf thread run {id}")],
     );
-    assert_eq!(roles(&env, &id), ["planner", "developer"]);
+    assert_eq!(env.roles(&id), ["planner", "developer"]);
     let v = env.json(&["thread", "run", "--thread", &id, "--agent", &solve]);
     assert_eq!(v["done"], true);
-    assert_eq!(roles(&env, &id).len(), 5);
+    assert_eq!(env.roles(&id).len(), 5);
     // A finished thread cannot be run again.
     let before = env.snapshot();
     let err = env.fails(&["thread", "run", "--thread", &id, "--agent", &solve]);
@@ -708,7 +701,7 @@ fn kill_archives_the_thread(backend: Backend) {
     assert_eq!(hist.len(), 1);
     assert_eq!(hist[0]["reason"], "killed");
     // Steps and read still work on an archived thread.
-    assert_eq!(roles(&env, &id), ["planner"]);
+    assert_eq!(env.roles(&id), ["planner"]);
     let before = env.snapshot();
     let err = env.fails(&["thread", "step", &id, "--agent", &solve_agent(&env, "0ms")]);
     contains_all(&err, &["is finished (archived)"]);
@@ -771,7 +764,7 @@ fn a_thread_both_active_and_archived_is_active(backend: Backend) {
         json!([{"thread": id, "workflow": wf, "head": h, "done": false}])
     );
     assert_eq!(step(&env, &id, &solve)["done"], false);
-    assert_eq!(roles(&env, &id), ["planner", "developer"]);
+    assert_eq!(env.roles(&id), ["planner", "developer"]);
 }
 
 // ---------------------------------------------------------------- agent resolution
@@ -815,7 +808,7 @@ fn config_default_agent_is_used_without_agent_flag(backend: Backend) {
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["done"], true);
-    assert_eq!(roles(&env, v["thread"].as_str().unwrap()).len(), 5);
+    assert_eq!(env.roles(v["thread"].as_str().unwrap()).len(), 5);
 }
 
 fn agent_gets_the_root_the_env_file_and_its_arguments(backend: Backend) {
@@ -1094,7 +1087,7 @@ fn moderator_failure(backend: Backend, cond: &str, expect: &[&str]) {
         contains_all(&err, expect);
     }
     assert_eq!(env.snapshot(), before);
-    assert_eq!(roles(&env, &id), ["a"]);
+    assert_eq!(env.roles(&id), ["a"]);
 }
 
 fn moderator_evaluation_error_mid_thread(backend: Backend) {
@@ -1252,7 +1245,7 @@ fn misbehaving_agents_get_distinct_clear_errors(backend: Backend) {
     }
     // After all that, a good agent steps the thread.
     assert_eq!(step(&env, &id, &solve_agent(&env, "0ms"))["done"], false);
-    assert_eq!(roles(&env, &id), ["planner"]);
+    assert_eq!(env.roles(&id), ["planner"]);
 }
 
 fn wrong_prev_mid_thread_is_refused(backend: Backend) {
@@ -1296,7 +1289,7 @@ fn two_concurrent_steps_of_one_thread_exactly_one_lands(backend: Backend) {
             "this step was not applied",
         ],
     );
-    assert_eq!(roles(&env, &id), ["planner"]);
+    assert_eq!(env.roles(&id), ["planner"]);
     assert_eq!(head(&env, &id), won["head"].as_str().unwrap());
 }
 
@@ -1320,7 +1313,7 @@ fn concurrent_steps_of_different_threads_all_land(backend: Backend) {
     let threads = threads_yaml(&env);
     assert_eq!(threads.as_object().unwrap().len(), 6);
     for id in &ids {
-        assert_eq!(roles(&env, id), ["planner"]);
+        assert_eq!(env.roles(id), ["planner"]);
         assert_eq!(threads[id.as_str()], head(&env, id).as_str());
     }
 }
@@ -1437,7 +1430,7 @@ fn interrupted_run(backend: Backend, after: Duration, must_have_started: bool) {
     if let Some(id) = active.first() {
         let v = env.json(&["thread", "run", "--thread", id, "--agent", &slow]);
         assert_eq!(v["done"], true);
-        assert_eq!(roles(&env, id).len(), 5);
+        assert_eq!(env.roles(id).len(), 5);
         env.json(&["cas", "verify"]);
     }
 }

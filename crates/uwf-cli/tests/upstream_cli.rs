@@ -269,13 +269,7 @@ fn suspend_waits_and_resume_continues_from_the_resume_route(backend: Backend) {
             assert_eq!(resumed["done"], true, "{resumed}");
         }
         assert_archived(&env, &id);
-        let steps = env.json(&["thread", "steps", &id]);
-        let roles: Vec<&str> = steps["steps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|s| s["role"].as_str())
-            .collect();
+        let roles = env.roles(&id);
         let want: &[&str] = if name == "suspend-edge" {
             &["planner", "planner", "worker"]
         } else {

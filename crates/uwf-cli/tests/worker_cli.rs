@@ -143,19 +143,6 @@ fn show(env: &Env, id: &str) -> Value {
     env.json(&["thread", "show", id])
 }
 
-/// The roles of the thread's chain, oldest first (after its StartNode).
-fn roles(env: &Env, id: &str) -> Vec<String> {
-    let v = env.json(&["thread", "steps", id]);
-    let steps = v["steps"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no steps in {v}"));
-    assert!(steps[0]["prompt"].is_string(), "{v}");
-    steps[1..]
-        .iter()
-        .map(|s| s["role"].as_str().unwrap().to_string())
-        .collect()
-}
-
 fn done(env: &Env, id: &str) -> bool {
     show(env, id)["done"] == true
 }
@@ -257,7 +244,7 @@ fn twenty_detached_threads_finish_on_two_workers_with_every_step_applied_once(ba
 
     for id in &ids {
         assert!(done(&env, id), "{id} is not done");
-        assert_eq!(roles(&env, id), common::SOLVED_ONCE, "thread {id}");
+        assert_eq!(env.roles(id), common::SOLVED_ONCE, "thread {id}");
     }
     // One `done` event per thread across both workers; every thread was
     // claimed at least once (more only if a lease was lost under load).
@@ -316,7 +303,7 @@ fn a_worker_killed_mid_step_is_taken_over_after_its_lease_and_its_agent_is_stopp
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("stopped agent process"), "{log}");
     assert!(log.contains("claim 2 of the run"), "{log}");
-    assert_eq!(roles(&env, &id), common::SOLVED_ONCE);
+    assert_eq!(env.roles(&id), common::SOLVED_ONCE);
     assert!(queue_is_empty(&env));
 }
 
@@ -343,7 +330,7 @@ fn a_paused_worker_that_wakes_after_its_lease_expired_lets_go_and_its_agent_is_s
             .contains("another process runs an agent of this thread")
     });
     assert!(running(agent_pid));
-    assert_eq!(roles(&env, &id), Vec::<String>::new());
+    assert_eq!(env.roles(&id), Vec::<String>::new());
     // The first worker wakes: its renewal is refused, it stops its agent
     // and lets go; then either worker claims the thread again and runs it
     // to its end.
@@ -355,7 +342,7 @@ fn a_paused_worker_that_wakes_after_its_lease_expired_lets_go_and_its_agent_is_s
     assert!(log.contains("lease-lost"), "{log}");
     let (code, log) = second.drain();
     assert_eq!(code, Some(0), "{log}");
-    assert_eq!(roles(&env, &id), common::SOLVED_ONCE);
+    assert_eq!(env.roles(&id), common::SOLVED_ONCE);
 }
 
 fn sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it(backend: Backend) {
@@ -387,7 +374,7 @@ fn sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it(ba
     wait_for("the thread to finish", || done(&env, &id));
     let (code, log) = second.drain();
     assert_eq!(code, Some(0), "{log}");
-    assert_eq!(roles(&env, &id), common::SOLVED_ONCE);
+    assert_eq!(env.roles(&id), common::SOLVED_ONCE);
 }
 
 fn thread_kill_stops_the_agent_a_worker_runs(backend: Backend) {
@@ -405,7 +392,7 @@ fn thread_kill_stops_the_agent_a_worker_runs(backend: Backend) {
     let shown = show(&env, &id);
     assert_eq!(shown["state"], "killed", "{shown}");
     assert!(shown.get("run").is_none(), "{shown}");
-    assert!(roles(&env, &id).is_empty());
+    assert!(env.roles(&id).is_empty());
     assert!(queue_is_empty(&env), "{:?}", queued_runs(&env));
     // The worker goes on with other work.
     let next = common::detach(&env, &agent(&env, "0ms"), "after the kill");
@@ -452,7 +439,7 @@ fn a_failed_run_is_recorded_and_can_be_queued_again(backend: Backend) {
     let worker = WorkerProc::start(&env, "w2", &[]);
     wait_for("the thread to finish", || done(&env, &id));
     drop(worker);
-    assert_eq!(roles(&env, &id), common::SOLVED_ONCE);
+    assert_eq!(env.roles(&id), common::SOLVED_ONCE);
 }
 
 fn a_worker_claims_only_the_workflows_it_is_given(backend: Backend) {

@@ -508,6 +508,20 @@ impl Env {
             .collect()
     }
 
+    /// The roles of a thread's chain, oldest first, as `uwf thread steps`
+    /// lists them after the StartNode (which must come first).
+    pub fn roles(&self, thread: &str) -> Vec<String> {
+        let v = self.json(&["thread", "steps", thread]);
+        let steps = v["steps"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no steps in {v}"));
+        assert!(steps[0]["prompt"].is_string(), "not a StartNode first: {v}");
+        steps[1..]
+            .iter()
+            .map(|s| s["role"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     /// Runs `uwf args…` and returns its output, whatever the status.
     pub fn output(&self, args: &[&str]) -> std::process::Output {
         self.uwf().args(args).output().unwrap()
