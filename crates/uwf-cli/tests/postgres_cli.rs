@@ -271,6 +271,44 @@ fn config_show_shows_the_configuration_the_store_shares() {
 }
 
 #[test]
+fn a_damaged_shared_configuration_says_how_to_replace_it() {
+    let Some(db) = uwf_pg_testing::database() else {
+        return;
+    };
+    let env = pg_env(&db.url_without_password);
+    env.json(&["store", "init"]);
+    // Written outside uwf: uwf itself refuses to store such a text.
+    db.client()
+        .execute(
+            "INSERT INTO uwf_config (only_row, body, updated_at) VALUES (true, 'agents: [unclosed', 0)",
+            &[],
+        )
+        .unwrap();
+    let out = env.output(&["config", "show"]);
+    assert!(!out.status.success());
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("(table uwf_config)"), "{err}");
+    assert!(err.contains("uwf store init --config"), "{err}");
+    assert!(!err.contains("move the file"), "{err}");
+
+    // Doing what the help says repairs it.
+    let shared = env.file(
+        "shared.yaml",
+        "agents:\n  mock: { command: uwf-mock }\ndefaultAgent: mock\n",
+    );
+    env.json(&["store", "init", "--config", shared.to_str().unwrap()]);
+    assert_eq!(
+        env.json(&["config", "show"])["config"]["defaultAgent"],
+        "mock"
+    );
+}
+
+#[test]
 fn setup_edits_the_shared_configuration_and_keeps_the_key_local() {
     let Some(db) = uwf_pg_testing::database() else {
         return;

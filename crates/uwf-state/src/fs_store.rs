@@ -29,7 +29,9 @@ impl StateError {
             | StateError::LeaseLost { .. } => ErrorKind::Conflict,
             StateError::NotActive { .. } => ErrorKind::NotFound,
             StateError::Lock(LockError::Timeout { .. }) => ErrorKind::Unavailable,
-            StateError::Parse { .. } | StateError::Env { .. } => ErrorKind::Corrupt,
+            StateError::Parse { .. } | StateError::StoredConfig { .. } | StateError::Env { .. } => {
+                ErrorKind::Corrupt
+            }
             StateError::BadThreadId { .. }
             | StateError::NoAgent { .. }
             | StateError::UnknownAgentAlias { .. }

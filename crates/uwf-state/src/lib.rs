@@ -22,5 +22,5 @@ pub mod store;
 pub mod testing;
 
 pub use runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState};
-pub use state::{StateDir, StateError, parse_config};
+pub use state::{StateDir, StateError, parse_config, parse_stored_config};
 pub use store::{ErrorKind, SlotHold, ThreadStore};

@@ -83,6 +83,22 @@ pub enum StateError {
         /// What is wrong.
         message: String,
     },
+    /// The configuration a shared store keeps (a row, not a file) cannot
+    /// be parsed: fixing it means writing a new one, not editing a file.
+    #[error("cannot parse the configuration in {origin} at {}: {message}", Position(*line, *column))]
+    #[diagnostic(help(
+        "write a valid one with `uwf store init --config <file>`; every machine on the store shares it"
+    ))]
+    StoredConfig {
+        /// Where it is kept, e.g. `<url> (table uwf_config)`.
+        origin: String,
+        /// One-based line of the problem (0 if unknown).
+        line: usize,
+        /// One-based column of the problem (0 if unknown).
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
     /// The state lock could not be taken.
     #[error(transparent)]
     #[diagnostic(transparent)]
@@ -740,6 +756,26 @@ pub(crate) fn load_yaml<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, S
 /// (e.g. a database row).
 pub fn parse_config(origin: &Path, text: &str) -> Result<WorkflowConfig, StateError> {
     Ok(parse_yaml(origin, text)?.unwrap_or_default())
+}
+
+/// Parses the configuration a shared store keeps at `origin` (a row, not a
+/// file): like [`parse_config`], but a failure is
+/// [`StateError::StoredConfig`], whose help does not say to edit a file.
+pub fn parse_stored_config(origin: &str, text: &str) -> Result<WorkflowConfig, StateError> {
+    parse_config(Path::new(origin), text).map_err(|e| match e {
+        StateError::Parse {
+            line,
+            column,
+            message,
+            ..
+        } => StateError::StoredConfig {
+            origin: origin.to_owned(),
+            line,
+            column,
+            message,
+        },
+        other => other,
+    })
 }
 
 /// Parses YAML `text` read from `path`; `Ok(None)` for an empty document

@@ -11,7 +11,6 @@
 //! the same expected head exactly one matches; the others re-check the
 //! row after the winner commits and match nothing.
 
-use std::path::Path;
 use std::time::Duration;
 
 use postgres::Transaction;
@@ -68,7 +67,7 @@ impl PgStore {
     /// belong here: they stay in the local `.env`.
     pub fn set_config(&self, text: Option<&str>) -> Result<(), StateError> {
         if let Some(text) = text {
-            uwf_state::parse_config(Path::new(&self.config_name()), text)?;
+            self.check_new_config(text)?;
         }
         self.mutate(|tx| -> Result<(), StateError> {
             match text {
@@ -82,6 +81,26 @@ impl PgStore {
             .map_err(self.err("write the configuration"))?;
             Ok(())
         })
+    }
+
+    /// Refuses a configuration text that would not parse, before it
+    /// replaces the stored one.
+    fn check_new_config(&self, text: &str) -> Result<(), StateError> {
+        match uwf_state::parse_stored_config(&self.config_name(), text) {
+            Ok(_) => Ok(()),
+            Err(StateError::StoredConfig {
+                origin,
+                line,
+                column,
+                message,
+            }) => Err(StateError::StoredConfig {
+                origin,
+                line,
+                column,
+                message: format!("the new text would be invalid (nothing was written): {message}"),
+            }),
+            Err(other) => Err(other),
+        }
     }
 
     /// A hash read from column `idx` of a row; `what` names that value,
@@ -356,7 +375,7 @@ impl ThreadStore for PgStore {
         let Some(text) = self.config_text()? else {
             return Ok(None);
         };
-        uwf_state::parse_config(Path::new(&self.config_name()), &text).map(Some)
+        uwf_state::parse_stored_config(&self.config_name(), &text).map(Some)
     }
 
     fn config_name(&self) -> String {
@@ -546,7 +565,7 @@ impl ThreadStore for PgStore {
     }
 
     fn replace_config_text(&self, expected: Option<&str>, new: &str) -> Result<bool, StateError> {
-        uwf_state::parse_config(Path::new(&self.config_name()), new)?;
+        self.check_new_config(new)?;
         // One statement each way: the row is compared and written atomically.
         let changed = match expected {
             None => self.conn()?.execute(

@@ -289,12 +289,30 @@ fn configuration_lives_in_the_database_and_secrets_in_a_local_env_file() {
     assert_eq!(agent.unwrap().command, "uwf-mock");
     // A configuration that does not parse is refused and the old one kept.
     match store.set_config(Some("agents: [unclosed")) {
-        Err(e @ StateError::Parse { .. }) => {
-            assert!(e.to_string().contains("uwf_config"), "{e}")
+        Err(e @ StateError::StoredConfig { .. }) => {
+            let e = e.to_string();
+            assert!(e.contains("uwf_config"), "{e}");
+            assert!(e.contains("nothing was written"), "{e}");
         }
         other => panic!("a bad configuration was stored: {other:?}"),
     }
     assert_eq!(store.config_text().unwrap().as_deref(), Some(yaml));
+    // A row written outside uwf that does not parse: the error names the
+    // table, and its help says how to replace it (there is no file to fix).
+    db.client()
+        .execute("UPDATE uwf_config SET body = 'agents: [unclosed'", &[])
+        .unwrap();
+    match store.config() {
+        Err(e @ StateError::StoredConfig { line: 1.., .. }) => {
+            let help = miette::Diagnostic::help(&e).map(|h| h.to_string());
+            let help = help.unwrap_or_default();
+            assert!(help.contains("uwf store init --config"), "{help}");
+            assert!(!help.contains("file;") && !help.contains("move"), "{help}");
+            assert!(e.to_string().contains("(table uwf_config)"), "{e}");
+        }
+        other => panic!("a damaged configuration row was read: {other:?}"),
+    }
+    store.set_config(Some(yaml)).unwrap();
     store.set_config(Some("")).unwrap();
     assert_eq!(store.config().unwrap(), Some(Default::default()));
     store.set_config(None).unwrap();
