@@ -781,7 +781,13 @@ fn no_config_and_no_agent_says_how_to_fix_it(backend: Backend) {
         let err = env.fails(args);
         contains_all(
             &err,
-            &["no agent configured", "planner", "uwf setup", "--agent"],
+            &[
+                "no agent configured",
+                "planner",
+                "uwf setup",
+                "uwf config show",
+                "--agent",
+            ],
         );
     }
     assert_eq!(env.snapshot(), before);
