@@ -295,6 +295,32 @@ fn a_damaged_shared_configuration_says_how_to_replace_it() {
     assert!(err.contains("(table uwf_config)"), "{err}");
     assert!(err.contains("uwf store init --config"), "{err}");
     assert!(!err.contains("move the file"), "{err}");
+    // `uwf setup` would merge into it: it refuses the same way, and writes
+    // neither the row nor the local files.
+    let before = env.snapshot();
+    let out = env
+        .uwf()
+        .args([
+            "setup",
+            "--provider",
+            "openai",
+            "--api-key",
+            "sk-x",
+            "--model",
+            "m",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("uwf store init --config"), "{err}");
+    assert_eq!(env.snapshot(), before);
+    let body: String = db
+        .client()
+        .query_one("SELECT body FROM uwf_config", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(body, "agents: [unclosed");
 
     // Doing what the help says repairs it.
     let shared = env.file(

@@ -740,7 +740,7 @@ fn note_env(report: &mut Report, written: &ConfigFilesWritten, env_path: &Path) 
 fn shared_text(store: &dyn ThreadStore, origin: &Path) -> Result<Option<String>, StateError> {
     let text = store.config_text()?;
     if let Some(text) = &text {
-        uwf_state::parse_config(origin, text)?;
+        uwf_state::parse_stored_config(&origin.to_string_lossy(), text)?;
     }
     Ok(text)
 }
