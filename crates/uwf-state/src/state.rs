@@ -85,7 +85,7 @@ pub enum StateError {
     },
     /// The configuration a shared store keeps (a row, not a file) cannot
     /// be parsed: fixing it means writing a new one, not editing a file.
-    #[error("cannot parse the configuration in {origin} at {}: {message}", Position(*line, *column))]
+    #[error("cannot parse {origin} at {}: {message}", Position(*line, *column))]
     #[diagnostic(help(
         "write a valid one with `uwf store init --config <file>`; every machine on the store shares it"
     ))]
