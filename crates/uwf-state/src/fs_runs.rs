@@ -287,6 +287,7 @@ mod tests {
     //! that module); these tests are about the files.
 
     use super::*;
+    use crate::NodeGuard;
     use uwf_protocol::fixtures::{hash as h, thread as t};
 
     const LONG: Duration = Duration::from_secs(60);
@@ -299,7 +300,7 @@ mod tests {
 
     fn active(state: &StateDir, thread: &str) {
         state
-            .insert_thread(t(thread), h("HEAD0"))
+            .insert_thread(t(thread), h("HEAD0"), &NodeGuard::vouched())
             .unwrap_or_else(|e| panic!("{e}"));
     }
 

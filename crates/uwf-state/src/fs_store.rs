@@ -8,6 +8,7 @@ use uwf_protocol::{
 };
 use uwf_util::lock::LockError;
 
+use crate::guard::{GcEpoch, NodeGuard};
 use crate::slots::{SlotError, SlotGuard, Slots, Waiting};
 use crate::state::{StateDir, StateError};
 use crate::store::{ErrorKind, SlotHold, ThreadStore};
@@ -28,6 +29,10 @@ impl StateError {
             | StateError::AlreadyQueued { .. }
             | StateError::LeaseLost { .. } => ErrorKind::Conflict,
             StateError::NotActive { .. } => ErrorKind::NotFound,
+            // The writer's nodes are gone: writing them again is a new
+            // attempt, like a lost race.
+            StateError::NodeGone { .. } => ErrorKind::Conflict,
+            StateError::NodeCheck { .. } => ErrorKind::Io,
             StateError::Lock(LockError::Timeout { .. }) => ErrorKind::Unavailable,
             StateError::Parse { .. } | StateError::StoredConfig { .. } | StateError::Env { .. } => {
                 ErrorKind::Corrupt
@@ -54,12 +59,27 @@ impl ThreadStore for StateDir {
         StateDir::threads(self)
     }
 
-    fn insert_thread(&self, thread: ThreadId, head: Hash) -> Result<(), StateError> {
-        StateDir::insert_thread(self, thread, head)
+    fn insert_thread(
+        &self,
+        thread: ThreadId,
+        head: Hash,
+        guard: &NodeGuard<'_>,
+    ) -> Result<(), StateError> {
+        StateDir::insert_thread(self, thread, head, guard)
     }
 
-    fn swap_head(&self, thread: ThreadId, expected: Hash, new: Hash) -> Result<(), StateError> {
-        StateDir::swap_head(self, thread, expected, new)
+    fn swap_head(
+        &self,
+        thread: ThreadId,
+        expected: Hash,
+        new: Hash,
+        guard: &NodeGuard<'_>,
+    ) -> Result<(), StateError> {
+        StateDir::swap_head(self, thread, expected, new, guard)
+    }
+
+    fn gc_epoch(&self) -> Result<GcEpoch, StateError> {
+        StateDir::gc_epoch(self)
     }
 
     fn archive(
@@ -84,8 +104,13 @@ impl ThreadStore for StateDir {
         StateDir::registry(self)
     }
 
-    fn register_workflow(&self, name: &str, hash: Hash) -> Result<Option<Hash>, StateError> {
-        StateDir::register_workflow(self, name, hash)
+    fn register_workflow(
+        &self,
+        name: &str,
+        hash: Hash,
+        guard: &NodeGuard<'_>,
+    ) -> Result<Option<Hash>, StateError> {
+        StateDir::register_workflow(self, name, hash, guard)
     }
 
     fn config(&self) -> Result<Option<WorkflowConfig>, StateError> {
@@ -158,11 +183,11 @@ impl ThreadStore for StateDir {
         StateDir::import_history(self, entries)
     }
 
-    fn while_locked(
+    fn while_collecting(
         &self,
         f: &mut dyn FnMut() -> Result<(), StateError>,
     ) -> Result<(), StateError> {
-        StateDir::while_locked(self, f)
+        StateDir::while_collecting(self, f)
     }
 
     fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<Hash>, StateError> {

@@ -11,6 +11,7 @@
 pub mod env;
 mod fs_runs;
 mod fs_store;
+pub mod guard;
 pub mod heads;
 pub mod policy;
 pub mod runs;
@@ -23,4 +24,5 @@ pub mod testing;
 
 pub use runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState};
 pub use state::{StateDir, StateError, parse_config, parse_stored_config};
+pub use guard::{GcEpoch, NodeGuard};
 pub use store::{ErrorKind, SlotHold, ThreadStore};

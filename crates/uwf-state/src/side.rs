@@ -175,6 +175,7 @@ impl StateDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::NodeGuard;
     use uwf_protocol::fixtures::{hash as h, thread as t};
 
     fn record(head: &str, role: &str) -> WaitingRecord {
@@ -192,7 +193,7 @@ mod tests {
     fn a_wait_counts_only_at_its_head() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let s = StateDir::new(dir.path());
-        s.insert_thread(t("T"), h("A"))
+        s.insert_thread(t("T"), h("A"), &NodeGuard::vouched())
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(
             s.mark_waiting(t("T"), record("A", "reviewer"))
@@ -207,7 +208,7 @@ mod tests {
             Some(1)
         );
         // The head moves: the entry is stale at once.
-        s.swap_head(t("T"), h("A"), h("B"))
+        s.swap_head(t("T"), h("A"), h("B"), &NodeGuard::vouched())
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.waiting_of(t("T")).ok().flatten(), None);
         // Waiting at a head the thread does not have is refused.
@@ -235,9 +236,9 @@ mod tests {
     fn attempts_chain_and_survive_only_for_active_threads() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let s = StateDir::new(dir.path());
-        s.insert_thread(t("T"), h("A"))
+        s.insert_thread(t("T"), h("A"), &NodeGuard::vouched())
             .unwrap_or_else(|e| panic!("{e}"));
-        s.insert_thread(t("U"), h("A"))
+        s.insert_thread(t("U"), h("A"), &NodeGuard::vouched())
             .unwrap_or_else(|e| panic!("{e}"));
         let first = s.record_attempt(t("T"), |prev| -> Result<Hash, StateError> {
             assert_eq!(prev, None);

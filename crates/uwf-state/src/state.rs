@@ -34,6 +34,8 @@ use serde::de::DeserializeOwned;
 use thiserror::Error;
 use uwf_protocol::{Hash, HistoryEntry, ThreadId, ThreadsIndex, WorkflowConfig, WorkflowRegistry};
 
+use crate::guard::{GcEpoch, NodeGuard};
+
 use uwf_util::atomic::{AtomicError, append_line, write_atomic, write_atomic_with_mode};
 use uwf_util::lock::{FileLock, LockError};
 
@@ -49,6 +51,8 @@ pub const CONFIG_FILE: &str = "config.yaml";
 pub const ENV_FILE: &str = ".env";
 /// File name of the lock serialising every mutation.
 pub const LOCK_FILE: &str = ".state.lock";
+/// The garbage-collection epoch ([`crate::guard`]), a number on one line.
+pub const GC_EPOCH_FILE: &str = "gc.epoch";
 
 /// How long a mutation waits for [`LOCK_FILE`] before giving up.
 ///
@@ -127,6 +131,30 @@ pub enum StateError {
         expected: Hash,
         /// The head found, or `None` if the thread is no longer active.
         actual: Option<Hash>,
+    },
+    /// A node the new root would reach is not in the store: a garbage
+    /// collection removed it after it was written and before it could be
+    /// installed (`docs/state.md`, "Garbage collection"). Nothing changed.
+    #[error(
+        "node {missing}, which {root} reaches, is no longer in the store: a garbage collection removed it before it could be recorded"
+    )]
+    NodeGone {
+        /// The head (or registry entry) that was to be installed.
+        root: Hash,
+        /// The node that is gone.
+        missing: Hash,
+    },
+    /// The check of a [`NodeGuard`](crate::guard::NodeGuard) could not
+    /// read the node store.
+    #[error("cannot check the nodes {root} reaches: {message}")]
+    NodeCheck {
+        /// The head (or registry entry) that was to be installed.
+        root: Hash,
+        /// What failed.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// A thread id that cannot name a thread (not ASCII letters and digits).
     #[error("{thread:?} is not a thread id")]
@@ -328,12 +356,21 @@ impl StateDir {
 
     /// Adds a new active thread; [`StateError::ThreadExists`] if the id is
     /// already active.
-    pub fn insert_thread(&self, thread: ThreadId, head: Hash) -> Result<(), StateError> {
+    ///
+    /// With the lock held, `guard` proves `head` is still in the node store
+    /// ([`crate::guard`]).
+    pub fn insert_thread(
+        &self,
+        thread: ThreadId,
+        head: Hash,
+        guard: &NodeGuard<'_>,
+    ) -> Result<(), StateError> {
         self.locked(|| {
             self.migrate_heads_locked()?;
             if self.read_head(thread)?.is_some() {
                 return Err(StateError::ThreadExists { thread });
             }
+            self.verify_guard_locked(guard)?;
             self.write_head_locked(thread, head)
         })
     }
@@ -343,14 +380,73 @@ impl StateDir {
     ///
     /// Otherwise [`StateError::Conflict`] with `actual` set to the current
     /// head, or `None` if the thread is no longer active.
-    pub fn swap_head(&self, thread: ThreadId, expected: Hash, new: Hash) -> Result<(), StateError> {
+    ///
+    /// With the lock held, `guard` proves `new` is still in the node store
+    /// ([`crate::guard`]).
+    pub fn swap_head(
+        &self,
+        thread: ThreadId,
+        expected: Hash,
+        new: Hash,
+        guard: &NodeGuard<'_>,
+    ) -> Result<(), StateError> {
         self.locked(|| {
             self.migrate_heads_locked()?;
             check_head(self.read_head(thread)?, thread, Some(expected))?;
             if expected == new {
                 return Ok(());
             }
+            self.verify_guard_locked(guard)?;
             self.write_head_locked(thread, new)
+        })
+    }
+
+    /// The garbage-collection epoch ([`crate::guard`]); `0` before the
+    /// first collection.
+    pub fn gc_epoch(&self) -> Result<GcEpoch, StateError> {
+        let path = self.root.join(GC_EPOCH_FILE);
+        let Some(text) = read_text(&path)? else {
+            return Ok(GcEpoch::default());
+        };
+        text.trim()
+            .parse::<u64>()
+            .map(GcEpoch)
+            .map_err(|e| StateError::Parse {
+                path,
+                line: 1,
+                column: 1,
+                message: format!("not a collection epoch: {e}"),
+            })
+    }
+
+    /// Runs `guard`'s check if a collection may have run since its epoch
+    /// (state lock held).
+    fn verify_guard_locked(&self, guard: &NodeGuard<'_>) -> Result<(), StateError> {
+        let now = if guard.needs_epoch() {
+            self.gc_epoch()?
+        } else {
+            GcEpoch::default()
+        };
+        guard.verify(now)
+    }
+
+    /// Runs a garbage collection `f` holding the state lock, with the
+    /// collection epoch odd while it runs and even after
+    /// ([`crate::guard`]). The odd epoch is on disk before `f` starts, so a
+    /// writer that reads it knows to check its nodes.
+    pub fn while_collecting<T, E: From<StateError>>(
+        &self,
+        f: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.while_locked(|| {
+            let path = self.root.join(GC_EPOCH_FILE);
+            let running = self.gc_epoch()?.begin();
+            write_atomic(&path, format!("{running}\n").as_bytes())
+                .map_err(StateError::from)?;
+            let out = f();
+            write_atomic(&path, format!("{}\n", running.end()).as_bytes())
+                .map_err(StateError::from)?;
+            out
         })
     }
 
@@ -541,10 +637,16 @@ impl StateDir {
     }
 
     /// Records `name → hash`; returns the previous hash, if any.
-    pub fn register_workflow(&self, name: &str, hash: Hash) -> Result<Option<Hash>, StateError> {
+    pub fn register_workflow(
+        &self,
+        name: &str,
+        hash: Hash,
+        guard: &NodeGuard<'_>,
+    ) -> Result<Option<Hash>, StateError> {
         self.locked(|| {
             let path = self.registry_path();
             let mut registry: WorkflowRegistry = load_yaml(&path)?.unwrap_or_default();
+            self.verify_guard_locked(guard)?;
             let previous = registry.insert(name.to_owned(), hash);
             if previous != Some(hash) {
                 store_yaml(&path, &registry)?;
@@ -1480,7 +1582,7 @@ mod tests {
         assert!(s.registry().unwrap().is_empty());
         assert_eq!(s.config().unwrap(), Some(WorkflowConfig::default()));
         assert!(s.history().unwrap().is_empty());
-        s.insert_thread(T1, H0).unwrap();
+        s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
         assert_eq!(s.thread_head(T1).unwrap(), Some(H0));
     }
 
@@ -1488,7 +1590,7 @@ mod tests {
     fn mutations_create_the_root() {
         let dir = tempfile::tempdir().unwrap();
         let s = StateDir::new(dir.path().join("a").join("b"));
-        s.insert_thread(T1, H0).unwrap();
+        s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
         assert_eq!(s.thread_head(T1).unwrap(), Some(H0));
         assert!(s.lock_path().exists());
     }
@@ -1498,8 +1600,8 @@ mod tests {
     #[test]
     fn threads_round_trip() {
         let (_d, s) = setup();
-        s.insert_thread(T1, H0).unwrap();
-        s.insert_thread(T2, H1).unwrap();
+        s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
+        s.insert_thread(T2, H1, &NodeGuard::vouched()).unwrap();
         let threads = s.threads().unwrap();
         assert_eq!(threads.len(), 2);
         assert_eq!(threads[&T1], H0);
@@ -1511,7 +1613,7 @@ mod tests {
         // A fresh instance sees the same.
         assert_eq!(StateDir::new(s.root()).threads().unwrap(), threads);
 
-        let err = s.insert_thread(T1, H2).unwrap_err();
+        let err = s.insert_thread(T1, H2, &NodeGuard::vouched()).unwrap_err();
         assert!(matches!(&err, StateError::ThreadExists { thread } if *thread == T1));
         assert_eq!(s.thread_head(T1).unwrap(), Some(H0));
     }
@@ -1532,12 +1634,12 @@ mod tests {
     #[test]
     fn swap_head_succeeds_only_from_the_expected_head() {
         let (_d, s) = setup();
-        s.insert_thread(T1, H0).unwrap();
-        s.swap_head(T1, H0, H1).unwrap();
+        s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
+        s.swap_head(T1, H0, H1, &NodeGuard::vouched()).unwrap();
         assert_eq!(s.thread_head(T1).unwrap(), Some(H1));
 
         // Wrong expected head.
-        let err = s.swap_head(T1, H0, H2).unwrap_err();
+        let err = s.swap_head(T1, H0, H2, &NodeGuard::vouched()).unwrap_err();
         match &err {
             StateError::Conflict {
                 thread,
@@ -1554,11 +1656,11 @@ mod tests {
         assert_eq!(s.thread_head(T1).unwrap(), Some(H1));
 
         // Same head: a successful no-op.
-        s.swap_head(T1, H1, H1).unwrap();
+        s.swap_head(T1, H1, H1, &NodeGuard::vouched()).unwrap();
         assert_eq!(s.thread_head(T1).unwrap(), Some(H1));
 
         // Unknown thread.
-        let err = s.swap_head(T2, H0, H1).unwrap_err();
+        let err = s.swap_head(T2, H0, H1, &NodeGuard::vouched()).unwrap_err();
         assert!(matches!(err, StateError::Conflict { actual: None, .. }));
         assert_eq!(s.thread_head(T2).unwrap(), None);
     }
@@ -1566,9 +1668,9 @@ mod tests {
     #[test]
     fn swap_head_on_an_archived_thread_conflicts() {
         let (_d, s) = setup();
-        s.insert_thread(T1, H0).unwrap();
+        s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
         s.archive(T1, WF, Some(H0), "done").unwrap();
-        let err = s.swap_head(T1, H0, H1).unwrap_err();
+        let err = s.swap_head(T1, H0, H1, &NodeGuard::vouched()).unwrap_err();
         assert!(
             matches!(&err, StateError::Conflict { actual: None, expected, .. } if *expected == H0)
         );
@@ -1581,8 +1683,8 @@ mod tests {
     #[test]
     fn archive_appends_history_then_removes_the_thread() {
         let (_d, s) = setup();
-        s.insert_thread(T1, H0).unwrap();
-        s.insert_thread(T2, H1).unwrap();
+        s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
+        s.insert_thread(T2, H1, &NodeGuard::vouched()).unwrap();
         let before = now_ms();
         let entry = s.archive(T1, WF, Some(H0), "done").unwrap();
         assert_eq!(entry.thread, T1);
@@ -1604,7 +1706,7 @@ mod tests {
         assert!(text.contains("\"completedAt\":"), "{text}");
 
         // Without an expected head, the current head is recorded.
-        s.swap_head(T2, H1, H2).unwrap();
+        s.swap_head(T2, H1, H2, &NodeGuard::vouched()).unwrap();
         let entry2 = s.archive(T2, WF, None, "killed").unwrap();
         assert_eq!(entry2.head, H2);
         assert_eq!(s.history().unwrap(), vec![entry, entry2]);
@@ -1619,7 +1721,7 @@ mod tests {
         let err = s.archive(T1, WF, Some(H0), "done").unwrap_err();
         assert!(matches!(err, StateError::Conflict { actual: None, .. }));
 
-        s.insert_thread(T1, H1).unwrap();
+        s.insert_thread(T1, H1, &NodeGuard::vouched()).unwrap();
         let err = s.archive(T1, WF, Some(H0), "done").unwrap_err();
         assert!(
             matches!(&err, StateError::Conflict { actual: Some(a), .. } if *a == H1),
@@ -1637,7 +1739,7 @@ mod tests {
     #[test]
     fn crash_between_append_and_removal_leaves_the_thread_active() {
         let (_d, s) = setup();
-        s.insert_thread(T1, H0).unwrap();
+        s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
         // What a crash after the append but before the rewrite leaves behind.
         let stale = HistoryEntry {
             thread: T1,
@@ -1677,7 +1779,7 @@ mod tests {
     #[test]
     fn archive_writes_history_before_touching_threads() {
         let (_d, s) = setup();
-        s.insert_thread(T1, H0).unwrap();
+        s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
         let threads_before = fs::read(s.heads_dir().join(T1.to_string())).unwrap();
         CRASH.with(|c| c.set(true));
         let result = s.archive(T1, WF, Some(H0), "done");
@@ -1724,7 +1826,7 @@ mod tests {
 
         // The next archive drops the fragment before appending.
         let t3 = tid(9, 9);
-        s.insert_thread(t3, H1).unwrap();
+        s.insert_thread(t3, H1, &NodeGuard::vouched()).unwrap();
         let entry = s.archive(t3, WF, None, "done").unwrap();
         let text = fs::read_to_string(s.history_path()).unwrap();
         assert!(text.starts_with(&good), "{text}");
@@ -1737,7 +1839,7 @@ mod tests {
         let (_d, s) = setup();
         fs::write(s.history_path(), entry_line(T2, 2)).unwrap();
         assert_eq!(s.history().unwrap().len(), 1);
-        s.insert_thread(T1, H0).unwrap();
+        s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
         s.archive(T1, WF, None, "done").unwrap();
         let history = s.history().unwrap();
         assert_eq!(
@@ -1778,7 +1880,7 @@ mod tests {
         // Archiving reads only the last line (its cost must not grow with
         // the history): it appends after the damage and rewrites nothing,
         // and readers still report the bad line.
-        s.insert_thread(tid(1, 1), H0).unwrap();
+        s.insert_thread(tid(1, 1), H0, &NodeGuard::vouched()).unwrap();
         s.archive(tid(1, 1), WF, Some(H0), "done").unwrap();
         let after = fs::read(s.history_path()).unwrap();
         assert!(
@@ -1821,8 +1923,8 @@ mod tests {
 
         let t3 = tid(3, 3);
         for result in [
-            s.insert_thread(t3, H1),
-            s.swap_head(T1, H0, H1),
+            s.insert_thread(t3, H1, &NodeGuard::vouched()),
+            s.swap_head(T1, H0, H1, &NodeGuard::vouched()),
             s.archive(T1, WF, Some(H0), "done").map(drop),
             s.archive(T1, WF, None, "killed").map(drop),
         ] {
@@ -1858,7 +1960,7 @@ mod tests {
         fs::write(&path, format!("{T1}: {H0}\n{T1}: {H1}\n")).unwrap();
         let (_, message) = expect_parse(s.threads().unwrap_err(), &path, 1);
         assert!(message.contains("duplicate"), "{message}");
-        assert!(s.insert_thread(T2, H0).is_err());
+        assert!(s.insert_thread(T2, H0, &NodeGuard::vouched()).is_err());
     }
 
     #[test]
@@ -1873,10 +1975,10 @@ mod tests {
     #[test]
     fn registry_round_trip_and_corruption() {
         let (_d, s) = setup();
-        assert_eq!(s.register_workflow("solve-issue", H0).unwrap(), None);
-        assert_eq!(s.register_workflow("develop", H1).unwrap(), None);
-        assert_eq!(s.register_workflow("solve-issue", H2).unwrap(), Some(H0));
-        assert_eq!(s.register_workflow("solve-issue", H2).unwrap(), Some(H2));
+        assert_eq!(s.register_workflow("solve-issue", H0, &NodeGuard::vouched()).unwrap(), None);
+        assert_eq!(s.register_workflow("develop", H1, &NodeGuard::vouched()).unwrap(), None);
+        assert_eq!(s.register_workflow("solve-issue", H2, &NodeGuard::vouched()).unwrap(), Some(H0));
+        assert_eq!(s.register_workflow("solve-issue", H2, &NodeGuard::vouched()).unwrap(), Some(H2));
         let registry = s.registry().unwrap();
         assert_eq!(registry.len(), 2);
         assert_eq!(registry["solve-issue"], H2);
@@ -1886,7 +1988,7 @@ mod tests {
         fs::write(s.registry_path(), corrupt).unwrap();
         expect_parse(s.registry().unwrap_err(), &s.registry_path(), 3);
         expect_parse(
-            s.register_workflow("new", H0).unwrap_err(),
+            s.register_workflow("new", H0, &NodeGuard::vouched()).unwrap_err(),
             &s.registry_path(),
             3,
         );
@@ -2037,10 +2139,10 @@ modelOverrides:
     #[test]
     fn a_held_lock_times_out_with_a_clear_error() {
         let (_d, s) = setup();
-        s.insert_thread(T1, H0).unwrap();
+        s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
         let _held = FileLock::exclusive(&s.lock_path()).unwrap();
         let s = s.with_lock_timeout(Duration::from_millis(100));
-        let err = s.swap_head(T1, H0, H1).unwrap_err();
+        let err = s.swap_head(T1, H0, H1, &NodeGuard::vouched()).unwrap_err();
         assert!(
             matches!(err, StateError::Lock(LockError::Timeout { .. })),
             "{err:?}"
@@ -2062,7 +2164,7 @@ modelOverrides:
                     let s = StateDir::new(root);
                     barrier.wait();
                     for i in 0..50 {
-                        s.insert_thread(tid(w, i), head(w, i)).unwrap();
+                        s.insert_thread(tid(w, i), head(w, i), &NodeGuard::vouched()).unwrap();
                     }
                 })
             })
@@ -2083,7 +2185,7 @@ modelOverrides:
     fn racing_swaps_from_one_head_have_exactly_one_winner() {
         for round in 0..10 {
             let (_d, s) = setup();
-            s.insert_thread(T1, H0).unwrap();
+            s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
             let barrier = Arc::new(Barrier::new(8));
             let handles: Vec<_> = (0..8)
                 .map(|w| {
@@ -2091,7 +2193,7 @@ modelOverrides:
                     thread::spawn(move || {
                         let new = head(w, 0);
                         barrier.wait();
-                        (s.swap_head(T1, H0, new), new)
+                        (s.swap_head(T1, H0, new, &NodeGuard::vouched()), new)
                     })
                 })
                 .collect();
@@ -2119,7 +2221,7 @@ modelOverrides:
     fn racing_archive_and_swaps_have_exactly_one_winner() {
         for _ in 0..5 {
             let (_d, s) = setup();
-            s.insert_thread(T1, H0).unwrap();
+            s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
             let barrier = Arc::new(Barrier::new(8));
             let handles: Vec<_> = (0..8)
                 .map(|w| {
@@ -2129,7 +2231,7 @@ modelOverrides:
                         if w % 2 == 0 {
                             s.archive(T1, WF, Some(H0), "done").is_ok()
                         } else {
-                            s.swap_head(T1, H0, head(w, 0)).is_ok()
+                            s.swap_head(T1, H0, head(w, 0), &NodeGuard::vouched()).is_ok()
                         }
                     })
                 })
@@ -2176,10 +2278,10 @@ modelOverrides:
             })
         };
         for i in 0..100 {
-            s.insert_thread(tid(0, i), H0).unwrap();
+            s.insert_thread(tid(0, i), H0, &NodeGuard::vouched()).unwrap();
             if i % 10 == 0 {
                 s.archive(tid(0, i), WF, None, "done").unwrap();
-                s.insert_thread(tid(1, i), H0).unwrap();
+                s.insert_thread(tid(1, i), H0, &NodeGuard::vouched()).unwrap();
             }
         }
         done.store(true, Ordering::Relaxed);
@@ -2203,12 +2305,12 @@ modelOverrides:
         let w: usize = id.parse().unwrap();
         let s = StateDir::new(&root);
         for i in 0..CHILD_INSERTS {
-            s.insert_thread(tid(w, i), H1).unwrap();
+            s.insert_thread(tid(w, i), H1, &NodeGuard::vouched()).unwrap();
             // Keep the CAS race below well contended.
-            let _ = s.swap_head(T1, H0, head(w, 0));
-            let _ = s.register_workflow("shared", head(w, i + 1));
+            let _ = s.swap_head(T1, H0, head(w, 0), &NodeGuard::vouched());
+            let _ = s.register_workflow("shared", head(w, i + 1), &NodeGuard::vouched());
         }
-        match s.swap_head(T2, H0, head(w, 0)) {
+        match s.swap_head(T2, H0, head(w, 0), &NodeGuard::vouched()) {
             Ok(()) => fs::write(Path::new(&root).join(format!("won-{w}")), "").unwrap(),
             Err(StateError::Conflict { .. }) => {}
             Err(e) => panic!("{e:?}"),
@@ -2218,8 +2320,8 @@ modelOverrides:
     #[test]
     fn many_processes_share_one_root() {
         let (_d, s) = setup();
-        s.insert_thread(T1, H0).unwrap();
-        s.insert_thread(T2, H0).unwrap();
+        s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
+        s.insert_thread(T2, H0, &NodeGuard::vouched()).unwrap();
         let exe = std::env::current_exe().unwrap();
         let children: Vec<_> = (0..CHILD_PROCS)
             .map(|w| {
@@ -2443,7 +2545,7 @@ modelOverrides:
             }
             other => panic!("{other:?}"),
         }
-        s.register_workflow("w", H0).unwrap();
+        s.register_workflow("w", H0, &NodeGuard::vouched()).unwrap();
         fs::write(
             s.config_path(),
             "agents:\n  a:\n    command: run-a\ndefaultAgent: a\n",

@@ -17,6 +17,7 @@ use uwf_protocol::{
     WorkflowConfig, WorkflowLimits, WorkflowRegistry,
 };
 
+use crate::guard::{GcEpoch, NodeGuard};
 use crate::slots::{SlotError, Waiting};
 use crate::state::{ResolvedAgent, StateError};
 
@@ -75,13 +76,35 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     fn threads(&self) -> Result<ThreadsIndex, StateError>;
 
     /// Adds a new active thread; [`StateError::ThreadExists`] if the id is
-    /// already active.
-    fn insert_thread(&self, thread: ThreadId, head: Hash) -> Result<(), StateError>;
+    /// already active. With the store lock held, `guard` proves `head` and
+    /// what it reaches are still in the node store
+    /// ([`crate::guard`]); [`StateError::NodeGone`] otherwise, and nothing
+    /// changes.
+    fn insert_thread(
+        &self,
+        thread: ThreadId,
+        head: Hash,
+        guard: &NodeGuard<'_>,
+    ) -> Result<(), StateError>;
 
     /// Compare-and-swap of a head: succeeds only if the thread is active and
     /// its head is `expected`; otherwise [`StateError::Conflict`] with the
-    /// current head (or `None` if the thread is no longer active).
-    fn swap_head(&self, thread: ThreadId, expected: Hash, new: Hash) -> Result<(), StateError>;
+    /// current head (or `None` if the thread is no longer active). With the
+    /// store lock held, `guard` proves `new` and what it reaches are still in
+    /// the node store ([`crate::guard`]); [`StateError::NodeGone`]
+    /// otherwise, and nothing changes.
+    fn swap_head(
+        &self,
+        thread: ThreadId,
+        expected: Hash,
+        new: Hash,
+        guard: &NodeGuard<'_>,
+    ) -> Result<(), StateError>;
+
+    /// The garbage-collection epoch ([`crate::guard`]): read it before
+    /// storing nodes that a root will reach, and hand it back in the
+    /// [`NodeGuard`] of the call that installs the root. Cheap, lock-free.
+    fn gc_epoch(&self) -> Result<GcEpoch, StateError>;
 
     /// Archives an active thread (checking its head against
     /// `expected_head` if given) and returns the history entry written.
@@ -106,8 +129,15 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// Workflow name → Workflow node hash.
     fn registry(&self) -> Result<WorkflowRegistry, StateError>;
 
-    /// Records `name → hash`; returns the previous hash, if any.
-    fn register_workflow(&self, name: &str, hash: Hash) -> Result<Option<Hash>, StateError>;
+    /// Records `name → hash`; returns the previous hash, if any. `guard`
+    /// proves the Workflow node is still in the node store, as for
+    /// [`swap_head`](Self::swap_head).
+    fn register_workflow(
+        &self,
+        name: &str,
+        hash: Hash,
+        guard: &NodeGuard<'_>,
+    ) -> Result<Option<Hash>, StateError>;
 
     /// The configuration (`None` when there is none).
     fn config(&self) -> Result<Option<WorkflowConfig>, StateError>;
@@ -209,13 +239,17 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
 
     // ----- maintenance ---------------------------------------------------
 
-    /// Runs `f` while no thread, registry or side-table change can happen
-    /// (garbage collection needs a stable set of roots). `f` must not call
-    /// the mutating methods.
-    fn while_locked(&self, f: &mut dyn FnMut() -> Result<(), StateError>)
-    -> Result<(), StateError>;
+    /// Runs a garbage collection `f` while no thread, registry or
+    /// side-table change can happen (it needs a stable set of roots): takes
+    /// the store lock exclusively, raises the [`GcEpoch`] to odd (durably)
+    /// before `f` and to even after it, whatever `f` returned. `f` must not
+    /// call the mutating methods.
+    fn while_collecting(
+        &self,
+        f: &mut dyn FnMut() -> Result<(), StateError>,
+    ) -> Result<(), StateError>;
 
-    /// With [`while_locked`](Self::while_locked) held: the newest attempt
+    /// With [`while_collecting`](Self::while_collecting) held: the newest attempt
     /// record of every active thread (roots that keep its records); with
     /// `prune`, also drops side-table entries of threads that are no longer
     /// active.
