@@ -493,21 +493,52 @@ impl<S: Store> Cas<S> {
                 unreachable.push(h);
             }
         }
+        // Grace counts from the last time a node was stored, first or again
+        // (`Store::last_stored`): a writer that stored it is about to
+        // reference it.
+        let cutoff = now.saturating_sub(opts.grace_ms);
         for h in unreachable {
-            // An unreadable unreachable file is left for `verify` to report.
-            let Ok(Some(node)) = self.store.get(h) else {
-                continue;
+            let Some(stored) = self.store.last_stored(h)? else {
+                continue; // removed meanwhile
             };
-            if now.saturating_sub(node.timestamp) < opts.grace_ms {
+            if stored >= cutoff {
                 report.recent += 1;
                 continue;
             }
-            if !opts.dry_run {
-                self.store.remove(h)?;
+            if !opts.dry_run && !self.store.remove_if_stale(h, cutoff)? {
+                // Stored again since we looked (or removed meanwhile).
+                report.recent += 1;
+                continue;
             }
             report.swept.push(h);
         }
         Ok(report)
+    }
+
+    /// The first node missing from the store among `root` and what it
+    /// reaches, not walking into `known` (nodes already reachable from a
+    /// root, such as a thread's current head) or into schemas (which are
+    /// never collected). `Ok(None)` when everything is there. Used under the
+    /// store lock when garbage collection may have run while a writer
+    /// stored `root` (`uwf_state::guard`).
+    pub fn missing_from(&self, root: Hash, known: &[Hash]) -> Result<Option<Hash>> {
+        let mut seen: HashSet<Hash> = known.iter().copied().collect();
+        let mut queue = VecDeque::from([root]);
+        seen.insert(root);
+        while let Some(h) = queue.pop_front() {
+            let Some(node) = self.store.get(h)? else {
+                return Ok(Some(h));
+            };
+            if node.type_hash == self.types.meta {
+                continue;
+            }
+            for r in self.refs_of(&node)? {
+                if seen.insert(r.hash) {
+                    queue.push_back(r.hash);
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Re-hashes every node and checks its type, its schema and its

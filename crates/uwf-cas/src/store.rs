@@ -77,6 +77,29 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Deletes a node (for garbage collection). Returns whether it existed.
     fn remove(&self, hash: Hash) -> Result<bool>;
 
+    /// When the node was last stored, in milliseconds since the Unix epoch:
+    /// its first store, or any later [`insert`](Self::insert) of the same
+    /// node, whichever is newer. `Ok(None)` if absent. Garbage collection's
+    /// grace period counts from here, so a writer that stores existing
+    /// content again (an agent whose output equals an old, unreachable
+    /// node) has the same grace as one that creates it (`docs/state.md`,
+    /// "Garbage collection").
+    fn last_stored(&self, hash: Hash) -> Result<Option<u64>>;
+
+    /// Deletes a node only if it was last stored before `cutoff` (ms since
+    /// the Unix epoch), for garbage collection. Returns whether it was
+    /// removed. A backend with transactions decides and deletes atomically;
+    /// the default checks [`last_stored`](Self::last_stored) first, leaving a
+    /// short window in which a concurrent re-store is missed (the writer's
+    /// [`NodeGuard`](../../uwf_state/guard/struct.NodeGuard.html) check
+    /// catches that).
+    fn remove_if_stale(&self, hash: Hash, cutoff: u64) -> Result<bool> {
+        match self.last_stored(hash)? {
+            Some(t) if t < cutoff => self.remove(hash),
+            _ => Ok(false),
+        }
+    }
+
     /// Entries that are not nodes at all (stray or misnamed files), for
     /// `verify`. Backends that cannot have any return nothing (the default).
     fn strays(&self) -> StrayIter<'_> {
@@ -206,6 +229,12 @@ macro_rules! forward_store {
             fn remove(&self, hash: Hash) -> Result<bool> {
                 (**self).remove(hash)
             }
+            fn last_stored(&self, hash: Hash) -> Result<Option<u64>> {
+                (**self).last_stored(hash)
+            }
+            fn remove_if_stale(&self, hash: Hash, cutoff: u64) -> Result<bool> {
+                (**self).remove_if_stale(hash, cutoff)
+            }
             fn strays(&self) -> StrayIter<'_> {
                 (**self).strays()
             }
@@ -260,6 +289,8 @@ struct MemInner {
     nodes: BTreeMap<Hash, Node>,
     index: BTreeMap<Hash, BTreeMap<Hash, ()>>,
     cache: BTreeMap<String, Vec<u8>>,
+    /// When a node was stored again after its first store.
+    restored: BTreeMap<Hash, u64>,
 }
 
 impl MemStore {
@@ -300,8 +331,9 @@ impl Store for MemStore {
 
     fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)> {
         let mut g = self.lock();
-        if let Some(existing) = g.nodes.get(&hash) {
-            return Ok((existing.clone(), false));
+        if let Some(existing) = g.nodes.get(&hash).cloned() {
+            g.restored.insert(hash, crate::node::now_ms());
+            return Ok((existing, false));
         }
         g.nodes.insert(hash, node.clone());
         g.index.entry(node.type_hash).or_default().insert(hash, ());
@@ -342,6 +374,7 @@ impl Store for MemStore {
 
     fn remove(&self, hash: Hash) -> Result<bool> {
         let mut g = self.lock();
+        g.restored.remove(&hash);
         match g.nodes.remove(&hash) {
             Some(n) => {
                 if let Some(set) = g.index.get_mut(&n.type_hash) {
@@ -351,6 +384,33 @@ impl Store for MemStore {
             }
             None => Ok(false),
         }
+    }
+
+    fn last_stored(&self, hash: Hash) -> Result<Option<u64>> {
+        let g = self.lock();
+        Ok(g.nodes.get(&hash).map(|n| {
+            let again = g.restored.get(&hash).copied().unwrap_or(0);
+            n.timestamp.max(again)
+        }))
+    }
+
+    fn remove_if_stale(&self, hash: Hash, cutoff: u64) -> Result<bool> {
+        // Decided and done under one lock: no re-store can slip in between.
+        let mut g = self.lock();
+        let Some(node) = g.nodes.get(&hash) else {
+            return Ok(false);
+        };
+        let again = g.restored.get(&hash).copied().unwrap_or(0);
+        if node.timestamp.max(again) >= cutoff {
+            return Ok(false);
+        }
+        let type_hash = node.type_hash;
+        g.nodes.remove(&hash);
+        g.restored.remove(&hash);
+        if let Some(set) = g.index.get_mut(&type_hash) {
+            set.remove(&hash);
+        }
+        Ok(true)
     }
 
     fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
@@ -497,6 +557,26 @@ impl FsStore {
     }
 }
 
+/// Moves a node file's modification time to now: the node was stored
+/// again, and garbage collection's grace period starts anew
+/// ([`Store::last_stored`]). Best effort: a file this user may not touch
+/// keeps its time, and the writer's guard still catches a removal.
+fn freshen(path: &Path) {
+    let result = fs::File::open(path).and_then(|f| f.set_modified(std::time::SystemTime::now()));
+    if let Err(e) = result {
+        tracing::debug!(path = %path.display(), error = %e, "cannot freshen a node file");
+    }
+}
+
+/// A file's modification time in milliseconds since the Unix epoch (0 if
+/// the file system does not say).
+fn mtime_ms(m: &fs::Metadata) -> u64 {
+    m.modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// The entries of one entry of `objects/`.
 fn scan_prefix(prefix_dir: &Path) -> Vec<Result<Scanned>> {
     let prefix = file_name(prefix_dir);
@@ -612,6 +692,7 @@ impl Store for FsStore {
         if let Some(existing) = stored {
             // Heal an index entry lost to a crash between the two writes.
             self.ensure_marker(existing.type_hash, hash)?;
+            freshen(&path);
             return Ok((existing, false));
         }
         if let Some(parent) = path.parent() {
@@ -713,6 +794,18 @@ impl Store for FsStore {
             remove_if_present(&self.marker_path(n.type_hash, hash))?;
         }
         Ok(true)
+    }
+
+    fn last_stored(&self, hash: Hash) -> Result<Option<u64>> {
+        // The file's modification time: set when it is written, moved
+        // forward when the same node is stored again (`freshen`).
+        let path = self.object_path(hash);
+        match fs::metadata(&path) {
+            Ok(m) if m.is_file() => Ok(Some(mtime_ms(&m))),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(CasError::io("read", &path, e)),
+        }
     }
 
     fn strays(&self) -> StrayIter<'_> {

@@ -47,6 +47,7 @@ macro_rules! store_contract_tests {
             absent_nodes_are_none,
             insert_then_get_round_trips,
             first_insert_wins,
+            storing_again_counts_as_fresh_for_collection,
             get_many_keeps_the_order_asked,
             hashes_lists_every_node_once,
             by_type_lists_the_nodes_of_a_type,
@@ -135,6 +136,38 @@ pub fn first_insert_wins(store: &dyn Store) {
     assert!(!created, "a second insert must not be reported as created");
     assert_eq!(stored.timestamp, 1_000);
     assert_eq!(ok(store.get(h), "get").map(|n| n.timestamp), Some(1_000));
+}
+
+/// Storing a present node again moves its [`Store::last_stored`] to now
+/// (first timestamp kept), and [`Store::remove_if_stale`] removes only what
+/// was last stored before its cutoff.
+pub fn storing_again_counts_as_fresh_for_collection(store: &dyn Store) {
+    let (h, old) = node(1, 9, 1_000);
+    assert_eq!(ok(store.last_stored(h), "last_stored"), None);
+    assert!(!ok(store.remove_if_stale(h, u64::MAX), "remove_if_stale"));
+    ok(store.insert(h, &old), "insert");
+    let first = ok(store.last_stored(h), "last_stored");
+    assert!(first.is_some_and(|t| t >= 1_000), "{first:?}");
+    let before = crate::node::now_ms();
+    let (_, again) = node(1, 9, before);
+    ok(store.insert(h, &again), "insert again");
+    let Some(fresh) = ok(store.last_stored(h), "last_stored") else {
+        panic!("a stored node has no last_stored")
+    };
+    // File-system clocks tick coarsely: allow a second.
+    assert!(
+        fresh + 1_000 >= before,
+        "stored again at {before}, last_stored says {fresh}"
+    );
+    assert_eq!(ok(store.get(h), "get").map(|n| n.timestamp), Some(1_000));
+    assert!(
+        !ok(store.remove_if_stale(h, before.saturating_sub(1_000)), "remove_if_stale"),
+        "a node stored again after the cutoff was removed"
+    );
+    assert!(ok(store.has(h), "has"));
+    assert!(ok(store.remove_if_stale(h, fresh + 1), "remove_if_stale"));
+    assert!(!ok(store.has(h), "has"));
+    assert_eq!(ok(store.last_stored(h), "last_stored"), None);
 }
 
 /// `get_many` answers in the order asked, `None` for absent nodes.
