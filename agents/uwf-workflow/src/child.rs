@@ -96,11 +96,18 @@ impl Child {
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             let def =
                 uwf_moderator::definition::parse_yaml(&text, arg).map_err(|e| e.to_string())?;
+            // Read before the nodes are stored (uwf_engine::keep).
+            let epoch = state.gc_epoch().map_err(|e| e.to_string())?;
             let registered = uwf_moderator::definition::register(self.engine.cas(), &def)
                 .map_err(|e| e.to_string())?;
-            state
-                .register_workflow(&registered.payload.name, registered.hash)
-                .map_err(|e| e.to_string())?;
+            uwf_engine::keep::guarded(
+                self.engine.cas(),
+                Some(epoch),
+                registered.hash,
+                &[],
+                |guard| state.register_workflow(&registered.payload.name, registered.hash, guard),
+            )
+            .map_err(|e| e.to_string())?;
             return Ok(registered.hash);
         }
         if let Ok(hash) = arg.parse::<Hash>() {

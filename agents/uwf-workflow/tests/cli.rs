@@ -56,7 +56,11 @@ impl Env {
         // Registered by name, as `uwf workflow put` does.
         fx.engine()
             .state()
-            .register_workflow("plan-review", fx.workflow_hash())
+            .register_workflow(
+                "plan-review",
+                fx.workflow_hash(),
+                &uwf_state::NodeGuard::vouched(),
+            )
             .unwrap();
         let file = fx.root().join("scenario.yaml");
         std::fs::write(&file, scenario).unwrap();

@@ -161,7 +161,10 @@ pub fn storing_again_counts_as_fresh_for_collection(store: &dyn Store) {
     );
     assert_eq!(ok(store.get(h), "get").map(|n| n.timestamp), Some(1_000));
     assert!(
-        !ok(store.remove_if_stale(h, before.saturating_sub(1_000)), "remove_if_stale"),
+        !ok(
+            store.remove_if_stale(h, before.saturating_sub(1_000)),
+            "remove_if_stale"
+        ),
         "a node stored again after the cutoff was removed"
     );
     assert!(ok(store.has(h), "has"));

@@ -95,7 +95,7 @@ fn register(engine: &Engine) -> Hash {
     let registered = definition::register(engine.cas(), &def).expect("register");
     engine
         .state()
-        .register_workflow("loop", registered.hash)
+        .register_workflow("loop", registered.hash, &uwf_state::NodeGuard::vouched())
         .unwrap();
     registered.hash
 }
@@ -153,7 +153,11 @@ fn add_threads(state: &Arc<StateDir>, node: Hash, n: usize) {
             s.spawn(move || {
                 for i in (w..n).step_by(workers) {
                     state
-                        .insert_thread(uwf_protocol::ThreadId::new(), node)
+                        .insert_thread(
+                            uwf_protocol::ThreadId::new(),
+                            node,
+                            &uwf_state::NodeGuard::vouched(),
+                        )
                         .unwrap();
                     if i % 5_000 == 0 && i > 0 {
                         eprintln!("  threads: {i}");

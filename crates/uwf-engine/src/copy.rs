@@ -81,12 +81,17 @@ pub fn copy_store(
         None => Vec::new(),
     };
 
+    // Read before the nodes are copied: a collection in the destination
+    // meanwhile makes each root below check its nodes (crate::keep).
+    let epoch = Some(dst.gc_epoch()?);
     copy_nodes(from, to, &mut report, progress)?;
 
     for (name, hash) in &registry {
         match dst.registry()?.get(name) {
             None => {
-                dst.register_workflow(name, *hash)?;
+                crate::keep::guarded(to.cas(), epoch, *hash, &[], |guard| {
+                    dst.register_workflow(name, *hash, guard)
+                })?;
                 report.registry_added += 1;
             }
             Some(h) if h == hash => {}
@@ -111,7 +116,9 @@ pub fn copy_store(
         match dst.thread_head(thread)? {
             Some(h) if h == head => report.threads_same += 1,
             Some(h) if is_ancestor(to, h, head)? => {
-                dst.swap_head(thread, h, head)?;
+                crate::keep::guarded(to.cas(), epoch, head, &[h], |guard| {
+                    dst.swap_head(thread, h, head, guard)
+                })?;
                 report.threads_advanced += 1;
             }
             Some(h) => report.conflicts.push(format!(
@@ -121,7 +128,9 @@ pub fn copy_store(
                 "thread {thread} is archived in the destination but active in the source: left archived"
             )),
             None => {
-                dst.insert_thread(thread, head)?;
+                crate::keep::guarded(to.cas(), epoch, head, &[], |guard| {
+                    dst.insert_thread(thread, head, guard)
+                })?;
                 report.threads_added += 1;
             }
         }

@@ -21,6 +21,7 @@ pub mod check;
 pub mod copy;
 mod error;
 pub mod human;
+pub mod keep;
 pub mod location;
 pub mod nested;
 mod ops;

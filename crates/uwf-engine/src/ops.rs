@@ -59,6 +59,8 @@ pub fn start(
         return Err(EngineError::EmptyPrompt);
     }
     ready_to_start(engine)?;
+    // Read before the StartNode is stored (crate::keep).
+    let epoch = engine.state.gc_epoch()?;
     let id = ThreadId::new();
     if let Some(p) = parent {
         thread::load(&engine.cas, p).map_err(|e| EngineError::BadParent {
@@ -74,7 +76,9 @@ pub fn start(
     let start = engine
         .cas
         .put_value(engine.cas.types().start_node, &payload)?;
-    engine.state.insert_thread(id, start.hash)?;
+    crate::keep::guarded(&engine.cas, Some(epoch), start.hash, &[], |guard| {
+        engine.state.insert_thread(id, start.hash, guard)
+    })?;
     Ok(Started {
         thread: id,
         head: start.hash,
@@ -84,10 +88,14 @@ pub fn start(
 /// Starts a new thread at `node`, a StartNode or StepNode of a sound chain
 /// (of any thread, active or archived): it continues from there.
 pub fn fork(engine: &Engine, node: Hash) -> Result<Started, EngineError> {
+    // Read before the chain is checked (crate::keep).
+    let epoch = engine.state.gc_epoch()?;
     // Loading proves it is a StartNode or StepNode of a sound chain.
     thread::load(&engine.cas, node)?;
     let id = ThreadId::new();
-    engine.state.insert_thread(id, node)?;
+    crate::keep::guarded(&engine.cas, Some(epoch), node, &[], |guard| {
+        engine.state.insert_thread(id, node, guard)
+    })?;
     Ok(Started {
         thread: id,
         head: node,
@@ -163,6 +171,8 @@ pub fn apply_offered(
     role: &str,
     new: Hash,
 ) -> Result<StepOutput, EngineError> {
+    // The StepNode was stored before this call: its nodes are checked
+    // under the store lock whatever the epoch (crate::keep).
     let view = thread::load(&engine.cas, expected_head)?;
     let loaded = match check_step(&engine.cas, &view, role, new) {
         Ok(l) => l,
@@ -174,7 +184,7 @@ pub fn apply_offered(
         }
         Err(CheckError::Store(e)) => return Err(e),
     };
-    apply(engine, id, view, role, new, loaded).map_err(|e| match e {
+    apply(engine, id, view, role, new, loaded, None).map_err(|e| match e {
         EngineError::State(s) => conflict_or(s, id),
         other => other,
     })

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use uwf_cas::Hash;
 use uwf_moderator::thread::{self, LoadedStep, ThreadView};
 use uwf_protocol::{HistoryEntry, StepOutput, ThreadId, WaitingRecord, WorkflowLimits};
-use uwf_state::SlotHold;
 use uwf_state::policy;
 use uwf_state::slots::SlotError;
 use uwf_state::state::{ResolvedAgent, StateError};
+use uwf_state::{GcEpoch, SlotHold};
 
 use crate::check::CheckError;
 use crate::error::{AgentFailure, EngineError};
@@ -151,6 +151,10 @@ pub fn step(
     opts: &StepOptions<'_>,
     progress: &Arc<dyn Progress>,
 ) -> Result<Stepped, EngineError> {
+    // Before anything the new head will reach is stored or checked: the
+    // head is installed only if no collection removed it meanwhile
+    // (crate::keep).
+    let epoch = ctx.state.gc_epoch()?;
     let head = active_head(ctx, id)?;
     let view = thread::load(&ctx.cas, head)?;
     let workflow = view.workflow_hash;
@@ -227,7 +231,7 @@ pub fn step(
         Tried::Failed(f) => return Err(f.into_error(&agent.label, &role, None)),
     };
     Ok(Stepped {
-        output: apply(ctx, id, view, &role, new, loaded)?,
+        output: apply(ctx, id, view, &role, new, loaded, Some(epoch))?,
         waiting: None,
     })
 }
@@ -564,6 +568,11 @@ fn attempt_in_process(
 /// StepNode of `role`, loaded as `loaded`) by compare-and-swap, then asks
 /// the moderator whether the thread is done and archives it if so
 /// (seed 000 §1.3, steps 7 and 8).
+///
+/// `epoch` is the garbage-collection epoch read before `new` and what it
+/// reaches were stored (`None`: not known, so they are checked under the
+/// store lock). If a collection removed any of them,
+/// [`StateError::NodeGone`] and the thread stays where it was.
 pub fn apply(
     ctx: &Engine,
     id: ThreadId,
@@ -571,13 +580,15 @@ pub fn apply(
     role: &str,
     new: Hash,
     loaded: LoadedStep,
+    epoch: Option<GcEpoch>,
 ) -> Result<StepOutput, EngineError> {
     let head = view.head;
     let workflow = view.workflow_hash;
     debug_assert_eq!(loaded.payload.record.role, role);
-    ctx.state
-        .swap_head(id, head, new)
-        .map_err(|e| conflict_or(e, id))?;
+    crate::keep::guarded(&ctx.cas, epoch, new, &[head], |guard| {
+        ctx.state.swap_head(id, head, new, guard)
+    })
+    .map_err(|e| conflict_or(e, id))?;
 
     // Step 8: does the new step end the thread? The chain is the one loaded
     // at the start plus the step just checked: no need to read it again.

@@ -150,6 +150,7 @@ pub fn node_gone(root: Hash, missing: Hash) -> StateError {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::cell::Cell;

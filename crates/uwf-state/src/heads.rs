@@ -213,7 +213,9 @@ mod tests {
         .unwrap();
         assert_eq!(state.read_head(t("AAA")).unwrap(), Some(h("H1")));
         assert_eq!(state.read_heads().unwrap().len(), 2);
-        state.swap_head(t("AAA"), h("H1"), h("H3"), &NodeGuard::vouched()).unwrap();
+        state
+            .swap_head(t("AAA"), h("H1"), h("H3"), &NodeGuard::vouched())
+            .unwrap();
         assert!(state.heads_dir().is_dir());
         assert!(!state.threads_path().exists());
         assert!(dir.path().join(MIGRATED_THREADS_FILE).exists());
@@ -225,7 +227,9 @@ mod tests {
     fn a_damaged_head_file_is_a_parse_error_not_a_missing_thread() {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir::new(dir.path());
-        state.insert_thread(t("AAA"), h("H1"), &NodeGuard::vouched()).unwrap();
+        state
+            .insert_thread(t("AAA"), h("H1"), &NodeGuard::vouched())
+            .unwrap();
         fs::write(state.heads_dir().join(t("AAA").to_string()), b"\xff\n").unwrap();
         assert!(matches!(
             state.read_head(t("AAA")),
@@ -237,7 +241,9 @@ mod tests {
     fn temporary_files_in_the_directory_are_not_threads() {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir::new(dir.path());
-        state.insert_thread(t("AAA"), h("H1"), &NodeGuard::vouched()).unwrap();
+        state
+            .insert_thread(t("AAA"), h("H1"), &NodeGuard::vouched())
+            .unwrap();
         fs::write(
             state.heads_dir().join(format!(".uwf-{}.tmp", t("AAA"))),
             format!("{}\n", h("H9")),

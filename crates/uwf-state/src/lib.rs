@@ -22,7 +22,7 @@ pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub use guard::{GcEpoch, NodeGuard};
 pub use runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState};
 pub use state::{StateDir, StateError, parse_config, parse_stored_config};
-pub use guard::{GcEpoch, NodeGuard};
 pub use store::{ErrorKind, SlotHold, ThreadStore};

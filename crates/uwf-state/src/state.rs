@@ -441,8 +441,7 @@ impl StateDir {
         self.while_locked(|| {
             let path = self.root.join(GC_EPOCH_FILE);
             let running = self.gc_epoch()?.begin();
-            write_atomic(&path, format!("{running}\n").as_bytes())
-                .map_err(StateError::from)?;
+            write_atomic(&path, format!("{running}\n").as_bytes()).map_err(StateError::from)?;
             let out = f();
             write_atomic(&path, format!("{}\n", running.end()).as_bytes())
                 .map_err(StateError::from)?;
@@ -1880,7 +1879,8 @@ mod tests {
         // Archiving reads only the last line (its cost must not grow with
         // the history): it appends after the damage and rewrites nothing,
         // and readers still report the bad line.
-        s.insert_thread(tid(1, 1), H0, &NodeGuard::vouched()).unwrap();
+        s.insert_thread(tid(1, 1), H0, &NodeGuard::vouched())
+            .unwrap();
         s.archive(tid(1, 1), WF, Some(H0), "done").unwrap();
         let after = fs::read(s.history_path()).unwrap();
         assert!(
@@ -1975,10 +1975,26 @@ mod tests {
     #[test]
     fn registry_round_trip_and_corruption() {
         let (_d, s) = setup();
-        assert_eq!(s.register_workflow("solve-issue", H0, &NodeGuard::vouched()).unwrap(), None);
-        assert_eq!(s.register_workflow("develop", H1, &NodeGuard::vouched()).unwrap(), None);
-        assert_eq!(s.register_workflow("solve-issue", H2, &NodeGuard::vouched()).unwrap(), Some(H0));
-        assert_eq!(s.register_workflow("solve-issue", H2, &NodeGuard::vouched()).unwrap(), Some(H2));
+        assert_eq!(
+            s.register_workflow("solve-issue", H0, &NodeGuard::vouched())
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            s.register_workflow("develop", H1, &NodeGuard::vouched())
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            s.register_workflow("solve-issue", H2, &NodeGuard::vouched())
+                .unwrap(),
+            Some(H0)
+        );
+        assert_eq!(
+            s.register_workflow("solve-issue", H2, &NodeGuard::vouched())
+                .unwrap(),
+            Some(H2)
+        );
         let registry = s.registry().unwrap();
         assert_eq!(registry.len(), 2);
         assert_eq!(registry["solve-issue"], H2);
@@ -1988,7 +2004,8 @@ mod tests {
         fs::write(s.registry_path(), corrupt).unwrap();
         expect_parse(s.registry().unwrap_err(), &s.registry_path(), 3);
         expect_parse(
-            s.register_workflow("new", H0, &NodeGuard::vouched()).unwrap_err(),
+            s.register_workflow("new", H0, &NodeGuard::vouched())
+                .unwrap_err(),
             &s.registry_path(),
             3,
         );
@@ -2164,7 +2181,8 @@ modelOverrides:
                     let s = StateDir::new(root);
                     barrier.wait();
                     for i in 0..50 {
-                        s.insert_thread(tid(w, i), head(w, i), &NodeGuard::vouched()).unwrap();
+                        s.insert_thread(tid(w, i), head(w, i), &NodeGuard::vouched())
+                            .unwrap();
                     }
                 })
             })
@@ -2231,7 +2249,8 @@ modelOverrides:
                         if w % 2 == 0 {
                             s.archive(T1, WF, Some(H0), "done").is_ok()
                         } else {
-                            s.swap_head(T1, H0, head(w, 0), &NodeGuard::vouched()).is_ok()
+                            s.swap_head(T1, H0, head(w, 0), &NodeGuard::vouched())
+                                .is_ok()
                         }
                     })
                 })
@@ -2278,10 +2297,12 @@ modelOverrides:
             })
         };
         for i in 0..100 {
-            s.insert_thread(tid(0, i), H0, &NodeGuard::vouched()).unwrap();
+            s.insert_thread(tid(0, i), H0, &NodeGuard::vouched())
+                .unwrap();
             if i % 10 == 0 {
                 s.archive(tid(0, i), WF, None, "done").unwrap();
-                s.insert_thread(tid(1, i), H0, &NodeGuard::vouched()).unwrap();
+                s.insert_thread(tid(1, i), H0, &NodeGuard::vouched())
+                    .unwrap();
             }
         }
         done.store(true, Ordering::Relaxed);
@@ -2305,7 +2326,8 @@ modelOverrides:
         let w: usize = id.parse().unwrap();
         let s = StateDir::new(&root);
         for i in 0..CHILD_INSERTS {
-            s.insert_thread(tid(w, i), H1, &NodeGuard::vouched()).unwrap();
+            s.insert_thread(tid(w, i), H1, &NodeGuard::vouched())
+                .unwrap();
             // Keep the CAS race below well contended.
             let _ = s.swap_head(T1, H0, head(w, 0), &NodeGuard::vouched());
             let _ = s.register_workflow("shared", head(w, i + 1), &NodeGuard::vouched());

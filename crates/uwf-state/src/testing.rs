@@ -147,14 +147,22 @@ pub fn absent_threads_have_no_head(store: &dyn ThreadStore) {
 /// A second insert of an active id fails with `ThreadExists` and changes
 /// nothing.
 pub fn insert_refuses_an_active_id(store: &dyn ThreadStore) {
-    ok(store.insert_thread(tid(1), head(1), &NodeGuard::vouched()), "insert");
-    let err = store.insert_thread(tid(1), head(2), &NodeGuard::vouched()).err();
+    ok(
+        store.insert_thread(tid(1), head(1), &NodeGuard::vouched()),
+        "insert",
+    );
+    let err = store
+        .insert_thread(tid(1), head(2), &NodeGuard::vouched())
+        .err();
     assert!(
         matches!(err, Some(StateError::ThreadExists { ref thread }) if *thread == tid(1)),
         "{err:?}"
     );
     assert_eq!(ok(store.thread_head(tid(1)), "thread_head"), Some(head(1)));
-    ok(store.insert_thread(tid(2), head(1), &NodeGuard::vouched()), "insert another");
+    ok(
+        store.insert_thread(tid(2), head(1), &NodeGuard::vouched()),
+        "insert another",
+    );
     let all = ok(store.threads(), "threads");
     assert_eq!(all.len(), 2);
     assert_eq!(all.get(&tid(2)), Some(&head(1)));
@@ -164,8 +172,14 @@ pub fn insert_refuses_an_active_id(store: &dyn ThreadStore) {
 /// found otherwise.
 pub fn heads_move_by_compare_and_swap(store: &dyn ThreadStore) {
     let t = tid(1);
-    ok(store.insert_thread(t, head(1), &NodeGuard::vouched()), "insert");
-    ok(store.swap_head(t, head(1), head(2), &NodeGuard::vouched()), "swap");
+    ok(
+        store.insert_thread(t, head(1), &NodeGuard::vouched()),
+        "insert",
+    );
+    ok(
+        store.swap_head(t, head(1), head(2), &NodeGuard::vouched()),
+        "swap",
+    );
     assert_eq!(ok(store.thread_head(t), "thread_head"), Some(head(2)));
     match store.swap_head(t, head(1), head(3), &NodeGuard::vouched()) {
         Err(StateError::Conflict {
@@ -177,7 +191,10 @@ pub fn heads_move_by_compare_and_swap(store: &dyn ThreadStore) {
         other => panic!("a stale swap must conflict: {other:?}"),
     }
     // Swapping to the same head is a successful no-op.
-    ok(store.swap_head(t, head(2), head(2), &NodeGuard::vouched()), "swap to itself");
+    ok(
+        store.swap_head(t, head(2), head(2), &NodeGuard::vouched()),
+        "swap to itself",
+    );
     match store.swap_head(tid(9), head(1), head(2), &NodeGuard::vouched()) {
         Err(e @ StateError::Conflict { actual: None, .. }) => {
             assert_eq!(e.kind(), crate::ErrorKind::Conflict);
@@ -191,7 +208,10 @@ pub fn heads_move_by_compare_and_swap(store: &dyn ThreadStore) {
 /// winner's head.
 pub fn racing_swaps_have_exactly_one_winner_per_round(store: &dyn ThreadStore) {
     let t = tid(7);
-    ok(store.insert_thread(t, head(0), &NodeGuard::vouched()), "insert");
+    ok(
+        store.insert_thread(t, head(0), &NodeGuard::vouched()),
+        "insert",
+    );
     let mut current = head(0);
     for round in 1..=20u64 {
         let barrier = Barrier::new(8);
@@ -234,8 +254,14 @@ pub fn racing_swaps_have_exactly_one_winner_per_round(store: &dyn ThreadStore) {
 /// history, newest last; `find_archived` finds the latest entry.
 pub fn archive_moves_a_thread_into_the_history(store: &dyn ThreadStore) {
     let (a, b) = (tid(1), tid(2));
-    ok(store.insert_thread(a, head(1), &NodeGuard::vouched()), "insert a");
-    ok(store.insert_thread(b, head(2), &NodeGuard::vouched()), "insert b");
+    ok(
+        store.insert_thread(a, head(1), &NodeGuard::vouched()),
+        "insert a",
+    );
+    ok(
+        store.insert_thread(b, head(2), &NodeGuard::vouched()),
+        "insert b",
+    );
     match store.archive(a, WF, Some(head(9)), "done") {
         Err(StateError::Conflict { actual, .. }) => assert_eq!(actual, Some(head(1))),
         other => panic!("archiving at a wrong head must conflict: {other:?}"),
@@ -256,7 +282,10 @@ pub fn archive_moves_a_thread_into_the_history(store: &dyn ThreadStore) {
     }
     ok(store.archive(b, WF2, None, "killed"), "archive b");
     // The same id again: active, then archived a second time.
-    ok(store.insert_thread(a, head(3), &NodeGuard::vouched()), "insert a again");
+    ok(
+        store.insert_thread(a, head(3), &NodeGuard::vouched()),
+        "insert a again",
+    );
     ok(store.archive(a, WF, None, "done"), "archive a again");
     let history = ok(store.history(), "history");
     let seen: Vec<(ThreadId, Hash)> = history.iter().map(|e| (e.thread, e.head)).collect();
@@ -271,16 +300,31 @@ pub fn archive_moves_a_thread_into_the_history(store: &dyn ThreadStore) {
 /// `register_workflow` returns the previous hash and the registry lists
 /// the latest one.
 pub fn registry_records_the_latest_hash(store: &dyn ThreadStore) {
-    assert_eq!(ok(store.register_workflow("w", head(1), &NodeGuard::vouched()), "register"), None);
     assert_eq!(
-        ok(store.register_workflow("w", head(2), &NodeGuard::vouched()), "register"),
+        ok(
+            store.register_workflow("w", head(1), &NodeGuard::vouched()),
+            "register"
+        ),
+        None
+    );
+    assert_eq!(
+        ok(
+            store.register_workflow("w", head(2), &NodeGuard::vouched()),
+            "register"
+        ),
         Some(head(1))
     );
     assert_eq!(
-        ok(store.register_workflow("w", head(2), &NodeGuard::vouched()), "register same"),
+        ok(
+            store.register_workflow("w", head(2), &NodeGuard::vouched()),
+            "register same"
+        ),
         Some(head(2))
     );
-    ok(store.register_workflow("other/name é", head(3), &NodeGuard::vouched()), "register");
+    ok(
+        store.register_workflow("other/name é", head(3), &NodeGuard::vouched()),
+        "register",
+    );
     let reg = ok(store.registry(), "registry");
     assert_eq!(reg.len(), 2);
     assert_eq!(reg.get("w"), Some(&head(2)));
@@ -360,7 +404,10 @@ fn record(head: Hash, role: &str, since: u64) -> WaitingRecord {
 /// when the head moves or the thread is archived.
 pub fn a_wait_counts_only_at_its_head(store: &dyn ThreadStore) {
     let t = tid(1);
-    ok(store.insert_thread(t, head(1), &NodeGuard::vouched()), "insert");
+    ok(
+        store.insert_thread(t, head(1), &NodeGuard::vouched()),
+        "insert",
+    );
     assert!(ok(
         store.mark_waiting(t, record(head(1), "reviewer", 1)),
         "mark"
@@ -374,7 +421,10 @@ pub fn a_wait_counts_only_at_its_head(store: &dyn ThreadStore) {
         Some(1)
     );
     assert_eq!(ok(store.waiting(), "waiting").len(), 1);
-    ok(store.swap_head(t, head(1), head(2), &NodeGuard::vouched()), "swap");
+    ok(
+        store.swap_head(t, head(1), head(2), &NodeGuard::vouched()),
+        "swap",
+    );
     assert_eq!(ok(store.waiting_of(t), "waiting_of"), None);
     assert!(ok(store.waiting(), "waiting").is_empty());
     match store.mark_waiting(t, record(head(1), "reviewer", 3)) {
@@ -403,8 +453,14 @@ pub fn a_wait_counts_only_at_its_head(store: &dyn ThreadStore) {
 /// pruning drops the entries of archived threads only.
 pub fn attempts_chain_and_survive_only_for_active_threads(store: &dyn ThreadStore) {
     let (t, u) = (tid(1), tid(2));
-    ok(store.insert_thread(t, head(1), &NodeGuard::vouched()), "insert t");
-    ok(store.insert_thread(u, head(1), &NodeGuard::vouched()), "insert u");
+    ok(
+        store.insert_thread(t, head(1), &NodeGuard::vouched()),
+        "insert t",
+    );
+    ok(
+        store.insert_thread(u, head(1), &NodeGuard::vouched()),
+        "insert u",
+    );
     let first = ok(
         store.record_attempt(t, &mut |prev| {
             assert_eq!(prev, None);
@@ -448,7 +504,10 @@ pub fn attempts_chain_and_survive_only_for_active_threads(store: &dyn ThreadStor
 /// links the one before it, none is lost.
 pub fn racing_attempts_are_all_kept(store: &dyn ThreadStore) {
     let t = tid(3);
-    ok(store.insert_thread(t, head(1), &NodeGuard::vouched()), "insert");
+    ok(
+        store.insert_thread(t, head(1), &NodeGuard::vouched()),
+        "insert",
+    );
     let links: Mutex<Vec<(Option<Hash>, Hash)>> = Mutex::new(Vec::new());
     let barrier = Barrier::new(8);
     thread::scope(|s| {
@@ -489,8 +548,6 @@ pub fn racing_attempts_are_all_kept(store: &dyn ThreadStore) {
     assert_eq!(walked, 8, "a record was lost: {links:?}");
 }
 
-/// While `while_locked` runs, a mutation from another thread waits until it
-/// is done.
 /// A collection makes the epoch odd while it runs (visible to other
 /// readers) and even, and greater, after it; a collection whose closure
 /// fails still ends.
@@ -508,11 +565,20 @@ pub fn a_collection_moves_the_epoch_odd_then_even(store: &dyn ThreadStore) {
     let Some(during) = seen else {
         panic!("while_collecting did not run its closure")
     };
-    assert!(during.is_collecting() && during > before, "{before} → {during}");
+    assert!(
+        during.is_collecting() && during > before,
+        "{before} → {during}"
+    );
     let after = ok(store.gc_epoch(), "gc_epoch");
-    assert!(!after.is_collecting() && after > during, "{during} → {after}");
+    assert!(
+        !after.is_collecting() && after > during,
+        "{during} → {after}"
+    );
     let failed = store.while_collecting(&mut || Err(StateError::NotActive { thread: tid(9) }));
-    assert!(matches!(failed, Err(StateError::NotActive { .. })), "{failed:?}");
+    assert!(
+        matches!(failed, Err(StateError::NotActive { .. })),
+        "{failed:?}"
+    );
     let later = ok(store.gc_epoch(), "gc_epoch");
     assert!(!later.is_collecting() && later > after, "{after} → {later}");
 }
@@ -566,9 +632,14 @@ pub fn a_guard_checks_after_a_collection_and_a_failed_check_changes_nothing(
     );
 }
 
+/// While `while_collecting` runs, a mutation from another thread waits
+/// until it is done.
 pub fn while_locked_holds_back_mutations(store: &dyn ThreadStore) {
     let t = tid(1);
-    ok(store.insert_thread(t, head(1), &NodeGuard::vouched()), "insert");
+    ok(
+        store.insert_thread(t, head(1), &NodeGuard::vouched()),
+        "insert",
+    );
     let inside = AtomicBool::new(false);
     let released = AtomicBool::new(false);
     thread::scope(|s| {
@@ -578,7 +649,10 @@ pub fn while_locked_holds_back_mutations(store: &dyn ThreadStore) {
             store.while_collecting(&mut || {
                 inside.store(true, Ordering::SeqCst);
                 let h = s.spawn(move || {
-                    ok(store.swap_head(t, head(1), head(2), &NodeGuard::vouched()), "swap");
+                    ok(
+                        store.swap_head(t, head(1), head(2), &NodeGuard::vouched()),
+                        "swap",
+                    );
                     // The swap may only complete once the lock is released.
                     released.load(Ordering::SeqCst)
                 });
@@ -811,7 +885,10 @@ const LONG: Duration = Duration::from_secs(600);
 
 /// Makes thread `n` active and queues it for `workflow`.
 fn queued<S: ThreadStore + RunQueue>(store: &S, n: u64, workflow: &str) -> crate::Run {
-    ok(store.insert_thread(tid(n), head(n), &NodeGuard::vouched()), "insert");
+    ok(
+        store.insert_thread(tid(n), head(n), &NodeGuard::vouched()),
+        "insert",
+    );
     ok(
         store.enqueue(tid(n), workflow, RunRequest::default()),
         "enqueue",
@@ -883,7 +960,10 @@ pub fn runs_are_listed_oldest_first_and_keep_their_request<S: ThreadStore + RunQ
         timeout_ms: Some(1500),
     };
     for n in [3, 1, 2] {
-        ok(store.insert_thread(tid(n), head(n), &NodeGuard::vouched()), "insert");
+        ok(
+            store.insert_thread(tid(n), head(n), &NodeGuard::vouched()),
+            "insert",
+        );
         ok(store.enqueue(tid(n), "wf", request.clone()), "enqueue");
         // Distinct queue times, so the order is the order of queueing.
         thread::sleep(Duration::from_millis(3));

@@ -145,15 +145,19 @@ impl Store for PgStore {
         let type_hash = node.type_hash.to_string();
         // A node removed between our two statements makes us go round again.
         for _ in 0..3 {
-            let created = self
+            // Storing a present node again moves `fresh_at`: garbage
+            // collection's grace counts from it (Store::last_stored).
+            let created: bool = self
                 .conn()?
-                .execute(
+                .query_one(
                     "INSERT INTO uwf_nodes (hash, type_hash, payload, stored_at) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (hash) DO NOTHING",
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (hash) \
+                     DO UPDATE SET fresh_at = excluded.stored_at RETURNING xmax = 0",
                     &[&name, &type_hash, &payload, &ms(node.timestamp)],
                 )
-                .map_err(self.err("store a node"))?;
-            if created == 1 {
+                .map_err(self.err("store a node"))?
+                .get(0);
+            if created {
                 return Ok((node.clone(), true));
             }
             match self.get(hash) {
@@ -230,6 +234,32 @@ impl Store for PgStore {
             .execute(
                 "DELETE FROM uwf_nodes WHERE hash = $1",
                 &[&hash.to_string()],
+            )
+            .map_err(self.err("remove a node"))?;
+        Ok(n == 1)
+    }
+
+    fn last_stored(&self, hash: Hash) -> Result<Option<u64>> {
+        let row = self
+            .conn()?
+            .query_opt(
+                "SELECT GREATEST(stored_at, COALESCE(fresh_at, 0)) FROM uwf_nodes WHERE hash = $1",
+                &[&hash.to_string()],
+            )
+            .map_err(self.err("read a node's store time"))?;
+        Ok(row.map(|r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)))
+    }
+
+    fn remove_if_stale(&self, hash: Hash, cutoff: u64) -> Result<bool> {
+        // One statement: a concurrent store again either commits first (and
+        // the row no longer matches) or waits for this delete and inserts
+        // the node anew.
+        let n = self
+            .conn()?
+            .execute(
+                "DELETE FROM uwf_nodes WHERE hash = $1 \
+                 AND GREATEST(stored_at, COALESCE(fresh_at, 0)) < $2",
+                &[&hash.to_string(), &ms(cutoff)],
             )
             .map_err(self.err("remove a node"))?;
         Ok(n == 1)

@@ -122,6 +122,22 @@ CREATE TABLE uwf_runs (
 CREATE INDEX uwf_runs_by_age ON uwf_runs (queued_at, thread);
 "#,
     },
+    Migration {
+        version: 5,
+        name: "garbage collection beside running work",
+        // `fresh_at`: when a node was last stored again (garbage
+        // collection's grace counts from the later of it and `stored_at`);
+        // `uwf_gc.epoch`: odd while a collection runs (docs/state.md,
+        // "Garbage collection").
+        sql: r#"
+ALTER TABLE uwf_nodes ADD COLUMN fresh_at bigint;
+CREATE TABLE uwf_gc (
+    one   boolean PRIMARY KEY DEFAULT true CHECK (one),
+    epoch bigint NOT NULL CHECK (epoch >= 0)
+);
+INSERT INTO uwf_gc (epoch) VALUES (0);
+"#,
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -2,7 +2,7 @@
 //!
 //! Every mutation is one transaction that first takes the store lock
 //! ([`STORE_LOCK`]) in **shared** mode, so mutations run side by side;
-//! [`while_locked`](ThreadStore::while_locked) takes it in **exclusive**
+//! [`while_collecting`](ThreadStore::while_collecting) takes it in **exclusive**
 //! mode, so garbage collection sees a stable set of roots. Reads take no
 //! lock: every statement sees a committed snapshot.
 //!
@@ -19,12 +19,12 @@ use uwf_protocol::{
     WorkflowConfig, WorkflowLimits, WorkflowRegistry,
 };
 use uwf_state::slots::{SlotError, Waiting};
-use uwf_state::{SlotHold, StateDir, StateError, ThreadStore};
+use uwf_state::{GcEpoch, NodeGuard, SlotHold, StateDir, StateError, ThreadStore};
 
 use crate::{PgError, PgStore};
 
 /// Advisory lock key (bigint space) of the whole store: shared by every
-/// mutation, exclusive in `while_locked`. "uwf_stat" in ASCII.
+/// mutation, exclusive in `while_collecting`. "uwf_stat" in ASCII.
 pub(crate) const STORE_LOCK: i64 = 0x7577_665f_7374_6174;
 
 /// How long a mutation waits for a lock before failing as unavailable
@@ -36,6 +36,35 @@ fn now_ms() -> i64 {
 }
 
 impl PgStore {
+    /// The collection epoch as `client` sees it.
+    fn epoch_in(&self, client: &mut impl postgres::GenericClient) -> Result<GcEpoch, PgError> {
+        let row = client
+            .query_opt("SELECT epoch FROM uwf_gc", &[])
+            .map_err(self.err("read the collection epoch"))?;
+        let Some(row) = row else {
+            return Err(self.corrupt("the collection epoch (table uwf_gc)", "it has no row"));
+        };
+        let epoch: i64 = row.get(0);
+        u64::try_from(epoch)
+            .map(GcEpoch)
+            .map_err(|_| self.corrupt("the collection epoch (table uwf_gc)", format!("{epoch}")))
+    }
+
+    /// Runs `guard`'s check inside a mutation (the store lock held shared,
+    /// so no collection runs until the transaction ends).
+    fn verify_guard(
+        &self,
+        tx: &mut Transaction<'_>,
+        guard: &NodeGuard<'_>,
+    ) -> Result<(), StateError> {
+        let now = if guard.needs_epoch() {
+            self.epoch_in(tx)?
+        } else {
+            GcEpoch::default()
+        };
+        guard.verify(now)
+    }
+
     /// Runs `f` in a transaction holding the store lock in shared mode
     /// (every mutation does), committing if it succeeds.
     fn mutate<T, E: From<PgError>>(
@@ -212,8 +241,14 @@ impl ThreadStore for PgStore {
         Ok(out)
     }
 
-    fn insert_thread(&self, thread: ThreadId, head: Hash) -> Result<(), StateError> {
+    fn insert_thread(
+        &self,
+        thread: ThreadId,
+        head: Hash,
+        guard: &NodeGuard<'_>,
+    ) -> Result<(), StateError> {
         self.mutate(|tx| {
+            self.verify_guard(tx, guard)?;
             let n = tx
                 .execute(
                     "INSERT INTO uwf_threads (thread, head) VALUES ($1, $2) ON CONFLICT (thread) DO NOTHING",
@@ -227,8 +262,17 @@ impl ThreadStore for PgStore {
         })
     }
 
-    fn swap_head(&self, thread: ThreadId, expected: Hash, new: Hash) -> Result<(), StateError> {
+    fn swap_head(
+        &self,
+        thread: ThreadId,
+        expected: Hash,
+        new: Hash,
+        guard: &NodeGuard<'_>,
+    ) -> Result<(), StateError> {
         self.mutate(|tx| {
+            if expected != new {
+                self.verify_guard(tx, guard)?;
+            }
             let n = tx
                 .execute(
                     "UPDATE uwf_threads SET head = $3 WHERE thread = $1 AND head = $2",
@@ -339,8 +383,14 @@ impl ThreadStore for PgStore {
         Ok(out)
     }
 
-    fn register_workflow(&self, name: &str, hash: Hash) -> Result<Option<Hash>, StateError> {
+    fn register_workflow(
+        &self,
+        name: &str,
+        hash: Hash,
+        guard: &NodeGuard<'_>,
+    ) -> Result<Option<Hash>, StateError> {
         self.mutate(|tx| {
+            self.verify_guard(tx, guard)?;
             // Serialises registrations of one name (a missing row cannot be
             // locked with FOR UPDATE).
             tx.execute(
@@ -608,24 +658,50 @@ impl ThreadStore for PgStore {
         })
     }
 
-    fn while_locked(
+    fn gc_epoch(&self) -> Result<GcEpoch, StateError> {
+        let mut c = self.conn()?;
+        Ok(self.epoch_in(&mut *c)?)
+    }
+
+    fn while_collecting(
         &self,
         f: &mut dyn FnMut() -> Result<(), StateError>,
     ) -> Result<(), StateError> {
+        // A session lock on a connection of its own, so that the odd epoch
+        // is committed (visible to every writer) before `f` sweeps, while
+        // the lock stays held. Losing the connection releases the lock and
+        // leaves the epoch odd: writers then check their nodes until the
+        // next collection ends.
         let mut c = self.conn()?;
-        let mut tx = c.transaction().map_err(self.err("begin a transaction"))?;
-        tx.batch_execute(&format!(
-            "SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; SELECT pg_advisory_xact_lock({STORE_LOCK})"
+        c.batch_execute(&format!(
+            "SET lock_timeout = '{LOCK_TIMEOUT}'; SELECT pg_advisory_lock({STORE_LOCK}); \
+             RESET lock_timeout"
         ))
         .map_err(self.err("take the store lock"))?;
-        let out = f();
-        // Ending the transaction releases the lock, whatever `f` returned.
-        tx.rollback().map_err(self.err("release the store lock"))?;
-        out
+        let run = (|| -> Result<(), StateError> {
+            c.execute(
+                "UPDATE uwf_gc SET epoch = epoch + CASE WHEN epoch % 2 = 0 THEN 1 ELSE 2 END",
+                &[],
+            )
+            .map_err(self.err("start a collection epoch"))?;
+            let out = f();
+            c.execute(
+                "UPDATE uwf_gc SET epoch = epoch + 1 WHERE epoch % 2 = 1",
+                &[],
+            )
+            .map_err(self.err("end a collection epoch"))?;
+            out
+        })();
+        let unlocked = c
+            .execute(&format!("SELECT pg_advisory_unlock({STORE_LOCK})"), &[])
+            .map_err(self.err("release the store lock"));
+        run?;
+        unlocked?;
+        Ok(())
     }
 
     fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<Hash>, StateError> {
-        // Called inside `while_locked`: no store lock here (it is held).
+        // Called inside `while_collecting`: no store lock here (it is held).
         let mut c = self.conn()?;
         let mut tx = c.transaction().map_err(self.err("begin a transaction"))?;
         let roots = tx

@@ -29,7 +29,9 @@ fn a_network_cut_is_unavailable_and_the_store_works_again_once_healed() {
     let (port, proxy) = server.proxy();
     let store = PgStore::connect(&db.url_through(port, true), None).unwrap();
     store.init().unwrap();
-    store.insert_thread(T1, Hash::from_u64(1)).unwrap();
+    store
+        .insert_thread(T1, Hash::from_u64(1), &uwf_state::NodeGuard::vouched())
+        .unwrap();
 
     proxy.cut();
     let err = store.thread_head(T1).unwrap_err();
@@ -37,14 +39,24 @@ fn a_network_cut_is_unavailable_and_the_store_works_again_once_healed() {
     // New connections are refused too: still unavailable, and a write
     // changes nothing.
     let err = store
-        .swap_head(T1, Hash::from_u64(1), Hash::from_u64(2))
+        .swap_head(
+            T1,
+            Hash::from_u64(1),
+            Hash::from_u64(2),
+            &uwf_state::NodeGuard::vouched(),
+        )
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
 
     proxy.heal();
     assert_eq!(store.thread_head(T1).unwrap(), Some(Hash::from_u64(1)));
     store
-        .swap_head(T1, Hash::from_u64(1), Hash::from_u64(2))
+        .swap_head(
+            T1,
+            Hash::from_u64(1),
+            Hash::from_u64(2),
+            &uwf_state::NodeGuard::vouched(),
+        )
         .unwrap();
     assert_eq!(store.thread_head(T1).unwrap(), Some(Hash::from_u64(2)));
 }
@@ -57,7 +69,9 @@ fn a_restarted_server_costs_at_most_one_failed_call() {
     };
     let db = server.create_database();
     let store = PgStore::connect(&db.url, None).unwrap();
-    store.insert_thread(T1, Hash::from_u64(1)).unwrap();
+    store
+        .insert_thread(T1, Hash::from_u64(1), &uwf_state::NodeGuard::vouched())
+        .unwrap();
 
     server.shut_down();
     let err = store.thread_head(T1).unwrap_err();

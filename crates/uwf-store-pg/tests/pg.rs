@@ -449,7 +449,9 @@ fn the_password_never_appears_in_errors_or_descriptions() {
         .unwrap();
     let e = store.get(node.hash()).unwrap_err();
     record(&mut seen, &e, format!("{e:?}"));
-    store.insert_thread(T1, Hash::from_u64(1)).unwrap();
+    store
+        .insert_thread(T1, Hash::from_u64(1), &uwf_state::NodeGuard::vouched())
+        .unwrap();
     raw.execute(
         "INSERT INTO uwf_waiting VALUES ($1, $2, 'not json')",
         &[&T1.to_string(), &Hash::from_u64(1).to_string()],
@@ -632,7 +634,9 @@ fn separate_stores_share_the_slots_of_a_workflow() {
 #[test]
 fn pooled_connections_cut_by_the_server_are_replaced() {
     let Some((store, db)) = fresh() else { return };
-    store.insert_thread(T1, Hash::from_u64(1)).unwrap();
+    store
+        .insert_thread(T1, Hash::from_u64(1), &uwf_state::NodeGuard::vouched())
+        .unwrap();
     // Several pooled connections.
     std::thread::scope(|s| {
         for _ in 0..4 {
@@ -709,7 +713,9 @@ fn leases_are_set_on_the_database_clock() {
     use uwf_state::runs::{RunQueue, RunRequest};
     let Some((store, db)) = fresh() else { return };
     let mut client = db.client();
-    store.insert_thread(T1, Hash::from_u64(1)).unwrap();
+    store
+        .insert_thread(T1, Hash::from_u64(1), &uwf_state::NodeGuard::vouched())
+        .unwrap();
     store.enqueue(T1, "wf", RunRequest::default()).unwrap();
     let lease = Duration::from_secs(3600);
     let before = db_now_ms(&mut client);
@@ -740,7 +746,9 @@ fn leases_are_set_on_the_database_clock() {
 fn a_hung_renewal_fails_instead_of_blocking() {
     use uwf_state::runs::{RunQueue, RunRequest};
     let Some((store, db)) = fresh() else { return };
-    store.insert_thread(T1, Hash::from_u64(1)).unwrap();
+    store
+        .insert_thread(T1, Hash::from_u64(1), &uwf_state::NodeGuard::vouched())
+        .unwrap();
     store.enqueue(T1, "wf", RunRequest::default()).unwrap();
     let lease = Duration::from_secs(3);
     let mut claim = store.claim("w", &[], lease).unwrap().unwrap();
@@ -765,7 +773,9 @@ fn a_hung_renewal_fails_instead_of_blocking() {
 fn a_damaged_run_row_is_reported_corrupt() {
     use uwf_state::runs::{RunQueue, RunRequest};
     let Some((store, db)) = fresh() else { return };
-    store.insert_thread(T1, Hash::from_u64(1)).unwrap();
+    store
+        .insert_thread(T1, Hash::from_u64(1), &uwf_state::NodeGuard::vouched())
+        .unwrap();
     store.enqueue(T1, "wf", RunRequest::default()).unwrap();
     db.client()
         .execute("UPDATE uwf_runs SET request = '{not json'", &[])
@@ -782,7 +792,9 @@ fn a_damaged_run_row_is_reported_corrupt() {
     // A claim that meets it fails once (the row stays claimed, its lease
     // runs out); it does not stop the claims of the other runs.
     let t2 = uwf_protocol::ThreadId::from_u128(2);
-    store.insert_thread(t2, Hash::from_u64(2)).unwrap();
+    store
+        .insert_thread(t2, Hash::from_u64(2), &uwf_state::NodeGuard::vouched())
+        .unwrap();
     store.enqueue(t2, "wf", RunRequest::default()).unwrap();
     let lease = Duration::from_secs(600);
     match store.claim("w", &[], lease) {

@@ -226,8 +226,10 @@ impl Fixture {
     pub fn set_head(&self, thread: ThreadId, head: Hash) -> Result<(), BoxError> {
         let state = self.engine.state();
         match state.thread_head(thread)? {
-            Some(current) => state.swap_head(thread, current, head)?,
-            None => state.insert_thread(thread, head)?,
+            Some(current) => {
+                state.swap_head(thread, current, head, &uwf_state::NodeGuard::vouched())?
+            }
+            None => state.insert_thread(thread, head, &uwf_state::NodeGuard::vouched())?,
         }
         Ok(())
     }

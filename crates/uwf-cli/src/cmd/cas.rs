@@ -46,8 +46,6 @@ pub fn run(cas: &Cas, state: &dyn ThreadStore, cmd: CasCommand) -> Result<Outcom
                 dry_run,
                 grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
             };
-            // Under the state lock: no thread starts, steps, forks or
-            // registration can add a root while we sweep.
             let mut report = None;
             let mut failure: Option<CliError> = None;
             let sweep = || -> Result<_, CliError> {
@@ -59,10 +57,12 @@ pub fn run(cas: &Cas, state: &dyn ThreadStore, cmd: CasCommand) -> Result<Outcom
                 roots.extend(state.side_table_roots_locked(!dry_run)?);
                 Ok(cas.gc(roots, opts)?)
             };
-            // Under the state lock: no thread starts, steps, forks or
-            // registration can add a root while we sweep.
+            // Under the store lock, with the collection epoch odd: no root
+            // changes while we sweep, and a writer whose nodes were stored
+            // meanwhile checks them before it installs a root
+            // (docs/state.md, "Garbage collection").
             let mut sweep = Some(sweep);
-            state.while_locked(&mut || {
+            state.while_collecting(&mut || {
                 if let Some(f) = sweep.take() {
                     match f() {
                         Ok(r) => report = Some(r),

@@ -53,6 +53,8 @@ pub fn put_file(ctx: &Ctx, path: &Path) -> Result<(Hash, WorkflowPayload), CliEr
     // registry.yaml can be updated before writing any node.
     register_located(&Cas::new(MemStore::new())?, &def, &text, path)?;
     ctx.state().registry()?;
+    // Read before the nodes are stored: gc may run meanwhile (uwf_engine::keep).
+    let epoch = ctx.state().gc_epoch()?;
     let registered = definition::register(ctx.cas(), &def)?;
     let mut located = definition::Report {
         errors: Vec::new(),
@@ -60,8 +62,10 @@ pub fn put_file(ctx: &Ctx, path: &Path) -> Result<(Hash, WorkflowPayload), CliEr
     };
     located.locate(&text, &path.display().to_string());
     warn(&located.warnings);
-    ctx.state()
-        .register_workflow(&registered.payload.name, registered.hash)?;
+    uwf_engine::keep::guarded(ctx.cas(), Some(epoch), registered.hash, &[], |guard| {
+        ctx.state()
+            .register_workflow(&registered.payload.name, registered.hash, guard)
+    })?;
     Ok((registered.hash, registered.payload))
 }
 
