@@ -144,6 +144,27 @@ pub struct GcReport {
     pub recent: usize,
 }
 
+/// What the mark phase of a collection found ([`Cas::gc_plan`]).
+#[derive(Debug, Clone)]
+pub struct GcPlan {
+    report: GcReport,
+    stale: Vec<Hash>,
+    cutoff: u64,
+}
+
+impl GcPlan {
+    /// The unreachable nodes last stored before the grace period: what
+    /// [`Cas::gc_sweep`] removes if they are still stale then.
+    pub fn stale(&self) -> &[Hash] {
+        &self.stale
+    }
+
+    /// Whether the collection only reports.
+    pub fn dry_run(&self) -> bool {
+        self.report.dry_run
+    }
+}
+
 /// The typed, validated store. Cheap to share across threads.
 ///
 /// Generic over its backend; the default, `Cas` alone, is
@@ -453,8 +474,22 @@ impl<S: Store> Cas<S> {
     /// schema node (types are roots: nodes of any type may be stored at any
     /// time), removes the rest. A corrupt or unreadable node met while
     /// marking stops the collection before anything is removed, because its
-    /// references cannot be known.
+    /// references cannot be known. [`gc_plan`](Self::gc_plan) then
+    /// [`gc_sweep`](Self::gc_sweep), for callers with nothing to do in
+    /// between.
     pub fn gc(&self, roots: impl IntoIterator<Item = Hash>, opts: GcOptions) -> Result<GcReport> {
+        let plan = self.gc_plan(roots, opts)?;
+        self.gc_sweep(plan)
+    }
+
+    /// The mark phase of [`gc`](Self::gc): what is reachable, and which
+    /// unreachable nodes were last stored before the grace period
+    /// ([`Store::last_stored`]). Removes nothing.
+    pub fn gc_plan(
+        &self,
+        roots: impl IntoIterator<Item = Hash>,
+        opts: GcOptions,
+    ) -> Result<GcPlan> {
         let mut marked: HashSet<Hash> = HashSet::new();
         let mut queue: VecDeque<Hash> = VecDeque::new();
         let schemas = self.list_by_type(self.types.meta)?;
@@ -476,13 +511,12 @@ impl<S: Store> Cas<S> {
                 }
             }
         }
-        let now = node::now_ms();
         let mut report = GcReport {
             dry_run: opts.dry_run,
             ..Default::default()
         };
-        // Stream the listing; remove only after it ends, so that no backend
-        // has to support deletion under a running listing.
+        // Stream the listing; look at the unreachable ones only after it
+        // ends, so that no backend has to support deletion under a listing.
         let mut unreachable = Vec::new();
         for h in self.store.hashes() {
             let h = h?;
@@ -496,16 +530,33 @@ impl<S: Store> Cas<S> {
         // Grace counts from the last time a node was stored, first or again
         // (`Store::last_stored`): a writer that stored it is about to
         // reference it.
-        let cutoff = now.saturating_sub(opts.grace_ms);
+        let cutoff = node::now_ms().saturating_sub(opts.grace_ms);
+        let mut stale = Vec::new();
         for h in unreachable {
-            let Some(stored) = self.store.last_stored(h)? else {
-                continue; // removed meanwhile
-            };
-            if stored >= cutoff {
-                report.recent += 1;
-                continue;
+            match self.store.last_stored(h)? {
+                None => {} // removed meanwhile
+                Some(t) if t >= cutoff => report.recent += 1,
+                Some(_) => stale.push(h),
             }
-            if !opts.dry_run && !self.store.remove_if_stale(h, cutoff)? {
+        }
+        Ok(GcPlan {
+            report,
+            stale,
+            cutoff,
+        })
+    }
+
+    /// The sweep phase of [`gc`](Self::gc): removes the plan's stale nodes
+    /// that are still stale ([`Store::remove_if_stale`]); with `dry_run`,
+    /// reports them and removes nothing.
+    pub fn gc_sweep(&self, plan: GcPlan) -> Result<GcReport> {
+        let GcPlan {
+            mut report,
+            stale,
+            cutoff,
+        } = plan;
+        for h in stale {
+            if !report.dry_run && !self.store.remove_if_stale(h, cutoff)? {
                 // Stored again since we looked (or removed meanwhile).
                 report.recent += 1;
                 continue;

@@ -46,8 +46,8 @@ mod store;
 pub mod testing;
 
 pub use cas::{
-    Cas, GcOptions, GcReport, ProtocolTypes, SchemaEntry, Stored, VerifyIssue, VerifyReport,
-    WalkEntry,
+    Cas, GcOptions, GcPlan, GcReport, ProtocolTypes, SchemaEntry, Stored, VerifyIssue,
+    VerifyReport, WalkEntry,
 };
 pub use error::{CasError, Result, StoreErrorKind, Violation};
 pub use node::Node;

@@ -552,6 +552,7 @@ pub fn state_hint(e: &uwf_state::StateError) -> Option<String> {
     Some(match e {
         StateError::Conflict { .. } => "another uwf process advanced or archived this thread; re-read it (`uwf thread show`) and retry".into(),
         StateError::NotActive { .. } => "`uwf thread list --all` shows active and archived threads; archived threads cannot be changed".into(),
+        StateError::NodeGone { .. } => "nothing was recorded and the thread is where it was: run the command again. `uwf cas gc` keeps unreferenced nodes younger than --grace (1h by default); a grace longer than your slowest step leaves the nodes of running steps alone".into(),
         StateError::NoAgent { .. } => "run `uwf setup`, set defaultAgent in the configuration (`uwf config show` says where it is kept), or pass --agent \"<command>\"".into(),
         _ => return None,
     })

@@ -223,6 +223,7 @@ pub fn step(
         cancel: &opts.cancel,
         edge_prompt: decision.prompt.as_deref(),
         in_process: opts.in_process,
+        epoch,
     };
     let (new, loaded) = match crate::retry::run(&attempt, &policy)? {
         Tried::Landed(new, loaded) => (new, loaded),
@@ -262,6 +263,9 @@ pub struct Attempt<'a> {
     pub edge_prompt: Option<&'a str>,
     /// Runs the role in this process instead of the agent command.
     pub in_process: Option<&'a InProcessAgent<'a>>,
+    /// The garbage-collection epoch read when the step began
+    /// ([`crate::keep`]).
+    pub epoch: GcEpoch,
 }
 
 /// How an attempt ended, when nothing stops the whole step.
@@ -489,10 +493,38 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
             }
             Ok(Tried::Landed(new, loaded))
         }
-        Err(CheckError::Rejected(r)) => fail("check", r.to_string(), Some(0)),
+        Err(CheckError::Rejected(r)) => match collected(a, new, &r)? {
+            Some(e) => Err(e),
+            None => fail("check", r.to_string(), Some(0)),
+        },
         // The store failing is not the agent's fault: stop, never retry.
         Err(CheckError::Store(e)) => Err(e),
     }
+}
+
+/// A node the agent wrote is missing and a garbage collection ran since the
+/// step began: the collection removed it, which is not the agent's fault
+/// and not worth a retry of the agent (`docs/state.md`, "Garbage
+/// collection"). `None` when the rejection is the agent's.
+fn collected(
+    a: &Attempt<'_>,
+    new: Hash,
+    r: &crate::check::Rejection,
+) -> Result<Option<EngineError>, EngineError> {
+    use crate::check::Rejection;
+    let missing = match r {
+        Rejection::NotInStore { step } => *step,
+        Rejection::OutputMissing { output, .. } => *output,
+        Rejection::DetailMissing { detail, .. } => *detail,
+        _ => return Ok(None),
+    };
+    if a.epoch.still_valid(a.ctx.state.gc_epoch()?) {
+        return Ok(None);
+    }
+    Ok(Some(EngineError::State(StateError::NodeGone {
+        root: new,
+        missing,
+    })))
 }
 
 /// Longest edge prompt handed to an agent in [`EDGE_PROMPT_ENV`].
@@ -549,6 +581,9 @@ fn attempt_in_process(
             Ok(Tried::Landed(new, loaded))
         }
         Err(CheckError::Rejected(r)) => {
+            if let Some(e) = collected(a, new, &r)? {
+                return Err(e);
+            }
             let reason = r.to_string();
             a.progress.failed(role, elapsed, &reason);
             Ok(Tried::Failed(Failed {

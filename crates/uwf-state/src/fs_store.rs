@@ -190,6 +190,10 @@ impl ThreadStore for StateDir {
         StateDir::while_collecting(self, f)
     }
 
+    fn begin_sweep(&self) -> Result<GcEpoch, StateError> {
+        StateDir::begin_sweep(self)
+    }
+
     fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<Hash>, StateError> {
         StateDir::side_table_roots_locked(self, prune)
     }

@@ -430,23 +430,37 @@ impl StateDir {
         guard.verify(now)
     }
 
-    /// Runs a garbage collection `f` holding the state lock, with the
-    /// collection epoch odd while it runs and even after
-    /// ([`crate::guard`]). The odd epoch is on disk before `f` starts, so a
-    /// writer that reads it knows to check its nodes.
+    /// Runs a garbage collection `f` holding the state lock; afterwards, an
+    /// odd collection epoch ([`begin_sweep`](Self::begin_sweep)) moves to
+    /// the next even one ([`crate::guard`]).
     pub fn while_collecting<T, E: From<StateError>>(
         &self,
         f: impl FnOnce() -> Result<T, E>,
     ) -> Result<T, E> {
         self.while_locked(|| {
-            let path = self.root.join(GC_EPOCH_FILE);
-            let running = self.gc_epoch()?.begin();
-            write_atomic(&path, format!("{running}\n").as_bytes()).map_err(StateError::from)?;
             let out = f();
-            write_atomic(&path, format!("{}\n", running.end()).as_bytes())
+            let now = self.gc_epoch()?;
+            if now.is_collecting() {
+                write_atomic(
+                    &self.root.join(GC_EPOCH_FILE),
+                    format!("{}\n", now.end()).as_bytes(),
+                )
                 .map_err(StateError::from)?;
+            }
             out
         })
+    }
+
+    /// With [`while_collecting`](Self::while_collecting) running, before the
+    /// first node is removed: the collection epoch becomes odd, on disk
+    /// (flushed), so writers know to check their nodes.
+    pub fn begin_sweep(&self) -> Result<GcEpoch, StateError> {
+        let running = self.gc_epoch()?.begin();
+        write_atomic(
+            &self.root.join(GC_EPOCH_FILE),
+            format!("{running}\n").as_bytes(),
+        )?;
+        Ok(running)
     }
 
     /// Archives an active thread and returns the history entry written.

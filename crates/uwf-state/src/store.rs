@@ -241,13 +241,21 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
 
     /// Runs a garbage collection `f` while no thread, registry or
     /// side-table change can happen (it needs a stable set of roots): takes
-    /// the store lock exclusively, raises the [`GcEpoch`] to odd (durably)
-    /// before `f` and to even after it, whatever `f` returned. `f` must not
+    /// the store lock exclusively, runs `f`, and then, whatever `f`
+    /// returned, moves an odd [`GcEpoch`] (raised by
+    /// [`begin_sweep`](Self::begin_sweep)) to the next even one. `f` must not
     /// call the mutating methods.
     fn while_collecting(
         &self,
         f: &mut dyn FnMut() -> Result<(), StateError>,
     ) -> Result<(), StateError>;
+
+    /// Inside [`while_collecting`](Self::while_collecting), before the first
+    /// node is removed: raises the [`GcEpoch`] to odd, durably, so that a
+    /// writer whose nodes may be removed checks them before it installs a
+    /// root ([`crate::guard`]). A collection that removes nothing (a dry
+    /// run, nothing stale) never calls it and changes nothing.
+    fn begin_sweep(&self) -> Result<GcEpoch, StateError>;
 
     /// With [`while_collecting`](Self::while_collecting) held: the newest attempt
     /// record of every active thread (roots that keep its records); with

@@ -548,16 +548,21 @@ pub fn racing_attempts_are_all_kept(store: &dyn ThreadStore) {
     assert_eq!(walked, 8, "a record was lost: {links:?}");
 }
 
-/// A collection makes the epoch odd while it runs (visible to other
-/// readers) and even, and greater, after it; a collection whose closure
-/// fails still ends.
+/// A collection that sweeps makes the epoch odd while it runs (visible to
+/// other readers) and even, and greater, after it; one that removes nothing
+/// leaves it alone; one whose closure fails after it began still ends.
 pub fn a_collection_moves_the_epoch_odd_then_even(store: &dyn ThreadStore) {
     let before = ok(store.gc_epoch(), "gc_epoch");
     assert!(!before.is_collecting(), "a fresh store is not collecting");
+    // A collection that removes nothing changes nothing.
+    ok(store.while_collecting(&mut || Ok(())), "while_collecting");
+    assert_eq!(ok(store.gc_epoch(), "gc_epoch"), before);
     let mut seen = None;
     ok(
         store.while_collecting(&mut || {
+            let began = store.begin_sweep()?;
             seen = Some(store.gc_epoch()?);
+            assert_eq!(seen, Some(began));
             Ok(())
         }),
         "while_collecting",
@@ -574,7 +579,10 @@ pub fn a_collection_moves_the_epoch_odd_then_even(store: &dyn ThreadStore) {
         !after.is_collecting() && after > during,
         "{during} → {after}"
     );
-    let failed = store.while_collecting(&mut || Err(StateError::NotActive { thread: tid(9) }));
+    let failed = store.while_collecting(&mut || {
+        store.begin_sweep()?;
+        Err(StateError::NotActive { thread: tid(9) })
+    });
     assert!(
         matches!(failed, Err(StateError::NotActive { .. })),
         "{failed:?}"
@@ -608,7 +616,10 @@ pub fn a_guard_checks_after_a_collection_and_a_failed_check_changes_nothing(
     );
     assert_eq!(calls.get(), 0, "no collection ran: nothing to check");
 
-    ok(store.while_collecting(&mut || Ok(())), "while_collecting");
+    ok(
+        store.while_collecting(&mut || store.begin_sweep().map(|_| ())),
+        "while_collecting",
+    );
     ok(
         store.swap_head(t, head(2), head(3), &NodeGuard::new(epoch, &fine)),
         "swap",

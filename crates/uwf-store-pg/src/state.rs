@@ -667,11 +667,10 @@ impl ThreadStore for PgStore {
         &self,
         f: &mut dyn FnMut() -> Result<(), StateError>,
     ) -> Result<(), StateError> {
-        // A session lock on a connection of its own, so that the odd epoch
-        // is committed (visible to every writer) before `f` sweeps, while
-        // the lock stays held. Losing the connection releases the lock and
-        // leaves the epoch odd: writers then check their nodes until the
-        // next collection ends.
+        // A session lock, held while `begin_sweep` commits the odd epoch on
+        // another connection (visible to every writer at once). Losing the
+        // connection releases the lock and may leave the epoch odd: writers
+        // then check their nodes until the next collection ends.
         let mut c = self.conn()?;
         c.batch_execute(&format!(
             "SET lock_timeout = '{LOCK_TIMEOUT}'; SELECT pg_advisory_lock({STORE_LOCK}); \
@@ -679,11 +678,6 @@ impl ThreadStore for PgStore {
         ))
         .map_err(self.err("take the store lock"))?;
         let run = (|| -> Result<(), StateError> {
-            c.execute(
-                "UPDATE uwf_gc SET epoch = epoch + CASE WHEN epoch % 2 = 0 THEN 1 ELSE 2 END",
-                &[],
-            )
-            .map_err(self.err("start a collection epoch"))?;
             let out = f();
             c.execute(
                 "UPDATE uwf_gc SET epoch = epoch + 1 WHERE epoch % 2 = 1",
@@ -698,6 +692,21 @@ impl ThreadStore for PgStore {
         run?;
         unlocked?;
         Ok(())
+    }
+
+    fn begin_sweep(&self) -> Result<GcEpoch, StateError> {
+        // Committed at once (autocommit): every writer sees it before the
+        // first node goes.
+        let row = self
+            .conn()?
+            .query_one(
+                "UPDATE uwf_gc SET epoch = epoch + CASE WHEN epoch % 2 = 0 THEN 1 ELSE 2 END \
+                 RETURNING epoch",
+                &[],
+            )
+            .map_err(self.err("start a collection epoch"))?;
+        let epoch: i64 = row.get(0);
+        Ok(GcEpoch(u64::try_from(epoch).unwrap_or(0)))
     }
 
     fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<Hash>, StateError> {

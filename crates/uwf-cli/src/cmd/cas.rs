@@ -55,7 +55,12 @@ pub fn run(cas: &Cas, state: &dyn ThreadStore, cmd: CasCommand) -> Result<Outcom
                 // Failed attempts of active threads (the entries of threads
                 // that are gone are dropped here, so their records go too).
                 roots.extend(state.side_table_roots_locked(!dry_run)?);
-                Ok(cas.gc(roots, opts)?)
+                let plan = cas.gc_plan(roots, opts)?;
+                if !plan.dry_run() && !plan.stale().is_empty() {
+                    // Before the first removal: writers now check their nodes.
+                    state.begin_sweep()?;
+                }
+                Ok(cas.gc_sweep(plan)?)
             };
             // Under the store lock, with the collection epoch odd: no root
             // changes while we sweep, and a writer whose nodes were stored
