@@ -490,6 +490,9 @@ impl<S: Store> Cas<S> {
         roots: impl IntoIterator<Item = Hash>,
         opts: GcOptions,
     ) -> Result<GcPlan> {
+        // The grace period ends when the collection starts, not when the
+        // marking is done: a node stored while it marks is kept.
+        let cutoff = node::now_ms().saturating_sub(opts.grace_ms);
         let mut marked: HashSet<Hash> = HashSet::new();
         let mut queue: VecDeque<Hash> = VecDeque::new();
         let schemas = self.list_by_type(self.types.meta)?;
@@ -530,7 +533,6 @@ impl<S: Store> Cas<S> {
         // Grace counts from the last time a node was stored, first or again
         // (`Store::last_stored`): a writer that stored it is about to
         // reference it.
-        let cutoff = node::now_ms().saturating_sub(opts.grace_ms);
         let mut stale = Vec::new();
         for h in unreachable {
             match self.store.last_stored(h)? {

@@ -23,7 +23,8 @@ per_backend!(
     unsupported_schemas_are_refused_with_a_reason,
     corrupt_truncated_and_renamed_nodes_are_detected,
     many_writer_processes_at_once,
-    gc_sweeps_only_what_no_root_reaches
+    gc_sweeps_only_what_no_root_reaches,
+    gc_beside_running_work_never_leaves_a_broken_root
 );
 
 const NOTE: &str = r#"{"title":"note","type":"object","properties":{"text":{"type":"string"},"prev":{"type":["string","null"],"format":"cas_ref"},"tags":{"type":"array","items":{"type":"string"}}},"required":["text"],"additionalProperties":false}"#;
@@ -631,4 +632,170 @@ fn gc_sweeps_only_what_no_root_reaches(backend: Backend) {
     let err = env.fails(&["cas", "gc", "--grace", "0s"]);
     assert!(err.contains(expect), "{err}");
     assert_eq!(before, env.snapshot());
+}
+
+/// `uwf cas gc --grace 0s` in a loop beside many writers (starts, agent
+/// steps, a person's answers, forks and unreferenced puts, each a real
+/// `uwf` process) never leaves a root that points at a removed node: a
+/// writer whose nodes were swept fails with the "garbage collection removed
+/// it" error and nothing changes, and afterwards every chain of every
+/// active and archived thread walks to its end and the store verifies
+/// (docs/state.md, "Garbage collection").
+fn gc_beside_running_work_never_leaves_a_broken_root(backend: Backend) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    const WRITERS: usize = 3;
+    const ROUNDS: usize = 10;
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let scenario = env.file(
+        "scenario.yaml",
+        "roles:\n  drafter:\n    - output: { notes: \"v1.2\" }\n  publisher:\n    - output: { url: \"https://example.com/v1.2\" }\n",
+    );
+    env.set_config(&format!(
+        "agents:\n  mock: {{ command: {mock:?}, args: [{scenario:?}] }}\n  me: {{ human: true }}\n\
+         defaultAgent: mock\nagentOverrides:\n  approve-release: {{ approver: me }}\n",
+        mock = common::mock_bin().display().to_string(),
+        scenario = scenario.display().to_string(),
+    ));
+    env.json(&["workflow", "put", &common::example("approve-release.yaml")]);
+    let note = env.json(&["cas", "schema", "put", NOTE])["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let stop = AtomicBool::new(false);
+    let (gone, swept, collections) = (
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    );
+    // Runs `uwf args`: Some(stdout JSON) on `ok` exit statuses, None when a
+    // collection removed the writer's nodes (then nothing may be printed);
+    // anything else fails the test.
+    let run = |args: &[&str], ok: &[i32]| -> Option<Value> {
+        let out = env.uwf().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let code = out.status.code().unwrap_or(-1);
+        if ok.contains(&code) {
+            return Some(serde_json::from_slice(&out.stdout).unwrap_or(Value::Null));
+        }
+        assert!(
+            code == 1
+                && stderr.contains("a garbage collection removed it")
+                && out.stdout.is_empty(),
+            "uwf {args:?} exited {code}:\n{stderr}"
+        );
+        gone.fetch_add(1, Ordering::Relaxed);
+        None
+    };
+    // A start, step, answer or fork is tried again when a collection took
+    // its nodes; the thread must still be where it was.
+    let retry = |args: &[&str], ok: &[i32]| -> Value {
+        for _ in 0..20 {
+            if let Some(v) = run(args, ok) {
+                return v;
+            }
+        }
+        panic!("uwf {args:?} lost to garbage collection 20 times in a row")
+    };
+    /// Stops the collector however the writers end (a failed assertion
+    /// included), so that the scope can end.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let r = env.json(&["cas", "gc", "--grace", "0s"]);
+                swept.fetch_add(r["swept"].as_array().unwrap().len(), Ordering::Relaxed);
+                collections.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let (run, retry, note) = (&run, &retry, &note);
+                s.spawn(move || {
+                    for i in 0..ROUNDS {
+                        // Garbage for every collection to sweep.
+                        let text = format!(r#"{{"text": "scratch {w}/{i}"}}"#);
+                        run(&["cas", "put", note, &text], &[0]);
+                        let task = format!("Release {w}.{i}");
+                        let start = ["thread", "start", "approve-release", "-p", &task];
+                        let started = retry(&start, &[0]);
+                        let id = started["thread"].as_str().unwrap().to_string();
+                        let drafted = retry(&["thread", "step", &id], &[0]);
+                        let drafted = drafted["head"].as_str().unwrap().to_string();
+                        let waiting = retry(&["thread", "step", &id], &[4]);
+                        assert_eq!(waiting["waiting"]["role"], "approver", "{waiting}");
+                        let answer = [
+                            "thread",
+                            "answer",
+                            &id,
+                            "--as",
+                            "ci",
+                            "--output",
+                            r#"{"approved": true}"#,
+                        ];
+                        retry(&answer, &[0]);
+                        let fork = retry(&["thread", "fork", &drafted], &[0]);
+                        assert_eq!(fork["forkedFrom"]["step"], drafted.as_str(), "{fork}");
+                        let done = retry(&["thread", "step", &id], &[0]);
+                        assert_eq!(done["done"], true, "{done}");
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    eprintln!(
+        "{} collections swept {} nodes; {} writes lost to them and were retried",
+        collections.load(Ordering::Relaxed),
+        swept.load(Ordering::Relaxed),
+        gone.load(Ordering::Relaxed)
+    );
+    assert!(
+        swept.load(Ordering::Relaxed) > 0,
+        "no collection removed anything: the race was not exercised"
+    );
+    // Every root reaches only nodes that are there.
+    let history: Vec<String> = env
+        .history()
+        .iter()
+        .map(|e| e["head"].as_str().unwrap().to_string())
+        .collect();
+    let heads: Vec<String> = env
+        .heads()
+        .into_values()
+        .map(|h| h.trim().to_string())
+        .collect();
+    // Every thread ended; every fork waits at the approver.
+    assert_eq!(history.len(), WRITERS * ROUNDS, "{history:?}");
+    assert_eq!(heads.len(), WRITERS * ROUNDS, "{heads:?}");
+    for head in history.iter().chain(&heads) {
+        let walk = env.json(&["cas", "walk", head]);
+        let missing: Vec<&Value> = walk
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["missing"] == true)
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{head} reaches removed nodes: {missing:?}"
+        );
+    }
+    for (thread, _) in env.heads() {
+        env.json(&["thread", "show", &thread]);
+    }
+    env.json(&["thread", "list"]);
+    assert_eq!(env.json(&["cas", "verify"])["issues"], json!([]));
 }
