@@ -88,12 +88,14 @@ pub fn answer(
         AnswerInput::Text(arg) => AgentRun::text(crate::input::read_text(&arg)?),
         AnswerInput::Edit => AgentRun::text(edit(&ctx_agent, id)?),
     };
+    // Read before the answer's nodes are stored (uwf_engine::keep).
+    let epoch = ctx.state().gc_epoch()?;
     let output = uwf_agent_kit::put_output(&ctx_agent, &run).map_err(CliError::kit)?;
     let detail = uwf_agent_kit::put_detail(&ctx_agent, &run).map_err(CliError::kit)?;
     let label = person(name);
     let new = uwf_agent_kit::write_step(ctx_agent.store(), &ctx_agent, output, detail, &label)
         .map_err(CliError::kit)?;
-    engine::apply_offered(ctx, id, head, &next, new).map_err(|e| match e {
+    engine::apply_offered(ctx, id, head, &next, new, Some(epoch)).map_err(|e| match e {
         engine::EngineError::Rejected { thread, rejection } => CliError::AnswerRejected {
             thread,
             reason: rejection.to_string(),

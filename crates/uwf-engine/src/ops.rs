@@ -6,6 +6,7 @@ use std::sync::Arc;
 use uwf_cas::Hash;
 use uwf_moderator::thread;
 use uwf_protocol::{HistoryEntry, StartNodePayload, StepOutput, ThreadId};
+use uwf_state::GcEpoch;
 
 use crate::check::{CheckError, check_step};
 use crate::error::EngineError;
@@ -164,19 +165,27 @@ pub fn run(
 /// thread `id` for `role`, which must be the role the moderator chooses at
 /// the thread's current head: the same checks as an agent's step, then the
 /// compare-and-swap of the head, then the archive at `$END`.
+///
+/// `epoch` is the garbage-collection epoch the caller read before it stored
+/// the StepNode and its output (`None`: not read); a node of it that a
+/// collection removed meanwhile fails with
+/// [`StateError::NodeGone`](uwf_state::StateError::NodeGone), nothing
+/// changed ([`crate::keep`]).
 pub fn apply_offered(
     engine: &Engine,
     id: ThreadId,
     expected_head: Hash,
     role: &str,
     new: Hash,
+    epoch: Option<GcEpoch>,
 ) -> Result<StepOutput, EngineError> {
-    // The StepNode was stored before this call: its nodes are checked
-    // under the store lock whatever the epoch (crate::keep).
     let view = thread::load(&engine.cas, expected_head)?;
     let loaded = match check_step(&engine.cas, &view, role, new) {
         Ok(l) => l,
         Err(CheckError::Rejected(rejection)) => {
+            if let Some(e) = crate::step::collected_by_gc(engine, epoch, new, &rejection)? {
+                return Err(e);
+            }
             return Err(EngineError::Rejected {
                 thread: id,
                 rejection,
@@ -184,7 +193,7 @@ pub fn apply_offered(
         }
         Err(CheckError::Store(e)) => return Err(e),
     };
-    apply(engine, id, view, role, new, loaded, None).map_err(|e| match e {
+    apply(engine, id, view, role, new, loaded, epoch).map_err(|e| match e {
         EngineError::State(s) => conflict_or(s, id),
         other => other,
     })

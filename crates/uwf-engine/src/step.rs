@@ -511,6 +511,18 @@ fn collected(
     new: Hash,
     r: &crate::check::Rejection,
 ) -> Result<Option<EngineError>, EngineError> {
+    collected_by_gc(a.ctx, Some(a.epoch), new, r)
+}
+
+/// For a StepNode `new` written after reading `epoch` (`None`: not known)
+/// and rejected as `r`: [`StateError::NodeGone`] if a node it needs is
+/// missing and a garbage collection may have removed it since.
+pub(crate) fn collected_by_gc(
+    ctx: &Engine,
+    epoch: Option<GcEpoch>,
+    new: Hash,
+    r: &crate::check::Rejection,
+) -> Result<Option<EngineError>, EngineError> {
     use crate::check::Rejection;
     let missing = match r {
         Rejection::NotInStore { step } => *step,
@@ -518,7 +530,9 @@ fn collected(
         Rejection::DetailMissing { detail, .. } => *detail,
         _ => return Ok(None),
     };
-    if a.epoch.still_valid(a.ctx.state.gc_epoch()?) {
+    if let Some(e) = epoch
+        && e.still_valid(ctx.state.gc_epoch()?)
+    {
         return Ok(None);
     }
     Ok(Some(EngineError::State(StateError::NodeGone {
