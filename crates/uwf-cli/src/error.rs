@@ -495,6 +495,9 @@ fn hint(e: &EngineError) -> Option<String> {
             "step it again later (`uwf thread step {thread}`), or raise `maxQueue` or `concurrency` under `workflows.{workflow}` in config.yaml"
         ),
         EngineError::HeadMoved { .. } => "another `uwf thread step` of the same thread won the race; step again to continue from the new head".into(),
+        EngineError::FinishedMeanwhile { thread, .. } => format!(
+            "another uwf process won the race and the thread is over; `uwf thread show {thread}` shows how it ended, `uwf thread fork <hash>` continues from any of its steps"
+        ),
         EngineError::Interrupted => "the thread is unchanged; step it again to retry".into(),
         EngineError::EmptyPrompt => {
             "give the task with -p \"…\", -p - (stdin) or --prompt-file FILE".into()
@@ -590,6 +593,18 @@ mod tests {
         assert_eq!(killed.exit_code(), EXIT_KILLED);
         assert_eq!(before.exit_code(), EXIT_KILLED);
         assert_eq!(moved.exit_code(), EXIT_FAILURE);
+        // Lost to a step that finished the thread: a conflict, not a kill.
+        let finished: CliError = EngineError::FinishedMeanwhile {
+            thread,
+            reason: "done".into(),
+            head: uwf_protocol::fixtures::hash("H"),
+        }
+        .into();
+        assert_eq!(finished.exit_code(), EXIT_FAILURE);
+        assert!(
+            finished.to_string().contains("finished by another step"),
+            "{finished}"
+        );
         assert_eq!(
             CliError::from(EngineError::Interrupted).exit_code(),
             EXIT_FAILURE
@@ -607,6 +622,8 @@ mod tests {
         );
         let code = |e: &CliError| e.code().map(|c| c.to_string());
         assert_eq!(code(&killed).as_deref(), Some("uwf::thread::killed"));
+        assert_eq!(code(&finished).as_deref(), Some("uwf::thread::conflict"));
+        assert_eq!(code(&moved).as_deref(), Some("uwf::thread::conflict"));
         assert_eq!(code(&before).as_deref(), Some("uwf::thread::killed"));
         assert_eq!(code(&no_slot).as_deref(), Some("uwf::thread::no_slot"));
         assert_eq!(code(&evicted).as_deref(), Some("uwf::thread::evicted"));

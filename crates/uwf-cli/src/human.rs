@@ -75,13 +75,20 @@ pub fn answer(
         };
         return Err(CliError::NotWaiting { thread: id, reason });
     }
-    let ctx_agent = AgentContext::load(&ctx.root, &id.to_string(), &next).map_err(CliError::kit)?;
+    let ctx_agent = AgentContext::load(&ctx.root, &id.to_string(), &next).map_err(|e| match e {
+        // Archived since: by a kill, or by another answer that ended it
+        // (a lost race, not a kill: docs/state.md, "Exit status").
+        uwf_agent_kit::KitError::NotActive { .. } => {
+            engine::settle(ctx, id, engine::EngineError::Killed { thread: id }).into()
+        }
+        other => CliError::kit(other),
+    })?;
     if ctx_agent.head() != head {
-        return Err(engine::EngineError::HeadMoved {
+        let moved = engine::EngineError::HeadMoved {
             thread: id,
             actual: ctx_agent.head(),
-        }
-        .into());
+        };
+        return Err(engine::settle(ctx, id, moved).into());
     }
     let run = match input {
         AnswerInput::Output(arg) => AgentRun::output(crate::input::read_json("--output", &arg)?),

@@ -25,6 +25,8 @@ pub mod location;
 pub mod nested;
 mod ops;
 mod progress;
+#[cfg(test)]
+mod race_tests;
 pub mod retry;
 pub mod running;
 pub mod spawn;

@@ -9,7 +9,7 @@ use uwf_protocol::{HistoryEntry, StartNodePayload, StepOutput, ThreadId};
 
 use crate::check::{CheckError, check_step};
 use crate::error::EngineError;
-use crate::step::{StepOptions, Stepped, active_head, apply, conflict_or, step};
+use crate::step::{StepOptions, Stepped, active_head, apply, conflict_or, settle, step};
 use crate::{Engine, Progress};
 
 /// A thread that was started or forked.
@@ -174,8 +174,12 @@ pub fn apply_offered(
         }
         Err(CheckError::Store(e)) => return Err(e),
     };
-    apply(engine, id, view, role, new, loaded).map_err(|e| match e {
-        EngineError::State(s) => conflict_or(s, id),
-        other => other,
-    })
+    apply(engine, id, view, role, new, loaded)
+        .map_err(|e| match e {
+            EngineError::State(s) => conflict_or(s, id),
+            other => other,
+        })
+        // An answer that lost to one that ended the thread is a conflict,
+        // not a kill (docs/state.md, "Exit status").
+        .map_err(|e| settle(engine, id, e))
 }
