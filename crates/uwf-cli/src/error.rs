@@ -44,14 +44,14 @@ pub enum CliError {
     },
 
     /// `cas verify` found problems (already printed on stdout).
-    #[error("the store has {0} problem(s); see the report on stdout")]
-    #[diagnostic(
-        code(uwf::cas::verify_failed),
-        help(
-            "corrupt nodes must be restored or removed; dangling references point at nodes that were never stored or were deleted"
-        )
-    )]
-    VerifyFailed(usize),
+    #[error("the store has {problems} problem(s); see the report on stdout")]
+    #[diagnostic(code(uwf::cas::verify_failed), help("{}", verify_help(*broken_roots)))]
+    VerifyFailed {
+        /// Every issue found.
+        problems: usize,
+        /// How many of them are roots (`brokenRoot`).
+        broken_roots: usize,
+    },
 
     /// `uwf store copy` left things the destination holds differently.
     #[error(
@@ -331,10 +331,29 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// Whether this says that one thread's nodes are missing or damaged
+    /// ([`EngineError::is_thread_damage`]): a command listing many threads
+    /// reports that thread as broken and goes on.
+    pub fn is_thread_damage(&self) -> bool {
+        matches!(self, CliError::Engine(e) if e.0.is_thread_damage())
+    }
+
     /// Wraps an agent-kit error.
     pub fn kit(e: uwf_agent_kit::KitError) -> Self {
         CliError::Kit(Box::new(e))
     }
+}
+
+/// The help of [`CliError::VerifyFailed`]: what to do about node issues,
+/// and about broken roots when there are any.
+fn verify_help(broken_roots: usize) -> String {
+    let nodes = "corrupt nodes must be restored or removed; dangling references point at nodes that were never stored or were deleted";
+    if broken_roots == 0 {
+        return nodes.to_string();
+    }
+    format!(
+        "{nodes}. A brokenRoot is a record of the thread state (its `root`: an active or archived thread's head, a wait, an attempt record, a queued run, a registry entry) naming a node that is missing or of the wrong type: restore the nodes from a backup of the store with `uwf store copy --from <backup> --to <this store>` (it copies what is missing and overwrites nothing); register a workflow name again with `uwf workflow put <file>`; meanwhile `uwf thread list` marks such threads broken and goes on"
+    )
 }
 
 /// Exit status of a failure without a more specific one.

@@ -32,6 +32,7 @@ pub mod running;
 pub mod spawn;
 mod step;
 pub mod suspend;
+pub mod verify;
 pub mod worker;
 
 use std::ffi::OsString;
