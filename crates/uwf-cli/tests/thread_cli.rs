@@ -1092,6 +1092,39 @@ fn corrupt_threads_yaml_is_reported_and_never_rewritten() {
     assert_eq!(env.snapshot(), before, "a corrupt threads.yaml was touched");
 }
 
+/// A state lock that cannot be taken (`.state.lock` is a directory, which
+/// only the filesystem store has) refuses every start before anything is
+/// stored: no StartNode, no Workflow node of a file, no registration.
+#[test]
+fn a_start_refused_by_the_state_lock_stores_nothing() {
+    let (env, _) = started(Backend::Fs).unwrap();
+    let lock = env.root().join(".state.lock");
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::create_dir(&lock).unwrap();
+    let before = env.snapshot();
+    for args in [
+        &["thread", "start", "solve-issue", "-p", "a new task"][..],
+        &[
+            "thread",
+            "start",
+            &example("triage.yaml"),
+            "-p",
+            "a new task",
+        ],
+        &[
+            "thread",
+            "run",
+            &example("draft-loop.yaml"),
+            "-p",
+            "a new task",
+        ],
+    ] {
+        let err = env.fails(args);
+        contains_all(&err, &["cannot open lock file", ".state.lock"]);
+        assert_eq!(env.snapshot(), before, "uwf {args:?} changed the store");
+    }
+}
+
 fn corrupt_config_yaml_is_reported_and_never_rewritten(backend: Backend) {
     let Some((env, id)) = started(backend) else {
         return;

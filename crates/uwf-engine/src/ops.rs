@@ -38,10 +38,15 @@ pub enum Ran {
 }
 
 /// Fails if no thread can be added now (the thread index of a store not yet
-/// migrated is corrupt), so a front end can check before it writes anything
-/// for a new thread (a workflow registration, …).
+/// migrated is corrupt, the state lock cannot be taken), so a front end can
+/// check before it writes anything for a new thread (a workflow
+/// registration, …): a start refused for such a reason leaves the store
+/// exactly as it was. A StartNode stored by a start that fails later is
+/// never removed by it: an identical start (same workflow, same task) may
+/// share that node at the same moment (docs/state.md, "Thread lifecycle").
 pub fn ready_to_start(engine: &Engine) -> Result<(), EngineError> {
     engine.state.thread_head(ThreadId::new())?;
+    engine.state.check_writable()?;
     Ok(())
 }
 
