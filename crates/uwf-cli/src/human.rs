@@ -35,6 +35,9 @@ pub fn answer(
     name: Option<&str>,
 ) -> Result<StepOutput, CliError> {
     let head = engine::active_head(ctx, id)?;
+    // Read as every other command reads the waits: a waiting table that
+    // does not parse refuses the answer before anything is written.
+    let recorded = ctx.state().waiting_of(id)?;
     let view = thread::load(ctx.cas(), head)?;
     let decision = view.decide()?;
     if decision.is_end() {
@@ -63,7 +66,7 @@ pub fn answer(
         ctx.state()
             .resolve_agent_with(config.as_ref(), None, &view.workflow.name, &next)?;
     if !agent.human {
-        let reason = match ctx.state().waiting_of(id)?.and_then(|r| r.child) {
+        let reason = match recorded.and_then(|r| r.child) {
             Some(child) => format!(
                 "role {next:?} is run by agent {}, whose child thread {child} waits; answer that thread",
                 agent.label
