@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use miette::{Diagnostic, NamedSource, SourceSpan};
+use miette::{Diagnostic, SourceSpan};
 use uwf_engine::EngineError;
 use uwf_protocol::ThreadId;
 
@@ -396,9 +396,9 @@ pub struct JsonInputError {
     pub what: String,
     /// serde_json's message.
     pub message: String,
-    /// The text.
+    /// The text (a report shows the line at fault, no other).
     #[source_code]
-    pub src: NamedSource<String>,
+    pub src: uwf_util::text::LineAtFault,
     /// Where it went wrong.
     #[label("here")]
     pub span: SourceSpan,
