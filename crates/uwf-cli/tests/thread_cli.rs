@@ -994,7 +994,7 @@ fn a_head_naming_a_missing_node_is_one_broken_thread_among_many(backend: Backend
     let rows = rows.as_array().unwrap();
     let ids: Vec<&str> = rows.iter().map(|r| r["thread"].as_str().unwrap()).collect();
     // Active threads by id (the broken ones among them), then archived.
-    let mut active = vec![broken.as_str(), retyped.as_str(), idle.as_str()];
+    let mut active = [broken.as_str(), retyped.as_str(), idle.as_str()];
     active.sort_unstable();
     assert_eq!(
         ids,

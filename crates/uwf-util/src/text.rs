@@ -63,7 +63,7 @@ impl SourceCode for LineAtFault {
         }
         // The last byte the span covers (its start when it is empty): the
         // lines from the one `start` is on to the one `last` is on.
-        let last = if span.len() == 0 { start } else { end - 1 };
+        let last = if span.is_empty() { start } else { end - 1 };
         let from = bytes[..start]
             .iter()
             .rposition(|&b| b == b'\n')
