@@ -474,7 +474,8 @@ fn one_won_none_killed(env: &Env, id: &str, outs: &[Output], lost: &[&str]) -> V
         let err = stderr(out);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(out.stdout.is_empty(), "{err}");
-        assert!(!err.contains("killed"), "{err}");
+        assert!(!err.contains("uwf::thread::killed"), "{err}");
+        assert!(!err.contains("was killed"), "{err}");
         assert!(lost.iter().any(|c| err.contains(c)), "{err}");
         errors.push(err);
     }
