@@ -176,8 +176,20 @@ fn settle_leaves_other_errors_and_active_threads_alone() {
         settle(&engine, id, EngineError::Interrupted),
         EngineError::Interrupted
     ));
-    // Pruned by someone else: a lost race too, naming the reason.
     let workflow = ok(crate::workflow_of(&engine, started.head));
+    // Active, with a history line a crash between the two writes of an
+    // archive left: active is what counts.
+    let leftover = uwf_protocol::HistoryEntry {
+        thread: id,
+        workflow,
+        head: started.head,
+        completed_at: 1,
+        reason: Some("done".into()),
+    };
+    ok(engine.state().import_history(&[leftover]));
+    let e = settle(&engine, id, EngineError::Killed { thread: id });
+    assert!(matches!(e, EngineError::Killed { .. }), "{e:?}");
+    // Pruned by someone else: a lost race too, naming the reason.
     ok(engine
         .state()
         .archive(id, workflow, Some(started.head), "pruned"));

@@ -733,15 +733,16 @@ fn interrupted(ctx: &Engine, id: ThreadId) -> Result<EngineError, EngineError> {
 /// error, a thread that is still active, or a history that cannot be read
 /// leaves `e` as it is.
 pub fn settle(ctx: &Engine, id: ThreadId, e: EngineError) -> EngineError {
-    let gone = match &e {
-        EngineError::Killed { thread } | EngineError::KilledBeforeStart { thread } => *thread == id,
-        // Moved on: perhaps to the step that ended the thread.
-        EngineError::HeadMoved { thread, .. } => {
-            *thread == id && matches!(ctx.state.thread_head(id), Ok(None))
-        }
+    let ours = match &e {
+        // A head that moved: perhaps to the step that ended the thread.
+        EngineError::Killed { thread }
+        | EngineError::KilledBeforeStart { thread }
+        | EngineError::HeadMoved { thread, .. } => *thread == id,
         _ => false,
     };
-    if !gone {
+    // Only a thread that is gone now has a reason in the history (a
+    // crash may leave an active thread with a history line as well).
+    if !ours || !matches!(ctx.state.thread_head(id), Ok(None)) {
         return e;
     }
     match ctx.state.find_archived(id) {
