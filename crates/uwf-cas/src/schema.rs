@@ -157,12 +157,25 @@ pub fn compile(schema: &Value) -> Result<Arc<Validator>, String> {
 }
 
 /// Every way `instance` fails `validator`, as JSON-Pointer + message.
+///
+/// A message quotes the value at fault, which may be a whole document (an
+/// answer, a payload read from a person's file): it shows the start of it
+/// only ([`uwf_util::text::shorten_value`]).
 pub fn violations(validator: &Validator, instance: &Value) -> Vec<Violation> {
     validator
         .iter_errors(instance)
-        .map(|e| Violation {
-            path: e.instance_path().to_string(),
-            message: e.to_string(),
+        .map(|e| {
+            let message = e.to_string();
+            let value = e.instance().to_string();
+            let short = uwf_util::text::shorten_value(&value);
+            Violation {
+                path: e.instance_path().to_string(),
+                message: if short == value {
+                    message
+                } else {
+                    message.replacen(&value, &short, 1)
+                },
+            }
         })
         .collect()
 }

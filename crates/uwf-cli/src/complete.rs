@@ -63,7 +63,8 @@ pub fn threads() -> Vec<CompletionCandidate> {
     };
     for id in ids.into_iter().rev().take(500) {
         let help = match active.get(&id) {
-            Some(&head) => task_of(&ctx, head).unwrap_or_else(|| "active".into()),
+            // A thread whose nodes cannot be read is offered all the same.
+            Some(&head) => task_of(&ctx, head).unwrap_or_else(|| "broken: `uwf cas verify`".into()),
             None => "archived".into(),
         };
         out.push(CompletionCandidate::new(id.to_string()).help(Some(help.into())));

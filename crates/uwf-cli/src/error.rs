@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use miette::{Diagnostic, NamedSource, SourceSpan};
+use miette::{Diagnostic, SourceSpan};
 use uwf_engine::EngineError;
 use uwf_protocol::ThreadId;
 
@@ -44,14 +44,14 @@ pub enum CliError {
     },
 
     /// `cas verify` found problems (already printed on stdout).
-    #[error("the store has {0} problem(s); see the report on stdout")]
-    #[diagnostic(
-        code(uwf::cas::verify_failed),
-        help(
-            "corrupt nodes must be restored or removed; dangling references point at nodes that were never stored or were deleted"
-        )
-    )]
-    VerifyFailed(usize),
+    #[error("the store has {problems} problem(s); see the report on stdout")]
+    #[diagnostic(code(uwf::cas::verify_failed), help("{}", verify_help(*broken_roots)))]
+    VerifyFailed {
+        /// Every issue found.
+        problems: usize,
+        /// How many of them are roots (`brokenRoot`).
+        broken_roots: usize,
+    },
 
     /// `uwf store copy` left things the destination holds differently.
     #[error(
@@ -331,10 +331,29 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// Whether this says that one thread's nodes are missing or damaged
+    /// ([`EngineError::is_thread_damage`]): a command listing many threads
+    /// reports that thread as broken and goes on.
+    pub fn is_thread_damage(&self) -> bool {
+        matches!(self, CliError::Engine(e) if e.0.is_thread_damage())
+    }
+
     /// Wraps an agent-kit error.
     pub fn kit(e: uwf_agent_kit::KitError) -> Self {
         CliError::Kit(Box::new(e))
     }
+}
+
+/// The help of [`CliError::VerifyFailed`]: what to do about node issues,
+/// and about broken roots when there are any.
+fn verify_help(broken_roots: usize) -> String {
+    let nodes = "corrupt nodes must be restored or removed; dangling references point at nodes that were never stored or were deleted";
+    if broken_roots == 0 {
+        return nodes.to_string();
+    }
+    format!(
+        "{nodes}. A brokenRoot is a record of the thread state (its `root`: an active or archived thread's head, a wait, an attempt record, a queued run, a registry entry) naming a node that is missing or of the wrong type: restore the nodes from a backup of the store with `uwf store copy --from <backup> --to <this store>` (it copies what is missing and overwrites nothing); register a workflow name again with `uwf workflow put <file>`; meanwhile `uwf thread list` marks such threads broken and goes on"
+    )
 }
 
 /// Exit status of a failure without a more specific one.
@@ -377,9 +396,9 @@ pub struct JsonInputError {
     pub what: String,
     /// serde_json's message.
     pub message: String,
-    /// The text.
+    /// The text (a report shows the line at fault, no other).
     #[source_code]
-    pub src: NamedSource<String>,
+    pub src: uwf_util::text::LineAtFault,
     /// Where it went wrong.
     #[label("here")]
     pub span: SourceSpan,
@@ -495,6 +514,9 @@ fn hint(e: &EngineError) -> Option<String> {
             "step it again later (`uwf thread step {thread}`), or raise `maxQueue` or `concurrency` under `workflows.{workflow}` in config.yaml"
         ),
         EngineError::HeadMoved { .. } => "another `uwf thread step` of the same thread won the race; step again to continue from the new head".into(),
+        EngineError::FinishedMeanwhile { thread, .. } => format!(
+            "another uwf process won the race and the thread is over; `uwf thread show {thread}` shows how it ended, `uwf thread fork <hash>` continues from any of its steps"
+        ),
         EngineError::Interrupted => "the thread is unchanged; step it again to retry".into(),
         EngineError::EmptyPrompt => {
             "give the task with -p \"…\", -p - (stdin) or --prompt-file FILE".into()
@@ -591,6 +613,18 @@ mod tests {
         assert_eq!(killed.exit_code(), EXIT_KILLED);
         assert_eq!(before.exit_code(), EXIT_KILLED);
         assert_eq!(moved.exit_code(), EXIT_FAILURE);
+        // Lost to a step that finished the thread: a conflict, not a kill.
+        let finished: CliError = EngineError::FinishedMeanwhile {
+            thread,
+            reason: "done".into(),
+            head: uwf_protocol::fixtures::hash("H"),
+        }
+        .into();
+        assert_eq!(finished.exit_code(), EXIT_FAILURE);
+        assert!(
+            finished.to_string().contains("finished by another step"),
+            "{finished}"
+        );
         assert_eq!(
             CliError::from(EngineError::Interrupted).exit_code(),
             EXIT_FAILURE
@@ -608,6 +642,8 @@ mod tests {
         );
         let code = |e: &CliError| e.code().map(|c| c.to_string());
         assert_eq!(code(&killed).as_deref(), Some("uwf::thread::killed"));
+        assert_eq!(code(&finished).as_deref(), Some("uwf::thread::conflict"));
+        assert_eq!(code(&moved).as_deref(), Some("uwf::thread::conflict"));
         assert_eq!(code(&before).as_deref(), Some("uwf::thread::killed"));
         assert_eq!(code(&no_slot).as_deref(), Some("uwf::thread::no_slot"));
         assert_eq!(code(&evicted).as_deref(), Some("uwf::thread::evicted"));

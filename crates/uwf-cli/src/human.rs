@@ -35,6 +35,9 @@ pub fn answer(
     name: Option<&str>,
 ) -> Result<StepOutput, CliError> {
     let head = engine::active_head(ctx, id)?;
+    // Read as every other command reads the waits: a waiting table that
+    // does not parse refuses the answer before anything is written.
+    let recorded = ctx.state().waiting_of(id)?;
     let view = thread::load(ctx.cas(), head)?;
     let decision = view.decide()?;
     if decision.is_end() {
@@ -63,7 +66,7 @@ pub fn answer(
         ctx.state()
             .resolve_agent_with(config.as_ref(), None, &view.workflow.name, &next)?;
     if !agent.human {
-        let reason = match ctx.state().waiting_of(id)?.and_then(|r| r.child) {
+        let reason = match recorded.and_then(|r| r.child) {
             Some(child) => format!(
                 "role {next:?} is run by agent {}, whose child thread {child} waits; answer that thread",
                 agent.label
@@ -75,13 +78,20 @@ pub fn answer(
         };
         return Err(CliError::NotWaiting { thread: id, reason });
     }
-    let ctx_agent = AgentContext::load(&ctx.root, &id.to_string(), &next).map_err(CliError::kit)?;
+    let ctx_agent = AgentContext::load(&ctx.root, &id.to_string(), &next).map_err(|e| match e {
+        // Archived since: by a kill, or by another answer that ended it
+        // (a lost race, not a kill: docs/state.md, "Exit status").
+        uwf_agent_kit::KitError::NotActive { .. } => {
+            engine::settle(ctx, id, engine::EngineError::Killed { thread: id }).into()
+        }
+        other => CliError::kit(other),
+    })?;
     if ctx_agent.head() != head {
-        return Err(engine::EngineError::HeadMoved {
+        let moved = engine::EngineError::HeadMoved {
             thread: id,
             actual: ctx_agent.head(),
-        }
-        .into());
+        };
+        return Err(engine::settle(ctx, id, moved).into());
     }
     let run = match input {
         AnswerInput::Output(arg) => AgentRun::output(crate::input::read_json("--output", &arg)?),

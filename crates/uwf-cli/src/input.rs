@@ -3,8 +3,9 @@
 use std::io::Read;
 use std::path::Path;
 
-use miette::{NamedSource, SourceSpan};
+use miette::SourceSpan;
 use serde_json::Value;
+use uwf_util::text::LineAtFault;
 
 use crate::error::{CliError, JsonInputError};
 
@@ -59,7 +60,7 @@ fn parse(what: &str, name: &str, text: String) -> Result<Value, CliError> {
             what: what.to_string(),
             message: e.to_string(),
             span: SourceSpan::from((offset, 0)),
-            src: NamedSource::new(name, text),
+            src: LineAtFault::new(name, text),
         }))
     })
 }

@@ -119,14 +119,14 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         }
         Command::Cas(sub) => {
             let ctx = open(&cli.global)?;
-            match cmd::cas::run(ctx.cas(), ctx.state(), sub)? {
+            match cmd::cas::run(&ctx, sub)? {
                 cmd::cas::Outcome::Value(v) => {
                     output::print(format, &v)?;
                     Ok(ExitCode::SUCCESS)
                 }
-                cmd::cas::Outcome::Failed(v, problems) => {
+                cmd::cas::Outcome::Failed(v, e) => {
                     output::print(format, &v)?;
-                    Err(CliError::VerifyFailed(problems))
+                    Err(e)
                 }
             }
         }

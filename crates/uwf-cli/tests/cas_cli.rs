@@ -17,6 +17,7 @@ per_backend!(
     has_refs_and_walk,
     walk_reports_missing_nodes,
     verify_and_reindex_on_a_sound_store,
+    verify_checks_every_root_of_the_state,
     malformed_and_path_like_hashes_are_rejected,
     unknown_hashes_are_reported,
     bad_payloads_are_refused_with_the_failing_path,
@@ -191,6 +192,106 @@ fn verify_and_reindex_on_a_sound_store(backend: Backend) {
             .len(),
         5
     );
+}
+
+/// `uwf thread start <workflow> -p <task>`: the new thread's id.
+fn start_thread(env: &Env, workflow: &str, task: &str) -> String {
+    let v = env.json(&["thread", "start", workflow, "-p", task]);
+    v["thread"].as_str().unwrap().to_string()
+}
+
+fn verify_checks_every_root_of_the_state(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let solve = common::example("solve-issue.yaml");
+    let draft = common::example("draft-loop.yaml");
+    let workflow = hash_of(&env.json(&["workflow", "put", &solve]));
+    env.json(&["workflow", "put", &draft]);
+    let broken = start_thread(&env, "solve-issue", "its head goes missing");
+    let sound = start_thread(&env, "solve-issue", "an attempt record of the wrong type");
+    let gone = start_thread(&env, "solve-issue", "forgotten with a run queued");
+    let archived = start_thread(&env, "solve-issue", "archived, then its head retyped");
+    let start = env.heads()[&sound].trim().to_string();
+    for id in [&broken, &gone] {
+        env.json(&["thread", "run", id, "--detach", "--agent", "nobody"]);
+    }
+    env.json(&["thread", "kill", &archived]);
+    // A sound store first: every root checked, nothing wrong.
+    let v = env.json(&["cas", "verify"]);
+    assert_eq!(v["issues"], json!([]), "{v}");
+    // 3 heads, 2 runs, 2 registry entries, 1 history entry.
+    assert_eq!(v["roots"], 8, "{v}");
+
+    let missing = "0000000000000";
+    env.damage_head(&broken, missing);
+    env.damage_waiting(&broken, missing, "planner");
+    env.damage_attempt(&sound, &workflow);
+    env.forget_thread(&gone);
+    env.damage_registry("draft-loop", &start);
+    env.damage_history_head(&archived, &workflow);
+    let out = env.output(&["cas", "verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("uwf::cas::verify_failed"), "{stderr}");
+    assert!(stderr.contains("the store has 7 problem(s)"), "{stderr}");
+    assert!(
+        stderr.contains("uwf store copy --from <backup>"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("uwf workflow put"), "{stderr}");
+    // Every broken root, in the order of the state: heads, waits, attempt
+    // records, runs, registry, history; each naming its thread or name.
+    let got: Vec<(String, String, String, String)> = v["issues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            assert_eq!(i["kind"], "brokenRoot", "{i}");
+            let who = i["thread"].as_str().or(i["workflow"].as_str()).unwrap();
+            let r = |k: &str| i[k].as_str().unwrap_or_default().to_string();
+            (r("root"), who.to_string(), r("problem"), r("expected"))
+        })
+        .collect();
+    let row = |root: &str, who: &str, problem: &str, expected: &str| {
+        (root.into(), who.into(), problem.into(), expected.into())
+    };
+    let thread_node = "StartNode or StepNode";
+    assert_eq!(
+        got,
+        vec![
+            row("head", &broken, "missing", thread_node),
+            row("waiting", &broken, "missing", thread_node),
+            row("attempt", &sound, "wrongType", "AttemptRecord"),
+            row("run", &broken, "missing", thread_node),
+            row("run", &gone, "unknownThread", "thread"),
+            row("registry", "draft-loop", "wrongType", "Workflow"),
+            row("history", &archived, "wrongType", thread_node),
+        ],
+        "{v:#}"
+    );
+    let issues = v["issues"].as_array().unwrap();
+    assert_eq!(issues[0]["hash"], missing);
+    assert_eq!(
+        issues[0]["reason"],
+        format!(
+            "the head of thread {broken} is {missing}, which is not in the store (expected a StartNode or StepNode)"
+        )
+    );
+    // The type found is named, by hash and title.
+    assert_eq!(issues[5]["hash"], start.as_str());
+    let start_type = env.json(&["cas", "get", &start])["type"].clone();
+    assert_eq!(issues[5]["type"], start_type);
+    assert!(
+        issues[5]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("which is a StartNode, not a Workflow"),
+        "{}",
+        issues[5]
+    );
+    assert_eq!(v["roots"], 9, "{v}");
 }
 
 #[test]

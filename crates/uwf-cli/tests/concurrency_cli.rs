@@ -23,6 +23,8 @@ per_backend!(
     a_slot_is_freed_when_its_uwf_is_killed_with_sigkill,
     a_thread_killed_while_its_agent_runs_exits_5,
     a_thread_killed_while_queued_exits_5_and_never_runs_its_agent,
+    steps_that_lose_to_the_step_ending_the_thread_are_conflicts_not_kills,
+    answers_that_lose_to_the_answer_ending_the_thread_are_conflicts_not_kills,
     bad_limits_are_refused_naming_the_file,
     limits_of_other_workflows_change_nothing
 );
@@ -436,6 +438,128 @@ fn a_thread_killed_while_queued_exits_5_and_never_runs_its_agent(backend: Backen
     let out = a_child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(begun(&env), 1, "b's agent never ran");
+}
+
+// ------------------------------------------------- races that end a thread
+
+/// A workflow of one role whose step ends the thread.
+const ONE_STEP: &str = "name: one-step\ndescription: one step, then the end\nroles:\n  finisher:\n    description: finishes\n    systemPrompt: finish\n    outputSchema: { type: object, properties: { done: { type: boolean } }, required: [done] }\ngraph:\n  $START: [ { role: finisher, condition: null } ]\n  finisher: [ { role: $END, condition: null } ]\n";
+
+/// The lines of `thread`'s history entries (`reason` of each).
+fn reasons(env: &Env, thread: &str) -> Vec<Value> {
+    env.history()
+        .into_iter()
+        .filter(|e| e["thread"] == thread)
+        .map(|e| e["reason"].clone())
+        .collect()
+}
+
+/// Checks the outcome of racing commands on one thread whose first step
+/// ends it: exactly one lands (`done: true`), every other exits 1 with
+/// nothing on stdout, and none says the thread was killed (exit 5) —
+/// nobody killed it. `lost` are the codes a loser may report. Returns the
+/// losers' stderr.
+fn one_won_none_killed(env: &Env, id: &str, outs: &[Output], lost: &[&str]) -> Vec<String> {
+    let won: Vec<&Output> = outs.iter().filter(|o| o.status.success()).collect();
+    assert_eq!(
+        won.len(),
+        1,
+        "{:?}",
+        outs.iter().map(stderr).collect::<Vec<_>>()
+    );
+    let v: Value = serde_json::from_slice(&won[0].stdout).unwrap();
+    assert_eq!(v["done"], true, "{v}");
+    let mut errors = Vec::new();
+    for out in outs.iter().filter(|o| !o.status.success()) {
+        let err = stderr(out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(out.stdout.is_empty(), "{err}");
+        assert!(!err.contains("uwf::thread::killed"), "{err}");
+        assert!(!err.contains("was killed"), "{err}");
+        assert!(lost.iter().any(|c| err.contains(c)), "{err}");
+        errors.push(err);
+    }
+    // Archived once, by the step that reached `$END`.
+    assert_eq!(reasons(env, id), ["done"]);
+    errors
+}
+
+fn steps_that_lose_to_the_step_ending_the_thread_are_conflicts_not_kills(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let wf = env.file("one-step.yaml", ONE_STEP);
+    env.json(&["workflow", "put", wf.to_str().unwrap()]);
+    let v = env.json(&["thread", "start", "one-step", "-p", "finish it"]);
+    let id = v["thread"].as_str().unwrap().to_string();
+    let scenario = env.file(
+        "finish.yaml",
+        "roles:\n  finisher:\n    - output: { done: true }\n      delay: 1s\n",
+    );
+    let agent = common::mock_agent(&scenario);
+    let children: Vec<Child> = (0..8).map(|_| spawn_step(&env, &id, &agent)).collect();
+    let outs: Vec<Output> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let errors = one_won_none_killed(
+        &env,
+        &id,
+        &outs,
+        // A step that began after the thread ended is `finished` (it never
+        // ran); one that ran meanwhile lost a race: `conflict`.
+        &["uwf::thread::conflict", "uwf::thread::finished"],
+    );
+    let finished = format!("thread {id} was finished by another step while this one ran");
+    assert!(
+        errors.iter().any(|e| e.contains(&finished)),
+        "no step says the thread was finished by another: {errors:#?}"
+    );
+    assert!(wait_no_process(
+        env.dir.path().to_str().unwrap(),
+        Duration::from_secs(5)
+    ));
+}
+
+fn answers_that_lose_to_the_answer_ending_the_thread_are_conflicts_not_kills(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    env.set_config(
+        "agents:\n  me: { human: true }\nagentOverrides:\n  one-step: { finisher: me }\n",
+    );
+    let wf = env.file("one-step.yaml", ONE_STEP);
+    env.json(&["workflow", "put", wf.to_str().unwrap()]);
+    let v = env.json(&["thread", "start", "one-step", "-p", "finish it"]);
+    let id = v["thread"].as_str().unwrap().to_string();
+    let out = env.output(&["thread", "step", &id]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let children: Vec<Child> = (0..16)
+        .map(|n| {
+            env.uwf_process()
+                .args(["thread", "answer", &id, "--as", &format!("person{n}")])
+                .args(["--output", r#"{"done": true}"#])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    one_won_none_killed(
+        &env,
+        &id,
+        &outs,
+        &[
+            // Lost the compare-and-swap: to the head that ended the
+            // thread, or to the thread already archived by it.
+            "uwf::thread::conflict",
+            // Began once the thread had ended, or found it at `$END`.
+            "uwf::thread::finished",
+            "uwf::thread::not_waiting",
+        ],
+    );
 }
 
 // ---------------------------------------------------------------- config

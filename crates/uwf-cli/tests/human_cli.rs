@@ -20,6 +20,7 @@ use serde_json::Value;
 per_backend!(
     a_person_answers_and_the_thread_finishes,
     answers_that_do_not_fit_change_nothing,
+    an_unreadable_table_of_waits_refuses_the_answer,
     edit_opens_the_editor_on_a_template_of_the_schema,
     racing_answers_land_exactly_once,
     a_child_thread_that_waits_makes_its_parent_wait,
@@ -220,6 +221,40 @@ fn a_person_answers_and_the_thread_finishes(backend: Backend) {
         .map(|(r, a)| (r.to_string(), a.to_string()))
     );
     env.json(&["cas", "verify"]);
+}
+
+/// A table of waits that cannot be read (`waiting.yaml` that does not
+/// parse, a `uwf_waiting` row that is not a record) refuses an answer as
+/// it refuses `thread show`, before anything is written.
+fn an_unreadable_table_of_waits_refuses_the_answer(backend: Backend) {
+    let Some(env) = human_env(backend, "approve-release.mock.yaml", "") else {
+        return;
+    };
+    let (id, _) = run_until_waiting(&env);
+    let expect = match &env.db {
+        None => {
+            std::fs::write(env.root().join("waiting.yaml"), "garbage: [\n").unwrap();
+            "waiting.yaml at line 2".to_string()
+        }
+        Some(db) => {
+            db.client()
+                .execute(
+                    "UPDATE uwf_waiting SET record = 'not a record' WHERE thread = $1",
+                    &[&id],
+                )
+                .unwrap();
+            format!("waiting entry of thread {id}")
+        }
+    };
+    let before = env.snapshot();
+    for args in [
+        &["thread", "show", id.as_str()][..],
+        &["thread", "answer", &id, "--output", r#"{"approved": true}"#],
+    ] {
+        let err = env.fails(args);
+        assert!(err.contains(&expect), "{args:?}: {err}");
+        assert_eq!(env.snapshot(), before, "{args:?} changed the store");
+    }
 }
 
 fn answers_that_do_not_fit_change_nothing(backend: Backend) {

@@ -36,6 +36,7 @@ per_backend!(
     agent_overrides_pick_the_agent_per_role,
     unknown_alias_in_config_is_an_error,
     a_corrupt_head_file_is_reported_and_never_rewritten,
+    a_head_naming_a_missing_node_is_one_broken_thread_among_many,
     corrupt_config_yaml_is_reported_and_never_rewritten,
     corrupt_history_is_reported,
     moderator_evaluation_error_mid_thread,
@@ -957,6 +958,113 @@ fn a_corrupt_head_file_is_reported_and_never_rewritten(backend: Backend) {
     env.json(&["thread", "start", "solve-issue", "-p", "x"]);
 }
 
+/// A head that parses but names a node the store does not have (or one of
+/// another type) breaks that thread only: `thread list` lists it as
+/// broken, with a warning; `thread prune` passes it by; completion still
+/// offers it; every other thread is listed, pruned and offered as before.
+fn a_head_naming_a_missing_node_is_one_broken_thread_among_many(backend: Backend) {
+    let Some((env, broken)) = started(backend) else {
+        return;
+    };
+    let retyped = start(&env, "solve-issue");
+    let idle = start(&env, "solve-issue");
+    let solve = solve_agent(&env, "0ms");
+    let finished = env.json(&["thread", "run", "solve-issue", "-p", "x", "--agent", &solve]);
+    let finished = finished["thread"].as_str().unwrap().to_string();
+    let workflow = env.registry()["solve-issue"].clone();
+    env.damage_head(&broken, "0000000000000");
+    env.damage_head(&retyped, &workflow);
+
+    let out = env.output(&["thread", "list", "--all"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    contains_all(
+        &stderr,
+        &[
+            &format!("thread {broken} is broken: no node 0000000000000 in the store"),
+            &format!("thread {retyped} is broken"),
+            "uwf cas verify",
+        ],
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    let ids: Vec<&str> = rows.iter().map(|r| r["thread"].as_str().unwrap()).collect();
+    // Active threads by id (the broken ones among them), then archived.
+    let mut active = [broken.as_str(), retyped.as_str(), idle.as_str()];
+    active.sort_unstable();
+    assert_eq!(
+        ids,
+        [&active[..], &[finished.as_str()]].concat(),
+        "{rows:#?}"
+    );
+    let row = |id: &str| rows.iter().find(|r| r["thread"] == id).unwrap();
+    assert_eq!(
+        row(&broken),
+        &json!({
+            "thread": broken, "name": null, "task": null, "age": null, "state": "broken",
+            "workflow": null, "head": "0000000000000", "done": false,
+            "error": "no node 0000000000000 in the store",
+        })
+    );
+    assert_eq!(row(&retyped)["state"], "broken");
+    assert!(
+        row(&retyped)["error"].as_str().unwrap().contains(&workflow),
+        "{}",
+        row(&retyped)
+    );
+    assert_eq!(row(&idle)["state"], "idle");
+    assert_eq!(row(&idle)["task"], "Fix the login bug");
+    assert_eq!(row(&finished)["state"], "done");
+    let top = env.json(&["thread", "list", "--top-level"]);
+    assert_eq!(top.as_array().unwrap().len(), 3, "{top:#}");
+
+    // Completion offers every thread, the broken ones marked.
+    let out = env
+        .uwf()
+        .env("UWF_COMPLETE", "fish")
+        .args(["--", "uwf", "thread", "show", ""])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let offered = String::from_utf8(out.stdout).unwrap();
+    for id in [&broken, &retyped, &idle, &finished] {
+        assert!(offered.contains(id.as_str()), "{id} not in {offered}");
+    }
+    assert!(offered.contains(&format!("{broken}\tbroken")), "{offered}");
+
+    // Prune passes the broken threads by (nothing about them can be
+    // told) and prunes the others.
+    let out = env.output(&["thread", "prune", "--older-than", "0s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("thread {broken} is broken")),
+        "{stderr}"
+    );
+    let pruned: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pruned: Vec<&str> = pruned
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["thread"].as_str().unwrap())
+        .collect();
+    assert_eq!(pruned, [idle.as_str()]);
+    let heads = env.heads();
+    assert!(
+        heads.contains_key(&broken) && heads.contains_key(&retyped),
+        "{heads:?}"
+    );
+    assert!(!heads.contains_key(&idle), "{heads:?}");
+}
+
 /// A store of uwf 0.1.0 (threads.yaml, no threads/) whose index is corrupt:
 /// every command that needs it stops, and nothing is migrated or rewritten.
 #[test]
@@ -982,6 +1090,39 @@ fn corrupt_threads_yaml_is_reported_and_never_rewritten() {
         contains_all(&err, &["threads.yaml", "line 2", "never overwrites"]);
     }
     assert_eq!(env.snapshot(), before, "a corrupt threads.yaml was touched");
+}
+
+/// A state lock that cannot be taken (`.state.lock` is a directory, which
+/// only the filesystem store has) refuses every start before anything is
+/// stored: no StartNode, no Workflow node of a file, no registration.
+#[test]
+fn a_start_refused_by_the_state_lock_stores_nothing() {
+    let (env, _) = started(Backend::Fs).unwrap();
+    let lock = env.root().join(".state.lock");
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::create_dir(&lock).unwrap();
+    let before = env.snapshot();
+    for args in [
+        &["thread", "start", "solve-issue", "-p", "a new task"][..],
+        &[
+            "thread",
+            "start",
+            &example("triage.yaml"),
+            "-p",
+            "a new task",
+        ],
+        &[
+            "thread",
+            "run",
+            &example("draft-loop.yaml"),
+            "-p",
+            "a new task",
+        ],
+    ] {
+        let err = env.fails(args);
+        contains_all(&err, &["cannot open lock file", ".state.lock"]);
+        assert_eq!(env.snapshot(), before, "uwf {args:?} changed the store");
+    }
 }
 
 fn corrupt_config_yaml_is_reported_and_never_rewritten(backend: Backend) {

@@ -30,6 +30,7 @@ per_backend!(
     unknown_target_is_refused,
     graph_without_start_is_refused,
     unreadable_file_is_an_error,
+    errors_about_a_named_file_quote_at_most_the_line_at_fault,
     unknown_workflow_name_lists_the_registered_ones,
     a_hash_that_is_not_a_workflow_is_refused,
     corrupt_registry_is_reported_and_left_alone
@@ -424,6 +425,67 @@ fn unreadable_file_is_an_error(backend: Backend) {
     let err = env.fails(&["workflow", "validate", missing.to_str().unwrap()]);
     assert!(err.contains("missing.yaml"), "{err}");
     assert_eq!(env.snapshot(), before);
+}
+
+/// A file named on the command line may hold anything (`thread start
+/// ../../etc/passwd`): an error about it shows at most the line at fault,
+/// never the rest of the file, whichever command read it.
+fn errors_about_a_named_file_quote_at_most_the_line_at_fault(backend: Backend) {
+    let Some(env) = populated(backend) else {
+        return;
+    };
+    // Not YAML mappings, not JSON: read as one scalar folded from every
+    // line, which the parser quotes whole.
+    let passwd = env.file(
+        "passwd",
+        "root:x:0:0:root:/root:/bin/bash\nsecond:x:1:1:SECRET-2:/usr/sbin\nthird:x:2:2:SECRET-3:/bin\n",
+    );
+    let passwd = passwd.to_str().unwrap();
+    let note = r#"{"title":"note","type":"object","properties":{"text":{"type":"string"}},"required":["text"]}"#;
+    let note = hash_of(&env.json(&["cas", "schema", "put", note]));
+    // JSON whose value at fault spans lines 2 to 4.
+    let payload = env.file(
+        "payload.json",
+        "{\"text\":\n  {\"first\": \"a value long enough to be cut\",\n   \"then\": \"SECRET-3 on the line after\"}\n}\n",
+    );
+    let payload = payload.to_str().unwrap();
+    let before = env.snapshot();
+    for (args, at_fault) in [
+        (
+            vec!["thread", "start", passwd, "-p", "x"],
+            "root:x:0:0:root:/root:/bin/bash",
+        ),
+        (vec!["thread", "run", passwd, "-p", "x"], "root:x:0:0"),
+        (vec!["workflow", "put", passwd], "root:x:0:0"),
+        (vec!["workflow", "validate", passwd], "root:x:0:0"),
+        (vec!["workflow", "graph", passwd], "root:x:0:0"),
+        (vec!["store", "init", "--config", passwd], "root:x:0:0"),
+        (vec!["eval", "$", "--input", passwd], "root:x:0:0"),
+        (vec!["cas", "schema", "put", passwd], "root:x:0:0"),
+        (vec!["cas", "put", &note, passwd], "root:x:0:0"),
+        (vec!["cas", "put", &note, payload], "a value long"),
+    ] {
+        let err = env.fails(&args);
+        assert!(
+            err.contains(at_fault),
+            "{args:?}:
+{err}"
+        );
+        for other in ["second:x", "SECRET-2", "SECRET-3"] {
+            assert!(
+                !err.contains(other),
+                "{args:?} shows {other:?}:
+{err}"
+            );
+        }
+        assert_eq!(env.snapshot(), before, "{args:?} changed the store");
+    }
+    // The value serde quotes is cut where the line at fault ends.
+    let err = env.fails(&["workflow", "validate", passwd]);
+    assert!(
+        err.contains(r#"invalid type: string "root:x:0:0:root:/root:/bin/bash…""#),
+        "{err}"
+    );
 }
 
 fn unknown_workflow_name_lists_the_registered_ones(backend: Backend) {

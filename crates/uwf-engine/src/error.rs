@@ -101,6 +101,21 @@ pub enum EngineError {
         thread: ThreadId,
     },
 
+    /// Another step (or answer) finished the thread while this one ran:
+    /// the thread was archived with a reason other than `killed` (its
+    /// history entry says which), so this step lost a race and was not
+    /// applied. A conflict, like [`HeadMoved`](Self::HeadMoved), not a kill.
+    #[error("{}", finished_meanwhile(thread, reason))]
+    #[diagnostic(code(uwf::thread::conflict))]
+    FinishedMeanwhile {
+        /// The id.
+        thread: ThreadId,
+        /// The reason of its history entry (`done`, `pruned`, …).
+        reason: String,
+        /// Its head when it was archived.
+        head: Hash,
+    },
+
     /// The thread was killed while the step waited for a slot of its
     /// workflow, or just before its agent would have started.
     #[error("thread {thread} was killed before its agent started; nothing was run")]
@@ -236,6 +251,29 @@ impl EngineError {
         )
     }
 
+    /// Whether this says that the nodes of one thread are missing or
+    /// damaged (its head, its chain, its StartNode or Workflow, its attempt
+    /// records), as opposed to the whole store failing: a command going
+    /// through many threads reports such a thread and goes on with the
+    /// others.
+    pub fn is_thread_damage(&self) -> bool {
+        use uwf_cas::StoreErrorKind;
+        use uwf_moderator::thread::ThreadError;
+        let damage = |e: &uwf_cas::CasError| {
+            matches!(
+                e.kind(),
+                StoreErrorKind::NotFound | StoreErrorKind::Corrupt | StoreErrorKind::Invalid
+            )
+        };
+        match self {
+            EngineError::Cas(e) | EngineError::Thread(ThreadError::Cas(e)) => damage(e),
+            EngineError::Thread(_)
+            | EngineError::NotAStep { .. }
+            | EngineError::CorruptState { .. } => true,
+            _ => false,
+        }
+    }
+
     /// Whether the step did not run for lack of a concurrency slot.
     pub fn is_no_slot(&self) -> bool {
         matches!(
@@ -259,6 +297,18 @@ impl EngineError {
             EngineError::Agent(f) => f.unavailable,
             _ => false,
         }
+    }
+}
+
+/// The message of [`EngineError::FinishedMeanwhile`].
+fn finished_meanwhile(thread: &ThreadId, reason: &str) -> String {
+    match reason {
+        "done" => format!(
+            "thread {thread} was finished by another step while this one ran (it reached `$END`); this step was not applied"
+        ),
+        other => format!(
+            "thread {thread} was archived by another uwf process while this step ran (reason {other}); this step was not applied"
+        ),
     }
 }
 

@@ -230,14 +230,25 @@ pub fn list(ctx: &Ctx) -> Result<Vec<WaitingListItem>, EngineError> {
         let Some(head) = ctx.state.thread_head(answer)? else {
             continue;
         };
-        let view = thread::load(&ctx.cas, record.head)?;
-        items.push(WaitingListItem {
-            thread: id,
-            workflow: view.workflow_hash,
-            waiting: record,
-            answer,
-            stack: crate::nested::stack(ctx, head)?,
-        });
+        let item = thread::load(&ctx.cas, record.head)
+            .map_err(EngineError::from)
+            .and_then(|view| {
+                Ok(WaitingListItem {
+                    thread: id,
+                    workflow: view.workflow_hash,
+                    waiting: record,
+                    answer,
+                    stack: crate::nested::stack(ctx, head)?,
+                })
+            });
+        match item {
+            Ok(item) => items.push(item),
+            // One thread that cannot be read does not hide the others.
+            Err(e) if e.is_thread_damage() => {
+                tracing::warn!("thread {id} is broken and left out: {e}");
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(items)
 }

@@ -26,11 +26,14 @@ pub mod location;
 pub mod nested;
 mod ops;
 mod progress;
+#[cfg(test)]
+mod race_tests;
 pub mod retry;
 pub mod running;
 pub mod spawn;
 mod step;
 pub mod suspend;
+pub mod verify;
 pub mod worker;
 
 use std::ffi::OsString;

@@ -10,7 +10,7 @@ use uwf_state::GcEpoch;
 
 use crate::check::{CheckError, check_step};
 use crate::error::EngineError;
-use crate::step::{StepOptions, Stepped, active_head, apply, conflict_or, step};
+use crate::step::{StepOptions, Stepped, active_head, apply, conflict_or, settle, step};
 use crate::{Engine, Progress};
 
 /// A thread that was started or forked.
@@ -39,10 +39,15 @@ pub enum Ran {
 }
 
 /// Fails if no thread can be added now (the thread index of a store not yet
-/// migrated is corrupt), so a front end can check before it writes anything
-/// for a new thread (a workflow registration, …).
+/// migrated is corrupt, the state lock cannot be taken), so a front end can
+/// check before it writes anything for a new thread (a workflow
+/// registration, …): a start refused for such a reason leaves the store
+/// exactly as it was. A StartNode stored by a start that fails later is
+/// never removed by it: an identical start (same workflow, same task) may
+/// share that node at the same moment (docs/state.md, "Thread lifecycle").
 pub fn ready_to_start(engine: &Engine) -> Result<(), EngineError> {
     engine.state.thread_head(ThreadId::new())?;
+    engine.state.check_writable()?;
     Ok(())
 }
 
@@ -193,8 +198,12 @@ pub fn apply_offered(
         }
         Err(CheckError::Store(e)) => return Err(e),
     };
-    apply(engine, id, view, role, new, loaded, epoch).map_err(|e| match e {
-        EngineError::State(s) => conflict_or(s, id),
-        other => other,
-    })
+    apply(engine, id, view, role, new, loaded, epoch)
+        .map_err(|e| match e {
+            EngineError::State(s) => conflict_or(s, id),
+            other => other,
+        })
+        // An answer that lost to one that ended the thread is a conflict,
+        // not a kill (docs/state.md, "Exit status").
+        .map_err(|e| settle(engine, id, e))
 }

@@ -145,7 +145,22 @@ impl Stepped {
 /// A role bound to a person (`human: true`) runs nothing: the thread is
 /// recorded as waiting ([`crate::human`]). A failed agent is retried as
 /// config.yaml's `retries` say ([`crate::retry`]).
+///
+/// A step whose thread stopped being active while it ran fails with
+/// [`EngineError::Killed`] only if the thread was killed; if another step
+/// finished it, with [`EngineError::FinishedMeanwhile`] ([`settle`]).
 pub fn step(
+    ctx: &Engine,
+    id: ThreadId,
+    opts: &StepOptions<'_>,
+    progress: &Arc<dyn Progress>,
+) -> Result<Stepped, EngineError> {
+    step_once(ctx, id, opts, progress).map_err(|e| settle(ctx, id, e))
+}
+
+/// [`step`] before [`settle`] tells a kill from a race lost to a step that
+/// finished the thread.
+fn step_once(
     ctx: &Engine,
     id: ThreadId,
     opts: &StepOptions<'_>,
@@ -763,6 +778,48 @@ fn interrupted(ctx: &Engine, id: ThreadId) -> Result<EngineError, EngineError> {
         None => EngineError::Killed { thread: id },
         Some(actual) => EngineError::HeadMoved { thread: id, actual },
     })
+}
+
+/// What a step (or answer) of thread `id` that stopped with `e` reports,
+/// once the history is asked why the thread is no longer active.
+///
+/// The kill flag, a lost compare-and-swap and a stopped agent all see only
+/// that the thread is gone ([`EngineError::Killed`],
+/// [`EngineError::KilledBeforeStart`]) or that its head moved
+/// ([`EngineError::HeadMoved`]). A thread is also archived when a step
+/// reaches `$END` (or by `thread prune`): then the step lost a race, which
+/// is [`EngineError::FinishedMeanwhile`] (a conflict), not a kill. Only
+/// reason `killed` stays a kill (docs/state.md, "Exit status"). Any other
+/// error, a thread that is still active, or a history that cannot be read
+/// leaves `e` as it is.
+pub fn settle(ctx: &Engine, id: ThreadId, e: EngineError) -> EngineError {
+    let ours = match &e {
+        // A head that moved: perhaps to the step that ended the thread.
+        EngineError::Killed { thread }
+        | EngineError::KilledBeforeStart { thread }
+        | EngineError::HeadMoved { thread, .. } => *thread == id,
+        _ => false,
+    };
+    // Only a thread that is gone now has a reason in the history (a
+    // crash may leave an active thread with a history line as well).
+    if !ours || !matches!(ctx.state.thread_head(id), Ok(None)) {
+        return e;
+    }
+    match ctx.state.find_archived(id) {
+        Ok(Some(entry)) => match entry.reason {
+            Some(reason) if reason != "killed" => EngineError::FinishedMeanwhile {
+                thread: id,
+                reason,
+                head: entry.head,
+            },
+            _ => e,
+        },
+        Ok(None) => e,
+        Err(err) => {
+            tracing::debug!(thread = %id, error = %err, "cannot read the history to tell why the thread ended");
+            e
+        }
+    }
 }
 
 /// The engine error for a lost compare-and-swap of thread `id`: killed

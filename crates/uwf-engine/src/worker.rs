@@ -451,6 +451,12 @@ impl<'e> Worker<'e> {
                 Err(_) if lease.lost.load(Ordering::SeqCst) => return End::Lost,
                 Err(EngineError::Interrupted) => return End::Shutdown,
                 Err(e) if e.is_killed() => return End::Killed,
+                // Another process's step ended the thread: the run is over
+                // as if this worker had made that step.
+                Err(EngineError::FinishedMeanwhile { reason, head, .. }) if reason == "done" => {
+                    return End::Done(head);
+                }
+                Err(EngineError::FinishedMeanwhile { .. }) => return End::Killed,
                 Err(e) if e.is_no_slot() => return End::NoSlot(e.to_string()),
                 Err(e @ EngineError::HeadMoved { .. }) => {
                     // Someone else moved the thread (a step by hand): go on

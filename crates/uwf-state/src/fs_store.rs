@@ -51,6 +51,12 @@ impl ThreadStore for StateDir {
         self.root().display().to_string()
     }
 
+    fn check_writable(&self) -> Result<(), StateError> {
+        // Every change takes the state lock first: one that can be taken
+        // (and is released at once) is what a change needs.
+        self.locked(|| Ok(()))
+    }
+
     fn thread_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
         StateDir::thread_head(self, thread)
     }

@@ -898,17 +898,25 @@ pub fn parse_stored_config(origin: &str, text: &str) -> Result<WorkflowConfig, S
 fn parse_yaml<T: DeserializeOwned>(path: &Path, text: &str) -> Result<Option<T>, StateError> {
     // Typed maps silently keep the last of duplicate keys; the untyped pass
     // rejects them (and reports syntax errors) first.
-    serde_yaml::from_str::<serde_yaml::Value>(text).map_err(|e| yaml_error(path, &e))?;
-    serde_yaml::from_str::<Option<T>>(text).map_err(|e| yaml_error(path, &e))
+    serde_yaml::from_str::<serde_yaml::Value>(text).map_err(|e| yaml_error(path, text, &e))?;
+    serde_yaml::from_str::<Option<T>>(text).map_err(|e| yaml_error(path, text, &e))
 }
 
-fn yaml_error(path: &Path, e: &serde_yaml::Error) -> StateError {
+fn yaml_error(path: &Path, text: &str, e: &serde_yaml::Error) -> StateError {
     let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+    // A value serde quotes (for a file that is no YAML mapping, the whole
+    // file) shows at most the line at fault: the file may be one a person
+    // named (`uwf store init --config FILE`) and hold anything.
+    let at_fault = text
+        .lines()
+        .nth(line.saturating_sub(1))
+        .filter(|_| line > 0);
+    let message = without_position(e.to_string(), line, column);
     StateError::Parse {
         path: path.to_path_buf(),
         line,
         column,
-        message: without_position(e.to_string(), line, column),
+        message: uwf_util::text::shorten_quoted(&message, at_fault),
     }
 }
 

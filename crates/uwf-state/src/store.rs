@@ -65,6 +65,17 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// secret such as a password).
     fn describe(&self) -> String;
 
+    /// Fails as a change of the state would fail now (a lock that cannot
+    /// be taken, a state directory that cannot be written), changing
+    /// nothing. A caller checks this before it stores nodes that only a
+    /// state change would make reachable (the StartNode of a new thread),
+    /// so that a change refused for such a reason leaves the store as it
+    /// was (docs/state.md, "Thread lifecycle"). The default: nothing to
+    /// check (a database refuses or takes a change as a whole).
+    fn check_writable(&self) -> Result<(), StateError> {
+        Ok(())
+    }
+
     // ----- threads -------------------------------------------------------
 
     /// The head of `thread` if it is active. This is also the kill flag of

@@ -1,10 +1,13 @@
 //! Shared infrastructure for uwf.
 //!
 //! Everything here is small, dependency-light and free of uwf domain logic:
-//! storage-root resolution, crash-safe file writes, advisory locks, tracing set-up and the frontmatter-markdown parser used by agents.
+//! storage-root resolution, crash-safe file writes, advisory locks, tracing set-up, the frontmatter-markdown parser used by agents, and
+//! error text about a person's files that quotes no more than the line at
+//! fault.
 
 pub mod atomic;
 pub mod frontmatter;
 pub mod lock;
 pub mod root;
+pub mod text;
 pub mod trace;

@@ -6,6 +6,7 @@ use uwf_cas::{Cas, GcOptions, Hash};
 use uwf_state::ThreadStore;
 
 use crate::cli::{CasCommand, SchemaCommand};
+use crate::engine::{Ctx, verify};
 use crate::error::CliError;
 use crate::input::read_json;
 
@@ -13,8 +14,8 @@ use crate::input::read_json;
 pub enum Outcome {
     /// Print this and exit 0.
     Value(Value),
-    /// Print this report, then fail with the number of problems.
-    Failed(Value, usize),
+    /// Print this report, then fail with this error.
+    Failed(Value, CliError),
 }
 
 fn to_value<T: Serialize>(v: T) -> Result<Value, CliError> {
@@ -38,8 +39,48 @@ fn remove_all_strays(cas: &Cas) -> Result<Vec<uwf_cas::Stray>, CliError> {
     Ok(removed)
 }
 
+/// `cas verify`: the nodes ([`Cas::verify`]), then the roots of the
+/// store's state ([`verify::roots`]): `{nodes, roots, issues}`, where a
+/// root that names a missing or mistyped node is an issue of kind
+/// `brokenRoot` (docs/cas.md §8).
+fn verify(ctx: &Ctx, remove_strays: bool) -> Result<Outcome, CliError> {
+    let cas = ctx.cas();
+    let removed = if remove_strays {
+        remove_all_strays(cas)?
+    } else {
+        Vec::new()
+    };
+    let report = cas.verify()?;
+    let roots = verify::roots(ctx)?;
+    let broken_roots = roots.issues.len();
+    let mut issues = Vec::with_capacity(report.issues.len() + broken_roots);
+    for issue in &report.issues {
+        issues.push(to_value(issue)?);
+    }
+    for issue in roots.issues {
+        issues.push(to_value(issue)?);
+    }
+    let mut v = json!({ "nodes": report.nodes, "roots": roots.roots, "issues": issues });
+    if remove_strays {
+        v["removedStrays"] = to_value(removed)?;
+    }
+    let problems = report.issues.len() + broken_roots;
+    Ok(if problems == 0 {
+        Outcome::Value(v)
+    } else {
+        Outcome::Failed(
+            v,
+            CliError::VerifyFailed {
+                problems,
+                broken_roots,
+            },
+        )
+    })
+}
+
 /// Runs a `cas` subcommand against an opened store.
-pub fn run(cas: &Cas, state: &dyn ThreadStore, cmd: CasCommand) -> Result<Outcome, CliError> {
+pub fn run(ctx: &Ctx, cmd: CasCommand) -> Result<Outcome, CliError> {
+    let (cas, state): (&Cas, &dyn ThreadStore) = (ctx.cas(), ctx.state());
     let value = match cmd {
         CasCommand::Gc { dry_run, grace } => {
             let opts = GcOptions {
@@ -108,24 +149,7 @@ pub fn run(cas: &Cas, state: &dyn ThreadStore, cmd: CasCommand) -> Result<Outcom
         CasCommand::Refs { hash } => to_value(cas.refs(parse_hash(&hash)?)?)?,
         CasCommand::Walk { hash } => to_value(cas.walk(parse_hash(&hash)?)?)?,
         CasCommand::Reindex => to_value(cas.reindex()?)?,
-        CasCommand::Verify { remove_strays } => {
-            let removed = if remove_strays {
-                remove_all_strays(cas)?
-            } else {
-                Vec::new()
-            };
-            let report = cas.verify()?;
-            let problems = report.issues.len();
-            let mut v = to_value(&report)?;
-            if remove_strays {
-                v["removedStrays"] = to_value(removed)?;
-            }
-            return Ok(if problems == 0 {
-                Outcome::Value(v)
-            } else {
-                Outcome::Failed(v, problems)
-            });
-        }
+        CasCommand::Verify { remove_strays } => return verify(ctx, remove_strays),
         CasCommand::Schema(SchemaCommand::List) => to_value(cas.schemas()?)?,
         CasCommand::Schema(SchemaCommand::Get { hash }) => cas.schema(parse_hash(&hash)?)?,
         CasCommand::Schema(SchemaCommand::Put { schema }) => {

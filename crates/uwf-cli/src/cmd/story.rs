@@ -102,18 +102,84 @@ fn active_state(ctx: &Ctx, id: ThreadId, head: Hash) -> Result<&'static str, Cli
     Ok(if failed { "failed" } else { "idle" })
 }
 
+/// A thread as `thread list` lists it.
+pub enum Listed {
+    /// A thread whose head and workflow could be read.
+    Thread(ThreadListItem),
+    /// A thread whose nodes are missing or damaged (its head, its chain,
+    /// its workflow, its attempt records): listed with the error.
+    Broken {
+        /// The thread.
+        thread: ThreadId,
+        /// Its head, as the state says.
+        head: Hash,
+        /// Archived (`--all`).
+        done: bool,
+        /// What could not be read.
+        error: String,
+    },
+}
+
+impl Listed {
+    /// A broken thread, warned about on stderr.
+    pub fn broken(thread: ThreadId, head: Hash, done: bool, e: &CliError) -> Self {
+        warn_broken(thread, e);
+        Listed::Broken {
+            thread,
+            head,
+            done,
+            error: e.to_string(),
+        }
+    }
+}
+
+/// Warns that thread `id` cannot be read (`e`) and is left out of, or
+/// marked in, a command that goes through many threads.
+pub fn warn_broken(id: ThreadId, e: &CliError) {
+    tracing::warn!("thread {id} is broken: {e}; `uwf cas verify` lists what is missing");
+}
+
+/// The `thread list` row of a broken thread: `state: "broken"` and the
+/// `error`; what cannot be read is `null` (docs/state.md, "Thread commands").
+fn broken_row(thread: ThreadId, head: Hash, done: bool, error: String) -> Value {
+    json!({
+        "thread": thread,
+        "name": Value::Null,
+        "task": Value::Null,
+        "age": Value::Null,
+        "state": "broken",
+        "workflow": Value::Null,
+        "head": head,
+        "done": done,
+        "error": error,
+    })
+}
+
 /// `thread list` rows: the ids and heads, with the workflow's name, the
 /// task (shortened), the age and the state (running, waiting, idle,
-/// failed; archived threads: done, killed, pruned).
+/// failed; archived threads: done, killed, pruned; `broken` for a thread
+/// that cannot be read, with its `error`).
 pub fn list_rows(
     ctx: &Ctx,
-    items: Vec<ThreadListItem>,
+    items: Vec<Listed>,
     reasons: &HashMap<ThreadId, String>,
 ) -> Result<Vec<Value>, CliError> {
     let now = uwf_state::state::now_ms();
     let mut names = HashMap::new();
     let mut rows = Vec::with_capacity(items.len());
-    for item in items {
+    for listed in items {
+        let item = match listed {
+            Listed::Thread(item) => item,
+            Listed::Broken {
+                thread,
+                head,
+                done,
+                error,
+            } => {
+                rows.push(broken_row(thread, head, done, error));
+                continue;
+            }
+        };
         let (task, started) = start_of(ctx, item.head).unwrap_or_default();
         let state = if item.done {
             reasons
@@ -121,7 +187,16 @@ pub fn list_rows(
                 .cloned()
                 .unwrap_or_else(|| "done".into())
         } else {
-            active_state(ctx, item.thread, item.head)?.to_string()
+            match active_state(ctx, item.thread, item.head) {
+                Ok(state) => state.to_string(),
+                // Its attempt records cannot be read.
+                Err(e) if e.is_thread_damage() => {
+                    warn_broken(item.thread, &e);
+                    rows.push(broken_row(item.thread, item.head, false, e.to_string()));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
         };
         rows.push(json!({
             "thread": item.thread,

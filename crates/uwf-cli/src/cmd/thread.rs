@@ -13,6 +13,7 @@ use uwf_protocol::{
 };
 
 use crate::cli::{Format, PromptArgs, ThreadCommand};
+use crate::cmd::story::Listed;
 use crate::cmd::workflow;
 use crate::engine::nested::{self, ThreadIndex};
 use crate::engine::{self, Ctx, Progress, Status, StepOptions};
@@ -254,16 +255,23 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             output::print(format, &out)
         }
         ThreadCommand::List { all, top_level, .. } => {
+            // A thread whose nodes are missing or damaged is listed as
+            // broken (with a warning), never the end of the list.
             let mut items = Vec::new();
             let active = ctx.state().threads()?;
             for (&id, &head) in &active {
-                let workflow = workflow_of(ctx, head)?;
-                items.push(ThreadListItem {
-                    thread: id,
-                    workflow,
-                    head,
-                    done: false,
-                });
+                match workflow_of(ctx, head) {
+                    Ok(workflow) => items.push(Listed::Thread(ThreadListItem {
+                        thread: id,
+                        workflow,
+                        head,
+                        done: false,
+                    })),
+                    Err(e) if e.is_thread_damage() => {
+                        items.push(Listed::broken(id, head, false, &e))
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             let mut reasons = HashMap::new();
             if all {
@@ -275,20 +283,33 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                         if let Some(r) = &e.reason {
                             reasons.insert(e.thread, r.clone());
                         }
-                        items.push(ThreadListItem {
+                        items.push(Listed::Thread(ThreadListItem {
                             thread: e.thread,
                             workflow: e.workflow,
                             head: e.head,
                             done: true,
-                        });
+                        }));
                     }
                 }
             }
             if top_level {
                 let mut kept = Vec::with_capacity(items.len());
-                for item in items {
-                    if nested::parent_of(ctx, item.head)?.is_none() {
-                        kept.push(item);
+                for listed in items {
+                    let Listed::Thread(item) = &listed else {
+                        // Whether it is a child thread cannot be told.
+                        kept.push(listed);
+                        continue;
+                    };
+                    match nested::parent_of(ctx, item.head) {
+                        Ok(None) => kept.push(listed),
+                        Ok(Some(_)) => {}
+                        Err(e) => {
+                            let e = CliError::from(e);
+                            if !e.is_thread_damage() {
+                                return Err(e);
+                            }
+                            kept.push(Listed::broken(item.thread, item.head, item.done, &e));
+                        }
                     }
                 }
                 items = kept;
@@ -491,7 +512,19 @@ fn prune(
     let min_age = u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX);
     let mut pruned = Vec::new();
     for (id, head) in ctx.state().threads()? {
-        let node = ctx.cas().get(head)?;
+        // A broken thread is not archived: nothing about it can be told
+        // (docs/state.md, "Thread commands").
+        let node = match ctx.cas().get(head) {
+            Ok(node) => node,
+            Err(e) => {
+                let e = CliError::from(e);
+                if !e.is_thread_damage() {
+                    return Err(e);
+                }
+                crate::cmd::story::warn_broken(id, &e);
+                continue;
+            }
+        };
         if node.type_hash != ctx.cas().types().start_node {
             continue;
         }

@@ -445,6 +445,138 @@ impl Env {
     }
 }
 
+/// Damaging the thread state behind uwf's back, the same way on both
+/// stores (files of the root, or rows of the database), for tests of what
+/// commands do with a store that is not what uwf wrote.
+impl Env {
+    /// Points the head of active thread `thread` at `hash` (`threads/<id>`,
+    /// or its `uwf_threads` row).
+    pub fn damage_head(&self, thread: &str, hash: &str) {
+        match &self.db {
+            Some(db) => {
+                let n = db
+                    .client()
+                    .execute(
+                        "UPDATE uwf_threads SET head = $2 WHERE thread = $1",
+                        &[&thread, &hash],
+                    )
+                    .unwrap();
+                assert_eq!(n, 1, "no active thread {thread}");
+            }
+            None => {
+                let path = self.root().join("threads").join(thread);
+                assert!(path.is_file(), "no active thread {thread}");
+                std::fs::write(path, format!("{hash}\n")).unwrap();
+            }
+        }
+    }
+
+    /// Removes active thread `thread` from the state altogether (neither
+    /// active nor archived any more).
+    pub fn forget_thread(&self, thread: &str) {
+        match &self.db {
+            Some(db) => {
+                db.client()
+                    .execute("DELETE FROM uwf_threads WHERE thread = $1", &[&thread])
+                    .unwrap();
+            }
+            None => std::fs::remove_file(self.root().join("threads").join(thread)).unwrap(),
+        }
+    }
+
+    /// Points registry entry `name` at `hash`.
+    pub fn damage_registry(&self, name: &str, hash: &str) {
+        match &self.db {
+            Some(db) => {
+                db.client()
+                    .execute(
+                        "UPDATE uwf_registry SET hash = $2 WHERE name = $1",
+                        &[&name, &hash],
+                    )
+                    .unwrap();
+            }
+            None => {
+                let mut registry = self.registry();
+                registry.insert(name.to_string(), hash.to_string());
+                let text = serde_yaml::to_string(&registry).unwrap();
+                std::fs::write(self.root().join("registry.yaml"), text).unwrap();
+            }
+        }
+    }
+
+    /// Points every history entry of `thread` at head `hash`.
+    pub fn damage_history_head(&self, thread: &str, hash: &str) {
+        match &self.db {
+            Some(db) => {
+                db.client()
+                    .execute(
+                        "UPDATE uwf_history SET head = $2 WHERE thread = $1",
+                        &[&thread, &hash],
+                    )
+                    .unwrap();
+            }
+            None => {
+                let lines: Vec<String> = self
+                    .history()
+                    .into_iter()
+                    .map(|mut e| {
+                        if e["thread"] == thread {
+                            e["head"] = hash.into();
+                        }
+                        e.to_string()
+                    })
+                    .collect();
+                let path = self.root().join("history.jsonl");
+                std::fs::write(path, lines.join("\n") + "\n").unwrap();
+            }
+        }
+    }
+
+    /// Makes `hash` the newest attempt record of `thread`.
+    pub fn damage_attempt(&self, thread: &str, hash: &str) {
+        match &self.db {
+            Some(db) => {
+                db.client()
+                    .execute(
+                        "INSERT INTO uwf_attempts (thread, record) VALUES ($1, $2) \
+                         ON CONFLICT (thread) DO UPDATE SET record = excluded.record",
+                        &[&thread, &hash],
+                    )
+                    .unwrap();
+            }
+            None => {
+                let mut table = self.attempts_table();
+                table.insert(thread.to_string(), hash.to_string());
+                let text = serde_yaml::to_string(&table).unwrap();
+                std::fs::write(self.root().join("attempts.yaml"), text).unwrap();
+            }
+        }
+    }
+
+    /// Records that `thread` waits at `head` for a person (role `role`).
+    pub fn damage_waiting(&self, thread: &str, head: &str, role: &str) {
+        let record = serde_json::json!({
+            "head": head, "role": role, "prompt": "?", "agent": "me", "since": 1
+        });
+        match &self.db {
+            Some(db) => {
+                db.client()
+                    .execute(
+                        "INSERT INTO uwf_waiting (thread, head, record) VALUES ($1, $2, $3)",
+                        &[&thread, &head, &record.to_string()],
+                    )
+                    .unwrap();
+            }
+            None => {
+                let mut table = self.waiting_table();
+                table.insert(thread.to_string(), record);
+                let text = serde_yaml::to_string(&table).unwrap();
+                std::fs::write(self.root().join("waiting.yaml"), text).unwrap();
+            }
+        }
+    }
+}
+
 impl Env {
     /// Writes `text` to `name` in the temporary directory (outside the root).
     pub fn file(&self, name: &str, text: &str) -> PathBuf {

@@ -1,6 +1,7 @@
 //! Errors of [`parse_yaml`](super::parse_yaml), located in the source text.
 
-use miette::{NamedSource, SourceSpan};
+use miette::SourceSpan;
+use uwf_util::text::LineAtFault;
 
 /// Separates a message from its help inside a serde custom error (the only
 /// channel from a visitor to [`DefinitionError`]).
@@ -41,9 +42,9 @@ pub struct DefinitionErrorDetails {
     /// How to fix it.
     #[help]
     pub help: Option<String>,
-    /// The source text.
+    /// The source text (a report shows the line at fault, no other).
     #[source_code]
-    pub src: NamedSource<String>,
+    pub src: LineAtFault,
     /// Where in `src`.
     #[label("here")]
     pub span: Option<SourceSpan>,
@@ -94,6 +95,12 @@ impl DefinitionError {
             Some((m, h)) => (m.to_string(), h.to_string()),
             None => (full, DEFAULT_HELP.to_string()),
         };
+        // A value serde quotes (for a file that is no workflow at all, the
+        // whole file) shows at most the line at fault.
+        let at_fault = loc
+            .as_ref()
+            .and_then(|l| text.lines().nth(l.line().saturating_sub(1)));
+        let message = uwf_util::text::shorten_quoted(&message, at_fault);
         if let Some(guess) = misspelt_key(&message) {
             help = format!("did you mean `{guess}`? {help}");
         }
@@ -108,7 +115,7 @@ impl DefinitionError {
             column,
             source_name: source_name.to_string(),
             help: Some(help),
-            src: NamedSource::new(source_name, text.to_string()),
+            src: LineAtFault::new(source_name, text),
             span,
         }))
     }
