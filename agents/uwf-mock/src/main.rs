@@ -96,8 +96,10 @@ fn scripted_failure(
     run: usize,
     fail: FailFirst,
 ) -> Result<Option<u8>, miette::Report> {
+    // Private, like everything under the root (docs/state.md, "Secrets
+    // and file modes").
     let dir = inv.root().join(".uwf-mock");
-    std::fs::create_dir_all(&dir)
+    uwf_util::private::create_dir_all(&dir)
         .map_err(|e| miette::miette!("cannot create {}: {e}", dir.display()))?;
     let safe: String = inv
         .role()
@@ -112,7 +114,12 @@ fn scripted_failure(
     if failed >= fail.times {
         return Ok(None);
     }
-    std::fs::write(&path, format!("{}\n", failed + 1))
+    uwf_util::private::open_options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .and_then(|mut f| writeln!(f, "{}", failed + 1))
         .map_err(|e| miette::miette!("cannot write {}: {e}", path.display()))?;
     if let Some(delay) = fail.delay {
         std::thread::sleep(delay);

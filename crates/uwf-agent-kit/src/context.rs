@@ -18,7 +18,10 @@ use crate::prompt::PromptParts;
 
 /// Everything an agent needs to run a role on a thread, read from the
 /// storage root: the workflow, the role, the thread's start and steps, the
-/// edge prompt, and the store to write detail nodes into.
+/// edge prompt, and the store to write detail nodes into. That store cuts
+/// the secrets of the root's `.env` and the store's password out of every
+/// node put through it ([`uwf_cas::Cas::with_redactor`]), so outputs,
+/// answers and transcripts never hold one.
 pub struct AgentContext {
     thread_id: ThreadId,
     role: String,
@@ -71,7 +74,10 @@ impl AgentContext {
     /// this role; otherwise a warning is logged and the agent runs without.
     pub fn load(root: &Path, thread: &str, role: &str) -> Result<Self, KitError> {
         let thread_id: ThreadId = thread.parse()?;
+        // Every node the agent stores through the context has the store's
+        // secrets cut out (docs/state.md, "Secrets and file modes").
         let (store, state) = uwf_engine::location::open_resolved(None, root)
+            .and_then(uwf_engine::Engine::redacting)
             .map_err(|e| KitError::Store(Box::new(e)))?
             .into_stores();
         let head = state

@@ -479,3 +479,65 @@ fn child_thread_is_written_and_checked() {
     let err = refused(first);
     assert!(err.to_string().contains("has not ended"), "{err}");
 }
+
+/// What an agent stores through its context (output, answer, a transcript
+/// of its own) has the secrets of the root's `.env` cut out
+/// (docs/state.md, "Secrets and file modes"); nothing on disk holds one.
+#[test]
+fn what_an_agent_stores_has_the_secrets_of_env_cut_out() {
+    let (fx, thread, _) = fixture();
+    let key = "sk-kit-test-0123456789";
+    std::fs::write(
+        fx.root().join(".env"),
+        format!("UWF_KIT_TEST_SECRET_7R4={key}\nMODEL=sonnet\n"),
+    )
+    .unwrap();
+    let marker = "‹redacted:UWF_KIT_TEST_SECRET_7R4›";
+    let mut transcript = None;
+    let hash = run_role(&fx, thread, "planner", |ctx| {
+        let schemas = crate::cli_agent::TranscriptSchemas {
+            detail: json!({"title": "kit-secret-detail", "type": "object", "properties": {
+                "turns": {"type": "array", "items": {"type": "string", "format": "cas_ref"}}}}),
+            turn: json!({"title": "kit-secret-turn", "type": "object"}),
+        };
+        let mut fields = serde_json::Map::new();
+        fields.insert("command".into(), format!("curl -H 'key: {key}'").into());
+        let detail = crate::cli_agent::store_transcript(
+            ctx.store(),
+            &schemas,
+            fields,
+            &[json!({"role": "tool", "text": format!("401 for key {key}")})],
+        )?;
+        transcript = Some(detail);
+        Ok(
+            AgentRun::output(json!({ "plan": format!("use {key}"), "steps": ["sonnet"] }))
+                .with_detail(detail),
+        )
+    })
+    .unwrap();
+    let step = step_of(&fx, hash);
+    assert_eq!(
+        payload(&fx, &step.record.output),
+        json!({ "plan": format!("use {marker}"), "steps": ["sonnet"] }),
+        "short values are not secrets"
+    );
+    let detail = payload(&fx, &step.record.detail);
+    assert_eq!(Some(step.record.detail), transcript);
+    assert_eq!(detail["command"], format!("curl -H 'key: {marker}'"));
+    let turn: Hash = detail["turns"][0].as_str().unwrap().parse().unwrap();
+    assert_eq!(payload(&fx, &turn)["text"], format!("401 for key {marker}"));
+
+    // An answer stored as the detail, too.
+    let (thread2, _) = fx.start_thread("again").unwrap();
+    let hash = run_role(&fx, thread2, "planner", |_| {
+        Ok(AgentRun::output(plan()).with_answer(format!("my key is {key}")))
+    })
+    .unwrap();
+    let step = step_of(&fx, hash);
+    assert_eq!(
+        payload(&fx, &step.record.detail),
+        json!({ "text": format!("my key is {marker}") })
+    );
+    let leaks = crate::testing::real_cli::files_containing(&fx.root().join("cas"), key).unwrap();
+    assert!(leaks.is_empty(), "{leaks:?}");
+}

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use jsonschema::Validator;
 use serde::Serialize;
 use serde_json::Value;
+use uwf_util::redact::Redactor;
 
 use crate::error::{CasError, Result};
 use crate::{FsStore, Hash, Node, Ref, Store, Stray, cbor, node, refs, schema};
@@ -178,6 +179,9 @@ pub struct Cas<S: Store = Arc<dyn Store>> {
     /// compiling the meta-schema is the bulk of opening a store.
     meta_validator: std::sync::OnceLock<Arc<Validator>>,
     validators: Mutex<HashMap<Hash, Arc<Validator>>>,
+    /// Cuts secrets out of the strings of every payload [`Cas::put`]
+    /// stores ([`Cas::with_redactor`]); `None`: stored as given.
+    redactor: Option<Arc<Redactor>>,
 }
 
 impl<S: Store> std::fmt::Debug for Cas<S> {
@@ -229,6 +233,7 @@ impl<S: Store> Cas<S> {
             },
             meta_validator: std::sync::OnceLock::new(),
             validators: Mutex::new(HashMap::new()),
+            redactor: None,
         };
         cas.types.workflow = cas.ensure_schema(uwf_protocol::schemas::workflow())?;
         cas.types.start_node = cas.ensure_schema(uwf_protocol::schemas::start_node())?;
@@ -255,6 +260,22 @@ impl<S: Store> Cas<S> {
             return Ok(hash);
         }
         Ok(self.put_schema(payload)?.hash)
+    }
+
+    /// Cuts the secrets `redactor` knows out of every string of every
+    /// payload stored from now on with [`put`](Self::put) or
+    /// [`put_value`](Self::put_value), object keys included, before it is
+    /// validated and hashed: what agents store never holds a secret
+    /// (docs/state.md, "Secrets and file modes"). Schemas
+    /// ([`put_schema`](Self::put_schema)) are stored as given.
+    pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> Self {
+        self.redactor = (!redactor.is_empty()).then_some(redactor);
+        self
+    }
+
+    /// The redactor given with [`with_redactor`](Self::with_redactor), if any.
+    pub fn redactor(&self) -> Option<&Redactor> {
+        self.redactor.as_deref()
     }
 
     /// The backend (for its listings and its derived-data cache,
@@ -293,10 +314,14 @@ impl<S: Store> Cas<S> {
 
     /// Stores `payload` as a node of type `type_hash` after validating it
     /// against that schema. Storing existing content again is a no-op that
-    /// returns the first node.
+    /// returns the first node. With a [redactor](Self::with_redactor), its
+    /// secrets are cut out of the payload's strings first.
     pub fn put(&self, type_hash: Hash, mut payload: Value) -> Result<Stored> {
         if type_hash == self.types.meta {
             return self.put_schema(payload);
+        }
+        if let Some(redactor) = &self.redactor {
+            redact_strings(redactor, &mut payload);
         }
         cbor::canonicalize(&mut payload);
         self.validate(type_hash, &payload)?;
@@ -666,5 +691,83 @@ impl<S: Store> Cas<S> {
             }
         }
         Ok(report)
+    }
+}
+
+/// Redacts every string of `value`, however deep, object keys included
+/// (a key holding a secret is rare, so the map is rebuilt only then; two
+/// keys that redact alike keep the later value).
+fn redact_strings(redactor: &Redactor, value: &mut Value) {
+    match value {
+        Value::String(s) => {
+            redactor.redact_in_place(s);
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| redact_strings(redactor, v)),
+        Value::Object(map) => {
+            map.values_mut().for_each(|v| redact_strings(redactor, v));
+            if map
+                .keys()
+                .any(|k| matches!(redactor.redact(k), std::borrow::Cow::Owned(_)))
+            {
+                *map = std::mem::take(map)
+                    .into_iter()
+                    .map(|(k, v)| (redactor.redact(&k).into_owned(), v))
+                    .collect();
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemStore;
+    use serde_json::json;
+
+    #[test]
+    fn a_redactor_cuts_secrets_out_of_every_string_before_hashing() {
+        let plain = Cas::new(MemStore::new()).unwrap_or_else(|e| panic!("{e}"));
+        let redactor = Arc::new(Redactor::new().with("API_KEY", "sk-0123456789"));
+        let cas = Cas::new(MemStore::new())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_redactor(redactor);
+        let schema = json!({
+            "title": "t",
+            "type": "object",
+            "properties": {
+                "text": { "type": "string" },
+                "turns": { "type": "array", "items": { "type": "object" } }
+            }
+        });
+        let ty = cas
+            .put_schema(schema.clone())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .hash;
+        plain.put_schema(schema).unwrap_or_else(|e| panic!("{e}"));
+        let payload = json!({
+            "text": "401 for key sk-0123456789",
+            "turns": [{ "sk-0123456789": ["deep sk-0123456789", 1, null, true] }]
+        });
+        let stored = cas.put(ty, payload).unwrap_or_else(|e| panic!("{e}"));
+        let expected = json!({
+            "text": "401 for key ‹redacted:API_KEY›",
+            "turns": [{ "‹redacted:API_KEY›": ["deep ‹redacted:API_KEY›", 1, null, true] }]
+        });
+        assert_eq!(stored.node.payload, expected);
+        // The hash is that of what was stored.
+        assert_eq!(
+            stored.hash,
+            plain
+                .put(ty, expected)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .hash
+        );
+        assert!(cas.redactor().is_some());
+        // An empty redactor is none at all.
+        let none = Cas::new(MemStore::new())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_redactor(Arc::new(Redactor::new()));
+        assert!(none.redactor().is_none());
     }
 }

@@ -18,7 +18,7 @@ use std::ops::Bound;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use uwf_util::atomic;
+use uwf_util::{atomic, private};
 
 use crate::error::{CasError, Result};
 use crate::{Hash, Node};
@@ -465,7 +465,7 @@ impl FsStore {
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self> {
         let dir = dir.into();
         for sub in [dir.join("objects"), dir.join("index")] {
-            fs::create_dir_all(&sub).map_err(|e| CasError::io("create directory", &sub, e))?;
+            private::create_dir_all(&sub).map_err(|e| CasError::io("create directory", &sub, e))?;
         }
         Ok(Self { dir })
     }
@@ -503,10 +503,15 @@ impl FsStore {
             return Ok(false);
         }
         if let Some(parent) = p.parent() {
-            fs::create_dir_all(parent).map_err(|e| CasError::io("create directory", parent, e))?;
+            private::create_dir_all(parent)
+                .map_err(|e| CasError::io("create directory", parent, e))?;
         }
         // Markers carry no data; losing one to a crash is repaired by reindex.
-        match fs::OpenOptions::new().write(true).create_new(true).open(&p) {
+        match private::open_options()
+            .write(true)
+            .create_new(true)
+            .open(&p)
+        {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
             Err(e) => Err(CasError::io("write", &p, e)),
@@ -696,7 +701,8 @@ impl Store for FsStore {
             return Ok((existing, false));
         }
         if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).map_err(|e| CasError::io("create directory", parent, e))?;
+            private::create_dir_all(parent)
+                .map_err(|e| CasError::io("create directory", parent, e))?;
         }
         let created = atomic::create_new_atomic(&path, &Self::encode_file(node)?)?;
         let result = if created {
@@ -865,7 +871,7 @@ impl Store for FsStore {
     fn cache_put(&self, key: &str, bytes: &[u8]) -> Result<()> {
         let path = self.cache_path(key)?;
         let dir = self.dir.join("cache");
-        fs::create_dir_all(&dir).map_err(|e| CasError::io("create directory", &dir, e))?;
+        private::create_dir_all(&dir).map_err(|e| CasError::io("create directory", &dir, e))?;
         // Renamed into place so readers never see half an entry, but not
         // fsynced: the cache is derived data, checked on every read, and an
         // entry lost or torn by a crash is simply rebuilt. Syncing would add
@@ -927,5 +933,43 @@ mod tests {
         assert_eq!(items.len(), 3);
         assert!(items[..2].iter().all(Result::is_ok));
         assert!(items[2].is_err());
+    }
+
+    /// Every directory and file the store creates is its owner's only
+    /// (docs/state.md, "Secrets and file modes"), whatever the umask.
+    #[cfg(unix)]
+    #[test]
+    fn what_the_store_creates_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tmp.path().join("root").join("cas");
+        let store = FsStore::open(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let node = Node {
+            type_hash: Hash::from_u64(1),
+            payload: serde_json::json!({ "x": 1 }),
+            timestamp: 0,
+        };
+        store
+            .insert(Hash::from_u64(2), &node)
+            .unwrap_or_else(|e| panic!("{e}"));
+        store.cache_put("k", b"v").unwrap_or_else(|e| panic!("{e}"));
+        let mut seen = 0;
+        let mut stack = vec![tmp.path().join("root")];
+        while let Some(p) = stack.pop() {
+            let meta = fs::metadata(&p).unwrap_or_else(|e| panic!("{e}"));
+            let mode = meta.permissions().mode() & 0o777;
+            if meta.is_dir() {
+                assert_eq!(mode, 0o700, "{}", p.display());
+                for e in fs::read_dir(&p).unwrap_or_else(|e| panic!("{e}")) {
+                    stack.push(e.unwrap_or_else(|e| panic!("{e}")).path());
+                }
+            } else {
+                assert_eq!(mode, 0o600, "{}", p.display());
+            }
+            seen += 1;
+        }
+        // root, cas, objects, index, cache, the object's and the index
+        // entry's directories, the object, the index entry, the cache entry.
+        assert!(seen >= 10, "{seen}");
     }
 }

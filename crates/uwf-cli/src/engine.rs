@@ -24,6 +24,17 @@ impl std::ops::Deref for Ctx {
     }
 }
 
+impl Ctx {
+    /// The same store, with the store's secrets cut out of every node put
+    /// through [`Engine::cas`] ([`Engine::redacting`]).
+    pub fn redacting(self) -> Result<Ctx, CliError> {
+        Ok(Ctx {
+            engine: self.engine.redacting()?,
+            root: self.root,
+        })
+    }
+}
+
 /// Opens the store a command on the storage root `root` uses (`store`:
 /// `--store`; see [`location::resolve`]). Agents installed beside `uwf` are
 /// found first.

@@ -180,7 +180,8 @@ fn temp_path(id: ThreadId, role: &str) -> PathBuf {
 
 fn write_new(path: &Path, text: &str) -> Result<(), CliError> {
     use std::io::Write as _;
-    let mut f = std::fs::OpenOptions::new()
+    // Private: the file is in the shared temporary directory.
+    let mut f = uwf_util::private::open_options()
         .write(true)
         .create_new(true)
         .open(path)

@@ -33,14 +33,31 @@ fn main() -> ExitCode {
     // Ctrl-C / SIGTERM become a flag: a running agent's process group is
     // stopped instead of orphaned, and `setup` restores the terminal.
     engine::forward_interrupts();
+    let (root, store) = (cli.global.root.clone(), cli.global.store.clone());
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
             let code = e.exit_code();
-            eprintln!("{:?}", miette::Report::new(report::Shown(e)));
+            let report = format!("{:?}", miette::Report::new(report::Shown(e)));
+            eprintln!(
+                "{}",
+                redact_report(&report, root.as_deref(), store.as_deref())
+            );
             ExitCode::from(code)
         }
     }
+}
+
+/// `report` with the store's secrets cut out. What agents print is
+/// redacted where the engine reads it; this catches whatever else an error
+/// might quote (docs/state.md, "Secrets and file modes"). Best effort: the
+/// secrets that cannot be read are the environment's only.
+fn redact_report(report: &str, root: Option<&std::path::Path>, store: Option<&str>) -> String {
+    let redactor = match uwf_util::root::resolve_root(root) {
+        Ok(root) => uwf_engine::secrets::for_root(&root.path, store),
+        Err(_) => uwf_engine::secrets::redactor(&[], &[]),
+    };
+    redactor.redact(report).into_owned()
 }
 
 /// A panic of the JSONata evaluator would be a bug; the moderator catches it
@@ -119,6 +136,13 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         }
         Command::Cas(sub) => {
             let ctx = open(&cli.global)?;
+            // `cas put` is how agents in other languages store their detail
+            // nodes (docs/agent-protocol.md): the store's secrets are cut
+            // out of what they store, as the Rust kit does.
+            let ctx = match &sub {
+                cli::CasCommand::Put { .. } => ctx.redacting()?,
+                _ => ctx,
+            };
             match cmd::cas::run(&ctx, sub)? {
                 cmd::cas::Outcome::Value(v) => {
                     output::print(format, &v)?;

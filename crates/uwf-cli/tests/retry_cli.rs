@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
 
-use common::{Backend, Env, example, mock_bin};
+use common::{Backend, Env, example, mock_agent, mock_bin};
 use serde_json::Value;
 
 per_backend!(
@@ -27,6 +27,7 @@ per_backend!(
     bad_policies_are_reported_with_their_key,
     a_kill_9_during_the_backoff_loses_nothing,
     solve_issue_with_a_human_reviewer_and_a_flaky_developer,
+    secrets_an_agent_prints_are_cut_out_of_everything_uwf_writes,
 );
 
 fn s(v: &Value) -> String {
@@ -490,5 +491,197 @@ fn solve_issue_with_a_human_reviewer_and_a_flaky_developer(backend: Backend) {
     assert_eq!(
         env.attempts_table().get(&id),
         Some(&s(&shown["attempts"][0]["hash"]))
+    );
+}
+
+/// The API key of the `.env` the secrets test writes.
+const API_KEY: &str = "sk-or-v1-5e3c9a1f7b2d4e6a8c0b";
+
+/// An agent that prints every secret it has on stderr and stdout: its
+/// first attempt exits 3, the next prints the API key as its answer (not a
+/// hash). `$1` is a file counting the attempts.
+const LEAKY_AGENT: &str = r#"
+echo "request failed: 401 for key $OPENROUTER_API_KEY" >&2
+echo "store password $UWF_STORE_PASSWORD in ${UWF_STORE:-the root}" >&2
+echo "stdout: $OPENROUTER_API_KEY $UWF_STORE_PASSWORD ${UWF_STORE:-}"
+if [ -e "$1" ]; then
+  echo "$OPENROUTER_API_KEY"
+  exit 0
+fi
+: > "$1"
+exit 3
+"#;
+
+/// Issue 25: a failing agent that prints its API key (a `.env` entry), the
+/// store's password (`UWF_STORE_PASSWORD`) and, on PostgreSQL, the store
+/// URL with the password in it, on stderr and stdout; and a kit agent
+/// (uwf-mock) whose output, answer and stderr quote the key. None of the
+/// secrets reaches a file under the root (but `.env`), a row of the
+/// store's tables, or what `uwf` prints; `‹redacted:NAME›` is where they
+/// were.
+fn secrets_an_agent_prints_are_cut_out_of_everything_uwf_writes(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let store_password = match backend {
+        // Not needed by a filesystem store, but handed to agents all the same.
+        Backend::Fs => "fs-store-password-0451",
+        Backend::Pg => uwf_pg_testing::PASSWORD,
+    };
+    std::fs::create_dir_all(env.root()).unwrap();
+    std::fs::write(
+        env.root().join(".env"),
+        format!("OPENROUTER_API_KEY={API_KEY}\nUWF_CLAUDE_MODEL=sonnet\n"),
+    )
+    .unwrap();
+    env.set_config("retries:\n  default: { max: 1, backoff: 10ms }\n");
+    let scenario = env.file(
+        "leaky.mock.yaml",
+        &format!(
+            "roles:\n  planner:\n    - output: {{ plan: \"call the API with {API_KEY}\", steps: [\"sonnet\"] }}\n      answer: \"raw answer quoting {API_KEY}\"\n      stderr: \"planner: using {API_KEY}\"\n"
+        ),
+    );
+    let script = env.file("leaky-agent.sh", LEAKY_AGENT);
+    let key_marker = "‹redacted:OPENROUTER_API_KEY›";
+    let password_marker = "‹redacted:UWF_STORE_PASSWORD›";
+    let secrets = [API_KEY, store_password];
+    let clean = |what: &str, text: &str| {
+        for secret in secrets {
+            assert!(!text.contains(secret), "{what} holds {secret:?}:\n{text}");
+        }
+    };
+
+    // How the store password reaches the agent: in UWF_STORE_PASSWORD, and
+    // on PostgreSQL also inside the store URL.
+    let mut ways = vec!["UWF_STORE_PASSWORD"];
+    if backend == Backend::Pg {
+        ways.push("the store URL");
+    }
+    for (n, way) in ways.into_iter().enumerate() {
+        let uwf = |args: &[&str]| {
+            let mut cmd = env.uwf();
+            match (&env.db, way) {
+                (Some(db), "the store URL") => {
+                    cmd.env("UWF_STORE", &db.url)
+                        .env_remove("UWF_STORE_PASSWORD");
+                }
+                _ => {
+                    cmd.env("UWF_STORE_PASSWORD", store_password);
+                }
+            }
+            cmd.args(args).output().unwrap()
+        };
+        let ok = |args: &[&str]| {
+            let out = uwf(args);
+            let (stdout, stderr) = (
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            );
+            assert!(out.status.success(), "uwf {args:?} ({way}):\n{stderr}");
+            clean(&format!("the stdout of {args:?} ({way})"), &stdout);
+            clean(&format!("the stderr of {args:?} ({way})"), &stderr);
+            (stdout, stderr)
+        };
+        let (started, _) = ok(&[
+            "thread",
+            "start",
+            &example("solve-issue.yaml"),
+            "-p",
+            "Fix it",
+        ]);
+        let id = s(&serde_json::from_str::<Value>(&started).unwrap()["thread"]);
+
+        // A kit agent: its stderr is redacted as it streams, its output
+        // and its answer (the detail) when stored.
+        let (_, stderr) = ok(&["thread", "step", &id, "--agent", &mock_agent(&scenario)]);
+        assert!(
+            stderr.contains(&format!("planner: using {key_marker}")),
+            "{stderr}"
+        );
+        let detail = ok(&["thread", "read", &id]).0;
+        assert!(
+            detail.contains(&format!("call the API with {key_marker}")),
+            "{detail}"
+        );
+        assert!(
+            detail.contains(&format!("raw answer quoting {key_marker}")),
+            "{detail}"
+        );
+
+        // The leaky agent fails twice; the step fails.
+        let counter = env.dir.path().join(format!("leaky-{n}.count"));
+        let agent = format!("sh '{}' '{}'", script.display(), counter.display());
+        let out = uwf(&["thread", "step", &id, "--agent", &agent]);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        clean(&format!("the failed step's stderr ({way})"), &stderr);
+        assert!(
+            stderr.contains(&format!("request failed: 401 for key {key_marker}")),
+            "{stderr}"
+        );
+        assert!(stderr.contains(password_marker), "{way}: {stderr}");
+        assert!(
+            stderr.contains(&format!("printed \"{key_marker}\" on stdout")),
+            "{stderr}"
+        );
+
+        // The failed attempts, as `thread show`, `thread log` and the
+        // thread's page show them.
+        let shown: Value = serde_json::from_str(&ok(&["thread", "show", &id]).0).unwrap();
+        let attempts = shown["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 2, "{shown}");
+        assert_eq!(
+            s(&attempts[0]["reason"]),
+            format!("printed \"{key_marker}\" on stdout, which is not a CAS hash")
+        );
+        for a in attempts {
+            let record: Value =
+                serde_json::from_str(&ok(&["cas", "get", &s(&a["hash"])]).0).unwrap();
+            let tail = s(&record["payload"]["stderrTail"]);
+            assert!(
+                tail.contains(key_marker) && tail.contains(password_marker),
+                "{tail}"
+            );
+        }
+        let log = ok(&["thread", "log", &id]).0;
+        assert!(log.contains(&format!("401 for key {key_marker}")), "{log}");
+        assert!(log.contains(password_marker), "{log}");
+        let page = ok(&["thread", "view", &id, "--html", "-"]).0;
+        assert!(
+            page.contains(key_marker),
+            "the page shows where the key was"
+        );
+    }
+
+    // Nothing under the root (but `.env`) and no row of the store holds a
+    // secret; the markers are stored where the secrets were.
+    for secret in secrets {
+        assert_eq!(
+            env.places_holding(secret),
+            Vec::<String>::new(),
+            "{secret:?}"
+        );
+    }
+    let marked = env.places_holding(key_marker);
+    assert!(
+        marked.iter().any(|p| p.contains("/logs/")),
+        "the agents' log: {marked:?}"
+    );
+    let nodes = match backend {
+        Backend::Fs => "/cas/objects/",
+        Backend::Pg => "uwf_nodes: ",
+    };
+    assert!(
+        marked.iter().filter(|p| p.contains(nodes)).count() >= 4,
+        "two attempt records, an output and a detail per thread: {marked:?}"
+    );
+    assert!(
+        !env.places_holding(password_marker).is_empty(),
+        "the logs and attempt records show the password was there"
     );
 }

@@ -53,7 +53,8 @@ per_backend!(
     killed_thread_run_leaves_a_sound_root_and_can_be_continued,
     killed_thread_run_early_or_late_leaves_a_sound_root,
     the_step_records_the_agent_as_uwf_named_it,
-    interrupting_uwf_stops_the_agent_and_changes_nothing
+    interrupting_uwf_stops_the_agent_and_changes_nothing,
+    what_uwf_creates_is_private_whatever_the_umask,
 );
 
 // ---------------------------------------------------------------- helpers
@@ -1654,4 +1655,145 @@ fn nix_kill(pid: u32, sig: &str) {
         .status()
         .unwrap();
     assert!(status.success());
+}
+
+/// The permission bits of `path`.
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// Issue 25: under umask 022 (which leaves new files readable by
+/// everyone), every directory uwf creates is 0700 and every file 0600:
+/// the root when uwf makes it, the store, the state files, logs, markers,
+/// the run queue, slots, the page of `thread view`. A root the user made
+/// and a file of theirs in it keep their modes (docs/state.md, "Secrets
+/// and file modes").
+fn what_uwf_creates_is_private_whatever_the_umask(backend: Backend) {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    // The user's own root, open to the group and others, with their
+    // configuration in it (on PostgreSQL the configuration is the store's).
+    std::fs::create_dir(env.root()).unwrap();
+    std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = "workflows:\n  solve-issue: { concurrency: 2 }\n";
+    let mut theirs = vec![env.root()];
+    let config_file = env.set_config(config);
+    if backend == Backend::Fs {
+        std::fs::set_permissions(&config_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        theirs.push(config_file);
+    }
+    let uwf = |root: Option<&std::path::Path>, args: &[&str]| -> Output {
+        let mut cmd = env.uwf_under_umask("022");
+        if let Some(root) = root {
+            cmd.arg("--root").arg(root);
+        }
+        cmd.args(args).output().unwrap()
+    };
+    let ok = |root: Option<&std::path::Path>, args: &[&str]| -> String {
+        let out = uwf(root, args);
+        assert!(
+            out.status.success(),
+            "uwf {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let scenario = env.file("solve.yaml", &common::solve_scenario("0ms"));
+    let mock = mock_agent(&scenario);
+    let workflow = example("solve-issue.yaml");
+    // A whole run (store, heads, history, registry, logs, markers, slots),
+    // a failed attempt, a queued run, a page.
+    ok(
+        None,
+        &["thread", "run", &workflow, "-p", "one", "--agent", &mock],
+    );
+    let id = json_of(&ok(None, &["thread", "start", &workflow, "-p", "two"]))["thread"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        !uwf(
+            None,
+            &["thread", "step", &id, "--agent", "sh -c 'exit 3' a"]
+        )
+        .status
+        .success()
+    );
+    ok(
+        None,
+        &[
+            "thread", "run", &workflow, "-p", "three", "--agent", &mock, "--detach",
+        ],
+    );
+    let page = env.dir.path().join("page.html");
+    ok(
+        None,
+        &["thread", "view", &id, "--html", page.to_str().unwrap()],
+    );
+    assert_eq!(mode_of(&page), 0o600, "the page of thread view");
+
+    // A root uwf makes itself, with the directories above it.
+    let fresh = env.dir.path().join("fresh");
+    let fresh_root = fresh.join("nested").join("root");
+    ok(
+        Some(&fresh_root),
+        &["thread", "run", &workflow, "-p", "four", "--agent", &mock],
+    );
+
+    for (top, theirs) in [(env.root(), theirs), (fresh.clone(), Vec::new())] {
+        let mut seen = Vec::new();
+        let mut stack = vec![top.clone()];
+        while let Some(p) = stack.pop() {
+            let meta = std::fs::metadata(&p).unwrap();
+            if meta.is_dir() {
+                stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+            }
+            let name = p.strip_prefix(&top).unwrap().display().to_string();
+            let expected = if theirs.contains(&p) {
+                if meta.is_dir() { 0o755 } else { 0o644 }
+            } else if meta.is_dir() {
+                0o700
+            } else {
+                0o600
+            };
+            assert_eq!(mode_of(&p), expected, "{}: {:o}", p.display(), mode_of(&p));
+            seen.push(name);
+        }
+        // What was looked at: the logs and markers on every store, the
+        // rest on the filesystem's.
+        let mut wanted = vec!["logs"];
+        if backend == Backend::Fs {
+            wanted.extend([
+                "cas",
+                "threads",
+                "history.jsonl",
+                "registry.yaml",
+                ".state.lock",
+            ]);
+        }
+        for want in wanted {
+            assert!(
+                seen.iter()
+                    .any(|p| p == want || p.ends_with(&format!("/{want}"))),
+                "{want} in {}: {seen:?}",
+                top.display()
+            );
+        }
+        if backend == Backend::Fs && top == env.root() {
+            for want in ["runs", "slots", "attempts.yaml"] {
+                assert!(seen.iter().any(|p| p == want), "{want}: {seen:?}");
+            }
+        }
+    }
+}
+
+fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }

@@ -22,6 +22,7 @@ per_backend!(
     sigterm_drains_the_thread_back_to_the_queue_and_another_worker_finishes_it,
     thread_kill_stops_the_agent_a_worker_runs,
     a_failed_run_is_recorded_and_can_be_queued_again,
+    a_failed_run_and_the_worker_log_hold_no_secret,
     a_worker_claims_only_the_workflows_it_is_given,
     detach_refuses_a_thread_already_queued_or_finished,
     worker_rejects_bad_options,
@@ -440,6 +441,63 @@ fn a_failed_run_is_recorded_and_can_be_queued_again(backend: Backend) {
     wait_for("the thread to finish", || done(&env, &id));
     drop(worker);
     assert_eq!(env.roles(&id), common::SOLVED_ONCE);
+}
+
+/// Issue 25: what a worker records and logs of a run whose agent prints
+/// its secrets (a key and the store's password, from `.env` or the
+/// environment) holds none of them, nor does anything else the store or
+/// the root keeps.
+fn a_failed_run_and_the_worker_log_hold_no_secret(backend: Backend) {
+    let Some(env) = registered(backend) else {
+        return;
+    };
+    let key = "sk-ant-api03-worker-7f3e9c1d";
+    let mut dotenv = format!("ANTHROPIC_API_KEY={key}\n");
+    let password = match backend {
+        Backend::Fs => {
+            // A filesystem store needs none; `.env` may hold one anyway.
+            dotenv.push_str("UWF_STORE_PASSWORD=fs-store-password-7734\n");
+            "fs-store-password-7734"
+        }
+        Backend::Pg => uwf_pg_testing::PASSWORD,
+    };
+    std::fs::create_dir_all(env.root()).unwrap();
+    std::fs::write(env.root().join(".env"), dotenv).unwrap();
+    let id = common::detach(
+        &env,
+        r#"sh -c 'echo "401 for key $ANTHROPIC_API_KEY (store $UWF_STORE_PASSWORD)" >&2; echo "$ANTHROPIC_API_KEY"' agent"#,
+        "leak",
+    );
+    let worker = WorkerProc::start(&env, "w", &[]);
+    wait_for("the run to fail", || {
+        show(&env, &id)["run"]["state"] == "failed"
+    });
+    let (code, log) = worker.drain();
+    assert_eq!(code, Some(0), "{log}");
+    let marker = "‹redacted:ANTHROPIC_API_KEY›";
+    let shown = env.text(&["thread", "show", &id]);
+    let thread_log = env.text(&["thread", "log", &id]);
+    for (what, text) in [
+        ("the run", &shown),
+        ("the worker's log", &log),
+        ("the thread's log", &thread_log),
+    ] {
+        for secret in [key, password] {
+            assert!(!text.contains(secret), "{what} holds {secret:?}:\n{text}");
+        }
+        assert!(text.contains(marker), "{what}:\n{text}");
+    }
+    assert!(
+        thread_log.contains("‹redacted:UWF_STORE_PASSWORD›"),
+        "{thread_log}"
+    );
+    for secret in [key, password] {
+        assert_eq!(
+            env.places_holding(secret),
+            Vec::<String>::new(),
+            "{secret:?}"
+        );
+    }
 }
 
 fn a_worker_claims_only_the_workflows_it_is_given(backend: Backend) {

@@ -30,6 +30,7 @@ mod progress;
 mod race_tests;
 pub mod retry;
 pub mod running;
+pub mod secrets;
 pub mod spawn;
 mod step;
 pub mod suspend;
@@ -98,6 +99,9 @@ pub struct Engine {
     /// Where running markers, agent logs and step timings go
     /// ([`running`]); `None`: not kept.
     pub(crate) run_dir: Option<PathBuf>,
+    /// Secrets of the store besides its `.env` (a password in its URL):
+    /// cut out of everything the engine writes ([`secrets`]).
+    pub(crate) secrets: Vec<(String, String)>,
 }
 
 impl Engine {
@@ -114,6 +118,7 @@ impl Engine {
             )],
             agent_dir: None,
             run_dir: Some(root.to_path_buf()),
+            secrets: Vec::new(),
         })
     }
 
@@ -132,6 +137,7 @@ impl Engine {
             store_env,
             agent_dir: None,
             run_dir: None,
+            secrets: Vec::new(),
         }
     }
 

@@ -222,15 +222,22 @@ pub fn open(root: &Path, location: &StoreLocation) -> Result<Engine, EngineError
                 ),
                 (STORE_ENV.to_string(), url.into()),
             ];
+            // The password never goes into what the engine writes, wherever
+            // it came from (docs/state.md, "Secrets and file modes").
+            let mut secrets = crate::secrets::url_passwords(url);
             if let Some(p) = password {
+                secrets.push(p.clone());
                 env.push((STORE_PASSWORD_ENV.to_string(), p.into()));
             }
             let objects: Arc<dyn Store> = Arc::new(pg.clone());
             let runs: Arc<dyn uwf_state::RunQueue> = Arc::new(pg.clone());
             let state: Arc<dyn ThreadStore> = Arc::new(pg);
-            Ok(Engine::with_stores(Cas::new(objects)?, state, env)
+            let engine = Engine::with_stores(Cas::new(objects)?, state, env)
                 .with_run_dir(root)
-                .with_run_queue(runs))
+                .with_run_queue(runs);
+            Ok(secrets
+                .into_iter()
+                .fold(engine, |e, p| e.with_secret(STORE_PASSWORD_ENV, p)))
         }
     }
 }

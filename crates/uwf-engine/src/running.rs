@@ -7,12 +7,15 @@
 //! <root>/logs/<thread>.jsonl     one line per landed step: {step, role, agent, host, startedAt, durationMs}
 //! ```
 //!
+//! Every line of the log has the store's secrets cut out (the step
+//! redacts it before the sink gets it), and the files and directories
+//! are created private (`0600`/`0700`).
+//!
 //! The marker is removed when the agent ends. A `uwf` that dies leaves it
 //! behind: a reader never trusts it blindly but checks that the process
 //! it names is alive (and, on Linux, is the same process: its start time
 //! matches), and reports a marker that fails the check as stale.
 
-use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -246,7 +249,8 @@ impl Running {
     }
 
     /// Something that appends a stderr line to the log, for the agent's
-    /// stderr callback.
+    /// stderr callback; it writes lines as given, so the caller redacts
+    /// them first (the step does, [`crate::secrets`]).
     pub fn sink(&self) -> impl Fn(&str) + Send + Sync + 'static {
         let log = Arc::clone(&self.log);
         move |line: &str| {
@@ -310,7 +314,7 @@ impl Drop for Running {
 fn write_marker(path: &Path, marker: &Marker) {
     let written = path
         .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
+        .map_or(Ok(()), uwf_util::private::create_dir_all)
         .map_err(|e| e.to_string())
         .and_then(|()| serde_json::to_vec_pretty(marker).map_err(|e| e.to_string()))
         .and_then(|bytes| {
@@ -352,10 +356,17 @@ pub fn stop_orphan(root: &Path, thread: ThreadId) -> Option<u32> {
     Some(pid)
 }
 
+/// Opens a log for appending, creating it (and `logs/`) private: what an
+/// agent prints is its owner's only (docs/state.md, "Secrets and file
+/// modes").
 fn open_log(path: &Path) -> Option<std::fs::File> {
     let dir = path.parent()?;
-    std::fs::create_dir_all(dir).ok()?;
-    OpenOptions::new().create(true).append(true).open(path).ok()
+    uwf_util::private::create_dir_all(dir).ok()?;
+    uwf_util::private::open_options()
+        .create(true)
+        .append(true)
+        .open(path)
+        .ok()
 }
 
 #[cfg(test)]
@@ -375,6 +386,18 @@ mod tests {
                 other => panic!("{other:?}"),
             }
             running.landed(root, h("STEP"), Duration::from_millis(1500));
+            // Private, whatever the umask: the log holds what agents print.
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |p: PathBuf| {
+                std::fs::metadata(&p)
+                    .map(|m| m.permissions().mode() & 0o777)
+                    .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            };
+            assert_eq!(mode(root.join("running")), 0o700);
+            assert_eq!(mode(root.join("logs")), 0o700);
+            assert_eq!(mode(marker_path(root, t("T"))), 0o600);
+            assert_eq!(mode(log_path(root, t("T"))), 0o600);
+            assert_eq!(mode(timings_path(root, t("T"))), 0o600);
         }
         assert_eq!(find(root, t("T")), None);
         assert_eq!(timings(root, t("T"))[&h("STEP")].duration_ms, 1500);

@@ -13,6 +13,7 @@ use uwf_state::policy;
 use uwf_state::slots::SlotError;
 use uwf_state::state::{ResolvedAgent, StateError};
 use uwf_state::{GcEpoch, SlotHold};
+use uwf_util::redact::Redactor;
 
 use crate::check::CheckError;
 use crate::error::{AgentFailure, EngineError};
@@ -362,7 +363,10 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     let mut args = agent.args.clone();
     args.push(id.to_string());
     args.push(role.to_string());
-    let env = agent_env(ctx, &agent.label, head, a.edge_prompt)?;
+    let (env, redactor) = agent_env(ctx, &agent.label, head, a.edge_prompt)?;
+    // Whatever the agent prints passes through it before it is logged,
+    // shown or recorded (docs/state.md, "Secrets and file modes").
+    let redactor = Arc::new(redactor);
     a.progress.started(role, &agent.label);
     let started_at = uwf_state::state::now_ms();
     let cancel = a.cancel.clone();
@@ -386,6 +390,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     };
     let log = running.as_ref().map(crate::running::Running::sink);
     let sink = Arc::clone(a.progress);
+    let line_redactor = Arc::clone(&redactor);
     // The role's schema is compiled while the agent runs (compiling is most
     // of the check that follows); a failure here shows again in the check.
     let schema: Option<Hash> = a.view.workflow.roles.get(role).map(|r| r.output_schema);
@@ -398,11 +403,14 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         }
         spawn::run(
             &spec,
+            // Whole lines (spawn reads stderr line by line), so a secret is
+            // never split between two calls.
             move |line| {
+                let line = line_redactor.redact(line);
                 if let Some(log) = &log {
-                    log(line);
+                    log(&line);
                 }
-                sink.agent_line(line);
+                sink.agent_line(&line);
             },
             &cancel,
             // The kill flag of seed 004: the thread is no longer active, or its head moved.
@@ -429,9 +437,14 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         return Err(e);
     }
 
-    let stderr_tail = finished.stderr_tail;
+    let stderr_tail: Vec<String> = finished
+        .stderr_tail
+        .iter()
+        .map(|l| redactor.redact(l).into_owned())
+        .collect();
     let elapsed = finished.elapsed;
     let fail = |kind: &'static str, reason: String, exit_code: Option<i32>| {
+        let reason = redactor.redact(&reason).into_owned();
         a.progress.failed(role, elapsed, &reason);
         Ok(Tried::Failed(Failed {
             kind,
@@ -490,6 +503,9 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     let new: Hash = match line.parse() {
         Ok(h) => h,
         Err(_) => {
+            // Redacted before it is quoted: quoting escapes characters, and
+            // an escaped secret would no longer be recognised.
+            let line = redactor.redact(line);
             return fail(
                 "bad-hash",
                 format!(
@@ -592,7 +608,7 @@ fn attempt_in_process(
     let new = match answer {
         Ok(h) => h,
         Err(reason) => {
-            let reason = format!("failed: {reason}");
+            let reason = redact_failure(ctx, format!("failed: {reason}"));
             a.progress.failed(role, elapsed, &reason);
             return Ok(Tried::Failed(Failed {
                 kind: "exit",
@@ -613,7 +629,7 @@ fn attempt_in_process(
             if let Some(e) = collected(a, new, &r)? {
                 return Err(e);
             }
-            let reason = r.to_string();
+            let reason = redact_failure(ctx, r.to_string());
             a.progress.failed(role, elapsed, &reason);
             Ok(Tried::Failed(Failed {
                 kind: "check",
@@ -626,6 +642,14 @@ fn attempt_in_process(
         }
         Err(CheckError::Store(e)) => Err(e),
     }
+}
+
+/// `reason` with the store's secrets cut out, for a failure record of an
+/// in-process agent (read only when one fails; unreadable secrets leave
+/// the environment's).
+fn redact_failure(ctx: &Engine, reason: String) -> String {
+    let redactor = ctx.redactor().unwrap_or_else(|_| ctx.redactor_of(&[]));
+    redactor.redact(&reason).into_owned()
 }
 
 /// Moves thread `id` from the head `view` was loaded at to `new` (a checked
@@ -839,13 +863,14 @@ pub fn conflict_or(e: StateError, id: ThreadId) -> EngineError {
 /// agent, the head its step starts from, `PATH` with the engine's agent
 /// directory first, and the store's secrets (`.env`) that the engine's own
 /// environment does not set already. Nothing is written into the engine's
-/// process environment.
+/// process environment. With it, the redactor of the secrets the agent
+/// may know, from the same reading of `.env` ([`crate::secrets`]).
 fn agent_env(
     ctx: &Engine,
     label: &str,
     head: Hash,
     edge_prompt: Option<&str>,
-) -> Result<Vec<(String, std::ffi::OsString)>, EngineError> {
+) -> Result<(Vec<(String, std::ffi::OsString)>, Redactor), EngineError> {
     let mut env = ctx.store_env.clone();
     // What the StepNode records as `agent` (seed 000: the agent command used).
     env.push((AGENT_ENV.to_string(), label.into()));
@@ -862,10 +887,12 @@ fn agent_env(
     if let Some(dir) = &ctx.agent_dir {
         env.push(("PATH".to_string(), spawn::path_with(dir)));
     }
-    for (key, value) in ctx.state.secrets()? {
+    let secrets = ctx.state.secrets()?;
+    let redactor = ctx.redactor_of(&secrets);
+    for (key, value) in secrets {
         if std::env::var_os(&key).is_none() {
             env.push((key, value.into()));
         }
     }
-    Ok(env)
+    Ok((env, redactor))
 }

@@ -465,10 +465,23 @@ impl<'e> Worker<'e> {
                 }
                 // The store could not be reached (by this worker or by the
                 // agent): nothing was applied, and another try will do.
-                Err(e) if e.is_unavailable() => return End::Unavailable(e.to_string()),
-                Err(e) => return End::Failed(e.to_string()),
+                Err(e) if e.is_unavailable() => return End::Unavailable(self.shown(&e)),
+                Err(e) => return End::Failed(self.shown(&e)),
             }
         }
+    }
+
+    /// The error as the run queue records it and the log shows it: with
+    /// the store's secrets cut out, should any have reached it (what an
+    /// agent printed is redacted before that already; this is read only
+    /// when a run fails).
+    fn shown(&self, e: &EngineError) -> String {
+        let text = e.to_string();
+        let redactor = self
+            .engine
+            .redactor()
+            .unwrap_or_else(|_| self.engine.redactor_of(&[]));
+        redactor.redact(&text).into_owned()
     }
 
     /// A step of the run moved the head to `head`: counted and logged.

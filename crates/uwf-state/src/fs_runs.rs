@@ -65,7 +65,7 @@ impl StateDir {
     fn write_run(&self, run: &Run) -> Result<(), StateError> {
         let path = self.run_file(run.thread);
         let dir = self.runs_dir();
-        fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        uwf_util::private::create_dir_all(&dir).map_err(io_err(&dir))?;
         let mut bytes = serde_json::to_vec_pretty(run).map_err(|e| StateError::Io {
             path: path.clone(),
             source: io::Error::other(e),

@@ -138,7 +138,7 @@ impl StateDir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err(&tmp)(e)),
         }
-        fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+        uwf_util::private::create_dir_all(&tmp).map_err(io_err(&tmp))?;
         for (id, head) in &legacy {
             write_atomic(&tmp.join(id.to_string()), format!("{head}\n").as_bytes())?;
         }

@@ -556,7 +556,7 @@ fn evicted_path(ticket: &Path) -> PathBuf {
 }
 
 fn create_dir(dir: &Path) -> Result<(), SlotError> {
-    fs::create_dir_all(dir).map_err(|source| SlotError::Io {
+    uwf_util::private::create_dir_all(dir).map_err(|source| SlotError::Io {
         path: dir.to_path_buf(),
         source,
     })

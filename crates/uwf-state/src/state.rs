@@ -765,7 +765,7 @@ impl StateDir {
         &self,
         f: impl FnOnce() -> Result<T, E>,
     ) -> Result<T, E> {
-        fs::create_dir_all(&self.root).map_err(|source| StateError::Io {
+        uwf_util::private::create_dir_all(&self.root).map_err(|source| StateError::Io {
             path: self.root.clone(),
             source,
         })?;
@@ -781,7 +781,7 @@ impl StateDir {
         &self,
         f: impl FnOnce() -> Result<T, StateError>,
     ) -> Result<T, StateError> {
-        fs::create_dir_all(&self.root).map_err(|source| StateError::Io {
+        uwf_util::private::create_dir_all(&self.root).map_err(|source| StateError::Io {
             path: self.root.clone(),
             source,
         })?;
@@ -2797,5 +2797,52 @@ modelOverrides:
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(fs::read_to_string(state.env_path()).unwrap(), "K=v\n");
         assert!(!state.config_path().exists());
+    }
+
+    /// Everything the state creates under a new root is its owner's only
+    /// (docs/state.md, "Secrets and file modes"), whatever the umask.
+    #[cfg(unix)]
+    #[test]
+    fn what_the_state_creates_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, state) = setup();
+        let root = dir.path().join("new-root");
+        let s = StateDir::new(&root).with_lock_timeout(state.lock_timeout);
+        s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
+        s.swap_head(T1, H0, H1, &NodeGuard::vouched()).unwrap();
+        s.insert_thread(T2, H0, &NodeGuard::vouched()).unwrap();
+        s.register_workflow("w", WF, &NodeGuard::vouched()).unwrap();
+        s.record_attempt(T1, |_| -> Result<Hash, StateError> { Ok(H2) })
+            .unwrap();
+        s.archive(T2, WF, Some(H0), "done").unwrap();
+        s.edit_config_files(replace_with("defaultAgent: x\n", "K=v\n"))
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut stack = vec![root.clone()];
+        while let Some(p) = stack.pop() {
+            let meta = fs::metadata(&p).unwrap();
+            let mode = meta.permissions().mode() & 0o777;
+            if meta.is_dir() {
+                assert_eq!(mode, 0o700, "{}", p.display());
+                stack.extend(fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+            } else {
+                assert_eq!(mode, 0o600, "{}", p.display());
+            }
+            seen.push(p.strip_prefix(&root).unwrap().display().to_string());
+        }
+        seen.sort();
+        for expected in [
+            "",
+            ".env",
+            ".state.lock",
+            "attempts.yaml",
+            "config.yaml",
+            "history.jsonl",
+            "registry.yaml",
+            "threads",
+        ] {
+            assert!(seen.iter().any(|p| p == expected), "{expected}: {seen:?}");
+        }
+        assert!(seen.iter().any(|p| p.starts_with("threads/")), "{seen:?}");
     }
 }

@@ -6,7 +6,8 @@
 //! content, never a torn file. Temporary files are named `.uwf-*.tmp` so
 //! directory scans can skip leftovers from a killed process.
 //!
-//! None of these functions create parent directories.
+//! None of these functions create parent directories. Files they create are
+//! private (`0600`, [`crate::private`]); a file they replace keeps its mode.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -15,6 +16,8 @@ use std::path::{Path, PathBuf};
 use miette::Diagnostic;
 use tempfile::NamedTempFile;
 use thiserror::Error;
+
+use crate::private::FILE_MODE;
 
 /// Prefix of the temporary files created next to a target.
 pub const TEMP_PREFIX: &str = ".uwf-";
@@ -59,9 +62,9 @@ pub enum AtomicError {
 
 /// Atomically replaces (or creates) `path` with `bytes`.
 ///
-/// An existing file's permission bits are kept, so a `0600` secret stays
-/// `0600`; a new file gets the usual `0666` minus the umask. A symlink at
-/// `path` is replaced by a regular file, not followed.
+/// An existing file's permission bits are kept (a mode the user chose
+/// stays); a new file is private, [`FILE_MODE`] (`0600`) whatever the
+/// umask. A symlink at `path` is replaced by a regular file, not followed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicError> {
     let mode = existing_mode(path);
     write_impl(path, bytes, mode)
@@ -77,7 +80,8 @@ pub fn write_atomic_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()
 /// old or the new content, but without flushing anything to disk: for
 /// derived or observational files (caches, markers of running processes)
 /// whose loss in a crash is harmless and whose readers check them. A crash
-/// may leave the old content, the new one, or an empty file.
+/// may leave the old content, the new one, or an empty file. The file is
+/// private ([`FILE_MODE`]), like the temporary file it was.
 pub fn replace_unsynced(path: &Path, bytes: &[u8]) -> Result<(), AtomicError> {
     let err = |e| write_err(path, e);
     let mut tmp = tempfile::Builder::new()
@@ -112,7 +116,8 @@ pub fn create_new_atomic(path: &Path, bytes: &[u8]) -> Result<bool, AtomicError>
     }
 }
 
-/// Appends `line` plus `"\n"` to `path` (created if missing) and flushes it.
+/// Appends `line` plus `"\n"` to `path` (created if missing, private:
+/// [`FILE_MODE`]) and flushes it.
 ///
 /// The record goes out in a single `write` on an `O_APPEND` descriptor, so
 /// concurrent appenders do not interleave within a line on local file
@@ -130,7 +135,7 @@ pub fn append_line(path: &Path, line: &str) -> Result<(), AtomicError> {
     let mut file = match OpenOptions::new().append(true).open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let file = OpenOptions::new()
+            let file = crate::private::open_options()
                 .append(true)
                 .create(true)
                 .open(path)
@@ -185,8 +190,9 @@ fn prepare_temp(
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        // tempfile defaults to 0600; ask for what `File::create` would give.
-        builder.permissions(fs::Permissions::from_mode(0o666));
+        // What uwf writes is for its owner only (docs/state.md, "Secrets and
+        // file modes"); tempfile's default is the same, said here on purpose.
+        builder.permissions(fs::Permissions::from_mode(FILE_MODE));
     }
     let mut tmp = builder.tempfile_in(parent_dir(path)).map_err(err)?;
     #[cfg(unix)]
@@ -285,13 +291,24 @@ mod tests {
         write_atomic_with_mode(&p, b"x", 0o640).unwrap();
         assert_eq!(mode(&p), 0o640);
 
-        // New files are not stuck with tempfile's private 0600 (unless the
-        // umask itself removes all group/other bits).
+        // New files are private, whatever the umask gives `File::create`;
+        // so are the other writers' new files.
         let q = dir.path().join("new");
         write_atomic(&q, b"x").unwrap();
-        let probe = dir.path().join("probe");
-        File::create(&probe).unwrap();
-        assert_eq!(mode(&q), mode(&probe));
+        assert_eq!(mode(&q), 0o600);
+        let r = dir.path().join("new-unsynced");
+        replace_unsynced(&r, b"x").unwrap();
+        assert_eq!(mode(&r), 0o600);
+        let c = dir.path().join("new-object");
+        assert!(create_new_atomic(&c, b"x").unwrap());
+        assert_eq!(mode(&c), 0o600);
+        let l = dir.path().join("new.jsonl");
+        append_line(&l, "x").unwrap();
+        assert_eq!(mode(&l), 0o600);
+        // A replaced file keeps the mode it had, private or not.
+        fs::set_permissions(&q, fs::Permissions::from_mode(0o644)).unwrap();
+        write_atomic(&q, b"y").unwrap();
+        assert_eq!(mode(&q), 0o644);
     }
 
     #[test]

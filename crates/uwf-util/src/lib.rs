@@ -1,13 +1,16 @@
 //! Shared infrastructure for uwf.
 //!
 //! Everything here is small, dependency-light and free of uwf domain logic:
-//! storage-root resolution, crash-safe file writes, advisory locks, tracing set-up, the frontmatter-markdown parser used by agents, and
+//! storage-root resolution, crash-safe file writes, private file modes, advisory locks,
+//! secret redaction, tracing set-up, the frontmatter-markdown parser used by agents, and
 //! error text about a person's files that quotes no more than the line at
 //! fault.
 
 pub mod atomic;
 pub mod frontmatter;
 pub mod lock;
+pub mod private;
+pub mod redact;
 pub mod root;
 pub mod text;
 pub mod trace;

@@ -5,7 +5,7 @@
 //! dropped and by the OS when the process dies, even on `kill -9`. Two
 //! handles opened separately conflict even inside one process.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::thread;
@@ -131,7 +131,8 @@ impl Drop for FileLock {
 
 fn open(path: &Path) -> Result<File, LockError> {
     // Write access lets us create the file; the content is never touched.
-    OpenOptions::new()
+    // Created private like every file uwf makes (`crate::private`).
+    crate::private::open_options()
         .read(true)
         .write(true)
         .create(true)

@@ -107,6 +107,23 @@ impl Env {
         Command::from_std(self.command())
     }
 
+    /// `uwf` as [`Env::uwf`] runs it, but under the file mode creation
+    /// mask `umask` (set by `sh`, so the test process keeps its own).
+    pub fn uwf_under_umask(&self, umask: &str) -> Command {
+        let inner = self.command();
+        let mut c = std::process::Command::new("sh");
+        c.arg("-c")
+            .arg(format!("umask {umask} && exec \"$0\" \"$@\""))
+            .arg(inner.get_program());
+        for (k, v) in inner.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        Command::from_std(c)
+    }
+
     /// Runs `uwf args…`, expects success, returns stdout as JSON.
     pub fn json(&self, args: &[&str]) -> Value {
         let out = self.uwf().args(args).output().unwrap();
@@ -184,6 +201,43 @@ impl Env {
             }
         }
         out
+    }
+
+    /// Every file under the root but `.env` (where secrets belong), and on
+    /// PostgreSQL every row of the store's tables ([`Env::tables`]), whose
+    /// bytes hold `needle`: as written, or hex-encoded as a `bytea` column
+    /// (a node's payload) shows it. For "this secret is nowhere" checks.
+    pub fn places_holding(&self, needle: &str) -> Vec<String> {
+        let hex: String = needle.bytes().map(|b| format!("{b:02x}")).collect();
+        let mut found: Vec<String> = Vec::new();
+        let mut stack = vec![self.root()];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p != self.root().join(".env") {
+                    let bytes = std::fs::read(&p).unwrap();
+                    if bytes
+                        .windows(needle.len().max(1))
+                        .any(|w| w == needle.as_bytes())
+                    {
+                        found.push(p.display().to_string());
+                    }
+                }
+            }
+        }
+        for (table, rows) in self.tables() {
+            for row in rows {
+                if row.contains(needle) || row.contains(&hex) {
+                    found.push(format!("{table}: {row}"));
+                }
+            }
+        }
+        found
     }
 
     /// Path of a node file (layout of docs/cas.md).
