@@ -25,7 +25,8 @@ per_backend!(
     corrupt_truncated_and_renamed_nodes_are_detected,
     many_writer_processes_at_once,
     gc_sweeps_only_what_no_root_reaches,
-    gc_beside_running_work_never_leaves_a_broken_root
+    gc_beside_running_work_never_leaves_a_broken_root,
+    storing_an_old_orphan_again_protects_it_for_the_grace_period
 );
 
 const NOTE: &str = r#"{"title":"note","type":"object","properties":{"text":{"type":"string"},"prev":{"type":["string","null"],"format":"cas_ref"},"tags":{"type":"array","items":{"type":"string"}}},"required":["text"],"additionalProperties":false}"#;
@@ -899,4 +900,61 @@ fn gc_beside_running_work_never_leaves_a_broken_root(backend: Backend) {
     }
     env.json(&["thread", "list"]);
     assert_eq!(env.json(&["cas", "verify"])["issues"], json!([]));
+}
+
+/// Makes node `hash` look stored two hours ago (first store and any store
+/// since), as an old orphan would be.
+fn age(env: &Env, hash: &str) {
+    const TWO_HOURS_MS: i64 = 2 * 3600 * 1000;
+    match &env.db {
+        None => {
+            let past = std::time::SystemTime::now()
+                - std::time::Duration::from_millis(TWO_HOURS_MS as u64);
+            std::fs::File::options()
+                .write(true)
+                .open(env.object_path(hash))
+                .unwrap()
+                .set_modified(past)
+                .unwrap();
+        }
+        Some(db) => {
+            let n = db
+                .client()
+                .execute(
+                    "UPDATE uwf_nodes SET stored_at = stored_at - $2, fresh_at = NULL WHERE hash = $1",
+                    &[&hash, &TWO_HOURS_MS],
+                )
+                .unwrap();
+            assert_eq!(n, 1);
+        }
+    }
+}
+
+/// An old orphan stored again is fresh for gc: its writer is about to
+/// reference it, so the grace period protects it like a new node, and the
+/// node keeps its first timestamp (docs/state.md, "Garbage collection").
+fn storing_an_old_orphan_again_protects_it_for_the_grace_period(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let (t, a, b) = chain(&env);
+    age(&env, &a);
+    age(&env, &b);
+    let first = env.json(&["cas", "get", &a, "--timestamp"])["timestamp"].clone();
+    // Both are old orphans: the default grace (1h) would sweep them.
+    let dry = env.json(&["cas", "gc", "--dry-run"]);
+    assert_eq!(dry["swept"].as_array().unwrap().len(), 2, "{dry}");
+    // An agent's output that happens to equal `a`.
+    let again = env.json(&["cas", "put", &t, r#"{"text":"first","prev":null}"#]);
+    assert_eq!(again["hash"], a.as_str());
+    assert_eq!(again["created"], false);
+    let done = env.json(&["cas", "gc"]);
+    assert_eq!(done["swept"], json!([b]), "{done}");
+    assert_eq!(done["recent"], 1, "{done}");
+    assert_eq!(env.json(&["cas", "has", &a])["exists"], true);
+    assert_eq!(
+        env.json(&["cas", "get", &a, "--timestamp"])["timestamp"],
+        first,
+        "storing again keeps the first timestamp"
+    );
 }
