@@ -211,7 +211,10 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             }
         }
         Command::Worker(args) => {
-            let ctx = open(&cli.global)?;
+            let Some(ctx) = open_for_worker(&cli.global)? else {
+                // Asked to stop before the store could be reached.
+                return Ok(ExitCode::SUCCESS);
+            };
             cmd::worker::run(&ctx, &args)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -220,6 +223,35 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             cmd::thread::run(&ctx, sub, format)?;
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// [`open`] for `uwf worker`: while the store cannot be reached (a database
+/// restarting, a network cut), waits and tries again, as a running worker
+/// does, instead of exiting (docs/worker.md). Any other error ends it.
+/// `None` when SIGINT/SIGTERM came first.
+fn open_for_worker(global: &cli::Global) -> Result<Option<engine::Ctx>, CliError> {
+    let mut wait = std::time::Duration::from_millis(250);
+    loop {
+        match open(global) {
+            Ok(ctx) => return Ok(Some(ctx)),
+            Err(CliError::Engine(e)) if e.0.is_unavailable() => {
+                tracing::warn!(
+                    "cannot reach the store ({}); trying again in {}",
+                    e.0,
+                    humantime::format_duration(wait)
+                );
+            }
+            Err(e) => return Err(e),
+        }
+        let until = std::time::Instant::now() + wait;
+        while std::time::Instant::now() < until {
+            if engine::interrupted() {
+                return Ok(None);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        wait = (wait * 2).min(std::time::Duration::from_secs(10));
     }
 }
 

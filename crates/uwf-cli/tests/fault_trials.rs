@@ -82,6 +82,13 @@ impl WorkerProc {
         WorkerProc { child, log }
     }
 
+    /// Whether its log holds `text`.
+    fn says(&self, text: &str) -> bool {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .contains(text)
+    }
+
     fn events(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
@@ -390,4 +397,39 @@ fn a_network_cut_between_workers_and_database_loses_no_step_and_applies_none_twi
     let again = t.finish("network cut trial");
     // A cut longer than the lease takes every running claim away.
     assert!(again >= 1, "no run was taken over after {cuts} cuts");
+}
+
+/// A worker started while its database cannot be reached (the connection
+/// cut) waits for it instead of exiting, serves the queue once the cut
+/// heals, and drains with status 0; asked to stop while still waiting, it
+/// exits 0 too.
+#[test]
+fn a_worker_started_while_the_database_is_unreachable_waits_for_it() {
+    let _turn = pg_turn();
+    let Some(mut t) = Trial::new("unreachable start trial", Backend::Postgres, 2) else {
+        return;
+    };
+    let server = uwf_pg_testing::server().unwrap();
+    let (port, proxy) = server.proxy();
+    t.worker_store = Some(t.db.as_ref().unwrap().url_through(port, false));
+    proxy.cut();
+    // One that is told to stop before it ever reaches the database.
+    t.start_worker();
+    let waiting_then_stopped = t.workers.pop().unwrap();
+    t.start_worker();
+    // Both try, fail and wait: their logs say so (nothing exits).
+    let until = Instant::now() + BOUND;
+    while !t.workers[0].says("cannot reach the store")
+        || !waiting_then_stopped.says("cannot reach the store")
+    {
+        assert!(Instant::now() < until, "the workers never tried the store");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(waiting_then_stopped.drain(), Some(0));
+    assert!(
+        t.workers[0].child.try_wait().unwrap().is_none(),
+        "the worker exited"
+    );
+    proxy.heal();
+    t.finish("unreachable start trial");
 }
