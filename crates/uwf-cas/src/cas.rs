@@ -516,8 +516,12 @@ impl<S: Store> Cas<S> {
         opts: GcOptions,
     ) -> Result<GcPlan> {
         // The grace period ends when the collection starts, not when the
-        // marking is done: a node stored while it marks is kept.
-        let cutoff = node::now_ms().saturating_sub(opts.grace_ms);
+        // marking is done: a node stored while it marks is kept. Nodes last
+        // stored at or before `start - grace` are stale (`--grace 0s`: up
+        // to the millisecond the collection started).
+        let cutoff = node::now_ms()
+            .saturating_sub(opts.grace_ms)
+            .saturating_add(1);
         let mut marked: HashSet<Hash> = HashSet::new();
         let mut queue: VecDeque<Hash> = VecDeque::new();
         let schemas = self.list_by_type(self.types.meta)?;

@@ -171,7 +171,7 @@ impl Env {
     /// as text in a stable order: table → rows. Empty on the filesystem.
     /// The schema's own bookkeeping (`uwf_schema_version`) is left out: a
     /// command may apply the migrations on first use, and that is no change
-    /// of what the store holds.
+    /// of what the store holds; so is a node's `fresh_at`.
     pub fn tables(&self) -> BTreeMap<String, Vec<String>> {
         let Some(db) = &self.db else {
             return BTreeMap::new();
@@ -190,8 +190,18 @@ impl Env {
             .collect();
         let mut out = BTreeMap::new();
         for name in names {
+            // A node's `fresh_at` (when it was last stored again) is the
+            // database's node-file modification time, which the filesystem
+            // snapshot does not compare either: storing a node again is no
+            // change of what the store holds (docs/state.md, "Garbage
+            // collection").
+            let row = if name == "uwf_nodes" {
+                "(t.hash, t.type_hash, t.payload, t.stored_at)::text"
+            } else {
+                "t::text"
+            };
             let rows: Vec<String> = client
-                .query(&format!("SELECT t::text FROM {name} t ORDER BY 1"), &[])
+                .query(&format!("SELECT {row} FROM {name} t ORDER BY 1"), &[])
                 .unwrap()
                 .iter()
                 .map(|r| r.get(0))
