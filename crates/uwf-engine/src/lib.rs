@@ -25,6 +25,7 @@ pub mod location;
 pub mod nested;
 mod ops;
 mod progress;
+mod recent;
 pub mod retry;
 pub mod running;
 pub mod spawn;
@@ -94,6 +95,8 @@ pub struct Engine {
     /// Where running markers, agent logs and step timings go
     /// ([`running`]); `None`: not kept.
     pub(crate) run_dir: Option<PathBuf>,
+    /// The threads the last steps of this engine left ([`recent`]).
+    pub(crate) recent: recent::Recent,
 }
 
 impl Engine {
@@ -110,6 +113,7 @@ impl Engine {
             )],
             agent_dir: None,
             run_dir: Some(root.to_path_buf()),
+            recent: recent::Recent::default(),
         })
     }
 
@@ -128,6 +132,7 @@ impl Engine {
             store_env,
             agent_dir: None,
             run_dir: None,
+            recent: recent::Recent::default(),
         }
     }
 
