@@ -8,7 +8,9 @@
 //! the head by compare-and-swap and archives the thread at `$END`. It keeps
 //! no state of its own: everything lives in the object store ([`Cas`]) and
 //! the thread state ([`ThreadStore`]), so any number of engines, in any
-//! number of processes, can share a store.
+//! number of processes, can share a store. (It only remembers, to save work,
+//! the threads its last steps left, each used only while the thread's head
+//! is still that step's: see docs/performance.md, "History".)
 //!
 //! Front ends (the `uwf` binary, a worker, a test) create an [`Engine`] over
 //! the stores, pass [`StepOptions`] (with a [`CancelToken`] they control and
