@@ -31,8 +31,10 @@ deny *checks="licenses bans sources":
 doc:
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
-# Whole-process cost of a step against thread length and active threads
-# (docs/performance.md); UWF_BENCH_SAMPLES=N for more samples.
+# Whole-process cost of a step against thread length and active threads,
+# and of a step inside `thread run` against thread length, each with the
+# peak RSS of uwf (docs/performance.md); UWF_BENCH_SAMPLES=N for more
+# samples, UWF_BENCH_GROUPS=length,active,run to pick groups.
 bench-step:
     cargo build --release --locked -p uwf-cli -p uwf-mock
     cargo bench --locked -p uwf-engine --bench step

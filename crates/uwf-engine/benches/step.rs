@@ -1,11 +1,21 @@
 //! Whole-process cost of one `uwf thread step`, against thread length and
 //! against the number of other active threads, with the scripted agent
-//! `uwf-mock`; plus that agent run alone.
+//! `uwf-mock`; plus that agent run alone; and the cost of a step inside
+//! `uwf thread run` (one process stepping a thread again and again), against
+//! the thread's length. Each configuration also gives the peak memory (max
+//! resident set) of its `uwf` process.
 //!
 //! ```sh
 //! just bench-step            # builds the release binaries, then runs this
 //! UWF_BENCH_SAMPLES=30 just bench-step
+//! UWF_BENCH_GROUPS=length,run just bench-step   # some groups only
 //! ```
+//!
+//! Groups (`UWF_BENCH_GROUPS`, comma-separated, default all): `length`
+//! (`thread step` at each thread length), `active` (`thread step` against
+//! the number of active threads, and the agent alone), `run` (`thread run
+//! --max-steps K` from a fork at each thread length, K =
+//! `UWF_BENCH_RUN_STEPS`, default 20; the time shown is per step).
 //!
 //! The binaries are taken from `$UWF_BENCH_BIN` (default: the workspace's
 //! `target/release`). Stores are prepared with the libraries (that part is
@@ -16,7 +26,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -70,23 +80,77 @@ impl Setup {
     }
 }
 
-/// A configuration to sample: what runs, and the times it took.
-struct Config {
-    label: String,
-    run: Box<dyn Fn() -> Duration>,
-    times: Vec<Duration>,
+/// One sample: the wall time of the whole process, and its peak memory.
+#[derive(Clone, Copy)]
+struct Sample {
+    time: Duration,
+    /// Max resident set of the process (wait4's ru_maxrss), in KiB.
+    rss_kib: u64,
 }
 
-fn timed(mut cmd: Command) -> Duration {
+/// A configuration to sample: what runs, and the samples it gave.
+struct Config {
+    label: String,
+    run: Box<dyn Fn() -> Sample>,
+    /// Steps one sample runs: its time is divided by this.
+    steps: u32,
+    samples: Vec<Sample>,
+}
+
+/// The argument that makes this program the helper of [`measured`].
+const RSS_OF: &str = "--rss-of";
+
+/// The helper of [`measured`]: runs the command in `args` (stdout to
+/// nothing, stderr passed on), then prints its wall time (ns) and peak
+/// memory (KiB), and exits with its status. As the helper's only child,
+/// getrusage's figure for its children is that process's own.
+fn rss_helper(args: &[String]) -> ! {
     let t = Instant::now();
-    let out = cmd.output().expect("run");
-    let elapsed = t.elapsed();
+    let status = Command::new(&args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .expect("run");
+    let time = t.elapsed();
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .expect("getrusage");
+    println!("{} {}", time.as_nanos(), usage.max_rss());
+    std::process::exit(status.code().unwrap_or(-1));
+}
+
+/// Runs `cmd` to its end through [`rss_helper`]; its wall time and peak
+/// memory. `accept` says whether the exit status (with its stderr) is the
+/// expected one.
+fn measured(cmd: Command, accept: impl Fn(i32, &str) -> bool) -> Sample {
+    let mut helper = Command::new(std::env::current_exe().unwrap());
+    helper
+        .arg(RSS_OF)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => helper.env(k, v),
+            None => helper.env_remove(k),
+        };
+    }
+    let out = helper.output().expect("run");
+    let code = out.status.code().unwrap_or(-1);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        out.status.success(),
-        "{cmd:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        accept(code, &stderr),
+        "{cmd:?} exited with {code}:\n{stderr}"
     );
-    elapsed
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut figures = stdout.split_whitespace().map(|f| f.parse::<u64>().unwrap());
+    Sample {
+        time: Duration::from_nanos(figures.next().unwrap()),
+        rss_kib: figures.next().unwrap(),
+    }
+}
+
+fn timed(cmd: Command) -> Sample {
+    measured(cmd, |code, _| code == 0)
 }
 
 /// Registers the loop workflow in `root`; returns its hash.
@@ -175,12 +239,23 @@ fn median_p90(times: &mut [Duration]) -> (f64, f64) {
     (p(0.5), p(0.9))
 }
 
-fn main() {
-    // `cargo bench` passes `--bench`; nothing else is accepted.
-    let samples: usize = std::env::var("UWF_BENCH_SAMPLES")
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(15);
+        .unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(RSS_OF) {
+        rss_helper(&args[1..]);
+    }
+    // `cargo bench` passes `--bench`; nothing else is accepted.
+    let samples = env_number("UWF_BENCH_SAMPLES", 15);
+    let run_steps = env_number("UWF_BENCH_RUN_STEPS", 20).max(1);
+    let groups = std::env::var("UWF_BENCH_GROUPS").unwrap_or_else(|_| "length,active,run".into());
+    let group = |g: &str| groups.split(',').any(|x| x.trim() == g);
     let bin = std::env::var_os("UWF_BENCH_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release"));
@@ -217,7 +292,7 @@ fn main() {
         LENGTHS[LENGTHS.len() - 1],
     );
     let mut configs: Vec<Config> = Vec::new();
-    for len in LENGTHS {
+    for len in LENGTHS.into_iter().filter(|_| group("length")) {
         let forked = uwf_engine::fork(&engine, steps[len - 1]).unwrap();
         let (s, root, id) = (
             Arc::clone(&setup),
@@ -231,14 +306,42 @@ fn main() {
                 c.args(["thread", "step", &id, "--agent", &s.mock_agent()]);
                 timed(c)
             }),
-            times: Vec::new(),
+            steps: 1,
+            samples: Vec::new(),
+        });
+    }
+    // `thread run`: one process runs `run_steps` steps, each sample from a
+    // new fork at the length (untimed), so that the length stays the same.
+    let engine = Arc::new(engine);
+    for len in LENGTHS.into_iter().filter(|_| group("run")) {
+        let (s, root, engine, node) = (
+            Arc::clone(&setup),
+            long_root.clone(),
+            Arc::clone(&engine),
+            steps[len - 1],
+        );
+        configs.push(Config {
+            label: format!("thread run at thread length {len} (per step)"),
+            run: Box::new(move || {
+                let id = uwf_engine::fork(&engine, node).unwrap().thread.to_string();
+                let mut c = s.uwf(&root);
+                let k = run_steps.to_string();
+                c.args(["thread", "run", &id, "--max-steps", &k]);
+                c.args(["--agent", &s.mock_agent()]);
+                // It stops at --max-steps, which is an error.
+                measured(c, |code, err| {
+                    code != 0 && err.contains("uwf::thread::max_steps")
+                })
+            }),
+            steps: u32::try_from(run_steps).unwrap(),
+            samples: Vec::new(),
         });
     }
 
     // One store per number of active threads, each with a thread of 10
     // steps to step.
     let mut alone = None;
-    for n in ACTIVE {
+    for n in ACTIVE.into_iter().filter(|_| group("active")) {
         eprintln!("preparing a store with {n} active threads …");
         let root = dir.join(format!("active-{n}"));
         let engine = Engine::open(&root).unwrap();
@@ -258,7 +361,8 @@ fn main() {
                 c.args(["thread", "step", &id, "--agent", &s.mock_agent()]);
                 timed(c)
             }),
-            times: Vec::new(),
+            steps: 1,
+            samples: Vec::new(),
         });
         if alone.is_none() {
             let other = uwf_engine::fork(&engine, steps[9]).unwrap();
@@ -268,25 +372,27 @@ fn main() {
     // The agent alone, as uwf would start it, on a thread of 10 steps of
     // the smallest store. Before each run (untimed) uwf steps that thread,
     // so the agent's StepNode is always a new node, as in a real step.
-    let (root, id) = alone.unwrap();
-    let s = Arc::clone(&setup);
-    configs.push(Config {
-        label: "uwf-mock alone (no uwf)".into(),
-        run: Box::new(move || {
-            let mut advance = s.uwf(&root);
-            advance.args(["thread", "step", &id, "--agent", &s.mock_agent()]);
-            timed(advance);
-            let mut c = Command::new(s.bin.join("uwf-mock"));
-            c.arg(&s.scenario)
-                .arg(&id)
-                .arg("work")
-                .env("UNCAGED_WORKFLOW_STORAGE_ROOT", &root)
-                .env("UWF_AGENT", s.mock_agent())
-                .env_remove("RUST_LOG");
-            timed(c)
-        }),
-        times: Vec::new(),
-    });
+    if let Some((root, id)) = alone {
+        let s = Arc::clone(&setup);
+        configs.push(Config {
+            label: "uwf-mock alone (no uwf)".into(),
+            run: Box::new(move || {
+                let mut advance = s.uwf(&root);
+                advance.args(["thread", "step", &id, "--agent", &s.mock_agent()]);
+                timed(advance);
+                let mut c = Command::new(s.bin.join("uwf-mock"));
+                c.arg(&s.scenario)
+                    .arg(&id)
+                    .arg("work")
+                    .env("UNCAGED_WORKFLOW_STORAGE_ROOT", &root)
+                    .env("UWF_AGENT", s.mock_agent())
+                    .env_remove("RUST_LOG");
+                timed(c)
+            }),
+            steps: 1,
+            samples: Vec::new(),
+        });
+    }
 
     // To time a uwf of before the per-thread head files (0.1.0), the stores
     // are given its layout: one threads.yaml.
@@ -314,17 +420,24 @@ fn main() {
     for _ in 0..samples {
         for c in &mut configs {
             let t = (c.run)();
-            c.times.push(t);
+            c.samples.push(t);
         }
     }
 
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    println!("\nwhole-process wall time, {samples} samples each, {cores} cores\n");
-    println!("| configuration | median | p90 |");
-    println!("|---|---|---|");
+    println!("\nwhole-process wall time, {samples} samples each, {cores} cores");
+    println!("(thread run: {run_steps} steps a process, time per step)\n");
+    println!("| configuration | median | p90 | peak RSS of uwf |");
+    println!("|---|---|---|---|");
     for c in &mut configs {
-        let (median, p90) = median_p90(&mut c.times);
-        println!("| {} | {median:.1} ms | {p90:.1} ms |", c.label);
+        let mut times: Vec<Duration> = c.samples.iter().map(|s| s.time / c.steps).collect();
+        let (median, p90) = median_p90(&mut times);
+        let rss = c.samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
+        println!(
+            "| {} | {median:.1} ms | {p90:.1} ms | {:.1} MiB |",
+            c.label,
+            rss as f64 / 1024.0
+        );
     }
     if let Some(k) = keep {
         eprintln!("stores kept in {}", k.display());

@@ -8,7 +8,9 @@
 //! the head by compare-and-swap and archives the thread at `$END`. It keeps
 //! no state of its own: everything lives in the object store ([`Cas`]) and
 //! the thread state ([`ThreadStore`]), so any number of engines, in any
-//! number of processes, can share a store.
+//! number of processes, can share a store. (It only remembers, to save work,
+//! the threads its last steps left, each used only while the thread's head
+//! is still that step's: see docs/performance.md, "History".)
 //!
 //! Front ends (the `uwf` binary, a worker, a test) create an [`Engine`] over
 //! the stores, pass [`StepOptions`] (with a [`CancelToken`] they control and
@@ -28,6 +30,7 @@ mod ops;
 mod progress;
 #[cfg(test)]
 mod race_tests;
+mod recent;
 pub mod retry;
 pub mod running;
 pub mod secrets;
@@ -102,6 +105,8 @@ pub struct Engine {
     /// Secrets of the store besides its `.env` (a password in its URL):
     /// cut out of everything the engine writes ([`secrets`]).
     pub(crate) secrets: Vec<(String, String)>,
+    /// The threads the last steps of this engine left ([`recent`]).
+    pub(crate) recent: recent::Recent,
 }
 
 impl Engine {
@@ -119,6 +124,7 @@ impl Engine {
             agent_dir: None,
             run_dir: Some(root.to_path_buf()),
             secrets: Vec::new(),
+            recent: recent::Recent::default(),
         })
     }
 
@@ -138,6 +144,7 @@ impl Engine {
             agent_dir: None,
             run_dir: None,
             secrets: Vec::new(),
+            recent: recent::Recent::default(),
         }
     }
 

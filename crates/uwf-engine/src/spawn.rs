@@ -84,8 +84,10 @@ pub fn run(
     mut should_stop: impl FnMut() -> bool,
 ) -> std::io::Result<Finished> {
     let started = Instant::now();
-    let mut cmd = Command::new(spec.command);
-    cmd.args(spec.args)
+    let mut cmd = Command::new(program(spec.command, &spec.env));
+    // argv[0] stays the name as configured, as execvp would pass it.
+    cmd.arg0(spec.command)
+        .args(spec.args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -219,6 +221,48 @@ pub fn last_line(stdout: &str) -> Option<&str> {
     stdout.lines().map(str::trim).rfind(|l| !l.is_empty())
 }
 
+/// The program to start for `command`: a name without a slash is looked
+/// up in the `PATH` the agent gets (its `env`, else ours), as `execvp`
+/// would, and given as that path.
+///
+/// Why: with `PATH` set in the child's environment and a bare program name,
+/// std's `Command` cannot use `posix_spawn` and falls back to fork + exec,
+/// and forking copies the page tables of the whole (possibly large, long
+/// running) uwf process on every step (docs/performance.md, "Starting the
+/// agent"). A name found nowhere is returned as it is, so that starting it
+/// fails exactly as before (not found).
+fn program(command: &str, env: &[(String, std::ffi::OsString)]) -> std::ffi::OsString {
+    if command.is_empty() || command.contains('/') {
+        return command.into();
+    }
+    let path = match env.iter().rev().find(|(k, _)| k == "PATH") {
+        Some((_, p)) => Some(p.clone()),
+        None => std::env::var_os("PATH"),
+    };
+    let Some(path) = path else {
+        return command.into();
+    };
+    for dir in std::env::split_paths(&path) {
+        // An empty entry is the current directory, for execvp too.
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".").to_path_buf()
+        } else {
+            dir
+        };
+        let candidate = dir.join(command);
+        if is_executable(&candidate) {
+            return candidate.into_os_string();
+        }
+    }
+    command.into()
+}
+
+/// A regular file (after links) that someone may execute.
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 /// `PATH` with `dir` first, so agents installed beside `uwf` are found.
 pub fn path_with(dir: &Path) -> std::ffi::OsString {
     let mut parts = vec![dir.to_path_buf()];
@@ -303,6 +347,56 @@ mod tests {
             "waited {:?}",
             start.elapsed()
         );
+    }
+
+    #[test]
+    fn a_bare_name_is_found_in_the_agents_path() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let exe = dir.path().join("my-agent");
+        std::fs::write(&exe, "#!/bin/sh\necho HASH\n").unwrap_or_else(|e| panic!("{e}"));
+        let plain = dir.path().join("not-executable");
+        std::fs::write(&plain, "").unwrap_or_else(|e| panic!("{e}"));
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let env = vec![("PATH".to_string(), path_with(dir.path()))];
+        assert_eq!(program("my-agent", &env), exe.clone().into_os_string());
+        // Not executable, absent, or a path already: left as given.
+        assert_eq!(program("not-executable", &env), "not-executable");
+        assert_eq!(program("no-such-agent-here", &env), "no-such-agent-here");
+        assert_eq!(program("./my-agent", &env), "./my-agent");
+        // And it runs from there (a system program: executing a file this
+        // test wrote could meet ETXTBSY from another test's fork).
+        let system = std::ffi::OsString::from("/nonexistent-uwf-dir:/usr/bin:/bin");
+        let sh_env = vec![("PATH".to_string(), system)];
+        let found = program("sh", &sh_env);
+        assert!(Path::new(&found).is_absolute(), "{found:?}");
+        let args = vec!["-c".to_string(), "echo HASH".to_string()];
+        let spec = Spawn {
+            command: "sh",
+            args: &args,
+            env: sh_env,
+            timeout: None,
+            on_start: None,
+        };
+        let f = run(&spec, |_| {}, &CancelToken::new(), || false).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            matches!(&f.ending, Ending::Exited { code: Some(0), stdout } if last_line(stdout) == Some("HASH")),
+            "{:?}",
+            f.ending
+        );
+        // A program found nowhere fails to start as it always did.
+        let spec = Spawn {
+            command: "no-such-agent-here",
+            args: &[],
+            env: vec![("PATH".to_string(), path_with(dir.path()))],
+            timeout: None,
+            on_start: None,
+        };
+        let e = run(&spec, |_| {}, &CancelToken::new(), || false).err();
+        assert_eq!(e.map(|e| e.kind()), Some(std::io::ErrorKind::NotFound));
     }
 
     #[test]

@@ -172,9 +172,17 @@ fn step_once(
     // (crate::keep).
     let epoch = ctx.state.gc_epoch()?;
     let head = active_head(ctx, id)?;
-    let view = thread::load(&ctx.cas, head)?;
+    // The thread as the last step of this process left it, if it is still
+    // there (`recent`); else loaded, and decided, from the store.
+    let (view, decision) = match ctx.recent.take(id, head) {
+        Some(kept) if !opts.resume => kept,
+        _ => {
+            let view = thread::load(&ctx.cas, head)?;
+            let decision = crate::suspend::decide(id, &view, opts.resume)?;
+            (view, decision)
+        }
+    };
     let workflow = view.workflow_hash;
-    let decision = crate::suspend::decide(id, &view, opts.resume)?;
     if crate::suspend::suspends(&decision) {
         let record = crate::suspend::wait(ctx, id, &view, &decision)?;
         return Ok(Stepped::waiting(workflow, id, head, record));
@@ -683,7 +691,8 @@ pub fn apply(
     let mut view = view;
     view.steps.push(loaded);
     view.head = new;
-    let done = match view.decide() {
+    let decided = view.decide();
+    let done = match decided {
         Ok(d) if d.is_end() => {
             match ctx.state.archive(id, workflow, Some(new), "done") {
                 Ok(_) => true,
@@ -696,7 +705,11 @@ pub fn apply(
                 Err(e) => return Err(conflict_or(e, id)),
             }
         }
-        Ok(_) => false,
+        Ok(d) => {
+            // What the next step of this thread starts from (crate::recent).
+            ctx.recent.keep(id, view, d);
+            false
+        }
         Err(e) => {
             // The step itself landed; the next `step` will report this properly.
             tracing::warn!(

@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::time::Instant;
 
 use indexmap::IndexMap;
@@ -34,6 +34,15 @@ impl Env {
     /// Binds a variable in this scope.
     pub fn bind(&self, name: &str, v: Value) {
         self.vars.borrow_mut().insert(name.to_string(), v);
+    }
+
+    /// Drops every binding of this scope (not of its parents): what breaks
+    /// the reference cycles a lambda bound in its own scope makes (see
+    /// [`Evaluator`]'s `Drop`).
+    fn clear(&self) {
+        // Taken out first: dropping the values may drop other scopes.
+        let vars = std::mem::take(&mut *self.vars.borrow_mut());
+        drop(vars);
     }
 
     /// Looks a variable up through the scope chain.
@@ -78,6 +87,29 @@ pub struct Evaluator {
     stack_base: usize,
     max_stack: usize,
     root: Rc<Env>,
+    /// Scopes an assignment (`$f := …`) bound a value in. Only they can be
+    /// part of a reference cycle: a lambda keeps the scope it was created
+    /// in, so `$f := function(){…}` makes that scope hold itself (and the
+    /// root scope holds the input document, and the host's definitions,
+    /// which are such lambdas). Reference counting never frees a cycle, so
+    /// these scopes are emptied when the evaluator is dropped; otherwise a
+    /// long-lived process (`uwf thread run`, `uwf worker`) would keep every
+    /// document it ever evaluated (docs/performance.md, "Memory").
+    assigned: Vec<Weak<Env>>,
+    /// `assigned` is pruned of scopes already freed when it reaches this
+    /// length (so a loop of assignments does not grow it without bound).
+    prune_at: usize,
+}
+
+impl Drop for Evaluator {
+    fn drop(&mut self) {
+        self.root.clear();
+        for scope in std::mem::take(&mut self.assigned) {
+            if let Some(scope) = scope.upgrade() {
+                scope.clear();
+            }
+        }
+    }
 }
 
 /// The address of a local variable: where the native stack currently is.
@@ -177,7 +209,26 @@ impl Evaluator {
             stack_base: stack_position(),
             max_stack: limits.max_stack,
             root: Rc::new(Env::default()),
+            assigned: Vec::new(),
+            prune_at: 64,
         }
+    }
+
+    /// Remembers that an assignment binds a value in `env`, so that `env`
+    /// is emptied when the evaluation ends (see the field `assigned`).
+    fn assigning_in(&mut self, env: &Rc<Env>) {
+        if self
+            .assigned
+            .last()
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Rc::as_ptr(env)))
+        {
+            return;
+        }
+        if self.assigned.len() >= self.prune_at {
+            self.assigned.retain(|w| w.strong_count() > 0);
+            self.prune_at = (self.assigned.len() * 2).max(64);
+        }
+        self.assigned.push(Rc::downgrade(env));
     }
 
     fn enter(&mut self, node: &Node) -> R<()> {
@@ -420,6 +471,7 @@ impl Evaluator {
             }
             Kind::Bind { name, value } => {
                 let v = self.eval(value, input, env)?;
+                self.assigning_in(env);
                 env.bind(name, v.clone());
                 Ok(v)
             }

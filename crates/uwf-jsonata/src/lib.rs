@@ -193,7 +193,10 @@ impl Expression {
     }
 
     /// Evaluates against an [`Input`] converted beforehand, so that several
-    /// expressions over one document convert it once.
+    /// expressions over one document convert it once. Nothing of the
+    /// evaluation outlives it but its result: the scopes it bound values in
+    /// are emptied at the end (a lambda returned as the result keeps its
+    /// code, not those bindings).
     pub fn evaluate_input(&self, input: &Input, options: &EvalOptions) -> Result<Value, Error> {
         let input = input.0.clone();
         let env = Rc::new(eval::Env::default());
@@ -482,6 +485,46 @@ mod tests {
         assert_eq!(eval("$fact(5)").unwrap(), Some(json!(120)));
         assert_eq!(eval("[1].$root()").unwrap(), Some(json!(7)));
         assert_eq!(eval("$add('a')").unwrap_err().code, "T0410");
+    }
+
+    /// A lambda bound in its own scope (the host's definitions, `$f :=
+    /// function…`) is a reference cycle; the evaluation must still let go
+    /// of the input and of every scope when it ends, or a long-lived
+    /// process keeps every document it evaluated.
+    #[test]
+    fn an_evaluation_keeps_nothing_of_its_input() {
+        let def = |name: &str, src: &str| (name.to_string(), Expression::parse(src).unwrap());
+        let opts = EvalOptions {
+            definitions: vec![
+                def("last", "function($r){ $$.steps[role = $r][-1].output }"),
+                def("fact", "function($n){ $n <= 1 ? 1 : $n * $fact($n - 1) }"),
+            ],
+            ..EvalOptions::default()
+        };
+        let input = Input::new(Some(&json!({"steps": [{"role": "a", "output": 1}]}))).unwrap();
+        let Value::Object(doc, _) = &input.0 else {
+            panic!("an object")
+        };
+        let alone = Rc::strong_count(doc);
+        for src in [
+            "$last('a')",
+            "$fact(4)",
+            "($f := function($n){ $n = 0 ? $$ : $f($n - 1) }; $f(3).steps[0].output)",
+            "($g := function(){ $ }; ($h := function(){ $g() }; $h()).steps ~> $count)",
+            "$eval('($k := function(){ $$ }; $k().steps ~> $count)')",
+            "[1, 2, 3].($x := function(){ $$ }; $x()) ~> $count",
+            "$nope(",
+            "$fact('x')",
+            "function($x){ $x }",
+        ] {
+            let e = match Expression::parse(src) {
+                Ok(e) => e,
+                Err(_) => continue,
+            };
+            let result = e.evaluate_input(&input, &opts);
+            drop(result);
+            assert_eq!(Rc::strong_count(doc), alone, "{src} kept the input");
+        }
     }
 
     #[test]

@@ -364,13 +364,12 @@ impl Source<'_> {
             Source::Built(c) => context_input(c),
             Source::Steps { start, steps, .. } => steps_input(
                 start,
-                steps.iter().map(|s| {
-                    (
-                        s.payload.record.agent.as_str(),
-                        s.payload.record.detail,
-                        &s.output,
-                        s.payload.record.role.as_str(),
-                    )
+                steps.iter().map(|s| StepParts {
+                    agent: s.payload.record.agent.as_str(),
+                    detail: s.payload.record.detail,
+                    output: &s.output,
+                    output_hash: Some(s.payload.record.output),
+                    role: s.payload.record.role.as_str(),
                 }),
             ),
         }
@@ -476,31 +475,69 @@ fn evaluate_here(
 fn context_input(ctx: &ModeratorContext) -> Result<Input, Failure> {
     steps_input(
         &ctx.start,
-        ctx.steps
-            .iter()
-            .map(|s| (s.agent.as_str(), s.detail, &s.output, s.role.as_str())),
+        ctx.steps.iter().map(|s| StepParts {
+            agent: s.agent.as_str(),
+            detail: s.detail,
+            output: &s.output,
+            output_hash: None,
+            role: s.role.as_str(),
+        }),
     )
 }
 
-/// [`context_input`] from the parts of each step: (agent, detail, output,
-/// role).
+/// What [`steps_input`] reads of a step.
+struct StepParts<'a> {
+    agent: &'a str,
+    detail: Hash,
+    output: &'a Value,
+    /// The output node, when known: steps with the same output node share
+    /// one converted output.
+    output_hash: Option<Hash>,
+    role: &'a str,
+}
+
+/// [`context_input`] from the parts of each step.
+///
+/// This conversion is most of a decision's cost on a long thread
+/// (docs/performance.md), so what repeats is converted once and shared
+/// (values are immutable and reference counted): the few distinct roles
+/// and agents, and outputs that are the same node.
 fn steps_input<'a>(
     start: &uwf_protocol::StartNodePayload,
-    steps: impl ExactSizeIterator<Item = (&'a str, Hash, &'a Value, &'a str)>,
+    steps: impl ExactSizeIterator<Item = StepParts<'a>>,
 ) -> Result<Input, Failure> {
+    use std::collections::HashMap;
+
     use crate::jsonata::sorted_value;
     use uwf_jsonata::{Object, Value as JValue};
     let start = serde_json::to_value(start)
         .map_err(|e| Failure::Runtime(format!("cannot serialize the context: {e}")))?;
     let start = sorted_value(&start, 1)?;
+    let mut texts: HashMap<&str, JValue> = HashMap::new();
+    let mut text = |s: &'a str| texts.entry(s).or_insert_with(|| JValue::str(s)).clone();
+    let mut outputs: HashMap<Hash, JValue> = HashMap::new();
     let mut out = Vec::with_capacity(steps.len());
-    for (agent, detail, output, role) in steps {
+    for step in steps {
+        let output = match step.output_hash {
+            Some(h) => match outputs.get(&h) {
+                Some(v) => v.clone(),
+                None => {
+                    let v = sorted_value(step.output, 3)?;
+                    outputs.insert(h, v.clone());
+                    v
+                }
+            },
+            None => sorted_value(step.output, 3)?,
+        };
+        let detail = step.detail.to_array();
+        // Base32 is ASCII: this never fails.
+        let detail = std::str::from_utf8(&detail).map_or(JValue::Undefined, JValue::str);
         // StepContext's members in code point order: agent, detail, output, role.
         let mut o = Object::with_capacity(4);
-        o.insert("agent".to_owned(), JValue::str(agent));
-        o.insert("detail".to_owned(), JValue::str(&detail.to_string()));
-        o.insert("output".to_owned(), sorted_value(output, 3)?);
-        o.insert("role".to_owned(), JValue::str(role));
+        o.insert("agent".to_owned(), text(step.agent));
+        o.insert("detail".to_owned(), detail);
+        o.insert("output".to_owned(), output);
+        o.insert("role".to_owned(), text(step.role));
         out.push(JValue::object(o));
     }
     let mut top = Object::with_capacity(2);

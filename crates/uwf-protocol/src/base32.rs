@@ -69,9 +69,10 @@ pub fn encode_u64_into(value: u64, out: &mut [u8; U64_LEN]) {
 
 /// Decodes 13 Crockford Base32 characters (case-insensitive) into a `u64`.
 pub fn decode_u64(s: &str) -> Result<u64, Base32Error> {
-    let count = s.chars().count();
-    if count != U64_LEN || s.len() != U64_LEN {
-        return Err(Base32Error::Length(count));
+    // Counting characters only for the error: loading a long thread decodes
+    // three hashes a step (docs/performance.md).
+    if s.len() != U64_LEN || !s.is_ascii() {
+        return Err(Base32Error::Length(s.chars().count()));
     }
     let mut acc: u64 = 0;
     for (pos, b) in s.bytes().enumerate() {
