@@ -494,12 +494,32 @@ fn canonical_form_round_trips() {
 }
 
 fn status_workflow(status: &str) -> String {
-    // A flow-style YAML key: quote it as a JSON string (valid YAML).
-    let key = serde_json::to_string(status).unwrap_or_default();
+    // A flow-style YAML key: quote it as a JSON string (valid YAML), with
+    // the characters YAML reads as line breaks inside a quoted scalar
+    // (NEL, LS, PS), which JSON leaves as they are, escaped.
+    let key = serde_json::to_string(status)
+        .unwrap_or_default()
+        .replace('\u{85}', "\\u0085")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029");
     format!(
         "name: s\nroles:\n  a: {{systemPrompt: s, outputSchema: {{}}}}\n\
          graph:\n  $START: {{_: a}}\n  a: {{{key}: $END, _: a}}\n"
     )
+}
+
+/// Statuses holding characters YAML reads as line breaks (found by the
+/// property below) compile like any other.
+#[test]
+fn statuses_with_yaml_line_breaks_compile() {
+    for status in ["\u{85}", "\u{2028}", "a\u{2029}b"] {
+        let d = parse_yaml(&status_workflow(status), "s.yaml").unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            d.conditions.contains_key(&format!("a.$status={status}")),
+            "{status:?}: {:?}",
+            d.conditions.keys().collect::<Vec<_>>()
+        );
+    }
 }
 
 proptest! {
