@@ -91,8 +91,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// removed. A backend with transactions decides and deletes atomically;
     /// the default checks [`last_stored`](Self::last_stored) first, leaving a
     /// short window in which a concurrent re-store is missed (the writer's
-    /// [`NodeGuard`](../../uwf_state/guard/struct.NodeGuard.html) check
-    /// catches that).
+    /// guard, `uwf_state::NodeGuard`, catches that: `docs/state.md`,
+    /// "Collecting beside running work").
     fn remove_if_stale(&self, hash: Hash, cutoff: u64) -> Result<bool> {
         match self.last_stored(hash)? {
             Some(t) if t < cutoff => self.remove(hash),

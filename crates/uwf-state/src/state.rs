@@ -144,7 +144,7 @@ pub enum StateError {
         /// The node that is gone.
         missing: Hash,
     },
-    /// The check of a [`NodeGuard`](crate::guard::NodeGuard) could not
+    /// The check of a [`NodeGuard`] could not
     /// read the node store.
     #[error("cannot check the nodes {root} reaches: {message}")]
     NodeCheck {
