@@ -107,7 +107,12 @@ pub fn run(
     if let Some(err) = child.stderr.take() {
         let tail = Arc::clone(&tail);
         thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
+            // Split on bytes, not `lines()`: a line that is not UTF-8 would
+            // end `lines()`, and an agent still writing would then block on
+            // a full pipe until its timeout.
+            for line in BufReader::new(err).split(b'\n').map_while(Result::ok) {
+                let line = line.strip_suffix(b"\r").unwrap_or(&line);
+                let line = String::from_utf8_lossy(line).into_owned();
                 on_stderr(&line);
                 let mut t = tail
                     .lock()
@@ -299,6 +304,26 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(f.stderr_tail, vec!["oops".to_string()]);
+    }
+
+    #[test]
+    fn stderr_that_is_not_utf8_is_read_to_its_end() {
+        // An invalid line, then enough output to fill a pipe (64 KiB) had
+        // reading stopped there, then a last line.
+        let f = sh(
+            "printf 'bad \\377 line\\r\\n' >&2; \
+             i=0; while [ $i -lt 2000 ]; do echo 'filler line of some length to fill the pipe' >&2; i=$((i+1)); done; \
+             echo last >&2; echo done",
+            Some(Duration::from_secs(60)),
+        );
+        match f.ending {
+            Ending::Exited { code, stdout } => {
+                assert_eq!(code, Some(0));
+                assert_eq!(last_line(&stdout), Some("done"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(f.stderr_tail.last().map(String::as_str), Some("last"));
     }
 
     #[test]
