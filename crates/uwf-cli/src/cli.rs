@@ -525,7 +525,8 @@ step whose role is chosen from $START against the whole thread (a `$START:
 {new, resume}` map takes `resume`), and prints {workflow, thread, head, done}.
 Continue with `uwf thread run --thread <id>`.")]
     Resume {
-        /// The thread id.
+        /// The thread: an id, a unique prefix of one, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
         #[command(flatten)]
         agent: AgentArgs,
@@ -619,7 +620,8 @@ Example: uwf thread prune --dry-run --older-than 0s")]
     /// Write a thread as one self-contained HTML page: the graph with its path, every step.
     #[command(after_help = crate::cmd::view::AFTER_HELP)]
     View {
-        /// The thread id.
+        /// The thread: an id, a unique prefix of one, or @last.
+        #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
         /// Where to write the page; - for stdout [default: uwf-thread-ID.html in the temp dir].
         #[arg(long, value_name = "FILE|-")]

@@ -126,9 +126,12 @@ fn thread_ids_and_workflow_names_complete(backend: Backend) {
             assert!(!env.root().join(file).exists(), "{file} in the root");
         }
     }
-    let threads = complete(&env, &["uwf", "thread", "show", ""]);
-    assert!(threads.contains(&id), "{threads:?}");
-    assert!(threads.contains(&"@last".to_string()), "{threads:?}");
+    // Every command taking a thread offers the ids, `view` and `resume` too.
+    for command in ["show", "view", "resume", "read"] {
+        let threads = complete(&env, &["uwf", "thread", command, ""]);
+        assert!(threads.contains(&id), "{command}: {threads:?}");
+        assert!(threads.contains(&"@last".to_string()), "{command}: {threads:?}");
+    }
     let out = env
         .uwf()
         .env("UWF_COMPLETE", "fish")

@@ -300,6 +300,15 @@ fn prefixes_and_last_name_threads(backend: Backend) {
     assert!(err.contains(&second), "{err}");
     let err = env.fails(&["thread", "show", "ZZZ"]);
     assert!(err.contains("uwf::thread::unknown"), "{err}");
+    // The page and the graph take the same names as every other command.
+    for name in ["@last", &second[..n]] {
+        let html = env.text(&["thread", "view", name, "--html", "-"]);
+        assert!(html.contains(&second), "{name}: {html}");
+        let graph = env.json(&["workflow", "graph", "--thread", name, "--format", "json"]);
+        assert!(graph.is_object(), "{name}: {graph}");
+    }
+    let err = env.fails(&["thread", "view", &first[..n - 1]]);
+    assert!(err.contains("uwf::thread::ambiguous"), "{err}");
 }
 
 // ---------------------------------------------------------------- prune

@@ -135,7 +135,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             output::print(format, &stepped.output)
         }
         ThreadCommand::Resume { thread, agent } => {
-            let id = engine::thread_id(&thread)?;
+            let id = crate::lookup::thread(ctx, &thread)?;
             let opts = StepOptions {
                 agent: agent.agent.as_deref(),
                 timeout: agent.timeout,

@@ -92,7 +92,7 @@ pub fn thread(
     html: Option<PathBuf>,
     format: Option<Format>,
 ) -> Result<(), CliError> {
-    let id = engine::thread_id(thread)?;
+    let id = crate::lookup::thread(ctx, thread)?;
     let head = engine::any_head(ctx, id)?;
     // The state files the page reads must be sound for the thread itself.
     ctx.state().waiting_of(id)?;
@@ -125,7 +125,7 @@ pub fn thread(
 
 /// `uwf workflow graph --thread <id>`: the thread's workflow with its path.
 pub fn graph(ctx: &Ctx, thread: &str, format: Option<Format>) -> Result<(), CliError> {
-    let id = engine::thread_id(thread)?;
+    let id = crate::lookup::thread(ctx, thread)?;
     let view = uwf_moderator::thread::load(ctx.cas(), engine::any_head(ctx, id)?)?;
     let trace = uwf_view::trace::trace(&view);
     let overlay = trace.overlay();
