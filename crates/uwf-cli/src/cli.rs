@@ -477,7 +477,9 @@ Examples:
     #[command(
         after_help = "With --explain, also every transition of the current role with its \
 condition's value: {thread, role, done, prompt, from, transitions: [{index, role, condition, \
-expression, value, holds, error, taken}]}, and `error` when the moderator cannot decide."
+expression, value, holds, error, taken}]}, and `error` when the moderator cannot decide. \
+A finished or killed thread answers too, with `archived` (done or killed): the decision its \
+head leads to, which for a finished thread is the `$END` it ended on."
     )]
     Next {
         /// The thread: its id, a unique prefix of it, or @last.

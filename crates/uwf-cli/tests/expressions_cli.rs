@@ -301,11 +301,11 @@ graph:
     assert_eq!(
         e["transitions"],
         json!([
-            {"index": 0, "role": "$END", "condition": "big", "expression": "steps[-1].output.aa > 5",
+            {"index": 0, "transition": 1, "role": "$END", "condition": "big", "expression": "steps[-1].output.aa > 5",
              "value": false, "holds": false, "taken": false},
-            {"index": 1, "role": "other", "condition": "small", "expression": "steps[-1].output.aa < 5",
+            {"index": 1, "transition": 2, "role": "other", "condition": "small", "expression": "steps[-1].output.aa < 5",
              "value": true, "holds": true, "taken": true},
-            {"index": 2, "role": "$END", "condition": null, "holds": true, "taken": false}
+            {"index": 2, "transition": 3, "role": "$END", "condition": null, "holds": true, "taken": false}
         ])
     );
     // The plain form is unchanged.

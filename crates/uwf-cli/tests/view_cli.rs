@@ -202,6 +202,35 @@ fn graph_overlays_the_threads_path(backend: Backend) {
             .collect::<Vec<_>>()
     );
     assert_eq!(v["visits"]["developer"], 2);
+    // Each hop's transition is numbered as `why` numbers it (from 1), and
+    // as `thread next --explain` numbers the one that ends the thread.
+    let steps = env.json(&["thread", "steps", &id]);
+    let whys: Vec<Value> = steps["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(1)
+        .map(|s| s["why"]["transition"].clone())
+        .collect();
+    let hops: Vec<Value> = v["path"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["transition"].clone())
+        .collect();
+    assert_eq!(hops[..whys.len()], whys[..], "{v:#}");
+    assert_eq!(hops[0], 1, "{v:#}");
+    let explained = env.json(&["thread", "next", &id, "--explain"]);
+    assert_eq!(explained["archived"], "done", "{explained:#}");
+    let taken: Vec<&Value> = explained["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["taken"] == true)
+        .collect();
+    assert_eq!(taken.len(), 1, "{explained:#}");
+    assert_eq!(taken[0]["transition"], hops[hops.len() - 1], "{explained:#}");
+    assert_eq!(taken[0]["role"], "$END", "{explained:#}");
 
     // The plain diagram is unchanged, and the two ways to name a workflow conflict.
     let plain = env.text(&["workflow", "graph", &example("solve-issue.yaml")]);

@@ -550,8 +550,11 @@ fn steps_input<'a>(
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TransitionReport {
-    /// Index in `graph[from]`.
+    /// Index in `graph[from]`, counted from 0 (the position in the list).
     pub index: usize,
+    /// The transition's number, counted from 1: the `#N` that `why`
+    /// (`Why::transition`), validation messages and the graph's JSON use.
+    pub transition: usize,
     /// The transition's target (a role or `$END`).
     pub role: String,
     /// The condition's name; `None` for an unconditional transition.
@@ -601,6 +604,7 @@ fn explain_here(workflow: &WorkflowPayload, ctx: &ModeratorContext) -> Explanati
     for (index, t) in workflow.graph.get(from).into_iter().flatten().enumerate() {
         let mut report = TransitionReport {
             index,
+            transition: index + 1,
             role: t.role.clone(),
             condition: t.condition.clone(),
             expression: None,

@@ -198,13 +198,26 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::Next { thread, explain } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            let view = thread::load(ctx.cas(), engine::active_head(ctx, id)?)?;
+            // An archived thread is asked too: its head decides again what
+            // it decided last (deterministic), so a finished thread shows
+            // the `$END` it ended on and why; `archived` says the thread
+            // will not step again.
+            let (head, archived) = match engine::status(ctx, id)? {
+                engine::Status::Active { head } => (head, None),
+                engine::Status::Archived(e) => {
+                    (e.head, Some(e.reason.unwrap_or_else(|| "done".into())))
+                }
+            };
+            let view = thread::load(ctx.cas(), head)?;
             let decision = view.decide();
             if !explain {
                 let d = decision?;
                 let mut v = json!({ "thread": id, "role": d.next, "done": d.is_end() });
                 if let Some(p) = d.prompt {
                     v["prompt"] = json!(p);
+                }
+                if let Some(a) = archived {
+                    v["archived"] = json!(a);
                 }
                 return output::print(format, &v);
             }
@@ -225,6 +238,9 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                     v["done"] = json!(false);
                     v["error"] = json!(err.to_string());
                 }
+            }
+            if let Some(a) = archived {
+                v["archived"] = json!(a);
             }
             v["from"] = json!(e.from);
             v["transitions"] = serde_json::to_value(&e.transitions)

@@ -141,7 +141,7 @@ pub fn graph(ctx: &Ctx, thread: &str, format: Option<Format>) -> Result<(), CliE
                 .iter()
                 .chain(trace.next.iter().filter(|h| h.to == uwf_protocol::END))
                 .map(|h| {
-                    json!({ "from": h.from, "to": h.to, "transition": h.index, "condition": h.condition })
+                    json!({ "from": h.from, "to": h.to, "transition": h.index.map(|i| i + 1), "condition": h.condition })
                 })
                 .collect();
             output::print(
