@@ -130,7 +130,10 @@ fn thread_ids_and_workflow_names_complete(backend: Backend) {
     for command in ["show", "view", "resume", "read"] {
         let threads = complete(&env, &["uwf", "thread", command, ""]);
         assert!(threads.contains(&id), "{command}: {threads:?}");
-        assert!(threads.contains(&"@last".to_string()), "{command}: {threads:?}");
+        assert!(
+            threads.contains(&"@last".to_string()),
+            "{command}: {threads:?}"
+        );
     }
     let out = env
         .uwf()

@@ -23,6 +23,7 @@ per_backend!(
     a_running_step_shows_in_show_and_list_until_it_ends,
     a_marker_of_a_dead_process_is_stale,
     watch_and_log_follow_a_thread_to_its_end,
+    watch_reports_every_step_even_when_several_land_between_looks,
     watch_stops_when_its_reader_goes_away,
 );
 
@@ -351,6 +352,46 @@ fn watch_and_log_follow_a_thread_to_its_end(backend: Backend) {
     assert!(text.contains("── reviewer · "), "{text}");
     assert_archived(&env, &id, "done");
     assert_store_is_the_database(&env);
+}
+
+fn watch_reports_every_step_even_when_several_land_between_looks(backend: Backend) {
+    use std::io::{BufRead, BufReader};
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let id = start(&env);
+    let mut watch = env
+        .uwf_process()
+        .args(["thread", "watch", &id])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    // Its first look (the thread, no step yet) is printed before the run
+    // starts; then agents that answer at once land steps faster than watch
+    // looks, and each still gets its line, in order.
+    let first = lines.next().unwrap().unwrap();
+    assert!(
+        first.contains(&format!("thread {id} · solve-issue")),
+        "{first}"
+    );
+    let run = env.json(&["thread", "run", &id, "--agent", &solve(&env, "0s")]);
+    assert_eq!(run["done"], true);
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(watch.wait().unwrap().success());
+    let landed: Vec<&String> = rest.iter().filter(|l| l.contains(" landed (")).collect();
+    let roles = ["planner", "developer", "reviewer", "developer", "reviewer"];
+    assert_eq!(landed.len(), roles.len(), "{rest:#?}");
+    for (n, (text, role)) in landed.iter().zip(roles).enumerate() {
+        assert!(
+            text.contains(&format!("step {} {role} landed", n + 1)),
+            "{text}\n{rest:#?}"
+        );
+    }
+    assert!(
+        rest.last().unwrap().ends_with(&format!("thread {id} done")),
+        "{rest:#?}"
+    );
 }
 
 fn watch_stops_when_its_reader_goes_away(backend: Backend) {

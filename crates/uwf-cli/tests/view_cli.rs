@@ -229,7 +229,11 @@ fn graph_overlays_the_threads_path(backend: Backend) {
         .filter(|t| t["taken"] == true)
         .collect();
     assert_eq!(taken.len(), 1, "{explained:#}");
-    assert_eq!(taken[0]["transition"], hops[hops.len() - 1], "{explained:#}");
+    assert_eq!(
+        taken[0]["transition"],
+        hops[hops.len() - 1],
+        "{explained:#}"
+    );
     assert_eq!(taken[0]["role"], "$END", "{explained:#}");
 
     // The plain diagram is unchanged, and the two ways to name a workflow conflict.

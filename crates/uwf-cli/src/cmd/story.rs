@@ -374,7 +374,9 @@ pub fn watch(ctx: &Ctx, id: ThreadId) -> Result<(), CliError> {
         };
         if last_head != Some(head) {
             if last_head.is_some() || archived.is_none() {
-                line(&describe_head(ctx, id, head)?);
+                for text in describe_landed(ctx, id, last_head, head)? {
+                    line(&text);
+                }
             }
             last_head = Some(head);
         }
@@ -431,31 +433,57 @@ pub fn watch(ctx: &Ctx, id: ThreadId) -> Result<(), CliError> {
     }
 }
 
-fn describe_head(ctx: &Ctx, id: ThreadId, head: Hash) -> Result<String, CliError> {
+/// The lines for the steps that landed since `seen` (the head printed
+/// last), oldest first: several steps can land between two polls, and each
+/// gets its line. Without `seen` (the first look), only the head is
+/// described: the thread's start, or its newest step.
+fn describe_landed(
+    ctx: &Ctx,
+    id: ThreadId,
+    seen: Option<Hash>,
+    head: Hash,
+) -> Result<Vec<String>, CliError> {
     let view = uwf_moderator::thread::load(ctx.cas(), head)?;
-    let Some(last) = view.steps.last() else {
-        return Ok(format!(
+    if view.steps.is_empty() {
+        return Ok(vec![format!(
             "{}: thread {id} · {} · {}",
             now_text(),
             view.workflow.name,
             shorten(&view.start.prompt, 60)
-        ));
+        )]);
+    }
+    let newest = view.steps.len() - 1;
+    // A head moves forward along its own chain; a `seen` that is not on it
+    // (never expected) describes only the newest step.
+    let first = match seen {
+        Some(s) if s == view.start_hash => 0,
+        Some(s) => view
+            .steps
+            .iter()
+            .position(|step| step.hash == s)
+            .map_or(newest, |i| i + 1),
+        None => newest,
     };
-    let role = &last.payload.record.role;
-    let why = why_from(&view.workflow, &view.context(), view.steps.len() - 1);
-    let mut text = format!(
-        "{}: step {} {role} landed ({})",
-        now_text(),
-        view.steps.len(),
-        last.hash
-    );
-    if let Some(t) = running::timings(&ctx.root, id).get(&last.hash) {
-        text.push_str(&format!(" in {:.1} s", t.duration_ms as f64 / 1000.0));
+    let whys = why_from(&view.workflow, &view.context(), first);
+    let timings = running::timings(&ctx.root, id);
+    let mut out = Vec::new();
+    for (i, step) in view.steps.iter().enumerate().skip(first) {
+        let role = &step.payload.record.role;
+        let mut text = format!(
+            "{}: step {} {role} landed ({})",
+            now_text(),
+            i + 1,
+            step.hash
+        );
+        if let Some(t) = timings.get(&step.hash) {
+            text.push_str(&format!(" in {:.1} s", t.duration_ms as f64 / 1000.0));
+        }
+        if let Some(w) = whys.get(i - first) {
+            text.push_str(&format!(" · {}", w.summary(role)));
+        }
+        out.push(text);
     }
-    if let Some(w) = why.last() {
-        text.push_str(&format!(" · {}", w.summary(role)));
-    }
-    Ok(text)
+    Ok(out)
 }
 
 fn now_text() -> String {
