@@ -23,6 +23,7 @@ per_backend!(
     a_cause_is_printed_once_and_every_error_has_a_code,
     a_failed_run_names_its_thread_and_resumes_by_id,
     prefixes_and_last_name_threads,
+    a_run_whose_agent_cannot_run_starts_no_thread,
     prune_archives_threads_that_never_took_a_step,
     colour_follows_the_flag_and_the_environment,
     typos_get_suggestions_and_expressions_a_caret,
@@ -268,6 +269,67 @@ fn a_failed_run_names_its_thread_and_resumes_by_id(backend: Backend) {
 }
 
 // ---------------------------------------------------------------- ids
+
+fn a_run_whose_agent_cannot_run_starts_no_thread(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let before = env.state_snapshot();
+    // Retried as people do: each attempt fails before any thread exists.
+    for _ in 0..2 {
+        let out = env.output(&[
+            "thread",
+            "run",
+            &example("solve-issue.yaml"),
+            "-p",
+            "Fix it",
+            "--agent",
+            "uwf-no-such-agent --flag",
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("uwf::agent::spawn"), "{err}");
+        assert!(err.contains("uwf-no-such-agent"), "{err}");
+        assert!(err.contains("no such program in PATH"), "{err}");
+        assert!(!err.contains("the thread is"), "{err}");
+    }
+    // No agent configured at all (the test root has no defaultAgent).
+    let err = env.fails(&[
+        "thread",
+        "run",
+        &example("solve-issue.yaml"),
+        "-p",
+        "Fix it",
+    ]);
+    assert!(err.contains("no agent configured"), "{err}");
+    assert!(!err.contains("the thread is"), "{err}");
+    assert!(env.heads().is_empty(), "{:?}", env.heads());
+    assert_eq!(env.state_snapshot(), before);
+    // `thread start` still starts a thread to run later, agent or not.
+    let id = env.json(&[
+        "thread",
+        "start",
+        &example("solve-issue.yaml"),
+        "-p",
+        "Later",
+    ])["thread"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(env.heads().contains_key(&id));
+    // And a run with a working agent starts and finishes as always.
+    let v = env.json(&[
+        "thread",
+        "run",
+        &example("solve-issue.yaml"),
+        "-p",
+        "Fix it",
+        "--agent",
+        &solve(&env),
+    ]);
+    assert_eq!(v["done"], true, "{v:#}");
+}
 
 fn prefixes_and_last_name_threads(backend: Backend) {
     let Some(env) = Env::on(backend) else {

@@ -661,8 +661,13 @@ fn finished_unknown_and_malformed_threads_are_errors(backend: Backend) {
         let err = env.fails(&args);
         contains_all(&err, &[&done, "is finished (archived)", "uwf thread fork"]);
     }
-    let err = env.fails(&["thread", "next", &done]);
-    contains_all(&err, &["is finished"]);
+    // Asked what comes next, a finished thread answers with the `$END` it
+    // ended on (it is not stepped: nothing changes).
+    let next = env.json(&["thread", "next", &done]);
+    assert_eq!(
+        next,
+        serde_json::json!({"thread": done, "role": "$END", "done": true, "archived": "done"})
+    );
 
     for cmd in ["step", "show", "next", "kill", "steps", "read"] {
         let all = ["thread", cmd, unknown, "--agent", solve.as_str()];

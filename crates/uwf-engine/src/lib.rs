@@ -46,7 +46,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use error::{AgentFailure, EXIT_UNAVAILABLE, EngineError};
-pub use ops::{Ran, Started, apply_offered, fork, kill, ready_to_start, run, start, workflow_of};
+pub use ops::{
+    Ran, Started, apply_offered, check_first_agent, fork, kill, ready_to_start, run, start,
+    workflow_of,
+};
 pub use progress::{NoProgress, Progress};
 pub use step::*;
 use uwf_cas::Cas;

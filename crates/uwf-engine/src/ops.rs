@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use uwf_cas::Hash;
 use uwf_moderator::thread;
-use uwf_protocol::{HistoryEntry, StartNodePayload, StepOutput, ThreadId};
+use uwf_protocol::{
+    HistoryEntry, ModeratorContext, StartNodePayload, StepOutput, ThreadId, WorkflowPayload,
+};
 use uwf_state::GcEpoch;
 
 use crate::check::{CheckError, check_step};
@@ -89,6 +91,65 @@ pub fn start(
         thread: id,
         head: start.hash,
     })
+}
+
+/// Checks, before a front end starts a thread of the workflow `hash`
+/// (`workflow`) with the task `prompt` to step it at once (`thread run
+/// WORKFLOW`), that its first step's agent can run: configured for the role
+/// (`explicit` overrides the configuration, as `--agent` does) and, unless
+/// a person answers it, a program that exists. The error is the one that
+/// step would fail with ([`EngineError::State`] for an agent that is not
+/// configured, [`EngineError::AgentSpawn`] for a program that is not
+/// found), so a run whose agent is missing is refused before any thread
+/// exists, and retrying it does not leave a new idle thread behind each
+/// time. Nothing is written.
+///
+/// A first decision that cannot be made here (a condition that fails) is
+/// left to the step, which reports it in the thread as it always did.
+pub fn check_first_agent(
+    engine: &Engine,
+    hash: Hash,
+    workflow: &WorkflowPayload,
+    prompt: &str,
+    explicit: Option<&str>,
+) -> Result<(), EngineError> {
+    let ctx = ModeratorContext {
+        start: StartNodePayload {
+            workflow: hash,
+            prompt: prompt.to_string(),
+            parent_state: None,
+        },
+        steps: Vec::new(),
+    };
+    let Ok(decision) = uwf_moderator::evaluate(workflow, &ctx) else {
+        return Ok(());
+    };
+    if decision.is_end() || crate::suspend::suspends(&decision) {
+        return Ok(());
+    }
+    let config = engine.state.config()?;
+    let agent = engine.state.resolve_agent_with(
+        config.as_ref(),
+        explicit,
+        &workflow.name,
+        &decision.next,
+    )?;
+    if agent.human {
+        return Ok(());
+    }
+    let path = engine.agent_dir.as_deref().map(crate::spawn::path_with);
+    if crate::spawn::find_program(&agent.command, path).is_none() {
+        let why = if agent.command.contains('/') {
+            "no such executable file"
+        } else {
+            "no such program in PATH"
+        };
+        return Err(EngineError::AgentSpawn {
+            command: agent.command,
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, why),
+        });
+    }
+    Ok(())
 }
 
 /// Starts a new thread at `node`, a StartNode or StepNode of a sound chain

@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
@@ -240,14 +240,27 @@ fn program(command: &str, env: &[(String, std::ffi::OsString)]) -> std::ffi::OsS
     if command.is_empty() || command.contains('/') {
         return command.into();
     }
-    let path = match env.iter().rev().find(|(k, _)| k == "PATH") {
-        Some((_, p)) => Some(p.clone()),
-        None => std::env::var_os("PATH"),
-    };
-    let Some(path) = path else {
-        return command.into();
-    };
-    for dir in std::env::split_paths(&path) {
+    let path = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, p)| p.clone());
+    find_program(command, path).map_or_else(|| command.into(), PathBuf::into_os_string)
+}
+
+/// Where the program `command` is: a name with a slash is itself (if it is
+/// an executable file), a bare name is looked up in `path` (else our
+/// `PATH`) as `execvp` would. `None`: starting it would fail as not found.
+pub fn find_program(command: &str, path: Option<std::ffi::OsString>) -> Option<PathBuf> {
+    if command.is_empty() {
+        return None;
+    }
+    if command.contains('/') {
+        let p = PathBuf::from(command);
+        return is_executable(&p).then_some(p);
+    }
+    let path = path.or_else(|| std::env::var_os("PATH"))?;
+    std::env::split_paths(&path).find_map(|dir| {
         // An empty entry is the current directory, for execvp too.
         let dir = if dir.as_os_str().is_empty() {
             Path::new(".").to_path_buf()
@@ -255,11 +268,8 @@ fn program(command: &str, env: &[(String, std::ffi::OsString)]) -> std::ffi::OsS
             dir
         };
         let candidate = dir.join(command);
-        if is_executable(&candidate) {
-            return candidate.into_os_string();
-        }
-    }
-    command.into()
+        is_executable(&candidate).then_some(candidate)
+    })
 }
 
 /// A regular file (after links) that someone may execute.

@@ -35,6 +35,19 @@ fn start(
     prompt: &str,
     parent: Option<&str>,
 ) -> Result<StartOutput, CliError> {
+    start_for(ctx, workflow_arg, prompt, parent, None)
+}
+
+/// [`start`]; with `run_with` (the `--agent` of `thread run`, if any) the
+/// thread is started only if its first step's agent can run
+/// ([`engine::check_first_agent`]).
+fn start_for(
+    ctx: &Ctx,
+    workflow_arg: &str,
+    prompt: &str,
+    parent: Option<&str>,
+    run_with: Option<Option<&str>>,
+) -> Result<StartOutput, CliError> {
     if prompt.trim().is_empty() {
         return Err(engine::EngineError::EmptyPrompt.into());
     }
@@ -42,6 +55,11 @@ fn start(
     // be added.
     engine::ready_to_start(ctx)?;
     let parent = parent.map(parse_hash).transpose()?;
+    if let Some(explicit) = run_with {
+        // Before anything is registered or started (nothing is written).
+        let (hash, payload) = workflow::resolve(ctx, workflow_arg, false)?;
+        engine::check_first_agent(ctx, hash, &payload, prompt, explicit)?;
+    }
     let (hash, _) = workflow::resolve(ctx, workflow_arg, true)?;
     let started = engine::start(ctx, hash, prompt, parent)?;
     Ok(StartOutput {
@@ -169,7 +187,11 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                     Some(id) => id,
                     None => {
                         let prompt = prompt_text(&prompt)?;
-                        start(ctx, &w, &prompt, parent.as_deref())?.thread
+                        // A run here checks its first agent first; a run
+                        // for the queue is checked by the worker that
+                        // takes it (its machine, its configuration).
+                        let run_with = (!detach).then_some(agent.agent.as_deref());
+                        start_for(ctx, &w, &prompt, parent.as_deref(), run_with)?.thread
                     }
                 },
                 (None, None) => return Err(engine::EngineError::EmptyPrompt.into()),
