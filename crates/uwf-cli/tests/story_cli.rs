@@ -258,6 +258,13 @@ fn a_running_step_shows_in_show_and_list_until_it_ends(backend: Backend) {
     assert_eq!(list[0]["state"], "running");
     assert_eq!(list[0]["task"], "Fix the login bug");
     assert_eq!(list[0]["name"], "solve-issue");
+    // The page says the role runs now, not that `thread step` would run it.
+    let page = env.text(&["thread", "view", &id, "--html", "-"]);
+    assert!(
+        page.contains(r#"<span class="badge-next">running</span> <b>planner</b>"#),
+        "{page}"
+    );
+    assert!(!page.contains("runs it."), "{page}");
     // A running thread is not pruned, however old.
     assert_eq!(
         env.json(&["thread", "prune", "--older-than", "0s"]),

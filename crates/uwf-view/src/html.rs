@@ -356,6 +356,24 @@ fn end(s: &mut String, r: &ThreadReport, gid: &str) {
                 text(&why(h))
             );
         }
+        (Some(h), _) if !r.archived && r.running.as_ref().is_some_and(|run| run.role == h.to) => {
+            let run = r
+                .running
+                .as_ref()
+                .map_or((String::new(), String::new(), 0), |run| {
+                    (run.agent.clone(), run.host.clone(), run.since)
+                });
+            let _ = write!(
+                s,
+                r#"<article class="card next running" data-role="{}"><div class="head"><span class="badge-next">running</span> <b>{}</b></div><p class="why">{}. Running since {} ({} on {}).</p></article>"#,
+                attr(&h.to),
+                text(&h.to),
+                text(&why(h)),
+                text(&when(run.2)),
+                text(&run.0),
+                text(&run.1)
+            );
+        }
         (Some(h), _) if !r.archived => {
             let _ = write!(
                 s,

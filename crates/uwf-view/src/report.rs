@@ -26,6 +26,26 @@ pub trait ThreadState {
     fn head(&self, id: ThreadId) -> Option<Hash>;
     /// Whether thread `id` is archived (done or killed).
     fn archived(&self, id: ThreadId) -> bool;
+    /// The agent working on thread `id` now, if one is known to run.
+    fn running(&self, id: ThreadId) -> Option<RunningNow> {
+        let _ = id;
+        None
+    }
+}
+
+/// An agent at work on a thread when the report was made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningNow {
+    /// The role it works on.
+    pub role: String,
+    /// The agent (alias or command line).
+    pub agent: String,
+    /// The machine.
+    pub host: String,
+    /// When it started (ms since the Unix epoch).
+    pub since: u64,
+    /// The head the step started from.
+    pub head: Hash,
 }
 
 /// A thread, ready to draw.
@@ -43,6 +63,8 @@ pub struct ThreadReport {
     pub archived: bool,
     /// What it waits for, if anything (valid only at its head).
     pub waiting: Option<WaitingRecord>,
+    /// The agent at work on its next step, if one runs from its head.
+    pub running: Option<RunningNow>,
     /// The waiting child thread, when the wait goes through one.
     pub waiting_child: Option<Box<ThreadReport>>,
     /// Failed attempts, newest first.
@@ -100,13 +122,15 @@ fn build<S: Store>(
             step
         })
         .collect();
-    let (archived, waiting, attempts) = match id {
+    let (archived, waiting, running, attempts) = match id {
         Some(id) => {
-            // A wait counts only while the head is the one it was recorded at.
+            // A wait counts only while the head is the one it was recorded
+            // at, and so does a running agent.
             let waiting = state.waiting(id).filter(|w| w.head == view.head);
-            (state.archived(id), waiting, state.attempts(id))
+            let running = state.running(id).filter(|r| r.head == view.head);
+            (state.archived(id), waiting, running, state.attempts(id))
         }
-        None => (false, None, Vec::new()),
+        None => (false, None, None, Vec::new()),
     };
     let waiting_child = waiting
         .as_ref()
@@ -124,6 +148,7 @@ fn build<S: Store>(
         steps,
         archived,
         waiting,
+        running,
         waiting_child,
         attempts,
         depth,

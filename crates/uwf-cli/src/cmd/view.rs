@@ -80,6 +80,17 @@ impl ThreadState for State<'_> {
     fn archived(&self, id: ThreadId) -> bool {
         matches!(engine::status(self.ctx, id), Ok(Status::Archived(_)))
     }
+
+    fn running(&self, id: ThreadId) -> Option<report::RunningNow> {
+        let m = engine::running::live(&self.ctx.root, id)?;
+        Some(report::RunningNow {
+            role: m.role,
+            agent: m.agent,
+            host: m.host,
+            since: m.started_at,
+            head: m.head,
+        })
+    }
 }
 
 /// Failed attempts shown per thread.
