@@ -138,10 +138,19 @@ impl Diagnostic for InThread {
         self.error.severity()
     }
     fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
-        let resume = format!(
-            "the thread is {0}: continue it with `uwf thread run {0}`, or see it with `uwf thread show {0}`",
-            self.thread
-        );
+        let over = matches!(&self.error, CliError::Engine(e) if e.0.thread_is_over());
+        let resume = if over {
+            // Archived: `thread run` would refuse it; a fork goes on.
+            format!(
+                "the thread is {0} and it is over: `uwf thread show {0}` shows where it stopped, `uwf thread fork <hash>` continues from any of its steps (`uwf thread steps {0}` lists them)",
+                self.thread
+            )
+        } else {
+            format!(
+                "the thread is {0}: continue it with `uwf thread run {0}`, or see it with `uwf thread show {0}`",
+                self.thread
+            )
+        };
         Some(Box::new(match self.error.help() {
             Some(h) => format!("{h}\n{resume}"),
             None => resume,
@@ -191,6 +200,37 @@ pub fn use_color(choice: ColorChoice) -> bool {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_that_ended_its_thread_is_not_told_to_run_it_again() {
+        let thread = uwf_protocol::fixtures::thread("T");
+        let help = |e: uwf_engine::EngineError| {
+            CliError::from(e)
+                .in_thread(thread)
+                .help()
+                .map(|h| h.to_string())
+                .unwrap_or_default()
+        };
+        for over in [
+            uwf_engine::EngineError::Killed { thread },
+            uwf_engine::EngineError::KilledBeforeStart { thread },
+            uwf_engine::EngineError::FinishedMeanwhile {
+                thread,
+                reason: "done".into(),
+                head: uwf_protocol::fixtures::hash("H"),
+            },
+        ] {
+            let h = help(over);
+            assert!(!h.contains("thread run"), "{h}");
+            assert!(h.contains(&format!("uwf thread show {thread}")), "{h}");
+            assert!(h.contains("uwf thread fork"), "{h}");
+        }
+        let h = help(uwf_engine::EngineError::Interrupted);
+        assert!(
+            h.contains(&format!("continue it with `uwf thread run {thread}`")),
+            "{h}"
+        );
+    }
 
     #[test]
     fn a_cause_the_message_says_is_skipped() {

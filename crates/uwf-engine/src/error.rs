@@ -251,6 +251,16 @@ impl EngineError {
         )
     }
 
+    /// Whether this says the thread is archived now (killed, finished by
+    /// another step, or finished before): it cannot be run on, only forked.
+    pub fn thread_is_over(&self) -> bool {
+        self.is_killed()
+            || matches!(
+                self,
+                EngineError::FinishedMeanwhile { .. } | EngineError::ThreadFinished { .. }
+            )
+    }
+
     /// Whether this says that the nodes of one thread are missing or
     /// damaged (its head, its chain, its StartNode or Workflow, its attempt
     /// records), as opposed to the whole store failing: a command going

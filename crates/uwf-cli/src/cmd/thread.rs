@@ -178,11 +178,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             detach,
         } => {
             let id = match (thread, workflow) {
-                (Some(t), _) => {
-                    let id = crate::lookup::thread(ctx, &t)?;
-                    engine::active_head(ctx, id)?;
-                    id
-                }
+                (Some(t), _) => crate::lookup::thread(ctx, &t)?,
                 (None, Some(w)) => match resume_target(ctx, &w, &prompt)? {
                     Some(id) => id,
                     None => {
@@ -196,6 +192,23 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 },
                 (None, None) => return Err(engine::EngineError::EmptyPrompt.into()),
             };
+            if let Status::Archived(e) = engine::status(ctx, id)? {
+                // Run to the end, and it is there (an answer finished it,
+                // another run did): its final state, as a run that got
+                // there prints it. A killed or pruned thread is refused.
+                if e.reason.as_deref().unwrap_or("done") != "done" {
+                    return Err(engine::EngineError::ThreadFinished { thread: id }.into());
+                }
+                return output::print(
+                    format,
+                    &StepOutput {
+                        workflow: e.workflow,
+                        thread: id,
+                        head: e.head,
+                        done: true,
+                    },
+                );
+            }
             if detach {
                 let request = uwf_state::runs::RunRequest {
                     agent: agent.agent.clone(),
@@ -513,7 +526,6 @@ fn resume_target(ctx: &Ctx, arg: &str, prompt: &PromptArgs) -> Result<Option<Thr
     if prompt.prompt.is_some() || prompt.prompt_file.is_some() {
         return Err(CliError::PromptOnResume { thread: id });
     }
-    engine::active_head(ctx, id)?;
     Ok(Some(id))
 }
 
