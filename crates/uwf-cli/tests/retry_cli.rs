@@ -158,8 +158,19 @@ fn a_flaky_agent_is_retried_and_the_chain_matches_a_clean_run(backend: Backend) 
     );
     let read = flaky.uwf().args(["thread", "read", &id]).output().unwrap();
     let read = String::from_utf8_lossy(&read.stdout);
-    assert!(read.contains("## Failed attempts"), "{read}");
-    assert!(read.contains("developer attempt 2"), "{read}");
+    // Beside the step they preceded, oldest first; none is still pending.
+    let first = read
+        .find("**Failed before it:** attempt 1 · mock exited with status 1")
+        .unwrap_or_else(|| panic!("{read}"));
+    let second = read
+        .find("**Failed before it:** attempt 2 · mock exited with status 1")
+        .unwrap_or_else(|| panic!("{read}"));
+    assert!(first < second, "{read}");
+    let step = read[..first].rfind("## Step ").unwrap();
+    assert!(read[step..].starts_with("## Step 2 · developer"), "{read}");
+    assert!(!read.contains("## Failed attempts"), "{read}");
+    // And how the thread ended.
+    assert!(read.contains("→ $END: transition #"), "{read}");
 
     // The chain is the one a run that never failed makes.
     let Some(clean) = env_with(backend, "", "") else {

@@ -145,6 +145,13 @@ fn every_step_says_why_it_ran_and_how_long_it_took(backend: Backend) {
     let fail = mock_agent(&env.file("fail.yaml", "roles:\n  planner:\n    - exit: 3\n"));
     env.fails(&["thread", "step", &id, "--agent", &fail]);
     assert_active(&env, &id);
+    // Still pending: listed as the next step's, at the end of the page.
+    let read = env.text(&["thread", "read", &id]);
+    assert!(
+        read.contains("## Failed attempts of the next step"),
+        "{read}"
+    );
+    assert!(read.contains("planner attempt 1"), "{read}");
     env.json(&["thread", "run", &id, "--agent", &solve(&env, "0ms")]);
     assert_archived(&env, &id, "done");
     assert_store_is_the_database(&env);

@@ -19,7 +19,7 @@ pub const WHY_STEPS: usize = 200;
 /// The fewest characters a step takes in `thread read` (its heading, hashes
 /// and output fence).
 const MIN_STEP_BLOCK: usize = 60;
-use uwf_protocol::{ThreadId, ThreadListItem};
+use uwf_protocol::{AttemptRecord, ThreadId, ThreadListItem};
 
 use crate::engine::running::{self, Found, Marker};
 use crate::engine::{self, Ctx, Status};
@@ -335,9 +335,31 @@ pub fn read_notes(
     context.steps.truncate(end);
     let whys = why_from(&view.workflow, &context, first_why);
     let timings = running::timings(&ctx.root, id);
+    // The attempts that failed before each step, by the node they started
+    // from; best effort, like the timings (the page is still worth reading).
+    let mut failed: HashMap<Hash, Vec<(Hash, AttemptRecord)>> = HashMap::new();
+    for (hash, r) in crate::engine::retry::attempts(ctx, id, ATTEMPTS_READ).unwrap_or_default() {
+        failed.entry(r.head).or_default().push((hash, r));
+    }
     let mut out = HashMap::new();
-    for (s, why) in view.steps[first_why..end].iter().zip(&whys) {
-        let mut text = format!("**Why:** {}", why.summary(&s.payload.record.role));
+    for (i, (s, why)) in view.steps[first_why..end].iter().zip(&whys).enumerate() {
+        let at = first_why + i;
+        let from = if at == 0 {
+            view.start_hash
+        } else {
+            view.steps[at - 1].hash
+        };
+        let mut text = String::new();
+        if let Some(list) = failed.get(&from) {
+            // Oldest first, as they happened.
+            for (hash, r) in list.iter().rev() {
+                text.push_str(&format!(
+                    "**Failed before it:** attempt {} · {} {} ({} ms) · `{hash}`\n\n",
+                    r.attempt, r.agent, r.reason, r.duration_ms
+                ));
+            }
+        }
+        text.push_str(&format!("**Why:** {}", why.summary(&s.payload.record.role)));
         if let Some(t) = timings.get(&s.hash) {
             text.push_str(&format!(
                 " · took {:.1} s",
@@ -351,9 +373,39 @@ pub fn read_notes(
                 p.replace('\n', "\n> ")
             ));
         }
+        if at + 1 == view.steps.len()
+            && end == view.steps.len()
+            && let Some(then) = ending(view)
+        {
+            text.push_str(&format!("\n**Then:** {then}\n"));
+        }
         out.insert(s.hash, text);
     }
     out
+}
+
+/// Attempts `thread read` looks at to place failures beside their steps.
+const ATTEMPTS_READ: usize = 200;
+
+/// How a thread goes on from its head when that is `$END`: the transition
+/// that ended it ("reviewer → $END: transition #2, unconditional"), the
+/// same words as `why`. `None` while the thread has a role to run.
+fn ending(view: &ThreadView) -> Option<String> {
+    let context = view.context();
+    let explained = uwf_moderator::explain(&view.workflow, &context);
+    let taken = explained.transitions.iter().find(|t| t.taken)?;
+    if taken.role != uwf_protocol::END {
+        return None;
+    }
+    let how = match (&taken.condition, &taken.value) {
+        (Some(c), Some(v)) => format!("condition `{c}` = {v}"),
+        (Some(c), None) => format!("condition `{c}`"),
+        (None, _) => "unconditional".to_string(),
+    };
+    Some(format!(
+        "{} → $END: transition #{}, {how}; the thread is done",
+        explained.from, taken.transition
+    ))
 }
 
 /// `thread watch`: prints what happens to thread `id` as it happens (a

@@ -419,7 +419,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             let notes = crate::cmd::story::read_notes(ctx, id, &view, quota, before);
             let mut text = read(id, &view, quota, before, &children, &contents, &notes)?;
             if before.is_none() {
-                text.push_str(&attempts_text(ctx, id)?);
+                text.push_str(&attempts_text(ctx, id, view.head)?);
             }
             output::print_text(&text)
         }
@@ -817,12 +817,17 @@ fn add_waiting_and_attempts(ctx: &Ctx, id: ThreadId, v: &mut Value) -> Result<()
 }
 
 /// The failed attempts section of `thread read` ("" when there are none).
-fn attempts_text(ctx: &Ctx, id: ThreadId) -> Result<String, CliError> {
-    let attempts = engine::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?;
+fn attempts_text(ctx: &Ctx, id: ThreadId, head: Hash) -> Result<String, CliError> {
+    // The attempts before a landed step are shown beside it
+    // (`read_notes`); these are the ones of the step still to come.
+    let attempts: Vec<_> = engine::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?
+        .into_iter()
+        .filter(|(_, r)| r.head == head)
+        .collect();
     if attempts.is_empty() {
         return Ok(String::new());
     }
-    let mut out = String::from("## Failed attempts (newest first)\n\n");
+    let mut out = String::from("## Failed attempts of the next step (newest first)\n\n");
     for (hash, r) in &attempts {
         let _ = writeln!(
             out,
