@@ -272,6 +272,9 @@ fn a_running_step_shows_in_show_and_list_until_it_ends(backend: Backend) {
         "{page}"
     );
     assert!(!page.contains("runs it."), "{page}");
+    if let Some(db) = &env.db {
+        from_another_root_on_the_same_database(&env, db, &id);
+    }
     // A running thread is not pruned, however old.
     assert_eq!(
         env.json(&["thread", "prune", "--older-than", "0s"]),
@@ -293,7 +296,70 @@ fn a_running_step_shows_in_show_and_list_until_it_ends(backend: Backend) {
     assert!(show.get("running").is_none(), "{show:#}");
     assert_eq!(show["state"], "killed");
     assert!(!marker_path(&env, &id).exists());
+    if env.db.is_some() {
+        let tables = env.tables();
+        assert!(
+            tables.get("uwf_running").is_none_or(Vec::is_empty),
+            "{tables:?}"
+        );
+    }
     assert_archived(&env, &id, "killed");
+}
+
+/// On PostgreSQL the marker is in the database too: `uwf` on another root
+/// (another machine) sees the running step, and where its log is.
+fn from_another_root_on_the_same_database(env: &Env, db: &uwf_pg_testing::TestDb, id: &str) {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let there = |args: &[&str]| {
+        let out = env
+            .uwf()
+            .env("UNCAGED_WORKFLOW_STORAGE_ROOT", elsewhere.path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        out
+    };
+    let json = |args: &[&str]| -> Value { serde_json::from_slice(&there(args).stdout).unwrap() };
+    let show = json(&["thread", "show", id]);
+    assert_eq!(show["state"], "running", "{show:#}");
+    assert!(
+        show["running"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("running planner for "),
+        "{show:#}"
+    );
+    let page = String::from_utf8(there(&["thread", "view", id, "--html", "-"]).stdout).unwrap();
+    assert!(page.contains(r#"<span class="badge-next">running</span>"#));
+    // As another machine sees it: the marker names a host that is not this one.
+    let mut client = db.client();
+    let row = client
+        .query_one("SELECT marker FROM uwf_running WHERE thread = $1", &[&id])
+        .unwrap();
+    let original: String = row.get(0);
+    let mut marker: Value = serde_json::from_str(&original).unwrap();
+    marker["host"] = "build-9".into();
+    client
+        .execute(
+            "UPDATE uwf_running SET marker = $2 WHERE thread = $1",
+            &[&id, &marker.to_string()],
+        )
+        .unwrap();
+    let show = json(&["thread", "show", id]);
+    assert_eq!(show["running"]["host"], "build-9", "{show:#}");
+    let log = there(&["thread", "log", id]);
+    let said = String::from_utf8_lossy(&log.stderr);
+    assert!(
+        said.contains("planner runs on build-9; its stderr is logged there"),
+        "{said}"
+    );
+    client
+        .execute(
+            "UPDATE uwf_running SET marker = $2 WHERE thread = $1",
+            &[&id, &original],
+        )
+        .unwrap();
 }
 
 fn a_marker_of_a_dead_process_is_stale(backend: Backend) {

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use uwf_protocol::{Hash, ThreadId};
+use uwf_state::ThreadStore;
 
 /// The marker of a running agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -152,14 +153,61 @@ pub fn find(root: &Path, thread: ThreadId) -> Option<Found> {
     if marker.host != host() {
         return Some(Found::Live(marker));
     }
+    Some(checked(marker))
+}
+
+/// A marker of this machine as its process says: live or stale.
+fn checked(marker: Marker) -> Found {
     if alive(marker.pid, marker.pid_start) {
-        Some(Found::Live(marker))
+        Found::Live(marker)
     } else {
         let why = format!(
             "process {} on {} is gone; the step it ran was never applied",
             marker.pid, marker.host
         );
-        Some(Found::Stale(marker, why))
+        Found::Stale(marker, why)
+    }
+}
+
+/// [`find`], then — for a store that shares its markers with every machine
+/// ([`ThreadStore::shares_running`], a database) — the store's marker: an
+/// agent running on another machine, or started from another root. A
+/// marker of this machine is checked like a local one (its process must
+/// be alive); one of another machine counts while the thread's head is
+/// still the one its step started from.
+pub fn find_shared(root: &Path, store: &dyn ThreadStore, thread: ThreadId) -> Option<Found> {
+    if let Some(found) = find(root, thread) {
+        return Some(found);
+    }
+    if !store.shares_running() {
+        return None;
+    }
+    let text = store
+        .running_marker(thread)
+        .map_err(|e| tracing::debug!(%thread, "cannot read the running marker: {e}"))
+        .ok()??;
+    let marker: Marker = serde_json::from_str(&text).ok()?;
+    if marker.host == host() {
+        return Some(checked(marker));
+    }
+    match store.thread_head(thread) {
+        Ok(Some(head)) if head == marker.head => Some(Found::Live(marker)),
+        Ok(_) => {
+            let why = format!(
+                "the thread moved on from the head the step on {} started from",
+                marker.host
+            );
+            Some(Found::Stale(marker, why))
+        }
+        Err(_) => Some(Found::Live(marker)),
+    }
+}
+
+/// [`find_shared`]'s live marker, if an agent of `thread` runs now.
+pub fn live_shared(root: &Path, store: &dyn ThreadStore, thread: ThreadId) -> Option<Marker> {
+    match find_shared(root, store, thread)? {
+        Found::Live(m) => Some(m),
+        Found::Stale(..) => None,
     }
 }
 
@@ -188,6 +236,9 @@ pub struct Running {
     marker: Marker,
     path: PathBuf,
     log: Arc<Mutex<Option<std::fs::File>>>,
+    /// The store that shares the marker with other machines, and the
+    /// marker as put there (removed only if it is still that).
+    shared: Option<(Arc<dyn ThreadStore>, String)>,
 }
 
 impl Running {
@@ -196,6 +247,7 @@ impl Running {
     /// agent runs unobserved (a warning says so).
     pub fn start(
         root: &Path,
+        store: &Arc<dyn ThreadStore>,
         thread: ThreadId,
         role: &str,
         agent: &str,
@@ -218,6 +270,17 @@ impl Running {
         };
         let path = marker_path(root, thread);
         write_marker(&path, &marker);
+        let shared = store
+            .shares_running()
+            .then(|| serde_json::to_string(&marker).ok())
+            .flatten()
+            .and_then(|text| match store.put_running(thread, &text) {
+                Ok(()) => Some((Arc::clone(store), text)),
+                Err(e) => {
+                    tracing::warn!("cannot record the running agent in the store: {e}");
+                    None
+                }
+            });
         let log = open_log(&marker.log).map(|mut f| {
             let _ = writeln!(
                 f,
@@ -233,6 +296,7 @@ impl Running {
             marker,
             path,
             log: Arc::new(Mutex::new(log)),
+            shared,
         }
     }
 
@@ -308,6 +372,12 @@ impl Drop for Running {
         if ours {
             let _ = std::fs::remove_file(&self.path);
         }
+        if let Some((store, text)) = &self.shared
+            && let Err(e) = store.clear_running(self.marker.thread, text)
+        {
+            // Left behind, it reads as stale once the head moves on.
+            tracing::warn!("cannot remove the running agent's marker from the store: {e}");
+        }
     }
 }
 
@@ -374,12 +444,18 @@ mod tests {
     use super::*;
     use uwf_protocol::fixtures::{hash as h, thread as t};
 
+    /// The filesystem store of `root`, which keeps markers in files only.
+    fn local(root: &Path) -> Arc<dyn ThreadStore> {
+        Arc::new(uwf_state::StateDir::new(root))
+    }
+
     #[test]
     fn a_marker_lives_while_held_and_a_dead_process_is_stale() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let root = dir.path();
         {
-            let running = Running::start(root, t("T"), "developer", "agent", h("H"), 1);
+            let running =
+                Running::start(root, &local(root), t("T"), "developer", "agent", h("H"), 1);
             running.sink()("a line");
             match find(root, t("T")) {
                 Some(Found::Live(m)) => assert_eq!(m.role, "developer"),
@@ -498,7 +574,7 @@ mod tests {
     fn a_live_step_records_its_agent_and_keeps_its_marker_until_dropped() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let root = dir.path();
-        let running = Running::start(root, t("T"), "developer", "agent", h("H"), 1);
+        let running = Running::start(root, &local(root), t("T"), "developer", "agent", h("H"), 1);
         running.agent_started(std::process::id());
         match find(root, t("T")) {
             Some(Found::Live(m)) => assert_eq!(m.agent_pid, Some(std::process::id())),

@@ -380,10 +380,9 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     let cancel = a.cancel.clone();
     let state = &ctx.state;
     // The marker `thread show`/`list`/`watch` read, and the stderr log.
-    let running = ctx
-        .run_dir
-        .as_deref()
-        .map(|dir| crate::running::Running::start(dir, id, role, &agent.label, head, started_at));
+    let running = ctx.run_dir.as_deref().map(|dir| {
+        crate::running::Running::start(dir, &ctx.state, id, role, &agent.label, head, started_at)
+    });
     let on_start = |pid: u32| {
         if let Some(r) = &running {
             r.agent_started(pid);

@@ -214,6 +214,36 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         write: &mut dyn FnMut(Option<Hash>) -> Result<Hash, StateError>,
     ) -> Result<Hash, StateError>;
 
+    // ----- running agents -------------------------------------------------
+
+    /// Whether this store keeps the running markers of agents itself, so
+    /// that every machine using it sees what runs where (a shared database).
+    /// A store that does not (a directory, one machine) leaves the markers
+    /// to the files beside the local root (docs/state.md, "What is running").
+    fn shares_running(&self) -> bool {
+        false
+    }
+
+    /// Records `marker` (a running marker, JSON) as what runs for `thread`
+    /// now, replacing the one before. Not a root for garbage collection.
+    fn put_running(&self, thread: ThreadId, marker: &str) -> Result<(), StateError> {
+        let _ = (thread, marker);
+        Ok(())
+    }
+
+    /// Removes the marker of `thread` if it is still `marker` (exactly as
+    /// put): a later step's marker is kept.
+    fn clear_running(&self, thread: ThreadId, marker: &str) -> Result<(), StateError> {
+        let _ = (thread, marker);
+        Ok(())
+    }
+
+    /// The marker of `thread` as put, if any.
+    fn running_marker(&self, thread: ThreadId) -> Result<Option<String>, StateError> {
+        let _ = thread;
+        Ok(None)
+    }
+
     // ----- concurrency (seed 004) ----------------------------------------
 
     /// Takes a slot of `workflow` as `limits` say, calling `on_wait` while

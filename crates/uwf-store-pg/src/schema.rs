@@ -138,6 +138,18 @@ CREATE TABLE uwf_gc (
 INSERT INTO uwf_gc (epoch) VALUES (0);
 "#,
     },
+    Migration {
+        version: 6,
+        name: "running markers seen from every machine",
+        // One row per thread whose agent runs now: the marker the step
+        // wrote (JSON text, compared as written when it is removed).
+        sql: r#"
+CREATE TABLE uwf_running (
+    thread text COLLATE "C" PRIMARY KEY,
+    marker text NOT NULL
+);
+"#,
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -472,6 +472,44 @@ impl ThreadStore for PgStore {
         Ok(row.map(|r| self.parse_waiting(&id, r.get(0))).transpose()?)
     }
 
+    fn shares_running(&self) -> bool {
+        true
+    }
+
+    fn put_running(&self, thread: ThreadId, marker: &str) -> Result<(), StateError> {
+        // One autocommit statement, no store lock: a marker is no root of
+        // garbage collection and no part of a thread's state.
+        self.conn()?
+            .execute(
+                "INSERT INTO uwf_running (thread, marker) VALUES ($1, $2) \
+                 ON CONFLICT (thread) DO UPDATE SET marker = EXCLUDED.marker",
+                &[&thread.to_string(), &marker],
+            )
+            .map_err(self.err("record a running agent"))?;
+        Ok(())
+    }
+
+    fn clear_running(&self, thread: ThreadId, marker: &str) -> Result<(), StateError> {
+        self.conn()?
+            .execute(
+                "DELETE FROM uwf_running WHERE thread = $1 AND marker = $2",
+                &[&thread.to_string(), &marker],
+            )
+            .map_err(self.err("remove a running agent's marker"))?;
+        Ok(())
+    }
+
+    fn running_marker(&self, thread: ThreadId) -> Result<Option<String>, StateError> {
+        let row = self
+            .conn()?
+            .query_opt(
+                "SELECT marker FROM uwf_running WHERE thread = $1",
+                &[&thread.to_string()],
+            )
+            .map_err(self.err("read a running agent's marker"))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
     fn mark_waiting(&self, thread: ThreadId, record: WaitingRecord) -> Result<bool, StateError> {
         let id = thread.to_string();
         let head = record.head.to_string();

@@ -804,3 +804,24 @@ fn a_damaged_run_row_is_reported_corrupt() {
     let next = store.claim("w", &[], lease).unwrap().unwrap();
     assert_eq!(next.thread(), t2);
 }
+
+#[test]
+fn running_markers_are_shared_and_only_their_own_is_removed() {
+    use uwf_state::ThreadStore;
+    let Some((store, _db)) = fresh() else {
+        return;
+    };
+    let thread = uwf_protocol::ThreadId::new();
+    assert!(store.shares_running());
+    assert_eq!(store.running_marker(thread).unwrap(), None);
+    store.put_running(thread, r#"{"step":1}"#).unwrap();
+    // A later step's marker replaces it; removing the earlier one keeps it.
+    store.put_running(thread, r#"{"step":2}"#).unwrap();
+    store.clear_running(thread, r#"{"step":1}"#).unwrap();
+    assert_eq!(
+        store.running_marker(thread).unwrap().as_deref(),
+        Some(r#"{"step":2}"#)
+    );
+    store.clear_running(thread, r#"{"step":2}"#).unwrap();
+    assert_eq!(store.running_marker(thread).unwrap(), None);
+}

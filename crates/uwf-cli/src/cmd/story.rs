@@ -42,7 +42,7 @@ pub fn coarse(ms: u64) -> String {
 
 /// The live marker of thread `id`, if an agent of it runs now.
 pub fn running_now(ctx: &Ctx, id: ThreadId) -> Option<Marker> {
-    running::live(&ctx.root, id)
+    running::live_shared(&ctx.root, ctx.state(), id)
 }
 
 /// "running developer for 42 s on host".
@@ -90,7 +90,7 @@ fn workflow_name(ctx: &Ctx, workflow: Hash, names: &mut HashMap<Hash, String>) -
 /// (for a person), `failed` (its last attempt at this head failed),
 /// else `idle`.
 fn active_state(ctx: &Ctx, id: ThreadId, head: Hash) -> Result<&'static str, CliError> {
-    if running::live(&ctx.root, id).is_some() {
+    if running::live_shared(&ctx.root, ctx.state(), id).is_some() {
         return Ok("running");
     }
     if ctx.state().waiting_of(id)?.is_some() {
@@ -233,7 +233,7 @@ pub fn add_to_show(ctx: &Ctx, id: ThreadId, v: &mut Value) -> Result<(), CliErro
     } else {
         active_state(ctx, id, head)?.to_string()
     });
-    match running::find(&ctx.root, id) {
+    match running::find_shared(&ctx.root, ctx.state(), id) {
         Some(Found::Live(m)) => v["running"] = marker_json(&m),
         Some(Found::Stale(m, why)) => {
             let mut s = marker_json(&m);
@@ -432,7 +432,7 @@ pub fn watch(ctx: &Ctx, id: ThreadId) -> Result<(), CliError> {
             }
             last_head = Some(head);
         }
-        let marker = running::live(&ctx.root, id);
+        let marker = running::live_shared(&ctx.root, ctx.state(), id);
         if marker != last_marker {
             if let Some(m) = &marker {
                 line(&format!(
@@ -553,6 +553,18 @@ fn line(text: &str) {
 pub fn log(ctx: &Ctx, id: ThreadId, follow: bool) -> Result<(), CliError> {
     engine::status(ctx, id)?;
     let path = running::log_path(&ctx.root, id);
+    // The log is kept by the machine that runs the agent: from another
+    // one (a shared database), say where it is instead of showing nothing.
+    if let Some(m) = running::live_shared(&ctx.root, ctx.state(), id)
+        && m.host != running::host()
+    {
+        eprintln!(
+            "uwf: {} runs on {}; its stderr is logged there, in {} (this machine has only what ran here)",
+            m.role,
+            m.host,
+            m.log.display()
+        );
+    }
     let mut offset = 0u64;
     loop {
         if let Ok(mut f) = std::fs::File::open(&path) {
@@ -578,7 +590,7 @@ pub fn log(ctx: &Ctx, id: ThreadId, follow: bool) -> Result<(), CliError> {
             return Ok(());
         }
         if matches!(engine::status(ctx, id)?, Status::Archived(_))
-            && running::live(&ctx.root, id).is_none()
+            && running::live_shared(&ctx.root, ctx.state(), id).is_none()
         {
             // One last read for what the last agent wrote.
             let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);

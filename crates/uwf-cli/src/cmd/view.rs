@@ -82,7 +82,7 @@ impl ThreadState for State<'_> {
     }
 
     fn running(&self, id: ThreadId) -> Option<report::RunningNow> {
-        let m = engine::running::live(&self.ctx.root, id)?;
+        let m = engine::running::live_shared(&self.ctx.root, self.ctx.state(), id)?;
         Some(report::RunningNow {
             role: m.role,
             agent: m.agent,
