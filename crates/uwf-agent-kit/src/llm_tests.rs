@@ -596,6 +596,7 @@ fn role_model_and_config_access() {
         uwf_protocol::ModelConfig {
             provider: "mock".into(),
             name: "cheap-1".into(),
+            price: None,
         },
     );
     config.role_models = Some(

@@ -1,4 +1,4 @@
-//! Retries and timeouts per role, from `config.yaml` (deployment settings,
+//! Retries, timeouts and `uwf-agent`'s policy per role, from `config.yaml` (deployment settings,
 //! never workflow data).
 //!
 //! ```yaml
@@ -21,7 +21,10 @@ use std::time::Duration;
 
 use miette::Diagnostic;
 use thiserror::Error;
-use uwf_protocol::{RetriesEntry, RetryPolicyConfig, TimeoutsEntry, WorkflowConfig};
+use uwf_protocol::{
+    AgentPolicyConfig, AgentPolicyEntry, RetriesEntry, RetryPolicyConfig, TimeoutsEntry,
+    WorkflowConfig,
+};
 
 use crate::state::CONFIG_FILE;
 
@@ -203,6 +206,127 @@ pub fn timeout(
     Ok(found)
 }
 
+/// What `uwf-agent` may do and spend in one step of a role, from
+/// `agentPolicy` in `config.yaml` (docs/agents.md, "uwf-agent"). The most
+/// specific setting wins, field by field, as for retries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentPolicy {
+    /// No writing tools and no commands.
+    pub read_only: bool,
+    /// When set, the only programs a command may start.
+    pub allow_commands: Option<Vec<String>>,
+    /// Programs a command may never start.
+    pub deny_commands: Vec<String>,
+    /// The longest one command may run.
+    pub command_timeout: Duration,
+    /// The most model calls in one step.
+    pub max_turns: u32,
+    /// The most tokens in one step, if limited.
+    pub max_tokens: Option<u64>,
+    /// The most dollars one step may cost, if limited.
+    pub max_cost_usd: Option<f64>,
+    /// The longest one step may take, if limited.
+    pub max_wall_time: Option<Duration>,
+}
+
+impl AgentPolicy {
+    /// What applies when `config.yaml` says nothing: tools allowed,
+    /// commands limited to 2 minutes, 50 model calls a step.
+    pub fn standard() -> Self {
+        AgentPolicy {
+            read_only: false,
+            allow_commands: None,
+            deny_commands: Vec::new(),
+            command_timeout: Duration::from_secs(120),
+            max_turns: 50,
+            max_tokens: None,
+            max_cost_usd: None,
+            max_wall_time: None,
+        }
+    }
+
+    fn apply(&mut self, key: &str, c: &AgentPolicyConfig) -> Result<(), PolicyError> {
+        if let Some(r) = c.read_only {
+            self.read_only = r;
+        }
+        if let Some(a) = &c.allow_commands {
+            self.allow_commands = Some(a.clone());
+        }
+        if let Some(d) = &c.deny_commands {
+            self.deny_commands = d.clone();
+        }
+        if let Some(t) = &c.command_timeout {
+            self.command_timeout = parse_duration(&format!("{key}.commandTimeout"), t)?;
+        }
+        if let Some(n) = c.max_turns {
+            if n == 0 {
+                return Err(PolicyError::new(
+                    format!("{key}.maxTurns"),
+                    "a step needs at least 1 model call",
+                ));
+            }
+            self.max_turns = n;
+        }
+        if let Some(n) = c.max_tokens {
+            self.max_tokens = Some(n);
+        }
+        if let Some(n) = &c.max_cost_usd {
+            let v = n.as_f64().unwrap_or(f64::NAN);
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(PolicyError::new(
+                    format!("{key}.maxCostUsd"),
+                    format!("expected a number of dollars, not {n}"),
+                ));
+            }
+            self.max_cost_usd = Some(v);
+        }
+        if let Some(t) = &c.max_wall_time {
+            self.max_wall_time = Some(parse_duration(&format!("{key}.maxWallTime"), t)?);
+        }
+        Ok(())
+    }
+}
+
+/// The `uwf-agent` policy of `role` in `workflow`: [`AgentPolicy::standard`]
+/// changed by `agentPolicy.default`, then the workflow's entry (a policy,
+/// or its `default` and the role's).
+pub fn agent_policy(
+    config: Option<&WorkflowConfig>,
+    workflow: &str,
+    role: &str,
+) -> Result<AgentPolicy, PolicyError> {
+    let mut policy = AgentPolicy::standard();
+    let Some(config) = config else {
+        return Ok(policy);
+    };
+    match config.agent_policy.get("default") {
+        Some(AgentPolicyEntry::Policy(p)) => policy.apply("agentPolicy.default", p)?,
+        Some(AgentPolicyEntry::Roles(_)) => {
+            return Err(PolicyError::new(
+                "agentPolicy.default",
+                "expected a policy {readOnly, allowCommands, denyCommands, commandTimeout, maxTurns, maxTokens, maxCostUsd, maxWallTime}",
+            ));
+        }
+        None => {}
+    }
+    if workflow == "default" {
+        return Ok(policy);
+    }
+    match config.agent_policy.get(workflow) {
+        Some(AgentPolicyEntry::Policy(p)) => policy.apply(&format!("agentPolicy.{workflow}"), p)?,
+        Some(AgentPolicyEntry::Roles(roles)) => {
+            if let Some(p) = roles.get("default") {
+                policy.apply(&format!("agentPolicy.{workflow}.default"), p)?;
+            }
+            if let Some(p) = roles.get(role).filter(|_| role != "default") {
+                policy.apply(&format!("agentPolicy.{workflow}.{role}"), p)?;
+            }
+        }
+        None => {}
+    }
+    Ok(policy)
+}
+
 /// Checks every `retries` and `timeouts` setting of `config` at once (the
 /// steps that use one check only theirs): for a configuration about to be
 /// shared by many machines, where a bad setting would fail their steps.
@@ -220,9 +344,16 @@ pub fn check(config: &WorkflowConfig) -> Result<(), PolicyError> {
             pairs.extend(roles.keys().map(|role| (workflow.as_str(), role.as_str())));
         }
     }
+    for (workflow, entry) in &config.agent_policy {
+        pairs.push((workflow, "default"));
+        if let AgentPolicyEntry::Roles(roles) = entry {
+            pairs.extend(roles.keys().map(|role| (workflow.as_str(), role.as_str())));
+        }
+    }
     for (workflow, role) in pairs {
         retry_policy(Some(config), workflow, role)?;
         timeout(Some(config), workflow, role)?;
+        agent_policy(Some(config), workflow, role)?;
     }
     Ok(())
 }
@@ -274,6 +405,64 @@ mod tests {
             (2, Duration::from_secs(10), 2.0)
         );
         assert_eq!(retry_policy(None, "w", "r").ok(), Some(RetryPolicy::NONE));
+    }
+
+    #[test]
+    fn agent_policies_merge_field_by_field() {
+        let c = config(
+            "agentPolicy:\n  default: { maxTurns: 10, denyCommands: [curl] }\n  fix:\n    default: { commandTimeout: 5s }\n    reviewer: { readOnly: true, maxCostUsd: 0.25 }\n  flat: { allowCommands: [sh], maxWallTime: 1m, maxTokens: 900 }\n",
+        );
+        let p = |w: &str, r: &str| agent_policy(Some(&c), w, r).unwrap_or_else(|e| panic!("{e}"));
+        let rev = p("fix", "reviewer");
+        assert!(rev.read_only);
+        assert_eq!(rev.max_turns, 10);
+        assert_eq!(rev.deny_commands, vec!["curl".to_string()]);
+        assert_eq!(rev.command_timeout, Duration::from_secs(5));
+        assert_eq!(rev.max_cost_usd, Some(0.25));
+        let dev = p("fix", "developer");
+        assert!(!dev.read_only);
+        assert_eq!(dev.max_cost_usd, None);
+        let flat = p("flat", "x");
+        assert_eq!(flat.allow_commands, Some(vec!["sh".to_string()]));
+        assert_eq!(flat.max_wall_time, Some(Duration::from_secs(60)));
+        assert_eq!(flat.max_tokens, Some(900));
+        assert_eq!(
+            flat.command_timeout,
+            AgentPolicy::standard().command_timeout
+        );
+        assert_eq!(
+            agent_policy(None, "w", "r").ok(),
+            Some(AgentPolicy::standard())
+        );
+        for (yaml, key) in [
+            (
+                "agentPolicy:\n  w: { r: { maxTurns: 0 } }\n",
+                "agentPolicy.w.r.maxTurns",
+            ),
+            (
+                "agentPolicy:\n  w: { maxWallTime: soon }\n",
+                "agentPolicy.w.maxWallTime",
+            ),
+            (
+                "agentPolicy:\n  default: { maxCostUsd: -1 }\n",
+                "agentPolicy.default.maxCostUsd",
+            ),
+            (
+                "agentPolicy:\n  default: { r: {} }\n",
+                "agentPolicy.default",
+            ),
+        ] {
+            match check(&config(yaml)) {
+                Err(e) => assert_eq!(e.key, key, "{yaml}"),
+                Ok(()) => panic!("accepted:\n{yaml}"),
+            }
+        }
+        assert!(
+            serde_yaml::from_str::<WorkflowConfig>(
+                "agentPolicy:\n  w: { readOnly: true, maxTurn: 3 }\n"
+            )
+            .is_err()
+        );
     }
 
     #[test]
