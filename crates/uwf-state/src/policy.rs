@@ -139,32 +139,58 @@ pub fn retry_policy(
     let Some(config) = config else {
         return Ok(policy);
     };
-    match config.retries.get("default") {
-        Some(RetriesEntry::Policy(p)) => policy.apply("retries.default", p)?,
-        Some(RetriesEntry::Roles(_)) => {
-            return Err(PolicyError::new(
-                "retries.default",
-                "expected a policy {max, backoff, factor}",
-            ));
-        }
+    let layers = most_specific_last(
+        "retries",
+        &config.retries,
+        workflow,
+        role,
+        "expected a policy {max, backoff, factor}",
+        |e| match e {
+            RetriesEntry::Policy(p) => Ok(p),
+            RetriesEntry::Roles(r) => Err(r),
+        },
+    )?;
+    for (key, p) in layers {
+        policy.apply(&key, p)?;
+    }
+    Ok(policy)
+}
+
+/// The policies of a `{default: policy, <workflow>: policy | {role:
+/// policy}}` section that apply to `role` of `workflow`, with their keys,
+/// least specific first: `default`, then the workflow's policy, or its
+/// `default` and the role's. `split` tells a policy from a role map; a
+/// role map as `default` is an error saying `expected`.
+fn most_specific_last<'a, E, P>(
+    section: &str,
+    entries: &'a std::collections::BTreeMap<String, E>,
+    workflow: &str,
+    role: &str,
+    expected: &str,
+    split: impl Fn(&'a E) -> Result<&'a P, &'a std::collections::BTreeMap<String, P>>,
+) -> Result<Vec<(String, &'a P)>, PolicyError> {
+    let mut out = Vec::new();
+    match entries.get("default").map(&split) {
+        Some(Ok(p)) => out.push((format!("{section}.default"), p)),
+        Some(Err(_)) => return Err(PolicyError::new(format!("{section}.default"), expected)),
         None => {}
     }
     if workflow == "default" {
-        return Ok(policy);
+        return Ok(out);
     }
-    match config.retries.get(workflow) {
-        Some(RetriesEntry::Policy(p)) => policy.apply(&format!("retries.{workflow}"), p)?,
-        Some(RetriesEntry::Roles(roles)) => {
+    match entries.get(workflow).map(&split) {
+        Some(Ok(p)) => out.push((format!("{section}.{workflow}"), p)),
+        Some(Err(roles)) => {
             if let Some(p) = roles.get("default") {
-                policy.apply(&format!("retries.{workflow}.default"), p)?;
+                out.push((format!("{section}.{workflow}.default"), p));
             }
             if let Some(p) = roles.get(role).filter(|_| role != "default") {
-                policy.apply(&format!("retries.{workflow}.{role}"), p)?;
+                out.push((format!("{section}.{workflow}.{role}"), p));
             }
         }
         None => {}
     }
-    Ok(policy)
+    Ok(out)
 }
 
 /// The timeout of `role` in `workflow`, if any is configured.
@@ -299,35 +325,24 @@ pub fn agent_policy(
     let Some(config) = config else {
         return Ok(policy);
     };
-    match config.agent_policy.get("default") {
-        Some(AgentPolicyEntry::Policy(p)) => policy.apply("agentPolicy.default", p)?,
-        Some(AgentPolicyEntry::Roles(_)) => {
-            return Err(PolicyError::new(
-                "agentPolicy.default",
-                "expected a policy {readOnly, allowCommands, denyCommands, commandTimeout, maxTurns, maxTokens, maxCostUsd, maxWallTime}",
-            ));
-        }
-        None => {}
-    }
-    if workflow == "default" {
-        return Ok(policy);
-    }
-    match config.agent_policy.get(workflow) {
-        Some(AgentPolicyEntry::Policy(p)) => policy.apply(&format!("agentPolicy.{workflow}"), p)?,
-        Some(AgentPolicyEntry::Roles(roles)) => {
-            if let Some(p) = roles.get("default") {
-                policy.apply(&format!("agentPolicy.{workflow}.default"), p)?;
-            }
-            if let Some(p) = roles.get(role).filter(|_| role != "default") {
-                policy.apply(&format!("agentPolicy.{workflow}.{role}"), p)?;
-            }
-        }
-        None => {}
+    let layers = most_specific_last(
+        "agentPolicy",
+        &config.agent_policy,
+        workflow,
+        role,
+        "expected a policy {readOnly, allowCommands, denyCommands, commandTimeout, maxTurns, maxTokens, maxCostUsd, maxWallTime}",
+        |e| match e {
+            AgentPolicyEntry::Policy(p) => Ok(p),
+            AgentPolicyEntry::Roles(r) => Err(r),
+        },
+    )?;
+    for (key, p) in layers {
+        policy.apply(&key, p)?;
     }
     Ok(policy)
 }
 
-/// Checks every `retries` and `timeouts` setting of `config` at once (the
+/// Checks every `retries`, `timeouts` and `agentPolicy` setting of `config` at once (the
 /// steps that use one check only theirs): for a configuration about to be
 /// shared by many machines, where a bad setting would fail their steps.
 pub fn check(config: &WorkflowConfig) -> Result<(), PolicyError> {

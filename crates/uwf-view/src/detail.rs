@@ -261,21 +261,30 @@ pub fn call_parts(c: &Value) -> Option<(&str, Value)> {
 }
 
 /// The one field of a tool's input a person wants to see, when it has
-/// one: the command, the path, the pattern or the URL.
+/// one: the command (a shell line, or `argv` words joined), the path, the
+/// pattern or the URL.
 pub fn main_input(input: &Value) -> Option<String> {
-    ["command", "cmd", "file_path", "path", "pattern", "url"]
-        .iter()
-        .find_map(|k| match input.get(k) {
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(Value::Array(parts)) => Some(
-                parts
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ),
-            _ => None,
-        })
+    [
+        "command",
+        "cmd",
+        "argv",
+        "file_path",
+        "path",
+        "pattern",
+        "url",
+    ]
+    .iter()
+    .find_map(|k| match input.get(k) {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Array(parts)) => Some(
+            parts
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        _ => None,
+    })
 }
 
 fn call(c: &Value) -> Option<ToolCall> {
@@ -319,6 +328,13 @@ mod tests {
             "toolResults": [{"toolUseId": "t", "content": [{"type": "text", "text": "no such file"}], "isError": true}]}));
         assert_eq!(r.results[0].content, "no such file");
         assert!(r.results[0].is_error);
+    }
+
+    #[test]
+    fn argv_inputs_show_as_one_command_line() {
+        let t = turn(&json!({"role": "assistant", "text": "",
+            "toolCalls": [{"id": "c", "name": "run_command", "input": {"argv": ["sh", "test.sh"]}}]}));
+        assert_eq!(t.calls[0].input, "sh test.sh");
     }
 
     #[test]
