@@ -502,6 +502,7 @@ impl Tools {
     }
 
     fn run_command(&self, args: &Value, deadline: Option<Instant>) -> Result<Outcome, CliError> {
+        let mut shown = None;
         let argv: Vec<String> = match (args.get("argv"), args.get("command")) {
             (Some(Value::Array(items)), None | Some(Value::Null)) => {
                 let words: Option<Vec<String>> = items
@@ -516,6 +517,7 @@ impl Tools {
                 }
             }
             (None | Some(Value::Null), Some(Value::String(line))) if !line.trim().is_empty() => {
+                shown = Some(line.clone());
                 vec!["sh".into(), "-c".into(), line.clone()]
             }
             _ => {
@@ -543,10 +545,10 @@ impl Tools {
         let options = RunOptions::new()
             .timeout(Some(timeout))
             .capture_limit(CAPTURE_BYTES);
-        let shown = argv.join(" ");
+        let shown = shown.unwrap_or_else(|| argv.join(" "));
         match cli.run(cmd, options) {
             Ok(out) => {
-                let mut text = format!("$ {shown}\n{}", out.status_text());
+                let mut text = format!("{}: $ {shown}", out.status_text());
                 if !out.stdout.is_empty() {
                     text.push_str(&format!("\n--- stdout ---\n{}", out.stdout));
                 }

@@ -724,7 +724,7 @@ fn the_fix_test_example_runs_end_to_end() -> TestResult {
             .unwrap_or_default()
     };
     assert!(by_id("call_test1").contains("FAIL: add 2 3: got -1, expected 5"));
-    assert!(by_id("call_test1").starts_with("$ sh test.sh\nexit status 1"));
+    assert!(by_id("call_test1").starts_with("exit status 1: $ sh test.sh\n"));
     assert!(by_id("call_read_test").contains(". ./lib.sh"));
     assert!(by_id("call_read_lib").contains("echo $(($1 - $2))"));
     assert_eq!(by_id("call_edit"), "edited lib.sh at line 5");
