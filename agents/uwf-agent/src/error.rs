@@ -33,6 +33,15 @@ pub enum AgentError {
     #[diagnostic(transparent)]
     Command(#[from] CliError),
 
+    /// This process was asked to stop (uwf's timeout, `uwf thread kill`,
+    /// Ctrl-C) between two tool calls.
+    #[error("interrupted; the step was stopped")]
+    #[diagnostic(
+        code(uwf_agent::interrupted),
+        help("nothing was written to the thread")
+    )]
+    Interrupted,
+
     /// The working directory cannot be used.
     #[error("cannot use the working directory {dir}")]
     #[diagnostic(

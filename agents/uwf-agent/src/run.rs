@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
-use uwf_agent_kit::cli_agent::progress;
+use uwf_agent_kit::cli_agent::{self, progress};
 use uwf_agent_kit::llm::LlmClient;
 use uwf_agent_kit::{AgentContext, AgentRun};
 use uwf_cas::CasError;
@@ -174,6 +174,10 @@ pub fn run(ctx: &AgentContext, setup: &Setup<'_>) -> Result<AgentRun, AgentError
     };
 
     let ending = loop {
+        if cli_agent::interrupted() {
+            fail(&recorder, &totals, "interrupted")?;
+            return Err(AgentError::Interrupted);
+        }
         if totals.model_calls >= u64::from(setup.policy.max_turns) {
             let max = setup.policy.max_turns;
             let what = format!(

@@ -473,13 +473,13 @@ fn paths_outside_the_working_directory_are_refused() -> TestResult {
 fn a_command_that_runs_too_long_is_stopped() -> TestResult {
     let c = Case::new(
         "openai",
-        "agentPolicy:\n  default: { commandTimeout: 1s }\n",
+        "agentPolicy:\n  default: { commandTimeout: 300ms }\n",
     )?;
     let marker = c.work.path().join("late.txt");
     c.script(vec![
         MockReply::tool_call(
             "run_command",
-            json!({"command": "(sleep 3; touch late.txt) & sleep 30", "timeout_secs": 60}),
+            json!({"command": "(sleep 1.5; touch late.txt) & sleep 30", "timeout_secs": 60}),
         ),
         submit_plan(),
     ]);
@@ -491,10 +491,56 @@ fn a_command_that_runs_too_long_is_stopped() -> TestResult {
         started.elapsed()
     );
     let result = tool_messages(&c.calls()[1]).remove(0).1;
-    assert!(result.contains("stopped after 1s"), "{result}");
+    assert!(result.contains("stopped after 300ms"), "{result}");
     // The whole process group went: the background job never writes.
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(Duration::from_secs(2));
     assert!(!marker.exists(), "a process the command started survived");
+    Ok(())
+}
+
+#[test]
+fn stopping_the_agent_stops_its_command() -> TestResult {
+    let c = Case::new("openai", "")?;
+    c.script(vec![MockReply::tool_call(
+        "run_command",
+        json!({"command": "touch started; (sleep 1.5; touch late.txt) & sleep 30"}),
+    )]);
+    let mut child = Command::new(agent_bin())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("UNCAGED_WORKFLOW_STORAGE_ROOT", c.fx.root())
+        .env("UWF_AGENT_CWD", c.work.path())
+        .env(KEY_VAR, KEY)
+        .args([c.thread.to_string().as_str(), "planner"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.work.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // What uwf does when a step times out or is killed: SIGTERM.
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()?;
+    assert!(killed.success());
+    let out = child.wait_with_output()?;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        real_cli::output_text(&out)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(out.stdout.is_empty());
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !c.work.path().join("late.txt").exists(),
+        "the command outlived the agent"
+    );
+    assert_eq!(c.calls().len(), 1);
     Ok(())
 }
 

@@ -474,6 +474,15 @@ fn stop(child: &mut Child, pgid: Pid) {
     let _ = child.wait();
 }
 
+/// Whether this process was asked to stop (SIGINT, SIGTERM, SIGHUP) since
+/// a [`Cli::run`] installed the handler that forwards these signals to a
+/// CLI's process group. From then on the signals no longer end the process
+/// by themselves: an agent that goes on working between runs (a loop of
+/// model calls and commands) checks this and stops.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
 /// Makes SIGINT/SIGTERM/SIGHUP to this process stop a running CLI (which
 /// is in its own process group and would otherwise outlive us).
 fn forward_interrupts() {
