@@ -505,7 +505,7 @@ fn stopping_the_agent_stops_its_command() -> TestResult {
         "run_command",
         json!({"command": "touch started; (sleep 1.5; touch late.txt) & sleep 30"}),
     )]);
-    let mut child = Command::new(agent_bin())
+    let child = Command::new(agent_bin())
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("UNCAGED_WORKFLOW_STORAGE_ROOT", c.fx.root())
