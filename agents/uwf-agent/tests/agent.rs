@@ -654,6 +654,22 @@ fn read_only_roles_get_no_writing_tools_and_commands_hide_secrets() -> TestResul
     c.step()?;
     let result = tool_messages(&c.calls()[1]).remove(0).1;
     assert!(result.contains("db= key=\n"), "{result}");
+
+    // A secret in a file the model reads is cut out of what it is sent
+    // (and of what is recorded: `run` checks the store).
+    let c = Case::new("openai", "")?;
+    std::fs::write(
+        c.work.path().join("leak.txt"),
+        format!("password={SECRET}\n"),
+    )?;
+    c.script(vec![
+        MockReply::tool_call("read_file", json!({"path": "leak.txt"})),
+        submit_plan(),
+    ]);
+    c.step()?;
+    let sent = &c.calls()[1].raw_body;
+    assert!(!sent.contains(SECRET), "{sent}");
+    assert!(sent.contains("password=‹redacted:DB_PASSWORD›"), "{sent}");
     Ok(())
 }
 
@@ -823,6 +839,17 @@ fn the_fix_test_example_runs_end_to_end() -> TestResult {
         &uwf(&["--format", "json", "thread", "step-details", head])?.stdout,
     )?;
     assert_eq!(reviewer["content"]["ended"], "answer");
+    // The page of `thread view` shows the conversation: calls and results.
+    let page = uwf(&["thread", "view", thread, "--html", "-"])?;
+    assert!(page.status.success(), "{}", real_cli::output_text(&page));
+    let html = String::from_utf8_lossy(&page.stdout);
+    for shown in [
+        "uwf-agent-detail",
+        "edit_file",
+        "FAIL: add 2 3: got -1, expected 5",
+    ] {
+        assert!(html.contains(shown), "{shown} is not on the page");
+    }
     let verify = uwf(&["cas", "verify"])?;
     assert!(
         verify.status.success(),
