@@ -705,6 +705,83 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A storage root whose `config.yaml` binds every role to uwf-agent on a
+/// mock, and a copy of the example repository examples/fix-test/.
+struct Example {
+    mock: MockLlm,
+    root: tempfile::TempDir,
+    work: tempfile::TempDir,
+}
+
+impl Example {
+    fn new(extra: &str) -> BoxResult<Self> {
+        let mock = MockLlm::start()?;
+        let root = tempfile::tempdir()?;
+        let work = tempfile::tempdir()?;
+        copy_dir(&workspace().join("examples/fix-test"), work.path())?;
+        std::fs::write(
+            root.path().join("config.yaml"),
+            config(
+                &mock.base_url(),
+                "openai",
+                &format!(
+                    "agents:\n  tools: {{ command: uwf-agent }}\ndefaultAgent: tools\n{extra}"
+                ),
+            ),
+        )?;
+        Ok(Self { mock, root, work })
+    }
+
+    /// `uwf --root <root> <args>` in the repository.
+    fn uwf(&self, args: &[&str]) -> BoxResult<Output> {
+        Ok(Command::new(uwf())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env(KEY_VAR, KEY)
+            .env("UWF_LLM_MAX_ATTEMPTS", "1")
+            .arg("--root")
+            .arg(self.root.path())
+            .args(args)
+            .current_dir(self.work.path())
+            .output()?)
+    }
+}
+
+/// A step that reaches a limit fails like any step: uwf records the failed
+/// attempt and its retry policy runs the role again.
+#[test]
+fn a_limit_fails_the_attempt_and_uwf_retries_it() -> TestResult {
+    let ex = Example::new(
+        "retries:\n  default: { max: 1, backoff: 10ms }\n\
+         agentPolicy:\n  fix-test:\n    developer: { maxTurns: 1 }\n",
+    )?;
+    ex.mock
+        .push(MockReply::tool_call("list_dir", json!({})))
+        .push(MockReply::tool_call(
+            "submit",
+            json!({"testsPass": false, "filesChanged": [], "summary": "Nothing done."}),
+        ))
+        .push(MockReply::text(
+            "---\napproved: true\ncomments: fine\n---\n",
+        ));
+    let wf = workspace().join("examples/fix-test.yaml");
+    let out = ex.uwf(&["thread", "run", &wf.to_string_lossy(), "-p", "Try"])?;
+    assert!(out.status.success(), "{}", real_cli::output_text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the turn limit was reached: 1 model calls"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("retry 1/1"), "{stderr}");
+    let done: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(done["done"], true);
+    let thread = done["thread"].as_str().ok_or("no thread")?;
+    let show: Value = serde_json::from_slice(&ex.uwf(&["thread", "show", thread])?.stdout)?;
+    assert_eq!(show["attempts"].as_array().map(Vec::len), Some(1), "{show}");
+    assert_eq!(ex.mock.model_requests().len(), 3);
+    Ok(())
+}
+
 /// The example: `uwf thread run examples/fix-test.yaml` in a copy of
 /// examples/fix-test/, both roles on uwf-agent, the model scripted by
 /// examples/fix-test.llm.yaml.
@@ -714,13 +791,13 @@ fn the_fix_test_example_runs_end_to_end() -> TestResult {
     let script: Value = serde_yaml::from_str(&std::fs::read_to_string(
         examples.join("fix-test.llm.yaml"),
     )?)?;
-    let mock = MockLlm::start()?;
+    let ex = Example::new(
+        "agentPolicy:\n  fix-test:\n    developer: { allowCommands: [sh], maxTurns: 10 }\n    reviewer: { readOnly: true }\n",
+    )?;
+    let (mock, work) = (&ex.mock, &ex.work);
     for turn in script["turns"].as_array().ok_or("no turns")? {
         mock.push(MockReply::from_turn(turn)?);
     }
-    let root = tempfile::tempdir()?;
-    let work = tempfile::tempdir()?;
-    copy_dir(&examples.join("fix-test"), work.path())?;
     let before = Command::new("sh")
         .arg("test.sh")
         .current_dir(work.path())
@@ -729,27 +806,7 @@ fn the_fix_test_example_runs_end_to_end() -> TestResult {
         !before.status.success(),
         "the example's test must fail first"
     );
-    std::fs::write(
-        root.path().join("config.yaml"),
-        config(
-            &mock.base_url(),
-            "openai",
-            "agents:\n  tools: { command: uwf-agent }\ndefaultAgent: tools\n\
-             agentPolicy:\n  fix-test:\n    developer: { allowCommands: [sh], maxTurns: 10 }\n    reviewer: { readOnly: true }\n",
-        ),
-    )?;
-    let uwf = |args: &[&str]| -> BoxResult<Output> {
-        Ok(Command::new(uwf())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env(KEY_VAR, KEY)
-            .env("UWF_LLM_MAX_ATTEMPTS", "1")
-            .arg("--root")
-            .arg(root.path())
-            .args(args)
-            .current_dir(work.path())
-            .output()?)
-    };
+    let uwf = |args: &[&str]| ex.uwf(args);
     let wf = examples.join("fix-test.yaml");
     let out = uwf(&[
         "thread",
