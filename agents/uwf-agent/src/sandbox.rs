@@ -99,6 +99,18 @@ impl Sandbox {
         Ok(out)
     }
 
+    /// `real` (a canonical path) when it lies inside the working directory;
+    /// `given` names it in the error.
+    fn inside(&self, real: PathBuf, given: &str) -> Result<PathBuf, PathError> {
+        if real.starts_with(&self.root) {
+            Ok(real)
+        } else {
+            Err(PathError::Outside {
+                path: given.to_owned(),
+            })
+        }
+    }
+
     /// An existing file or directory inside the working directory, as its
     /// real (canonical) path.
     pub fn existing(&self, path: &str) -> Result<PathBuf, PathError> {
@@ -112,12 +124,7 @@ impl Sandbox {
                 message: e.to_string(),
             },
         })?;
-        if !real.starts_with(&self.root) {
-            return Err(PathError::Outside {
-                path: path.to_owned(),
-            });
-        }
-        Ok(real)
+        self.inside(real, path)
     }
 
     /// A file to write inside the working directory: an existing one (its
@@ -156,12 +163,7 @@ impl Sandbox {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
-        if !real.starts_with(&self.root) {
-            return Err(PathError::Outside {
-                path: path.to_owned(),
-            });
-        }
-        let mut out = real;
+        let mut out = self.inside(real, path)?;
         for name in missing.into_iter().rev() {
             match name {
                 Some(n) => out.push(n),

@@ -86,6 +86,29 @@ pub struct Reply {
     pub model: Option<String>,
 }
 
+impl Reply {
+    /// A reply of response `body`: its `usage` fields named by `usage`
+    /// (input, output), its stop reason and its `model`.
+    fn of(
+        body: &Value,
+        text: String,
+        calls: Vec<Call>,
+        usage: [&str; 2],
+        stop: Option<&Value>,
+    ) -> Self {
+        let tokens = |k: &str| body.pointer(&format!("/usage/{k}")).and_then(Value::as_u64);
+        let text_of = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+        Reply {
+            text,
+            calls,
+            input_tokens: tokens(usage[0]),
+            output_tokens: tokens(usage[1]),
+            stop: text_of(stop),
+            model: text_of(body.get("model")),
+        }
+    }
+}
+
 /// The path of the API's endpoint under the base URL.
 pub fn path(api: ProviderApi) -> &'static str {
     match api {
@@ -271,18 +294,13 @@ fn parse_openai(body: &Value) -> Result<Reply, String> {
             input,
         });
     }
-    let tokens = |k: &str| body.pointer(&format!("/usage/{k}")).and_then(Value::as_u64);
-    Ok(Reply {
+    Ok(Reply::of(
+        body,
         text,
         calls,
-        input_tokens: tokens("prompt_tokens"),
-        output_tokens: tokens("completion_tokens"),
-        stop: choice
-            .get("finish_reason")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        model: body.get("model").and_then(Value::as_str).map(str::to_owned),
-    })
+        ["prompt_tokens", "completion_tokens"],
+        choice.get("finish_reason"),
+    ))
 }
 
 fn parse_anthropic(body: &Value) -> Result<Reply, String> {
@@ -318,18 +336,13 @@ fn parse_anthropic(body: &Value) -> Result<Reply, String> {
             _ => {}
         }
     }
-    let tokens = |k: &str| body.pointer(&format!("/usage/{k}")).and_then(Value::as_u64);
-    Ok(Reply {
-        text: text.join(""),
+    Ok(Reply::of(
+        body,
+        text.join(""),
         calls,
-        input_tokens: tokens("input_tokens"),
-        output_tokens: tokens("output_tokens"),
-        stop: body
-            .get("stop_reason")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        model: body.get("model").and_then(Value::as_str).map(str::to_owned),
-    })
+        ["input_tokens", "output_tokens"],
+        body.get("stop_reason"),
+    ))
 }
 
 #[cfg(test)]
