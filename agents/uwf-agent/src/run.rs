@@ -122,6 +122,26 @@ fn call_line(name: &str, input: &Result<Value, String>) -> String {
     }
 }
 
+/// Whether `output` is one the role's outputSchema accepts: `accepted`,
+/// or an error listing the violations for the model to fix.
+fn check_submission(ctx: &AgentContext, output: &Value) -> Result<Outcome, AgentError> {
+    match ctx.store().validate(ctx.output_schema_hash(), output) {
+        Ok(()) => Ok(Outcome {
+            content: "accepted".into(),
+            is_error: false,
+        }),
+        Err(CasError::Invalid { violations, .. }) => Ok(Outcome::error(format!(
+            "the submission does not match the role's output schema:\n- {}\nfix it and call submit again",
+            violations
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n- ")
+        ))),
+        Err(e) => Err(AgentError::Cas(e)),
+    }
+}
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -146,7 +166,7 @@ pub fn run(ctx: &AgentContext, setup: &Setup<'_>) -> Result<AgentRun, AgentError
     let deadline = setup.policy.max_wall_time.map(|t| started + t);
     let redactor = ctx.store().redactor();
 
-    // Stores the transcript with how the step ended; its hash as text.
+    // Stores the transcript with how the step ended.
     let store = |recorder: &Recorder, totals: &Totals, ended: &str, error: Option<String>| {
         let mut f = Map::new();
         f.insert("model".into(), client.model().into());
@@ -172,6 +192,17 @@ pub fn run(ctx: &AgentContext, setup: &Setup<'_>) -> Result<AgentRun, AgentError
         progress(TAG, &format!("failed; the transcript so far is node {h}"));
         Ok(h.to_string())
     };
+    // A limit reached: the failure, with the transcript.
+    let limit = |recorder: &Recorder, totals: &Totals, what: String, key: &'static str| match fail(
+        recorder, totals, &what,
+    ) {
+        Ok(transcript) => AgentError::Limit {
+            what,
+            key,
+            transcript,
+        },
+        Err(e) => e,
+    };
 
     let ending = loop {
         if cli_agent::interrupted() {
@@ -183,26 +214,16 @@ pub fn run(ctx: &AgentContext, setup: &Setup<'_>) -> Result<AgentRun, AgentError
             let what = format!(
                 "the turn limit was reached: {max} model calls without a submission or an answer"
             );
-            let transcript = fail(&recorder, &totals, &what)?;
-            return Err(AgentError::Limit {
-                what,
-                key: "maxTurns",
-                transcript,
-            });
+            return Err(limit(&recorder, &totals, what, "maxTurns"));
         }
-        if let (Some(d), Some(limit)) = (deadline, setup.policy.max_wall_time)
+        if let (Some(d), Some(max)) = (deadline, setup.policy.max_wall_time)
             && Instant::now() >= d
         {
             let what = format!(
                 "the time limit was reached: the step ran for {}",
-                humantime::format_duration(limit)
+                humantime::format_duration(max)
             );
-            let transcript = fail(&recorder, &totals, &what)?;
-            return Err(AgentError::Limit {
-                what,
-                key: "maxWallTime",
-                transcript,
-            });
+            return Err(limit(&recorder, &totals, what, "maxWallTime"));
         }
         let body = wire::body(
             api,
@@ -262,23 +283,13 @@ pub fn run(ctx: &AgentContext, setup: &Setup<'_>) -> Result<AgentRun, AgentError
             && used > max
         {
             let what = format!("the token limit was reached: {used} tokens used, {max} allowed");
-            let transcript = fail(&recorder, &totals, &what)?;
-            return Err(AgentError::Limit {
-                what,
-                key: "maxTokens",
-                transcript,
-            });
+            return Err(limit(&recorder, &totals, what, "maxTokens"));
         }
         if let (Some(max), Some(spent)) = (setup.policy.max_cost_usd, totals.cost)
             && spent > max
         {
             let what = format!("the cost limit was reached: ${spent:.4} spent, ${max} allowed");
-            let transcript = fail(&recorder, &totals, &what)?;
-            return Err(AgentError::Limit {
-                what,
-                key: "maxCostUsd",
-                transcript,
-            });
+            return Err(limit(&recorder, &totals, what, "maxCostUsd"));
         }
 
         if turn.calls.is_empty() {
@@ -308,24 +319,13 @@ pub fn run(ctx: &AgentContext, setup: &Setup<'_>) -> Result<AgentRun, AgentError
                 (Ok(_), SUBMIT) if submitted.is_some() => {
                     Outcome::error("the output was already submitted in this turn")
                 }
-                (Ok(args), SUBMIT) => match ctx.store().validate(ctx.output_schema_hash(), args) {
-                    Ok(()) => {
+                (Ok(args), SUBMIT) => {
+                    let outcome = check_submission(ctx, args)?;
+                    if !outcome.is_error {
                         submitted = Some(args.clone());
-                        Outcome {
-                            content: "accepted".into(),
-                            is_error: false,
-                        }
                     }
-                    Err(CasError::Invalid { violations, .. }) => Outcome::error(format!(
-                        "the submission does not match the role's output schema:\n- {}\nfix it and call submit again",
-                        violations
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join("\n- ")
-                    )),
-                    Err(e) => return Err(AgentError::Cas(e)),
-                },
+                    outcome
+                }
                 (Ok(args), name) => match setup.tools.call(name, args, deadline) {
                     Ok(o) => o,
                     Err(e) => {
