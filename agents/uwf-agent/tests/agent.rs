@@ -784,12 +784,12 @@ fn a_limit_fails_the_attempt_and_uwf_retries_it() -> TestResult {
 
 /// The example: `uwf thread run examples/fix-test.yaml` in a copy of
 /// examples/fix-test/, both roles on uwf-agent, the model scripted by
-/// examples/fix-test.llm.yaml.
+/// examples/mock-llm/fix-test.yaml.
 #[test]
 fn the_fix_test_example_runs_end_to_end() -> TestResult {
     let examples = workspace().join("examples");
     let script: Value = serde_yaml::from_str(&std::fs::read_to_string(
-        examples.join("fix-test.llm.yaml"),
+        examples.join("mock-llm/fix-test.yaml"),
     )?)?;
     let ex = Example::new(
         "agentPolicy:\n  fix-test:\n    developer: { allowCommands: [sh], maxTurns: 10 }\n    reviewer: { readOnly: true }\n",
