@@ -318,6 +318,7 @@ impl Cli {
             timeout,
             mut on_line,
             echo_stderr,
+            capture_limit,
         } = options;
         let out_text = Mutex::new(String::new());
         let err_text = Mutex::new(String::new());
@@ -328,14 +329,16 @@ impl Cli {
                 scope.spawn(move || {
                     let mut reader = BufReader::new(pipe);
                     let mut buf = Vec::new();
+                    let mut kept = Kept::new(capture_limit);
                     while matches!(reader.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
                         let line = String::from_utf8_lossy(&buf);
                         if let Some(f) = on_line.as_mut() {
                             f(line.trim_end_matches(['\n', '\r']));
                         }
-                        lock(out_text).push_str(&line);
+                        kept.push(&mut lock(out_text), &line);
                         buf.clear();
                     }
+                    kept.finish(&mut lock(out_text));
                 })
             });
             let err_reader = stderr.map(|pipe| {
@@ -343,14 +346,16 @@ impl Cli {
                 scope.spawn(move || {
                     let mut reader = BufReader::new(pipe);
                     let mut buf = Vec::new();
+                    let mut kept = Kept::new(capture_limit);
                     while matches!(reader.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
                         let line = String::from_utf8_lossy(&buf);
                         if echo_stderr {
                             let _ = std::io::stderr().lock().write_all(line.as_bytes());
                         }
-                        lock(err_text).push_str(&line);
+                        kept.push(&mut lock(err_text), &line);
                         buf.clear();
                     }
+                    kept.finish(&mut lock(err_text));
                 })
             });
             let ending = wait(&mut child, pgid, timeout, started);
@@ -393,6 +398,31 @@ impl Cli {
             Ending::Interrupted => Err(CliError::Interrupted {
                 tool: self.tool.clone(),
             }),
+        }
+    }
+}
+
+/// How much of one output stream is kept ([`RunOptions::capture_limit`]).
+struct Kept {
+    limit: Option<usize>,
+    dropped: usize,
+}
+
+impl Kept {
+    fn new(limit: Option<usize>) -> Self {
+        Self { limit, dropped: 0 }
+    }
+
+    fn push(&mut self, text: &mut String, line: &str) {
+        match self.limit {
+            Some(limit) if text.len() + line.len() > limit => self.dropped += line.len(),
+            _ => text.push_str(line),
+        }
+    }
+
+    fn finish(&self, text: &mut String) {
+        if self.dropped > 0 {
+            text.push_str(&format!("[… {} more bytes not kept]\n", self.dropped));
         }
     }
 }
@@ -444,6 +474,15 @@ fn stop(child: &mut Child, pgid: Pid) {
     let _ = child.wait();
 }
 
+/// Whether this process was asked to stop (SIGINT, SIGTERM, SIGHUP) since
+/// a [`Cli::run`] installed the handler that forwards these signals to a
+/// CLI's process group. From then on the signals no longer end the process
+/// by themselves: an agent that goes on working between runs (a loop of
+/// model calls and commands) checks this and stops.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
 /// Makes SIGINT/SIGTERM/SIGHUP to this process stop a running CLI (which
 /// is in its own process group and would otherwise outlive us).
 fn forward_interrupts() {
@@ -464,6 +503,7 @@ pub struct RunOptions<'a> {
     timeout: Option<Duration>,
     on_line: Option<LineFn<'a>>,
     echo_stderr: bool,
+    capture_limit: Option<usize>,
 }
 
 impl std::fmt::Debug for RunOptions<'_> {
@@ -472,6 +512,7 @@ impl std::fmt::Debug for RunOptions<'_> {
             .field("timeout", &self.timeout)
             .field("on_stdout_line", &self.on_line.is_some())
             .field("echo_stderr", &self.echo_stderr)
+            .field("capture_limit", &self.capture_limit)
             .finish()
     }
 }
@@ -493,6 +534,16 @@ impl<'a> RunOptions<'a> {
     /// arrives, e.g. to print progress with [`progress`].
     pub fn on_stdout_line(mut self, f: impl FnMut(&str) + Send + 'a) -> Self {
         self.on_line = Some(Box::new(f));
+        self
+    }
+
+    /// Keeps at most about `bytes` of each of stdout and stderr in the
+    /// [`Output`] (whole lines; the lines after the limit are still read,
+    /// passed to the stdout callback and counted, and a last line
+    /// `[… N more bytes not kept]` says how much was left out), so a
+    /// command that prints without end cannot exhaust memory.
+    pub fn capture_limit(mut self, bytes: usize) -> Self {
+        self.capture_limit = Some(bytes);
         self
     }
 
@@ -815,6 +866,14 @@ mod tests {
         let e = out.failed("sh", "check it.").to_string();
         assert!(e.contains("sh failed (exit status 3)"), "{e}");
         assert!(e.contains("three\nstderr:\nerr"), "{e}");
+    }
+
+    #[test]
+    fn capture_limit_keeps_the_first_lines_and_counts_the_rest() {
+        let (cli, cmd) = sh("for i in 1 2 3 4 5; do echo line$i; done; echo e1 >&2");
+        let out = cli.run(cmd, RunOptions::new().capture_limit(12)).unwrap();
+        assert_eq!(out.stdout, "line1\nline2\n[… 18 more bytes not kept]\n");
+        assert_eq!(out.stderr, "e1\n");
     }
 
     #[test]

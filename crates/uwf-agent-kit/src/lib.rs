@@ -52,8 +52,10 @@
 //!    agent); its hash is printed.
 //!
 //! Pieces for LLM agents: [`prompt`] (the prompt assembly, the format
-//! instruction derived from the schema), [`llm`] (an OpenAI-compatible
-//! client configured from `config.yaml`, with retries and timeouts),
+//! instruction derived from the schema), [`llm`] (a client for
+//! OpenAI-compatible and Anthropic providers configured from `config.yaml`,
+//! with retries and timeouts; [`LlmClient::post_json`](llm::LlmClient::post_json)
+//! for request bodies of an agent's own, such as tool calls),
 //! [`extract`] (both extraction layers, callable directly).
 //!
 //! Wrapping an agent CLI (Claude Code, Codex, Hermes, Gemini CLI, …):

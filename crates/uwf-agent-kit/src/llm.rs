@@ -1,5 +1,6 @@
-//! A small client for OpenAI-compatible chat completions, configured from
-//! `config.yaml`.
+//! A small client for OpenAI-compatible chat completions (and the
+//! Anthropic Messages API, for a provider with `api: anthropic`),
+//! configured from `config.yaml`.
 //!
 //! ```text
 //! providers:                       # where: base URL + the env var holding the key
@@ -17,6 +18,9 @@
 //! read from the environment variable the provider names (`.env` in the
 //! storage root is loaded by [`run`](crate::run)); a provider with
 //! `apiKeyEnv: ""` sends no key (local servers such as Ollama).
+//! [`LlmClient::post_json`] sends a request body of the caller's own in the
+//! provider's API (tool calls, for `uwf-agent`) with the same key handling,
+//! timeouts and retries.
 //!
 //! Requests time out (connect 10 s, whole call 120 s) and are retried with
 //! exponential backoff on HTTP 429, 5xx and connection failures (3 attempts,
@@ -31,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use uwf_protocol::WorkflowConfig;
+use uwf_protocol::{ProviderApi, WorkflowConfig};
 
 use crate::KitError;
 
@@ -57,6 +61,23 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// The scenario name of extraction in `modelOverrides` (and the model
 /// alias tried after it).
 pub const EXTRACT: &str = "extract";
+
+/// The `anthropic-version` header sent to [`ProviderApi::Anthropic`]
+/// providers (the Messages API version this client speaks).
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// `max_tokens` of a [`LlmClient::chat`] over the Anthropic Messages API,
+/// which requires one.
+pub const ANTHROPIC_MAX_TOKENS: u32 = 8192;
+
+/// The answer of [`LlmClient::post_json`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonReply {
+    /// The response body.
+    pub body: Value,
+    /// Wall time of the call, retries and backoff included (ms).
+    pub duration_ms: u64,
+}
 
 /// One chat message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,7 +148,7 @@ pub struct ChatReply {
 /// [`KitError::NoModel`] when nothing applies.
 ///
 /// ```
-/// use uwf_protocol::WorkflowConfig;
+/// use uwf_protocol::{ProviderApi, WorkflowConfig};
 /// let config: WorkflowConfig = serde_yaml::from_str(
 ///     "defaultModel: big\nmodelOverrides: { extract: small }\nroleModels: { wf: { reviewer: small } }\n",
 /// ).unwrap();
@@ -183,6 +204,8 @@ impl fmt::Debug for Secret {
 #[derive(Clone)]
 pub struct LlmClient {
     agent: ureq::Agent,
+    base_url: String,
+    api: ProviderApi,
     endpoint: String,
     api_key: Option<Secret>,
     model: String,
@@ -197,6 +220,7 @@ impl fmt::Debug for LlmClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LlmClient")
             .field("endpoint", &self.endpoint)
+            .field("api", &self.api)
             .field("model", &self.model)
             .field("alias", &self.alias)
             .field("api_key", &self.api_key)
@@ -216,9 +240,12 @@ impl LlmClient {
     /// [`from_config`](Self::from_config) only.
     pub fn new(base_url: &str, api_key: Option<String>, model: impl Into<String>) -> Self {
         let model = model.into();
-        let endpoint = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+        let base_url = base_url.trim_end_matches('/').to_owned();
+        let endpoint = format!("{base_url}/chat/completions");
         let mut client = Self {
             agent: ureq::Agent::new_with_defaults(),
+            base_url,
+            api: ProviderApi::Openai,
             endpoint,
             api_key: api_key.map(Secret),
             alias: model.clone(),
@@ -294,6 +321,7 @@ impl LlmClient {
         };
         let mut client = Self::new(url, api_key, model.name.clone());
         client.alias = model_alias.to_owned();
+        client.api = provider.api;
         let number = |var: &str| -> Option<u64> {
             let v = env(var)?;
             match v.trim().parse::<u64>() {
@@ -354,9 +382,46 @@ impl LlmClient {
         &self.alias
     }
 
-    /// The URL requests go to.
+    /// The URL [`chat`](Self::chat) requests go to.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The API root (the provider's `baseUrl` without a trailing `/`).
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The API the provider speaks (`api` in `config.yaml`; [`new`](Self::new):
+    /// OpenAI-compatible).
+    pub fn api(&self) -> ProviderApi {
+        self.api
+    }
+
+    /// Sets the API the provider speaks.
+    pub fn with_api(mut self, api: ProviderApi) -> Self {
+        self.api = api;
+        self
+    }
+
+    /// Posts `body` to `<baseUrl>/<path>` with the key as the provider's
+    /// API expects it (a bearer token; `x-api-key` and `anthropic-version`
+    /// for [`ProviderApi::Anthropic`]), with the same timeouts and retries
+    /// as [`chat`](Self::chat), and returns the response parsed as JSON:
+    /// for agents that speak a provider's wire format themselves (tool
+    /// calls). Errors as for `chat`, none containing the key.
+    pub fn post_json(&self, path: &str, body: &Value) -> Result<JsonReply, KitError> {
+        let url = format!("{}/{}", self.base_url, path.trim_start_matches('/'));
+        let started = Instant::now();
+        let text = self.send_with_retries(&url, body)?;
+        let value: Value = serde_json::from_str(&text).map_err(|e| KitError::LlmResponse {
+            url: url.clone(),
+            reason: self.redact(&format!("not JSON ({e}): {}", excerpt(&text, 200))),
+        })?;
+        Ok(JsonReply {
+            body: value,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
     }
 
     fn rebuild(&mut self) {
@@ -391,28 +456,89 @@ impl LlmClient {
     /// [`KitError::LlmUnreachable`], [`KitError::LlmStatus`],
     /// [`KitError::LlmResponse`] — none of them contains the key.
     pub fn chat(&self, messages: &[Message], json: bool) -> Result<ChatReply, KitError> {
+        if self.api == ProviderApi::Anthropic {
+            return self.chat_anthropic(messages);
+        }
         let mut body = json!({ "model": self.model, "messages": messages, "stream": false });
         if json {
             body["response_format"] = json!({ "type": "json_object" });
         }
         let started = Instant::now();
+        let text = self.send_with_retries(&self.endpoint, &body)?;
+        let mut reply = self.parse_reply(&text)?;
+        reply.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        tracing::debug!(
+            model = %self.model,
+            duration_ms = reply.duration_ms,
+            usage = ?reply.usage,
+            "chat completion"
+        );
+        Ok(reply)
+    }
+
+    /// [`chat`](Self::chat) over the Anthropic Messages API: the system
+    /// messages become `system`, the text of the answer's text blocks is
+    /// the content (that API has no JSON mode).
+    fn chat_anthropic(&self, messages: &[Message]) -> Result<ChatReply, KitError> {
+        let system: Vec<&str> = messages
+            .iter()
+            .filter(|m| m.role == "system")
+            .map(|m| m.content.as_str())
+            .collect();
+        let rest: Vec<&Message> = messages.iter().filter(|m| m.role != "system").collect();
+        let mut body =
+            json!({ "model": self.model, "max_tokens": ANTHROPIC_MAX_TOKENS, "messages": rest });
+        if !system.is_empty() {
+            body["system"] = Value::String(system.join("\n\n"));
+        }
+        let reply = self.post_json("messages", &body)?;
+        let url = format!("{}/messages", self.base_url);
+        let blocks = reply
+            .body
+            .get("content")
+            .and_then(Value::as_array)
+            .ok_or_else(|| KitError::LlmResponse {
+                url,
+                reason: self.redact(&format!(
+                    "no content in {}",
+                    excerpt(&reply.body.to_string(), 200)
+                )),
+            })?;
+        let content = blocks
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("");
+        let tokens = |k: &str| {
+            reply
+                .body
+                .pointer(&format!("/usage/{k}"))
+                .and_then(Value::as_u64)
+        };
+        let usage = match (tokens("input_tokens"), tokens("output_tokens")) {
+            (Some(i), Some(o)) => Some(Usage {
+                prompt_tokens: i,
+                completion_tokens: o,
+                total_tokens: i + o,
+            }),
+            _ => None,
+        };
+        Ok(ChatReply {
+            content,
+            usage,
+            duration_ms: reply.duration_ms,
+        })
+    }
+
+    /// Posts `body` to `url`, retrying as [`chat`](Self::chat) documents;
+    /// the body of the first 2xx response.
+    fn send_with_retries(&self, url: &str, body: &Value) -> Result<String, KitError> {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let (error, retry_after) = match self.send(&body) {
-                Ok(Sent::Ok(text)) => {
-                    let mut reply = self.parse_reply(&text)?;
-                    reply.duration_ms =
-                        u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                    tracing::debug!(
-                        model = %self.model,
-                        attempts = attempt,
-                        duration_ms = reply.duration_ms,
-                        usage = ?reply.usage,
-                        "chat completion"
-                    );
-                    return Ok(reply);
-                }
+            let (error, retry_after) = match self.send(url, body) {
+                Ok(Sent::Ok(text)) => return Ok(text),
                 Ok(Sent::Status {
                     status,
                     message,
@@ -420,7 +546,7 @@ impl LlmClient {
                 }) => {
                     let retryable = status == 429 || (500..600).contains(&status);
                     let e = KitError::LlmStatus {
-                        url: self.endpoint.clone(),
+                        url: url.to_owned(),
                         status,
                         attempts: attempt,
                         help: status_help(status),
@@ -433,7 +559,7 @@ impl LlmClient {
                 }
                 Err(Failure { reason, retryable }) => {
                     let e = KitError::LlmUnreachable {
-                        url: self.endpoint.clone(),
+                        url: url.to_owned(),
                         attempts: attempt,
                         reason,
                     };
@@ -461,13 +587,22 @@ impl LlmClient {
         }
     }
 
-    fn send(&self, body: &Value) -> Result<Sent, Failure> {
+    fn send(&self, url: &str, body: &Value) -> Result<Sent, Failure> {
         let mut req = self
             .agent
-            .post(&self.endpoint)
+            .post(url)
             .header("Content-Type", "application/json");
-        if let Some(Secret(key)) = &self.api_key {
-            req = req.header("Authorization", &format!("Bearer {key}"));
+        match (&self.api_key, self.api) {
+            (Some(Secret(key)), ProviderApi::Openai) => {
+                req = req.header("Authorization", &format!("Bearer {key}"));
+            }
+            (Some(Secret(key)), ProviderApi::Anthropic) => {
+                req = req.header("x-api-key", key);
+            }
+            (None, _) => {}
+        }
+        if self.api == ProviderApi::Anthropic {
+            req = req.header("anthropic-version", ANTHROPIC_VERSION);
         }
         let mut resp = req.send_json(body).map_err(|e| self.failure(&e))?;
         let status = resp.status().as_u16();

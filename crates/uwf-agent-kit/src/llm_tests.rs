@@ -58,6 +58,57 @@ fn chat_sends_model_messages_key_and_json_mode() {
 }
 
 #[test]
+fn anthropic_providers_get_the_messages_api() {
+    let mock = MockLlm::start().unwrap();
+    mock.reply_status(529).reply_text("hello");
+    let c = client(&mock).with_api(uwf_protocol::ProviderApi::Anthropic);
+    let reply = c
+        .chat(&[Message::system("sys"), Message::user("hi")], true)
+        .unwrap();
+    assert_eq!(reply.content, "hello");
+    assert!(reply.usage.unwrap().prompt_tokens > 0);
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 2, "the 529 was retried");
+    let req = &reqs[1];
+    assert_eq!(req.path, "/v1/messages");
+    assert_eq!(req.header("x-api-key"), Some(KEY));
+    assert_eq!(req.header("authorization"), None);
+    assert_eq!(req.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(req.body["system"], "sys");
+    assert_eq!(req.body["max_tokens"], 8192);
+    assert_eq!(
+        req.body["messages"],
+        json!([{ "role": "user", "content": "hi" }])
+    );
+    assert!(req.body.get("response_format").is_none());
+}
+
+#[test]
+fn post_json_sends_any_body_with_retries() {
+    let mock = MockLlm::start().unwrap();
+    mock.reply_status(503).reply_tool_call("t", json!({"a": 1}));
+    let reply = client(&mock)
+        .post_json("chat/completions", &json!({"model": "m", "messages": []}))
+        .unwrap();
+    assert_eq!(
+        reply
+            .body
+            .pointer("/choices/0/message/tool_calls/0/function/name"),
+        Some(&json!("t"))
+    );
+    assert_eq!(mock.count(CHAT), 2);
+    let e = client(&mock)
+        .with_attempts(1)
+        .post_json("nowhere", &json!({}))
+        .unwrap_err();
+    assert!(
+        matches!(e, KitError::LlmStatus { status: 404, .. }),
+        "{e:?}"
+    );
+    assert!(!format!("{e:?}").contains(KEY));
+}
+
+#[test]
 fn no_key_no_authorization_header() {
     let mock = MockLlm::start().unwrap();
     mock.reply_text("ok");
@@ -596,6 +647,7 @@ fn role_model_and_config_access() {
         uwf_protocol::ModelConfig {
             provider: "mock".into(),
             name: "cheap-1".into(),
+            price: None,
         },
     );
     config.role_models = Some(

@@ -768,7 +768,8 @@ never printed.
 Presets (--provider): openai, openrouter, anthropic, deepseek, groq, together,
 mistral, ollama, lmstudio; any other name is a custom provider and needs
 --base-url. Agents (--agent): hermes, llm, claude (Claude Code), codex (Codex
-CLI), mock, an alias under `agents:`, or a command line.
+CLI), tools (uwf-agent, built in, with tools), mock, an alias under `agents:`,
+or a command line.
 
 Prefer --api-key - (stdin) to a key on the command line, which other users
 can see in the process list and which lands in shell history.

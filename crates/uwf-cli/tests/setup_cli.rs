@@ -1031,4 +1031,11 @@ fn presets_for_claude_code_and_codex() {
         dot.contains(&format!("ANTHROPIC_API_KEY={KEY_A}\n")),
         "{dot}"
     );
+
+    // uwf-agent, the built-in agent with tools: the alias `tools`.
+    let out = run(&env, &["setup", "--agent", "tools"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let c = config(&env);
+    assert_eq!(c["agents"]["tools"]["command"], "uwf-agent");
+    assert_eq!(c["defaultAgent"], "tools");
 }

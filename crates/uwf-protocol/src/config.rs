@@ -4,15 +4,59 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Hash, ThreadId};
 
-/// An OpenAI-compatible endpoint.
+/// An LLM endpoint: OpenAI-compatible chat completions unless
+/// [`api`](Self::api) says `anthropic`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProviderConfig {
-    /// Base URL, e.g. `https://openrouter.ai/api/v1`.
+    /// Base URL, the API root, e.g. `https://openrouter.ai/api/v1` or
+    /// `https://api.anthropic.com/v1`.
     pub base_url: String,
     /// Name of the environment variable (usually set in `.env`) holding the
     /// API key. The key itself never appears in `config.yaml`.
     pub api_key_env: String,
+    /// The wire format the endpoint speaks (default: `openai`).
+    #[serde(default, skip_serializing_if = "ProviderApi::is_default")]
+    pub api: ProviderApi,
+}
+
+/// The API a provider speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderApi {
+    /// OpenAI-compatible chat completions (`POST <baseUrl>/chat/completions`,
+    /// a bearer token).
+    #[default]
+    Openai,
+    /// The Anthropic Messages API (`POST <baseUrl>/messages`, the key in
+    /// `x-api-key`).
+    Anthropic,
+}
+
+impl ProviderApi {
+    /// Whether this is the default, [`ProviderApi::Openai`].
+    pub fn is_default(&self) -> bool {
+        *self == ProviderApi::Openai
+    }
+
+    /// The name used in `config.yaml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderApi::Openai => "openai",
+            ProviderApi::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// What a model costs, in US dollars per million tokens, for agents that
+/// report or limit the cost of a step (`uwf-agent`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelPrice {
+    /// Dollars per million prompt (input) tokens.
+    pub input: serde_json::Number,
+    /// Dollars per million completion (output) tokens.
+    pub output: serde_json::Number,
 }
 
 /// A model alias: which provider serves it and under what name.
@@ -23,6 +67,9 @@ pub struct ModelConfig {
     pub provider: String,
     /// The provider's model name, e.g. `gpt-4o-mini`.
     pub name: String,
+    /// Its price, when known: `{input, output}` in dollars per million tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<ModelPrice>,
 }
 
 /// An agent alias: the command `uwf` spawns as `<command> <args…> <thread> <role>`.
@@ -139,6 +186,11 @@ pub struct WorkflowConfig {
     /// role). `--timeout` overrides them. See [`TimeoutsEntry`](crate::TimeoutsEntry).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub timeouts: BTreeMap<String, crate::TimeoutsEntry>,
+    /// What `uwf-agent` may do and spend per step: `default`, and per
+    /// workflow name (a policy, or per role). See
+    /// [`AgentPolicyEntry`](crate::AgentPolicyEntry).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agent_policy: BTreeMap<String, crate::AgentPolicyEntry>,
     /// A command run (best effort) when a thread starts waiting for a
     /// person, as `<command> <args…> <thread> <role> <prompt>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

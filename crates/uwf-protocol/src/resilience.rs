@@ -70,6 +70,57 @@ pub enum TimeoutsEntry {
     Roles(BTreeMap<String, String>),
 }
 
+/// What `uwf-agent` may do and spend in one step, as written in
+/// `config.yaml`; every field is optional, so a more specific entry
+/// overrides only what it names (like [`RetryPolicyConfig`]).
+///
+/// ```yaml
+/// agentPolicy:
+///   default: { maxTurns: 40, commandTimeout: 2m, denyCommands: [curl, wget] }
+///   fix-test:
+///     developer: { allowCommands: [sh, cat], maxCostUsd: 0.5 }
+///     reviewer: { readOnly: true }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentPolicyConfig {
+    /// No writing tools and no commands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    /// When given, the only programs `run_command` may start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_commands: Option<Vec<String>>,
+    /// Programs `run_command` never starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny_commands: Option<Vec<String>>,
+    /// The longest one command may run, e.g. `2m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_timeout: Option<String>,
+    /// The most model calls in one step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// The most tokens (prompt and completion, all calls) in one step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// The most dollars one step may cost (for models with a `price`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<serde_json::Number>,
+    /// The longest one step may take, e.g. `20m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wall_time: Option<String>,
+}
+
+/// One entry under `agentPolicy:`: a policy (for `default`, or every role
+/// of a workflow), or a workflow's roles (and `default`) mapped to policies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AgentPolicyEntry {
+    /// A policy.
+    Policy(AgentPolicyConfig),
+    /// Per role of a workflow.
+    Roles(BTreeMap<String, AgentPolicyConfig>),
+}
+
 /// `waiting.yaml`: the threads that wait for a person, directly or through
 /// a child thread. An entry counts only while its thread is active with
 /// the entry's `head`; any other entry is stale and

@@ -1,4 +1,4 @@
-//! Retries and timeouts per role, from `config.yaml` (deployment settings,
+//! Retries, timeouts and `uwf-agent`'s policy per role, from `config.yaml` (deployment settings,
 //! never workflow data).
 //!
 //! ```yaml
@@ -21,7 +21,10 @@ use std::time::Duration;
 
 use miette::Diagnostic;
 use thiserror::Error;
-use uwf_protocol::{RetriesEntry, RetryPolicyConfig, TimeoutsEntry, WorkflowConfig};
+use uwf_protocol::{
+    AgentPolicyConfig, AgentPolicyEntry, RetriesEntry, RetryPolicyConfig, TimeoutsEntry,
+    WorkflowConfig,
+};
 
 use crate::state::CONFIG_FILE;
 
@@ -136,32 +139,58 @@ pub fn retry_policy(
     let Some(config) = config else {
         return Ok(policy);
     };
-    match config.retries.get("default") {
-        Some(RetriesEntry::Policy(p)) => policy.apply("retries.default", p)?,
-        Some(RetriesEntry::Roles(_)) => {
-            return Err(PolicyError::new(
-                "retries.default",
-                "expected a policy {max, backoff, factor}",
-            ));
-        }
+    let layers = most_specific_last(
+        "retries",
+        &config.retries,
+        workflow,
+        role,
+        "expected a policy {max, backoff, factor}",
+        |e| match e {
+            RetriesEntry::Policy(p) => Ok(p),
+            RetriesEntry::Roles(r) => Err(r),
+        },
+    )?;
+    for (key, p) in layers {
+        policy.apply(&key, p)?;
+    }
+    Ok(policy)
+}
+
+/// The policies of a `{default: policy, <workflow>: policy | {role:
+/// policy}}` section that apply to `role` of `workflow`, with their keys,
+/// least specific first: `default`, then the workflow's policy, or its
+/// `default` and the role's. `split` tells a policy from a role map; a
+/// role map as `default` is an error saying `expected`.
+fn most_specific_last<'a, E, P>(
+    section: &str,
+    entries: &'a std::collections::BTreeMap<String, E>,
+    workflow: &str,
+    role: &str,
+    expected: &str,
+    split: impl Fn(&'a E) -> Result<&'a P, &'a std::collections::BTreeMap<String, P>>,
+) -> Result<Vec<(String, &'a P)>, PolicyError> {
+    let mut out = Vec::new();
+    match entries.get("default").map(&split) {
+        Some(Ok(p)) => out.push((format!("{section}.default"), p)),
+        Some(Err(_)) => return Err(PolicyError::new(format!("{section}.default"), expected)),
         None => {}
     }
     if workflow == "default" {
-        return Ok(policy);
+        return Ok(out);
     }
-    match config.retries.get(workflow) {
-        Some(RetriesEntry::Policy(p)) => policy.apply(&format!("retries.{workflow}"), p)?,
-        Some(RetriesEntry::Roles(roles)) => {
+    match entries.get(workflow).map(&split) {
+        Some(Ok(p)) => out.push((format!("{section}.{workflow}"), p)),
+        Some(Err(roles)) => {
             if let Some(p) = roles.get("default") {
-                policy.apply(&format!("retries.{workflow}.default"), p)?;
+                out.push((format!("{section}.{workflow}.default"), p));
             }
             if let Some(p) = roles.get(role).filter(|_| role != "default") {
-                policy.apply(&format!("retries.{workflow}.{role}"), p)?;
+                out.push((format!("{section}.{workflow}.{role}"), p));
             }
         }
         None => {}
     }
-    Ok(policy)
+    Ok(out)
 }
 
 /// The timeout of `role` in `workflow`, if any is configured.
@@ -203,7 +232,117 @@ pub fn timeout(
     Ok(found)
 }
 
-/// Checks every `retries` and `timeouts` setting of `config` at once (the
+/// What `uwf-agent` may do and spend in one step of a role, from
+/// `agentPolicy` in `config.yaml` (docs/agents.md, "uwf-agent"). The most
+/// specific setting wins, field by field, as for retries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentPolicy {
+    /// No writing tools and no commands.
+    pub read_only: bool,
+    /// When set, the only programs a command may start.
+    pub allow_commands: Option<Vec<String>>,
+    /// Programs a command may never start.
+    pub deny_commands: Vec<String>,
+    /// The longest one command may run.
+    pub command_timeout: Duration,
+    /// The most model calls in one step.
+    pub max_turns: u32,
+    /// The most tokens in one step, if limited.
+    pub max_tokens: Option<u64>,
+    /// The most dollars one step may cost, if limited.
+    pub max_cost_usd: Option<f64>,
+    /// The longest one step may take, if limited.
+    pub max_wall_time: Option<Duration>,
+}
+
+impl AgentPolicy {
+    /// What applies when `config.yaml` says nothing: tools allowed,
+    /// commands limited to 2 minutes, 50 model calls a step.
+    pub fn standard() -> Self {
+        AgentPolicy {
+            read_only: false,
+            allow_commands: None,
+            deny_commands: Vec::new(),
+            command_timeout: Duration::from_secs(120),
+            max_turns: 50,
+            max_tokens: None,
+            max_cost_usd: None,
+            max_wall_time: None,
+        }
+    }
+
+    fn apply(&mut self, key: &str, c: &AgentPolicyConfig) -> Result<(), PolicyError> {
+        if let Some(r) = c.read_only {
+            self.read_only = r;
+        }
+        if let Some(a) = &c.allow_commands {
+            self.allow_commands = Some(a.clone());
+        }
+        if let Some(d) = &c.deny_commands {
+            self.deny_commands = d.clone();
+        }
+        if let Some(t) = &c.command_timeout {
+            self.command_timeout = parse_duration(&format!("{key}.commandTimeout"), t)?;
+        }
+        if let Some(n) = c.max_turns {
+            if n == 0 {
+                return Err(PolicyError::new(
+                    format!("{key}.maxTurns"),
+                    "a step needs at least 1 model call",
+                ));
+            }
+            self.max_turns = n;
+        }
+        if let Some(n) = c.max_tokens {
+            self.max_tokens = Some(n);
+        }
+        if let Some(n) = &c.max_cost_usd {
+            let v = n.as_f64().unwrap_or(f64::NAN);
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(PolicyError::new(
+                    format!("{key}.maxCostUsd"),
+                    format!("expected a number of dollars, not {n}"),
+                ));
+            }
+            self.max_cost_usd = Some(v);
+        }
+        if let Some(t) = &c.max_wall_time {
+            self.max_wall_time = Some(parse_duration(&format!("{key}.maxWallTime"), t)?);
+        }
+        Ok(())
+    }
+}
+
+/// The `uwf-agent` policy of `role` in `workflow`: [`AgentPolicy::standard`]
+/// changed by `agentPolicy.default`, then the workflow's entry (a policy,
+/// or its `default` and the role's).
+pub fn agent_policy(
+    config: Option<&WorkflowConfig>,
+    workflow: &str,
+    role: &str,
+) -> Result<AgentPolicy, PolicyError> {
+    let mut policy = AgentPolicy::standard();
+    let Some(config) = config else {
+        return Ok(policy);
+    };
+    let layers = most_specific_last(
+        "agentPolicy",
+        &config.agent_policy,
+        workflow,
+        role,
+        "expected a policy {readOnly, allowCommands, denyCommands, commandTimeout, maxTurns, maxTokens, maxCostUsd, maxWallTime}",
+        |e| match e {
+            AgentPolicyEntry::Policy(p) => Ok(p),
+            AgentPolicyEntry::Roles(r) => Err(r),
+        },
+    )?;
+    for (key, p) in layers {
+        policy.apply(&key, p)?;
+    }
+    Ok(policy)
+}
+
+/// Checks every `retries`, `timeouts` and `agentPolicy` setting of `config` at once (the
 /// steps that use one check only theirs): for a configuration about to be
 /// shared by many machines, where a bad setting would fail their steps.
 pub fn check(config: &WorkflowConfig) -> Result<(), PolicyError> {
@@ -220,9 +359,16 @@ pub fn check(config: &WorkflowConfig) -> Result<(), PolicyError> {
             pairs.extend(roles.keys().map(|role| (workflow.as_str(), role.as_str())));
         }
     }
+    for (workflow, entry) in &config.agent_policy {
+        pairs.push((workflow, "default"));
+        if let AgentPolicyEntry::Roles(roles) = entry {
+            pairs.extend(roles.keys().map(|role| (workflow.as_str(), role.as_str())));
+        }
+    }
     for (workflow, role) in pairs {
         retry_policy(Some(config), workflow, role)?;
         timeout(Some(config), workflow, role)?;
+        agent_policy(Some(config), workflow, role)?;
     }
     Ok(())
 }
@@ -274,6 +420,64 @@ mod tests {
             (2, Duration::from_secs(10), 2.0)
         );
         assert_eq!(retry_policy(None, "w", "r").ok(), Some(RetryPolicy::NONE));
+    }
+
+    #[test]
+    fn agent_policies_merge_field_by_field() {
+        let c = config(
+            "agentPolicy:\n  default: { maxTurns: 10, denyCommands: [curl] }\n  fix:\n    default: { commandTimeout: 5s }\n    reviewer: { readOnly: true, maxCostUsd: 0.25 }\n  flat: { allowCommands: [sh], maxWallTime: 1m, maxTokens: 900 }\n",
+        );
+        let p = |w: &str, r: &str| agent_policy(Some(&c), w, r).unwrap_or_else(|e| panic!("{e}"));
+        let rev = p("fix", "reviewer");
+        assert!(rev.read_only);
+        assert_eq!(rev.max_turns, 10);
+        assert_eq!(rev.deny_commands, vec!["curl".to_string()]);
+        assert_eq!(rev.command_timeout, Duration::from_secs(5));
+        assert_eq!(rev.max_cost_usd, Some(0.25));
+        let dev = p("fix", "developer");
+        assert!(!dev.read_only);
+        assert_eq!(dev.max_cost_usd, None);
+        let flat = p("flat", "x");
+        assert_eq!(flat.allow_commands, Some(vec!["sh".to_string()]));
+        assert_eq!(flat.max_wall_time, Some(Duration::from_secs(60)));
+        assert_eq!(flat.max_tokens, Some(900));
+        assert_eq!(
+            flat.command_timeout,
+            AgentPolicy::standard().command_timeout
+        );
+        assert_eq!(
+            agent_policy(None, "w", "r").ok(),
+            Some(AgentPolicy::standard())
+        );
+        for (yaml, key) in [
+            (
+                "agentPolicy:\n  w: { r: { maxTurns: 0 } }\n",
+                "agentPolicy.w.r.maxTurns",
+            ),
+            (
+                "agentPolicy:\n  w: { maxWallTime: soon }\n",
+                "agentPolicy.w.maxWallTime",
+            ),
+            (
+                "agentPolicy:\n  default: { maxCostUsd: -1 }\n",
+                "agentPolicy.default.maxCostUsd",
+            ),
+            (
+                "agentPolicy:\n  default: { r: {} }\n",
+                "agentPolicy.default",
+            ),
+        ] {
+            match check(&config(yaml)) {
+                Err(e) => assert_eq!(e.key, key, "{yaml}"),
+                Ok(()) => panic!("accepted:\n{yaml}"),
+            }
+        }
+        assert!(
+            serde_yaml::from_str::<WorkflowConfig>(
+                "agentPolicy:\n  w: { readOnly: true, maxTurn: 3 }\n"
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -2,12 +2,12 @@
 //! a raw answer as text, anything else as JSON.
 //!
 //! Transcripts are detail nodes whose `turns` are `cas_ref`s to turn nodes
-//! (`uwf-claude`, `uwf-codex`, `uwf-hermes`; see
+//! (`uwf-agent`, `uwf-claude`, `uwf-codex`, `uwf-hermes`; see
 //! `uwf_agent_kit::cli_agent::store_transcript`). Two turn shapes are read:
 //! `{role, text, thinking, toolCalls: [{name, input}], toolResults:
-//! [{toolUseId, content, isError}]}` (Claude Code, Codex) and hermes'
-//! OpenAI-style `{role, content, reasoning, toolCalls: [{function: {name,
-//! arguments}}], toolName}`.
+//! [{toolUseId, name?, content, isError}]}` (uwf-agent, Claude Code,
+//! Codex) and hermes' OpenAI-style `{role, content, reasoning, toolCalls:
+//! [{function: {name, arguments}}], toolName}`.
 
 use serde_json::Value;
 use uwf_cas::{Cas, Hash, Store};
@@ -206,7 +206,7 @@ pub fn turn(p: &Value) -> Turn {
         .into_iter()
         .flatten()
         .map(|r| ToolResult {
-            name: None,
+            name: r.get("name").and_then(Value::as_str).map(str::to_string),
             content: text_of(r.get("content")),
             is_error: r.get("isError").and_then(Value::as_bool).unwrap_or(false),
         })
@@ -261,21 +261,30 @@ pub fn call_parts(c: &Value) -> Option<(&str, Value)> {
 }
 
 /// The one field of a tool's input a person wants to see, when it has
-/// one: the command, the path, the pattern or the URL.
+/// one: the command (a shell line, or `argv` words joined), the path, the
+/// pattern or the URL.
 pub fn main_input(input: &Value) -> Option<String> {
-    ["command", "cmd", "file_path", "path", "pattern", "url"]
-        .iter()
-        .find_map(|k| match input.get(k) {
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(Value::Array(parts)) => Some(
-                parts
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ),
-            _ => None,
-        })
+    [
+        "command",
+        "cmd",
+        "argv",
+        "file_path",
+        "path",
+        "pattern",
+        "url",
+    ]
+    .iter()
+    .find_map(|k| match input.get(k) {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Array(parts)) => Some(
+            parts
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        _ => None,
+    })
 }
 
 fn call(c: &Value) -> Option<ToolCall> {
@@ -319,6 +328,18 @@ mod tests {
             "toolResults": [{"toolUseId": "t", "content": [{"type": "text", "text": "no such file"}], "isError": true}]}));
         assert_eq!(r.results[0].content, "no such file");
         assert!(r.results[0].is_error);
+    }
+
+    #[test]
+    fn argv_inputs_show_as_one_command_line() {
+        let t = turn(&json!({"role": "assistant", "text": "",
+            "toolCalls": [{"id": "c", "name": "run_command", "input": {"argv": ["sh", "test.sh"]}}]}));
+        assert_eq!(t.calls[0].input, "sh test.sh");
+        // uwf-agent: one result per `tool` turn, naming its tool.
+        let r = turn(&json!({"role": "tool", "text": "", "toolCalls": [],
+            "toolResults": [{"toolUseId": "c", "name": "run_command", "content": "ok", "isError": false}]}));
+        assert_eq!(r.results[0].name.as_deref(), Some("run_command"));
+        assert_eq!(r.results[0].content, "ok");
     }
 
     #[test]

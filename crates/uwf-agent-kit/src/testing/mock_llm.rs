@@ -470,6 +470,7 @@ impl MockLlm {
             ProviderConfig {
                 base_url: self.base_url(),
                 api_key_env: String::new(),
+                api: uwf_protocol::ProviderApi::Openai,
             },
         );
         c.models.insert(
@@ -477,6 +478,7 @@ impl MockLlm {
             ModelConfig {
                 provider: "mock".into(),
                 name: MOCK_MODEL.into(),
+                price: None,
             },
         );
         c.default_model = Some("mock".into());

@@ -147,7 +147,7 @@ pub fn preset(name: &str) -> Option<&'static Preset> {
 }
 
 /// Agents `uwf setup` knows by alias. `hermes` and `llm` are always
-/// defined; `mock`, `claude` and `codex` only when asked for.
+/// defined; `mock`, `claude`, `codex` and `tools` only when asked for.
 const BUILTIN_AGENTS: &[(&str, &str, &str)] = &[
     (
         "hermes",
@@ -165,6 +165,11 @@ const BUILTIN_AGENTS: &[(&str, &str, &str)] = &[
         "codex",
         "uwf-codex",
         "OpenAI Codex CLI (needs `codex`; key: OPENAI_API_KEY, e.g. --provider openai)",
+    ),
+    (
+        "tools",
+        "uwf-agent",
+        "built-in agent with tools (files, search, commands) in the working directory",
     ),
 ];
 
