@@ -587,7 +587,8 @@ With -f, keeps printing what the agents write until the thread is archived
         /// The thread: its id, a unique prefix of it, or @last.
         #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
-        /// Maximum characters of step content (a positive integer).
+        /// Maximum characters of the whole text (a positive integer); the newest
+        /// step is always shown, cut if need be.
         #[arg(long, default_value_t = 8000, value_parser = positive_quota)]
         quota: usize,
         /// Only steps before this StepNode (to page back).

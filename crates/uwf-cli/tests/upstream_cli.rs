@@ -27,6 +27,7 @@ per_backend!(
     bad_upstream_workflows_are_refused_with_a_diagnostic,
     thread_read_shows_role_prompts_and_content,
     workflows_without_new_forms_hash_as_before,
+    thread_read_holds_to_the_quota_also_with_before,
 );
 
 const EXIT_WAITING: i32 = 4;
@@ -147,43 +148,24 @@ fn every_upstream_form_runs_to_the_end_with_the_mock(backend: Backend) {
         let Some(env) = Env::on(backend) else {
             return;
         };
-        let out = run(
-            &env,
-            &[
-                "thread",
-                "run",
-                &fixture(&format!("{name}.yaml")),
-                "-p",
-                "the task",
-                "--agent",
-                &agent(&name),
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v = stdout_json(&out);
-        assert_eq!(v["done"], true, "{name}");
-        assert_archived(&env, v["thread"].as_str().unwrap());
+        let id = run_to_end(&env, &name);
+        assert_archived(&env, &id);
     }
+}
+
+/// `uwf thread run` of fixture `name` with its scenario.
+fn run_fixture(env: &Env, name: &str) -> Output {
+    let workflow = fixture(&format!("{name}.yaml"));
+    let agent = agent(name);
+    let args = [
+        "thread", "run", &workflow, "-p", "the task", "--agent", &agent,
+    ];
+    run(env, &args)
 }
 
 /// Runs `name` until it suspends; returns the thread id.
 fn run_until_suspended(env: &Env, name: &str) -> String {
-    let out = run(
-        env,
-        &[
-            "thread",
-            "run",
-            &fixture(&format!("{name}.yaml")),
-            "-p",
-            "the task",
-            "--agent",
-            &agent(name),
-        ],
-    );
+    let out = run_fixture(env, name);
     assert_eq!(
         out.status.code(),
         Some(EXIT_WAITING),
@@ -298,6 +280,19 @@ fn the_resumed_agent_gets_the_resume_prompt(backend: Backend) {
     assert_eq!(next["role"], "worker");
     assert_eq!(next["prompt"], "Carry out: Migrate the Postgres schema");
     assert_nothing_in_the_root(&env);
+}
+
+/// Runs `name` to `$END` with its scenario; returns the thread id.
+fn run_to_end(env: &Env, name: &str) -> String {
+    let out = run_fixture(env, name);
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = stdout_json(&out);
+    assert_eq!(v["done"], true, "{name}: {v}");
+    v["thread"].as_str().unwrap().to_string()
 }
 
 /// Starts `name` and runs `steps` steps; returns the thread id.
@@ -431,20 +426,7 @@ fn thread_read_shows_role_prompts_and_content(backend: Backend) {
     let Some(env) = Env::on(backend) else {
         return;
     };
-    let out = run(
-        &env,
-        &[
-            "thread",
-            "run",
-            &fixture("liquid-v1.yaml"),
-            "-p",
-            "the task",
-            "--agent",
-            &agent("liquid-v1"),
-        ],
-    );
-    assert!(out.status.success());
-    let id = stdout_json(&out)["thread"].as_str().unwrap().to_string();
+    let id = run_to_end(&env, "liquid-v1");
     // `thread read` reads an archived thread from the store's history.
     assert_archived(&env, &id);
     let read = run(&env, &["thread", "read", &id]);
@@ -490,4 +472,54 @@ fn workflows_without_new_forms_hash_as_before(backend: Backend) {
     }
     assert_eq!(env.registry().len(), 4, "{:?}", env.registry());
     assert_nothing_in_the_root(&env);
+}
+
+/// Upstream's `thread read --quota N` bounds the whole text to `N`
+/// characters (its test "quota with --before parameter"); uwf printed 789
+/// characters for a quota of 700 (role prompts and the heading were not
+/// counted).
+fn thread_read_holds_to_the_quota_also_with_before(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let id = run_to_end(&env, "mustache");
+    let steps = env.json(&["thread", "steps", &id]);
+    // Entry 0 is the StartNode.
+    let hashes: Vec<String> = steps["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["hash"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(hashes.len(), 5, "{steps}");
+    let last = &hashes[4];
+    for quota in [400usize, 500, 700, 900, 1200, 2000] {
+        for before in [None, Some(last.as_str())] {
+            let q = quota.to_string();
+            let mut args = vec!["thread", "read", id.as_str(), "--quota", q.as_str()];
+            if let Some(b) = before {
+                args.extend(["--before", b]);
+            }
+            let text = env.text(&args);
+            let n = text.chars().count();
+            assert!(
+                n <= quota,
+                "{n} characters for --quota {quota} ({before:?}):\n{text}"
+            );
+            // The newest step asked for is always there.
+            let newest = if before.is_some() {
+                "## Step 3 · author"
+            } else {
+                "## Step 4 · reviewer"
+            };
+            assert!(text.contains(newest), "{quota} {before:?}:\n{text}");
+            if before.is_some() {
+                assert!(!text.contains("## Step 4"), "{text}");
+            }
+        }
+    }
+    // A generous quota shows every step and no pointer back.
+    let all = env.text(&["thread", "read", &id, "--quota", "100000"]);
+    assert!(all.contains("## Step 1 · author"), "{all}");
+    assert!(!all.contains("earlier step(s) not shown"), "{all}");
 }
