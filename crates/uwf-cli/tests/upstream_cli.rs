@@ -28,6 +28,9 @@ per_backend!(
     thread_read_shows_role_prompts_and_content,
     workflows_without_new_forms_hash_as_before,
     thread_read_holds_to_the_quota_also_with_before,
+    the_template_language_is_chosen_as_upstream,
+    upstream_semantic_rules_hold,
+    prompts_that_render_to_nothing_are_refused_naming_the_edge,
 );
 
 const EXIT_WAITING: i32 = 4;
@@ -123,7 +126,7 @@ fn every_upstream_form_validates(backend: Backend) {
         return;
     };
     let names = corpus();
-    assert_eq!(names.len(), 10, "{names:?}");
+    assert_eq!(names.len(), 11, "{names:?}");
     // Validating reads the files only: the store, once opened (which
     // writes its built-in types), is left as it was.
     env.json(&["workflow", "list"]);
@@ -333,6 +336,21 @@ fn prompts_render_as_upstream_rendered_them(backend: Backend) {
         "The reviewer said changes: Use <T> & handle errors\n- a.rs: unwrap\n- b.rs: no test\n"
     );
 
+    // A seed-003-era file: its prompts make it mustache (raw values,
+    // `{{$status}}`), without `frontmatter` or `version`.
+    let id = started(&env, "seed-mustache", 1);
+    assert_eq!(
+        env.json(&["thread", "next", &id])["prompt"],
+        "Work on branch fix/7 & co in /src/app"
+    );
+    for _ in 0..2 {
+        env.json(&["thread", "step", &id, "--agent", &agent("seed-mustache")]);
+    }
+    assert_eq!(
+        env.json(&["thread", "next", &id])["prompt"],
+        "Status: rejected\nNeeds a <test>"
+    );
+
     let id = started(&env, "status-plain", 1);
     assert_eq!(
         env.json(&["thread", "next", &id])["prompt"],
@@ -344,7 +362,7 @@ fn prompts_render_as_upstream_rendered_them(backend: Backend) {
         env.json(&["thread", "next", &id])["prompt"],
         "Your opponent argues:\n\nTabs are wider\n\nAnswer."
     );
-    assert_eq!(env.heads().len(), 4, "{:?}", env.heads());
+    assert_eq!(env.heads().len(), 5, "{:?}", env.heads());
     assert_nothing_in_the_root(&env);
 }
 
@@ -522,4 +540,210 @@ fn thread_read_holds_to_the_quota_also_with_before(backend: Backend) {
     let all = env.text(&["thread", "read", &id, "--quota", "100000"]);
     assert!(all.contains("## Step 1 · author"), "{all}");
     assert!(!all.contains("earlier step(s) not shown"), "{all}");
+}
+
+/// `workflow validate` of `yaml` (written to `name`): the report.
+fn validate_text(env: &Env, name: &str, yaml: &str) -> Value {
+    let path = env.dir.path().join(name);
+    std::fs::write(&path, yaml).unwrap();
+    stdout_json(&run(env, &["workflow", "validate", path.to_str().unwrap()]))
+}
+
+fn codes(findings: &Value) -> Vec<&str> {
+    findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["code"].as_str().unwrap())
+        .collect()
+}
+
+/// A seed-003 workflow (status maps, `meta`) whose prompts read the same
+/// in mustache and JSONata.
+const AMBIGUOUS: &str = "name: amb\nroles:\n  a:\n    goal: g\n    meta: {properties: {$status: {enum: [done]}, files: {}}}\n\
+    \x20 b: {goal: g, meta: {}}\ngraph:\n  $START: {_: a}\n  a:\n    done: {role: b, prompt: \"Merged {{files}}\"}\n  b: {_: $END}\n";
+
+/// The prompt for `b` after `a` finished with two files, in `yaml`.
+fn ambiguous_prompt(env: &Env, yaml: &str) -> Value {
+    let path = env.dir.path().join("amb.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let scenario = env.dir.path().join("amb.mock.yaml");
+    std::fs::write(
+        &scenario,
+        "steps:\n  - role: a\n    output: \"---\\n$status: done\\nfiles: [a.rs, b.rs]\\n---\\n\"\n",
+    )
+    .unwrap();
+    let agent = format!(
+        "{:?} {:?}",
+        mock_bin().display().to_string(),
+        scenario.display().to_string()
+    );
+    let id = env.json(&["thread", "start", path.to_str().unwrap(), "-p", "t"])["thread"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    env.json(&["thread", "step", &id, "--agent", &agent]);
+    env.json(&["thread", "next", &id])["prompt"].clone()
+}
+
+/// Seed 003 says edge prompts are mustache: a prompt only mustache reads,
+/// or status maps, select it; a choice that could be wrong is a warning
+/// that says how to pin the language.
+fn the_template_language_is_chosen_as_upstream(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    // Plainly mustache: valid, no warning about the language.
+    let report = validate_text(
+        &env,
+        "plain.yaml",
+        &std::fs::read_to_string(fixture("seed-mustache.yaml")).unwrap(),
+    );
+    assert_eq!(report["valid"], true, "{report}");
+    assert!(
+        !codes(&report["warnings"]).contains(&"prompt-language"),
+        "{report}"
+    );
+
+    // Ambiguous: mustache because of the status maps, with a warning that
+    // names the choice and the way to pin it.
+    let report = validate_text(&env, "amb.yaml", AMBIGUOUS);
+    assert_eq!(report["valid"], true, "{report}");
+    let warning = report["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["code"] == "prompt-language")
+        .unwrap_or_else(|| panic!("{report}"));
+    let message = warning["message"].as_str().unwrap();
+    assert!(message.contains("read as mustache"), "{message}");
+    assert!(message.contains("x-uwf-prompts: jsonata"), "{message}");
+    // Rendered as mustache: a list is its items joined by commas.
+    assert_eq!(ambiguous_prompt(&env, AMBIGUOUS), "Merged a.rs,b.rs");
+
+    // Pinned: no warning, and the language pinned.
+    for (pin, prompt) in [
+        ("mustache", "Merged a.rs,b.rs"),
+        ("jsonata", r#"Merged ["a.rs","b.rs"]"#),
+    ] {
+        let yaml = format!("x-uwf-prompts: {pin}\n{AMBIGUOUS}");
+        let report = validate_text(&env, "pinned.yaml", &yaml);
+        assert_eq!(report["valid"], true, "{report}");
+        assert!(
+            !codes(&report["warnings"]).contains(&"prompt-language"),
+            "{pin}: {report}"
+        );
+        assert_eq!(ambiguous_prompt(&env, &yaml), prompt, "{pin}");
+    }
+}
+
+/// Upstream's semantic validator tests, each a change to its
+/// `makeWorkflow` (`tests/upstream/semantic/base.yaml`).
+fn upstream_semantic_rules_hold(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let base = std::fs::read_to_string(fixtures().join("semantic/base.yaml")).unwrap();
+    let changed = |from: &str, to: &str| {
+        assert!(base.contains(from), "{from}");
+        base.replace(from, to)
+    };
+    // 1.5: the workflow as it is is valid.
+    let report = validate_text(&env, "base.yaml", &base);
+    assert_eq!(report["errors"], serde_json::json!([]), "{report}");
+
+    let rejected = "    rejected: { role: writer, prompt: \"Fix: {{ reason }}\" }\n";
+    let approved = "    approved: { role: $END, prompt: \"Done: {{ summary }}\" }\n";
+    // 3.4: a role with several exits must route each.
+    let report = validate_text(&env, "3.4.yaml", &changed(rejected, ""));
+    assert_eq!(codes(&report["errors"]), ["missing-status"], "{report}");
+    let e = &report["errors"][0];
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("$status \"rejected\""),
+        "{e}"
+    );
+    assert_eq!(e["role"], "reviewer");
+    assert!(e["line"].as_u64().is_some(), "{e}");
+
+    // 3.5: and may not use `_` there.
+    let fallback = "    _: { role: $END, prompt: \"Done\" }\n";
+    let report = validate_text(
+        &env,
+        "3.5.yaml",
+        &changed(&format!("{approved}{rejected}"), fallback),
+    );
+    assert_eq!(
+        codes(&report["errors"]),
+        ["fallback-status", "missing-status"],
+        "{report}"
+    );
+    assert!(
+        report["errors"][1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"approved\", \"rejected\""),
+        "{report}"
+    );
+
+    // 4.1: a prompt reads a variable the role's schema does not have: in
+    // Liquid (`version: 1`) and in the mustache of the same file without it.
+    let unknown = changed("Review this: {{ plan }}", "Review: {{ branch }}");
+    let mustache = unknown.replace("version: 1\n", "");
+    for (name, yaml) in [
+        ("4.1-liquid.yaml", &unknown),
+        ("4.1-mustache.yaml", &mustache),
+    ] {
+        let report = validate_text(&env, name, yaml);
+        assert_eq!(
+            codes(&report["errors"]),
+            ["unknown-variable"],
+            "{name}: {report}"
+        );
+        let e = &report["errors"][0];
+        assert!(e["message"].as_str().unwrap().contains("`branch`"), "{e}");
+        assert_eq!(e["role"], "writer");
+    }
+}
+
+/// Upstream's moderator refused an edge prompt that renders to nothing
+/// (its test "returns error when rendered prompt is empty string").
+fn prompts_that_render_to_nothing_are_refused_naming_the_edge(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let base = std::fs::read_to_string(fixtures().join("semantic/base.yaml")).unwrap();
+    // Empty as written: refused when the file is read, naming the edge.
+    for empty in ["\"\"", "\"  \""] {
+        let path = env.dir.path().join("empty.yaml");
+        std::fs::write(&path, base.replace("\"Review this: {{ plan }}\"", empty)).unwrap();
+        let err = env.fails(&["workflow", "validate", path.to_str().unwrap()]);
+        assert!(
+            err.contains("the edge prompt of `graph.writer` (status `done`) is empty"),
+            "{err}"
+        );
+    }
+    // Empty once rendered (its only variable missing, or white space
+    // around it): the step fails naming the edge, and the thread stays.
+    for prompt in ["\"{{ userPrompt }}\"", "\"  {{ userPrompt }}  \""] {
+        let path = env.dir.path().join("render.yaml");
+        std::fs::write(&path, base.replace("\"Begin writing\"", prompt)).unwrap();
+        let id = env.json(&["thread", "start", path.to_str().unwrap(), "-p", "t"])["thread"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let head = head_of(&env, &id);
+        let out = run(&env, &["thread", "next", &id]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(out.stdout.is_empty());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("the prompt of transition #2 (to `writer`)")
+                && err.contains("rendered to an empty text"),
+            "{err}"
+        );
+        assert_eq!(head_of(&env, &id), head);
+    }
 }

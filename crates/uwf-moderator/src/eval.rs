@@ -440,16 +440,26 @@ fn evaluate_here(
                 let ctx = source.context();
                 let empty = Value::Object(serde_json::Map::new());
                 let last = ctx.steps.last().map_or(&empty, |s| &s.output);
-                Some(render_here(p, last, &ctx.steps).map_err(|e| {
-                    e.placed(
-                        name,
-                        from,
-                        Subject::EdgePrompt {
-                            target: t.role.clone(),
-                            index,
-                        },
-                    )
-                })?)
+                let subject = || Subject::EdgePrompt {
+                    target: t.role.clone(),
+                    index,
+                };
+                let text = render_here(p, last, &ctx.steps)
+                    .map_err(|e| e.placed(name, from, subject()))?;
+                // Upstream's moderator refused an edge prompt that rendered
+                // to nothing (all its variables missing): the next agent
+                // would get no instruction.
+                if text.trim().is_empty() {
+                    return Err(ModeratorError::Evaluation(Box::new(ExpressionError {
+                        workflow: name.into(),
+                        role: from.into(),
+                        subject: subject(),
+                        expression: p.clone(),
+                        message: "the edge prompt rendered to an empty text: the previous output lacks the fields it uses".into(),
+                        offset: None,
+                    })));
+                }
+                Some(text)
             }
         };
         return Ok(Decision {
