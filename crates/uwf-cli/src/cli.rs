@@ -138,6 +138,19 @@ pub enum Command {
     /// Set up a shared store, see which store is used, copy one store into another.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Print a reference text for an LLM agent or a person: using uwf, authoring workflows, writing agents.
+    #[command(
+        subcommand,
+        after_help = "\
+The texts are built from uwf's own documentation (docs/, the README), its
+command tree and `uwf workflow schema`, so they say what this uwf does.
+Markdown on stdout; --format json|yaml is refused.
+
+Examples:
+  uwf prompt workflow-authoring > authoring.md
+  uwf prompt usage | less"
+    )]
+    Prompt(PromptCommand),
     /// Print a shell completion script (it completes thread ids and workflow names too).
     #[command(after_help = "\
 The script calls `uwf` while completing (UWF_COMPLETE=<shell> uwf -- <words>), so
@@ -161,6 +174,17 @@ Examples:
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+}
+
+/// `uwf prompt …`: which reference text.
+#[derive(Debug, Subcommand)]
+pub enum PromptCommand {
+    /// Using the CLI: threads, steps, the store, every command.
+    Usage,
+    /// Writing workflows: the YAML format, conditions, edge prompts, validation, examples, the schema.
+    WorkflowAuthoring,
+    /// Writing agents: the Rust kit and the protocol for any language.
+    AdapterDeveloping,
 }
 
 const EVAL_AFTER_HELP: &str = r#"The value is printed as JSON; an expression that evaluates to undefined prints

@@ -747,3 +747,101 @@ fn prompts_that_render_to_nothing_are_refused_naming_the_edge(backend: Backend) 
         assert_eq!(head_of(&env, &id), head);
     }
 }
+
+/// `uwf prompt <which>`: the Markdown text.
+fn prompt_text(env: &Env, which: &str) -> String {
+    env.text(&["prompt", which])
+}
+
+/// Upstream's `uwf prompt workflow-authoring` taught an agent to write
+/// workflows: every complete workflow in uwf's text (a YAML block with
+/// `name`, `roles` and `graph`, nothing elided) validates, so one written
+/// from it can.
+#[test]
+fn the_workflows_of_the_authoring_text_validate() {
+    let env = Env::new();
+    let text = prompt_text(&env, "workflow-authoring");
+    let mut checked = 0;
+    for block in text.split("```yaml\n").skip(1) {
+        let yaml = block.split("\n```").next().unwrap();
+        let top = |key: &str| yaml.lines().any(|l| l.starts_with(key));
+        // A block whose value is `{ … }` is an outline of the format, not a
+        // workflow.
+        if !(top("name:") && top("roles:") && top("graph:")) || yaml.contains(": { … }") {
+            continue;
+        }
+        let path = env.dir.path().join(format!("w{checked}.yaml"));
+        std::fs::write(&path, yaml).unwrap();
+        let report = env.json(&["workflow", "validate", path.to_str().unwrap()]);
+        assert_eq!(report["valid"], true, "{yaml}\n{report}");
+        checked += 1;
+    }
+    assert!(checked >= 2, "{checked} workflows in:\n{text}");
+}
+
+/// The texts are the docs, the schema and the CLI itself: they say what
+/// this uwf does.
+#[test]
+fn the_prompt_texts_are_the_docs_the_schema_and_the_commands() {
+    let env = Env::new();
+    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    let doc = |name: &str| std::fs::read_to_string(docs.join(name)).unwrap();
+    let section = |doc: &str, heading: &str| {
+        let start = doc.find(&format!("\n{heading}\n")).unwrap();
+        let rest = &doc[start + 1..];
+        let end = rest[heading.len()..]
+            .find("\n## ")
+            .map_or(rest.len(), |e| e + heading.len());
+        rest[..end].trim_end().to_string()
+    };
+
+    let authoring = prompt_text(&env, "workflow-authoring");
+    let workflow_md = doc("workflow.md");
+    for heading in [
+        "## Top level",
+        "## Status maps (seed 003)",
+        "## Static validation",
+    ] {
+        assert!(
+            authoring.contains(&section(&workflow_md, heading)),
+            "{heading}"
+        );
+    }
+    // The schema `uwf workflow schema` prints.
+    let schema = env.json(&["workflow", "schema"]);
+    let block = authoring
+        .split("```json\n")
+        .last()
+        .and_then(|b| b.split("\n```").next())
+        .unwrap();
+    assert_eq!(serde_json::from_str::<Value>(block).unwrap(), schema);
+
+    let adapter = prompt_text(&env, "adapter-developing");
+    assert!(adapter.contains(doc("writing-agents.md").trim_end()));
+    assert!(adapter.contains(doc("agent-protocol.md").trim_end()));
+
+    // Every command the usage text teaches is one `uwf` has.
+    let usage = prompt_text(&env, "usage");
+    let commands: Vec<&str> = usage
+        .lines()
+        .filter_map(|l| l.strip_prefix("### `uwf ")?.strip_suffix('`'))
+        .collect();
+    assert!(commands.contains(&"thread run"), "{usage}");
+    assert!(commands.contains(&"prompt workflow-authoring"), "{usage}");
+    for command in &commands {
+        let mut args: Vec<&str> = command.split(' ').collect();
+        args.push("--help");
+        let out = run(&env, &args);
+        assert!(
+            out.status.success(),
+            "uwf {command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // Markdown only, as `thread read`.
+    let out = run(&env, &["--format", "json", "prompt", "usage"]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("prints Markdown"));
+}
