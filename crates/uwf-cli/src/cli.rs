@@ -189,8 +189,8 @@ pub enum PromptCommand {
 
 const EVAL_AFTER_HELP: &str = r#"The value is printed as JSON; an expression that evaluates to undefined prints
 nothing on stdout (and says so on stderr). Evaluation uses the moderator's
-limits and key order (object members sorted by key), so a condition gives
-here what it gives in a step. Any builtin may be used, also those refused in
+limits and key order (a thread's objects sorted by key), so a condition gives
+here what it gives in a step; an --input document keeps its members' order. Any builtin may be used, also those refused in
 workflows ($now, $random, $eval, ...).
 
 Examples:

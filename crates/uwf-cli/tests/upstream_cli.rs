@@ -845,3 +845,38 @@ fn the_prompt_texts_are_the_docs_the_schema_and_the_commands() {
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("prints Markdown"));
 }
+
+/// JSONata's own suite: objects keep the order of their members
+/// (`$keys({"b":1,"a":2})` is `["b","a"]`), in an input document and in
+/// what an expression builds; only a thread's context is sorted.
+#[test]
+fn eval_keeps_the_key_order_of_its_input_and_of_built_objects() {
+    let env = Env::new();
+    let eval = |args: &[&str]| -> Value {
+        let mut all = vec!["eval"];
+        all.extend(args);
+        env.json(&all)
+    };
+    let keys = serde_json::json!(["b", "a"]);
+    assert_eq!(eval(&["$keys({\"b\":1,\"a\":2})"]), keys);
+    let document = r#"{"b": 1, "a": {"z": 2, "y": 3}}"#;
+    assert_eq!(eval(&["$keys($)", "--input", document]), keys);
+    assert_eq!(
+        eval(&["$keys(a)", "--input", document]),
+        serde_json::json!(["z", "y"])
+    );
+    assert_eq!(
+        eval(&["$string($)", "--input", document]),
+        r#"{"b":1,"a":{"z":2,"y":3}}"#
+    );
+    // Printed as it is ordered.
+    let out = run(
+        &env,
+        &["--format", "json", "eval", "$", "--input", document],
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.find("\"b\"").unwrap() < text.find("\"a\"").unwrap(),
+        "{text}"
+    );
+}

@@ -665,10 +665,32 @@ pub fn evaluate_expression(
     expression: &str,
     input: Option<&Value>,
 ) -> Result<Option<Value>, ModeratorError> {
+    evaluate_free(expression, input, Input::new)
+}
+
+/// Like [`evaluate_expression`], but the members of `input`'s objects keep
+/// the order they have in `input`, as the reference JSONata sees a
+/// document (`$keys({"b":1,"a":2})` of such an input is `["b","a"]`): for
+/// `uwf eval --input`, whose JSON is not a thread. A thread's context is
+/// sorted by key so that every process sees the same order; objects an
+/// expression builds keep the order it builds them in, either way.
+pub fn evaluate_document(
+    expression: &str,
+    input: Option<&Value>,
+) -> Result<Option<Value>, ModeratorError> {
+    evaluate_free(expression, input, Input::as_given)
+}
+
+/// A free-standing expression against `input`, prepared by `prepare`.
+fn evaluate_free(
+    expression: &str,
+    input: Option<&Value>,
+    prepare: fn(&Value) -> Result<Input, Failure>,
+) -> Result<Option<Value>, ModeratorError> {
     jsonata::on_big_stack(|| {
         let fail = |f| ModeratorError::from_failure(f, "", "", Subject::Expression, expression);
         let compiled = jsonata::compile(expression).map_err(fail)?;
-        let input = input.map(Input::new).transpose().map_err(fail)?;
+        let input = input.map(prepare).transpose().map_err(fail)?;
         jsonata::value_compiled(&compiled, input.as_ref()).map_err(fail)
     })
 }

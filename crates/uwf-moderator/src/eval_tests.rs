@@ -640,3 +640,15 @@ fn the_fast_context_is_the_serialised_context() {
         }
     }
 }
+
+#[test]
+fn a_document_keeps_its_key_order_a_context_is_sorted() {
+    let doc: Value = serde_json::from_str(r#"{"b": 1, "a": {"z": 2, "y": 3}}"#)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let keys = |f: fn(&str, Option<&Value>) -> Result<Option<Value>, ModeratorError>| {
+        f("[$keys($), $keys(a)]", Some(&doc)).unwrap_or_else(|e| panic!("{e}"))
+    };
+    // (The array constructor flattens the two lists.)
+    assert_eq!(keys(evaluate_document), Some(json!(["b", "a", "z", "y"])));
+    assert_eq!(keys(evaluate_expression), Some(json!(["a", "b", "y", "z"])));
+}
