@@ -138,6 +138,19 @@ pub enum Command {
     /// Set up a shared store, see which store is used, copy one store into another.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Print a reference text for an LLM agent or a person: using uwf, authoring workflows, writing agents.
+    #[command(
+        subcommand,
+        after_help = "\
+The texts are built from uwf's own documentation (docs/, the README), its
+command tree and `uwf workflow schema`, so they say what this uwf does.
+Markdown on stdout; --format json|yaml is refused.
+
+Examples:
+  uwf prompt workflow-authoring > authoring.md
+  uwf prompt usage | less"
+    )]
+    Prompt(PromptCommand),
     /// Print a shell completion script (it completes thread ids and workflow names too).
     #[command(after_help = "\
 The script calls `uwf` while completing (UWF_COMPLETE=<shell> uwf -- <words>), so
@@ -163,10 +176,21 @@ Examples:
     },
 }
 
+/// `uwf prompt …`: which reference text.
+#[derive(Debug, Subcommand)]
+pub enum PromptCommand {
+    /// Using the CLI: threads, steps, the store, every command.
+    Usage,
+    /// Writing workflows: the YAML format, conditions, edge prompts, validation, examples, the schema.
+    WorkflowAuthoring,
+    /// Writing agents: the Rust kit and the protocol for any language.
+    AdapterDeveloping,
+}
+
 const EVAL_AFTER_HELP: &str = r#"The value is printed as JSON; an expression that evaluates to undefined prints
 nothing on stdout (and says so on stderr). Evaluation uses the moderator's
-limits and key order (object members sorted by key), so a condition gives
-here what it gives in a step. Any builtin may be used, also those refused in
+limits and key order (a thread's objects sorted by key), so a condition gives
+here what it gives in a step; an --input document keeps its members' order. Any builtin may be used, also those refused in
 workflows ($now, $random, $eval, ...).
 
 Examples:
@@ -590,7 +614,8 @@ With -f, keeps printing what the agents write until the thread is archived
         /// The thread: its id, a unique prefix of it, or @last.
         #[arg(add = ArgValueCandidates::new(crate::complete::threads))]
         thread: String,
-        /// Maximum characters of step content (a positive integer).
+        /// Maximum characters of the whole text (a positive integer); the newest
+        /// step is always shown, cut if need be.
         #[arg(long, default_value_t = 8000, value_parser = positive_quota)]
         quota: usize,
         /// Only steps before this StepNode (to page back).

@@ -103,6 +103,19 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             output::print_text(&complete::script(shell)?)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Prompt(which) => {
+            // Needs no storage root.
+            if let Some(f @ (cli::Format::Json | cli::Format::Yaml)) = format {
+                let name = format!("{f:?}").to_lowercase();
+                return Err(CliError::TextOnly {
+                    command: "prompt".into(),
+                    instead: "the text is Markdown only; redirect it to a file".into(),
+                    format: name,
+                });
+            }
+            output::print_text(&cmd::prompt::text(&which))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Man { dir } => {
             let cmd = Cli::command();
             match dir {

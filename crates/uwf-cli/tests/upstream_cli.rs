@@ -27,6 +27,10 @@ per_backend!(
     bad_upstream_workflows_are_refused_with_a_diagnostic,
     thread_read_shows_role_prompts_and_content,
     workflows_without_new_forms_hash_as_before,
+    thread_read_holds_to_the_quota_also_with_before,
+    the_template_language_is_chosen_as_upstream,
+    upstream_semantic_rules_hold,
+    prompts_that_render_to_nothing_are_refused_naming_the_edge,
 );
 
 const EXIT_WAITING: i32 = 4;
@@ -122,7 +126,7 @@ fn every_upstream_form_validates(backend: Backend) {
         return;
     };
     let names = corpus();
-    assert_eq!(names.len(), 10, "{names:?}");
+    assert_eq!(names.len(), 11, "{names:?}");
     // Validating reads the files only: the store, once opened (which
     // writes its built-in types), is left as it was.
     env.json(&["workflow", "list"]);
@@ -147,43 +151,24 @@ fn every_upstream_form_runs_to_the_end_with_the_mock(backend: Backend) {
         let Some(env) = Env::on(backend) else {
             return;
         };
-        let out = run(
-            &env,
-            &[
-                "thread",
-                "run",
-                &fixture(&format!("{name}.yaml")),
-                "-p",
-                "the task",
-                "--agent",
-                &agent(&name),
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v = stdout_json(&out);
-        assert_eq!(v["done"], true, "{name}");
-        assert_archived(&env, v["thread"].as_str().unwrap());
+        let id = run_to_end(&env, &name);
+        assert_archived(&env, &id);
     }
+}
+
+/// `uwf thread run` of fixture `name` with its scenario.
+fn run_fixture(env: &Env, name: &str) -> Output {
+    let workflow = fixture(&format!("{name}.yaml"));
+    let agent = agent(name);
+    let args = [
+        "thread", "run", &workflow, "-p", "the task", "--agent", &agent,
+    ];
+    run(env, &args)
 }
 
 /// Runs `name` until it suspends; returns the thread id.
 fn run_until_suspended(env: &Env, name: &str) -> String {
-    let out = run(
-        env,
-        &[
-            "thread",
-            "run",
-            &fixture(&format!("{name}.yaml")),
-            "-p",
-            "the task",
-            "--agent",
-            &agent(name),
-        ],
-    );
+    let out = run_fixture(env, name);
     assert_eq!(
         out.status.code(),
         Some(EXIT_WAITING),
@@ -300,6 +285,19 @@ fn the_resumed_agent_gets_the_resume_prompt(backend: Backend) {
     assert_nothing_in_the_root(&env);
 }
 
+/// Runs `name` to `$END` with its scenario; returns the thread id.
+fn run_to_end(env: &Env, name: &str) -> String {
+    let out = run_fixture(env, name);
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = stdout_json(&out);
+    assert_eq!(v["done"], true, "{name}: {v}");
+    v["thread"].as_str().unwrap().to_string()
+}
+
 /// Starts `name` and runs `steps` steps; returns the thread id.
 fn started(env: &Env, name: &str, steps: usize) -> String {
     let v = env.json(&[
@@ -338,6 +336,21 @@ fn prompts_render_as_upstream_rendered_them(backend: Backend) {
         "The reviewer said changes: Use <T> & handle errors\n- a.rs: unwrap\n- b.rs: no test\n"
     );
 
+    // A seed-003-era file: its prompts make it mustache (raw values,
+    // `{{$status}}`), without `frontmatter` or `version`.
+    let id = started(&env, "seed-mustache", 1);
+    assert_eq!(
+        env.json(&["thread", "next", &id])["prompt"],
+        "Work on branch fix/7 & co in /src/app"
+    );
+    for _ in 0..2 {
+        env.json(&["thread", "step", &id, "--agent", &agent("seed-mustache")]);
+    }
+    assert_eq!(
+        env.json(&["thread", "next", &id])["prompt"],
+        "Status: rejected\nNeeds a <test>"
+    );
+
     let id = started(&env, "status-plain", 1);
     assert_eq!(
         env.json(&["thread", "next", &id])["prompt"],
@@ -349,7 +362,7 @@ fn prompts_render_as_upstream_rendered_them(backend: Backend) {
         env.json(&["thread", "next", &id])["prompt"],
         "Your opponent argues:\n\nTabs are wider\n\nAnswer."
     );
-    assert_eq!(env.heads().len(), 4, "{:?}", env.heads());
+    assert_eq!(env.heads().len(), 5, "{:?}", env.heads());
     assert_nothing_in_the_root(&env);
 }
 
@@ -431,20 +444,7 @@ fn thread_read_shows_role_prompts_and_content(backend: Backend) {
     let Some(env) = Env::on(backend) else {
         return;
     };
-    let out = run(
-        &env,
-        &[
-            "thread",
-            "run",
-            &fixture("liquid-v1.yaml"),
-            "-p",
-            "the task",
-            "--agent",
-            &agent("liquid-v1"),
-        ],
-    );
-    assert!(out.status.success());
-    let id = stdout_json(&out)["thread"].as_str().unwrap().to_string();
+    let id = run_to_end(&env, "liquid-v1");
     // `thread read` reads an archived thread from the store's history.
     assert_archived(&env, &id);
     let read = run(&env, &["thread", "read", &id]);
@@ -490,4 +490,393 @@ fn workflows_without_new_forms_hash_as_before(backend: Backend) {
     }
     assert_eq!(env.registry().len(), 4, "{:?}", env.registry());
     assert_nothing_in_the_root(&env);
+}
+
+/// Upstream's `thread read --quota N` bounds the whole text to `N`
+/// characters (its test "quota with --before parameter"); uwf printed 789
+/// characters for a quota of 700 (role prompts and the heading were not
+/// counted).
+fn thread_read_holds_to_the_quota_also_with_before(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let id = run_to_end(&env, "mustache");
+    let steps = env.json(&["thread", "steps", &id]);
+    // Entry 0 is the StartNode.
+    let hashes: Vec<String> = steps["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["hash"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(hashes.len(), 5, "{steps}");
+    let last = &hashes[4];
+    for quota in [400usize, 500, 700, 900, 1200, 2000] {
+        for before in [None, Some(last.as_str())] {
+            let q = quota.to_string();
+            let mut args = vec!["thread", "read", id.as_str(), "--quota", q.as_str()];
+            if let Some(b) = before {
+                args.extend(["--before", b]);
+            }
+            let text = env.text(&args);
+            let n = text.chars().count();
+            assert!(
+                n <= quota,
+                "{n} characters for --quota {quota} ({before:?}):\n{text}"
+            );
+            // The newest step asked for is always there.
+            let newest = if before.is_some() {
+                "## Step 3 · author"
+            } else {
+                "## Step 4 · reviewer"
+            };
+            assert!(text.contains(newest), "{quota} {before:?}:\n{text}");
+            if before.is_some() {
+                assert!(!text.contains("## Step 4"), "{text}");
+            }
+        }
+    }
+    // A generous quota shows every step and no pointer back.
+    let all = env.text(&["thread", "read", &id, "--quota", "100000"]);
+    assert!(all.contains("## Step 1 · author"), "{all}");
+    assert!(!all.contains("earlier step(s) not shown"), "{all}");
+}
+
+/// `workflow validate` of `yaml` (written to `name`): the report.
+fn validate_text(env: &Env, name: &str, yaml: &str) -> Value {
+    let path = env.dir.path().join(name);
+    std::fs::write(&path, yaml).unwrap();
+    stdout_json(&run(env, &["workflow", "validate", path.to_str().unwrap()]))
+}
+
+fn codes(findings: &Value) -> Vec<&str> {
+    findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["code"].as_str().unwrap())
+        .collect()
+}
+
+/// A seed-003 workflow (status maps, `meta`) whose prompts read the same
+/// in mustache and JSONata.
+const AMBIGUOUS: &str = "name: amb\nroles:\n  a:\n    goal: g\n    meta: {properties: {$status: {enum: [done]}, files: {}}}\n\
+    \x20 b: {goal: g, meta: {}}\ngraph:\n  $START: {_: a}\n  a:\n    done: {role: b, prompt: \"Merged {{files}}\"}\n  b: {_: $END}\n";
+
+/// The prompt for `b` after `a` finished with two files, in `yaml`.
+fn ambiguous_prompt(env: &Env, yaml: &str) -> Value {
+    let path = env.dir.path().join("amb.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let scenario = env.dir.path().join("amb.mock.yaml");
+    std::fs::write(
+        &scenario,
+        "steps:\n  - role: a\n    output: \"---\\n$status: done\\nfiles: [a.rs, b.rs]\\n---\\n\"\n",
+    )
+    .unwrap();
+    let agent = format!(
+        "{:?} {:?}",
+        mock_bin().display().to_string(),
+        scenario.display().to_string()
+    );
+    let id = env.json(&["thread", "start", path.to_str().unwrap(), "-p", "t"])["thread"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    env.json(&["thread", "step", &id, "--agent", &agent]);
+    env.json(&["thread", "next", &id])["prompt"].clone()
+}
+
+/// Seed 003 says edge prompts are mustache: a prompt only mustache reads,
+/// or status maps, select it; a choice that could be wrong is a warning
+/// that says how to pin the language.
+fn the_template_language_is_chosen_as_upstream(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    // Plainly mustache: valid, no warning about the language.
+    let report = validate_text(
+        &env,
+        "plain.yaml",
+        &std::fs::read_to_string(fixture("seed-mustache.yaml")).unwrap(),
+    );
+    assert_eq!(report["valid"], true, "{report}");
+    assert!(
+        !codes(&report["warnings"]).contains(&"prompt-language"),
+        "{report}"
+    );
+
+    // Ambiguous: mustache because of the status maps, with a warning that
+    // names the choice and the way to pin it.
+    let report = validate_text(&env, "amb.yaml", AMBIGUOUS);
+    assert_eq!(report["valid"], true, "{report}");
+    let warning = report["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["code"] == "prompt-language")
+        .unwrap_or_else(|| panic!("{report}"));
+    let message = warning["message"].as_str().unwrap();
+    assert!(message.contains("read as mustache"), "{message}");
+    assert!(message.contains("x-uwf-prompts: jsonata"), "{message}");
+    // Rendered as mustache: a list is its items joined by commas.
+    assert_eq!(ambiguous_prompt(&env, AMBIGUOUS), "Merged a.rs,b.rs");
+
+    // Pinned: no warning, and the language pinned.
+    for (pin, prompt) in [
+        ("mustache", "Merged a.rs,b.rs"),
+        ("jsonata", r#"Merged ["a.rs","b.rs"]"#),
+    ] {
+        let yaml = format!("x-uwf-prompts: {pin}\n{AMBIGUOUS}");
+        let report = validate_text(&env, "pinned.yaml", &yaml);
+        assert_eq!(report["valid"], true, "{report}");
+        assert!(
+            !codes(&report["warnings"]).contains(&"prompt-language"),
+            "{pin}: {report}"
+        );
+        assert_eq!(ambiguous_prompt(&env, &yaml), prompt, "{pin}");
+    }
+}
+
+/// Upstream's semantic validator tests, each a change to its
+/// `makeWorkflow` (`tests/upstream/semantic/base.yaml`).
+fn upstream_semantic_rules_hold(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let base = std::fs::read_to_string(fixtures().join("semantic/base.yaml")).unwrap();
+    let changed = |from: &str, to: &str| {
+        assert!(base.contains(from), "{from}");
+        base.replace(from, to)
+    };
+    // 1.5: the workflow as it is is valid.
+    let report = validate_text(&env, "base.yaml", &base);
+    assert_eq!(report["errors"], serde_json::json!([]), "{report}");
+
+    let rejected = "    rejected: { role: writer, prompt: \"Fix: {{ reason }}\" }\n";
+    let approved = "    approved: { role: $END, prompt: \"Done: {{ summary }}\" }\n";
+    // 3.4: a role with several exits must route each.
+    let report = validate_text(&env, "3.4.yaml", &changed(rejected, ""));
+    assert_eq!(codes(&report["errors"]), ["missing-status"], "{report}");
+    let e = &report["errors"][0];
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("$status \"rejected\""),
+        "{e}"
+    );
+    assert_eq!(e["role"], "reviewer");
+    assert!(e["line"].as_u64().is_some(), "{e}");
+
+    // 3.5: and may not use `_` there.
+    let fallback = "    _: { role: $END, prompt: \"Done\" }\n";
+    let report = validate_text(
+        &env,
+        "3.5.yaml",
+        &changed(&format!("{approved}{rejected}"), fallback),
+    );
+    assert_eq!(
+        codes(&report["errors"]),
+        ["fallback-status", "missing-status"],
+        "{report}"
+    );
+    assert!(
+        report["errors"][1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"approved\", \"rejected\""),
+        "{report}"
+    );
+
+    // 4.1: a prompt reads a variable the role's schema does not have: in
+    // Liquid (`version: 1`) and in the mustache of the same file without it.
+    let unknown = changed("Review this: {{ plan }}", "Review: {{ branch }}");
+    let mustache = unknown.replace("version: 1\n", "");
+    for (name, yaml) in [
+        ("4.1-liquid.yaml", &unknown),
+        ("4.1-mustache.yaml", &mustache),
+    ] {
+        let report = validate_text(&env, name, yaml);
+        assert_eq!(
+            codes(&report["errors"]),
+            ["unknown-variable"],
+            "{name}: {report}"
+        );
+        let e = &report["errors"][0];
+        assert!(e["message"].as_str().unwrap().contains("`branch`"), "{e}");
+        assert_eq!(e["role"], "writer");
+    }
+}
+
+/// Upstream's moderator refused an edge prompt that renders to nothing
+/// (its test "returns error when rendered prompt is empty string").
+fn prompts_that_render_to_nothing_are_refused_naming_the_edge(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let base = std::fs::read_to_string(fixtures().join("semantic/base.yaml")).unwrap();
+    // Empty as written: refused when the file is read, naming the edge.
+    for empty in ["\"\"", "\"  \""] {
+        let path = env.dir.path().join("empty.yaml");
+        std::fs::write(&path, base.replace("\"Review this: {{ plan }}\"", empty)).unwrap();
+        let err = env.fails(&["workflow", "validate", path.to_str().unwrap()]);
+        assert!(
+            err.contains("the edge prompt of `graph.writer` (status `done`) is empty"),
+            "{err}"
+        );
+    }
+    // Empty once rendered (its only variable missing, or white space
+    // around it): the step fails naming the edge, and the thread stays.
+    for prompt in ["\"{{ userPrompt }}\"", "\"  {{ userPrompt }}  \""] {
+        let path = env.dir.path().join("render.yaml");
+        std::fs::write(&path, base.replace("\"Begin writing\"", prompt)).unwrap();
+        let id = env.json(&["thread", "start", path.to_str().unwrap(), "-p", "t"])["thread"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let head = head_of(&env, &id);
+        let out = run(&env, &["thread", "next", &id]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(out.stdout.is_empty());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("the prompt of transition #2 (to `writer`)")
+                && err.contains("rendered to an empty text"),
+            "{err}"
+        );
+        assert_eq!(head_of(&env, &id), head);
+    }
+}
+
+/// `uwf prompt <which>`: the Markdown text.
+fn prompt_text(env: &Env, which: &str) -> String {
+    env.text(&["prompt", which])
+}
+
+/// Upstream's `uwf prompt workflow-authoring` taught an agent to write
+/// workflows: every complete workflow in uwf's text (a YAML block with
+/// `name`, `roles` and `graph`, nothing elided) validates, so one written
+/// from it can.
+#[test]
+fn the_workflows_of_the_authoring_text_validate() {
+    let env = Env::new();
+    let text = prompt_text(&env, "workflow-authoring");
+    let mut checked = 0;
+    for block in text.split("```yaml\n").skip(1) {
+        let yaml = block.split("\n```").next().unwrap();
+        let top = |key: &str| yaml.lines().any(|l| l.starts_with(key));
+        // A block whose value is `{ … }` is an outline of the format, not a
+        // workflow.
+        if !(top("name:") && top("roles:") && top("graph:")) || yaml.contains(": { … }") {
+            continue;
+        }
+        let path = env.dir.path().join(format!("w{checked}.yaml"));
+        std::fs::write(&path, yaml).unwrap();
+        let report = env.json(&["workflow", "validate", path.to_str().unwrap()]);
+        assert_eq!(report["valid"], true, "{yaml}\n{report}");
+        checked += 1;
+    }
+    assert!(checked >= 2, "{checked} workflows in:\n{text}");
+}
+
+/// The texts are the docs, the schema and the CLI itself: they say what
+/// this uwf does.
+#[test]
+fn the_prompt_texts_are_the_docs_the_schema_and_the_commands() {
+    let env = Env::new();
+    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    let doc = |name: &str| std::fs::read_to_string(docs.join(name)).unwrap();
+    let section = |doc: &str, heading: &str| {
+        let start = doc.find(&format!("\n{heading}\n")).unwrap();
+        let rest = &doc[start + 1..];
+        let end = rest[heading.len()..]
+            .find("\n## ")
+            .map_or(rest.len(), |e| e + heading.len());
+        rest[..end].trim_end().to_string()
+    };
+
+    let authoring = prompt_text(&env, "workflow-authoring");
+    let workflow_md = doc("workflow.md");
+    for heading in [
+        "## Top level",
+        "## Status maps (seed 003)",
+        "## Static validation",
+    ] {
+        assert!(
+            authoring.contains(&section(&workflow_md, heading)),
+            "{heading}"
+        );
+    }
+    // The schema `uwf workflow schema` prints.
+    let schema = env.json(&["workflow", "schema"]);
+    let block = authoring
+        .split("```json\n")
+        .last()
+        .and_then(|b| b.split("\n```").next())
+        .unwrap();
+    assert_eq!(serde_json::from_str::<Value>(block).unwrap(), schema);
+
+    let adapter = prompt_text(&env, "adapter-developing");
+    assert!(adapter.contains(doc("writing-agents.md").trim_end()));
+    assert!(adapter.contains(doc("agent-protocol.md").trim_end()));
+
+    // Every command the usage text teaches is one `uwf` has.
+    let usage = prompt_text(&env, "usage");
+    let commands: Vec<&str> = usage
+        .lines()
+        .filter_map(|l| l.strip_prefix("### `uwf ")?.strip_suffix('`'))
+        .collect();
+    assert!(commands.contains(&"thread run"), "{usage}");
+    assert!(commands.contains(&"prompt workflow-authoring"), "{usage}");
+    for command in &commands {
+        let mut args: Vec<&str> = command.split(' ').collect();
+        args.push("--help");
+        let out = run(&env, &args);
+        assert!(
+            out.status.success(),
+            "uwf {command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // Markdown only, as `thread read`.
+    let out = run(&env, &["--format", "json", "prompt", "usage"]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("prints Markdown"));
+}
+
+/// JSONata's own suite: objects keep the order of their members
+/// (`$keys({"b":1,"a":2})` is `["b","a"]`), in an input document and in
+/// what an expression builds; only a thread's context is sorted.
+#[test]
+fn eval_keeps_the_key_order_of_its_input_and_of_built_objects() {
+    let env = Env::new();
+    let eval = |args: &[&str]| -> Value {
+        let mut all = vec!["eval"];
+        all.extend(args);
+        env.json(&all)
+    };
+    let keys = serde_json::json!(["b", "a"]);
+    assert_eq!(eval(&["$keys({\"b\":1,\"a\":2})"]), keys);
+    let document = r#"{"b": 1, "a": {"z": 2, "y": 3}}"#;
+    assert_eq!(eval(&["$keys($)", "--input", document]), keys);
+    assert_eq!(
+        eval(&["$keys(a)", "--input", document]),
+        serde_json::json!(["z", "y"])
+    );
+    assert_eq!(
+        eval(&["$string($)", "--input", document]),
+        r#"{"b":1,"a":{"z":2,"y":3}}"#
+    );
+    // Printed as it is ordered.
+    let out = run(
+        &env,
+        &["--format", "json", "eval", "$", "--input", document],
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.find("\"b\"").unwrap() < text.find("\"a\"").unwrap(),
+        "{text}"
+    );
 }

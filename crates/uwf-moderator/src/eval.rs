@@ -440,16 +440,26 @@ fn evaluate_here(
                 let ctx = source.context();
                 let empty = Value::Object(serde_json::Map::new());
                 let last = ctx.steps.last().map_or(&empty, |s| &s.output);
-                Some(render_here(p, last, &ctx.steps).map_err(|e| {
-                    e.placed(
-                        name,
-                        from,
-                        Subject::EdgePrompt {
-                            target: t.role.clone(),
-                            index,
-                        },
-                    )
-                })?)
+                let subject = || Subject::EdgePrompt {
+                    target: t.role.clone(),
+                    index,
+                };
+                let text = render_here(p, last, &ctx.steps)
+                    .map_err(|e| e.placed(name, from, subject()))?;
+                // Upstream's moderator refused an edge prompt that rendered
+                // to nothing (all its variables missing): the next agent
+                // would get no instruction.
+                if text.trim().is_empty() {
+                    return Err(ModeratorError::Evaluation(Box::new(ExpressionError {
+                        workflow: name.into(),
+                        role: from.into(),
+                        subject: subject(),
+                        expression: p.clone(),
+                        message: "the edge prompt rendered to an empty text: the previous output lacks the fields it uses".into(),
+                        offset: None,
+                    })));
+                }
+                Some(text)
             }
         };
         return Ok(Decision {
@@ -659,10 +669,32 @@ pub fn evaluate_expression(
     expression: &str,
     input: Option<&Value>,
 ) -> Result<Option<Value>, ModeratorError> {
+    evaluate_free(expression, input, Input::new)
+}
+
+/// Like [`evaluate_expression`], but the members of `input`'s objects keep
+/// the order they have in `input`, as the reference JSONata sees a
+/// document (`$keys({"b":1,"a":2})` of such an input is `["b","a"]`): for
+/// `uwf eval --input`, whose JSON is not a thread. A thread's context is
+/// sorted by key so that every process sees the same order; objects an
+/// expression builds keep the order it builds them in, either way.
+pub fn evaluate_document(
+    expression: &str,
+    input: Option<&Value>,
+) -> Result<Option<Value>, ModeratorError> {
+    evaluate_free(expression, input, Input::as_given)
+}
+
+/// A free-standing expression against `input`, prepared by `prepare`.
+fn evaluate_free(
+    expression: &str,
+    input: Option<&Value>,
+    prepare: fn(&Value) -> Result<Input, Failure>,
+) -> Result<Option<Value>, ModeratorError> {
     jsonata::on_big_stack(|| {
         let fail = |f| ModeratorError::from_failure(f, "", "", Subject::Expression, expression);
         let compiled = jsonata::compile(expression).map_err(fail)?;
-        let input = input.map(Input::new).transpose().map_err(fail)?;
+        let input = input.map(prepare).transpose().map_err(fail)?;
         jsonata::value_compiled(&compiled, input.as_ref()).map_err(fail)
     })
 }

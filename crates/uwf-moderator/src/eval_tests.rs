@@ -236,6 +236,31 @@ fn start_prompt_renders_against_empty_object() {
 }
 
 #[test]
+fn a_prompt_that_renders_to_nothing_is_an_error_naming_the_edge() {
+    // uwf's own templates too, as upstream's moderator refused it.
+    for prompt in ["{{ task }}", " {{ task }}\n", "{{ $string(missing) }}"] {
+        let w = workflow(
+            json!({}),
+            json!({"$START": [{"role": "planner", "condition": null, "prompt": prompt}]}),
+        );
+        let e = decide(&w, &[]).err();
+        assert!(
+            matches!(&e, Some(ModeratorError::Evaluation(x))
+                if x.subject == Subject::EdgePrompt { target: "planner".into(), index: 0 }
+                    && x.role == "$START"
+                    && x.message.contains("rendered to an empty text")),
+            "{prompt}: {e:?}"
+        );
+    }
+    // Any text at all is a prompt.
+    let w = workflow(
+        json!({}),
+        json!({"$START": [{"role": "planner", "condition": null, "prompt": "-{{ task }}"}]}),
+    );
+    assert_eq!(ok(&w, &[]).prompt.as_deref(), Some("-"));
+}
+
+#[test]
 fn no_transitions_names_workflow_and_role() {
     let w = solve_issue();
     let e = decide(&w, &[("ghost", json!({}))]).err();
@@ -614,4 +639,16 @@ fn the_fast_context_is_the_serialised_context() {
             );
         }
     }
+}
+
+#[test]
+fn a_document_keeps_its_key_order_a_context_is_sorted() {
+    let doc: Value = serde_json::from_str(r#"{"b": 1, "a": {"z": 2, "y": 3}}"#)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let keys = |f: fn(&str, Option<&Value>) -> Result<Option<Value>, ModeratorError>| {
+        f("[$keys($), $keys(a)]", Some(&doc)).unwrap_or_else(|e| panic!("{e}"))
+    };
+    // (The array constructor flattens the two lists.)
+    assert_eq!(keys(evaluate_document), Some(json!(["b", "a", "z", "y"])));
+    assert_eq!(keys(evaluate_expression), Some(json!(["a", "b", "y", "z"])));
 }

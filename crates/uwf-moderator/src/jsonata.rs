@@ -255,16 +255,31 @@ impl Input {
 
     /// Like [`Input::new`], without copying.
     pub(crate) fn owned(mut value: serde_json::Value) -> Result<Self, Failure> {
-        let d = depth(&value);
+        Self::checked(&value)?;
+        canonical_order(&mut value);
+        uwf_jsonata::Input::new(Some(&value))
+            .map(Input)
+            .map_err(|e| Failure::Runtime(describe(&e)))
+    }
+
+    /// Like [`Input::new`], the members of its objects left in the order
+    /// `value` has them (a document given to `uwf eval --input`, not a
+    /// thread).
+    pub(crate) fn as_given(value: &serde_json::Value) -> Result<Self, Failure> {
+        Self::checked(value)?;
+        uwf_jsonata::Input::new(Some(value))
+            .map(Input)
+            .map_err(|e| Failure::Runtime(describe(&e)))
+    }
+
+    fn checked(value: &serde_json::Value) -> Result<(), Failure> {
+        let d = depth(value);
         if d > MAX_INPUT_DEPTH {
             return Err(Failure::Runtime(format!(
                 "the input is nested {d} levels deep; at most {MAX_INPUT_DEPTH} are supported"
             )));
         }
-        canonical_order(&mut value);
-        uwf_jsonata::Input::new(Some(&value))
-            .map(Input)
-            .map_err(|e| Failure::Runtime(describe(&e)))
+        Ok(())
     }
 }
 

@@ -85,7 +85,7 @@ mod why;
 
 pub use eval::{
     Decision, Explanation, ExpressionError, ModeratorError, Subject, TransitionReport, evaluate,
-    evaluate_expression, evaluate_resume, explain, render_prompt,
+    evaluate_document, evaluate_expression, evaluate_resume, explain, render_prompt,
 };
 pub use jsonata::{
     MAX_EVAL_DEPTH, MAX_EXPRESSION_BYTES, MAX_INPUT_DEPTH, MAX_RESULT_ITEMS, TIME_LIMIT_MS,

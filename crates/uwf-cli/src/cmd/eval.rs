@@ -26,7 +26,15 @@ pub fn run(ctx: Option<&Ctx>, args: &EvalArgs) -> Result<Option<Value>, CliError
             let hash = at.parse::<Hash>().map_err(CliError::from)?;
             Some(context_at(ctx, hash)?)
         }
-        (_, _, _, Some(arg)) => Some(input::read_json("the input", arg)?),
+        (_, _, _, Some(arg)) => {
+            // A document of the user's: its members keep their order, as
+            // the reference JSONata has them (docs/workflow.md, "JSONata").
+            let document = input::read_json("the input", arg)?;
+            return Ok(uwf_moderator::evaluate_document(
+                &args.expression,
+                Some(&document),
+            )?);
+        }
         _ => None,
     };
     Ok(uwf_moderator::evaluate_expression(

@@ -4,6 +4,7 @@ pub mod agent;
 pub mod cas;
 pub mod config;
 pub mod eval;
+pub mod prompt;
 pub mod setup;
 pub mod store;
 pub mod story;

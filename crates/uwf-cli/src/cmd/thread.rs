@@ -661,10 +661,15 @@ fn expand(
     Ok(payload)
 }
 
-/// Renders a thread as markdown: the task, then the newest steps whose
-/// content fits in `quota` characters, with a pointer to the earlier ones.
-/// A step done by a child thread carries the child's collapsible summary
-/// from `children` (by StepNode).
+/// Renders a thread as markdown: the task, then the newest steps that fit
+/// in `quota` characters, with a pointer to the earlier ones. A step done by
+/// a child thread carries the child's collapsible summary from `children`
+/// (by StepNode).
+///
+/// The quota bounds the whole text (heading, task, pointer, each role's
+/// prompt and every step), counted in characters as upstream counted it:
+/// the newest step is always shown, cut to what is left, but never to less
+/// than its heading line.
 fn read(
     id: ThreadId,
     view: &ThreadView,
@@ -685,9 +690,7 @@ fn read(
         };
         steps.truncate(pos);
     }
-    let mut blocks = Vec::new();
-    let mut used = 0;
-    for (i, s) in steps.iter().rev() {
+    let block_of = |i: usize, s: &uwf_moderator::thread::LoadedStep| {
         let body = serde_yaml::to_string(&s.output).unwrap_or_else(|_| s.output.to_string());
         let mut block = format!(
             "## Step {} · {} ({})\n\n`{}` · detail `{}`\n\n```yaml\n{}```\n",
@@ -709,58 +712,129 @@ fn read(
             block.push('\n');
             block.push_str(summary);
         }
-        if used + block.len() > quota {
-            if blocks.is_empty() {
-                // Always show the newest step, cut to the quota.
-                let cut: String = block.chars().take(quota.max(200)).collect();
-                block = format!("{cut}\n… (cut at --quota {quota})\n");
-            } else {
-                break;
-            }
-        }
-        used += block.len();
-        blocks.push((s.payload.record.role.as_str(), block));
-    }
-    let shown = blocks.len();
-    let mut out = String::new();
-    let _ = writeln!(out, "# Thread {id} · {}\n", view.workflow.name);
-    let _ = writeln!(out, "**Task:** {}\n", view.start.prompt);
+        block
+    };
+    // Each role's prompt once, at its first step shown (upstream's
+    // `<prompt>`), after the step's heading line.
+    let prompt_of = |role: &str| {
+        view.workflow
+            .roles
+            .get(role)
+            .map(|def| def.system_prompt.trim_end())
+            .filter(|p| !p.trim().is_empty())
+    };
+
+    let mut head = String::new();
+    let _ = writeln!(head, "# Thread {id} · {}\n", view.workflow.name);
+    let _ = writeln!(head, "**Task:** {}\n", view.start.prompt);
     if let Some(parent) = &view.start.parent_state {
         let _ = writeln!(
-            out,
+            head,
             "> A child thread: started from `{parent}` of its calling thread. `uwf thread stack {}` shows the call stack.\n",
             view.start_hash
         );
     }
+    let pointer = |earlier: usize, oldest_shown: Hash| {
+        format!(
+            "> {earlier} earlier step(s) not shown. Read them with `uwf thread read {id} --before {oldest_shown}`.\n\n"
+        )
+    };
+
+    // Newest first, as many steps as fit: first without the pointer to
+    // earlier steps; when not all fit, again with room for it (counted with
+    // the most earlier steps there can be, so the real one is not longer).
+    let chars = |s: &str| s.chars().count();
+    let mut selection = select(&steps, quota, chars(&head), &block_of, &prompt_of);
+    if selection.blocks.len() < steps.len() {
+        let reserve = match steps.first() {
+            Some((_, s)) => chars(&pointer(steps.len(), s.hash)),
+            None => 0,
+        };
+        selection = select(&steps, quota, chars(&head) + reserve, &block_of, &prompt_of);
+    }
+    let Selection { mut blocks, used } = selection;
+    blocks.reverse();
+
+    let mut out = head;
+    let shown = blocks.len();
     let earlier = steps.len() - shown;
     if earlier > 0 {
-        let oldest_shown = steps[earlier].1.hash;
-        let _ = writeln!(
-            out,
-            "> {earlier} earlier step(s) not shown. Read them with `uwf thread read {id} --before {oldest_shown}`.\n"
-        );
+        out.push_str(&pointer(earlier, steps[earlier].1.hash));
     }
-    // Each role's prompt once, at its first step shown (upstream's
-    // `<prompt>`), after the step's heading line.
     let mut prompted = BTreeSet::new();
-    for (role, b) in blocks.iter().rev() {
-        match view.workflow.roles.get(*role) {
-            Some(def) if prompted.insert(*role) && !def.system_prompt.trim().is_empty() => {
-                let (heading, rest) = b.split_once('\n').unwrap_or((b, ""));
-                let _ = write!(
-                    out,
-                    "{heading}\n\n<prompt role=\"{role}\">\n{}\n</prompt>\n{rest}",
-                    def.system_prompt.trim_end()
-                );
-            }
-            _ => out.push_str(b),
+    let cut = shown == 1 && used > quota;
+    for (role, b) in blocks {
+        let mut block = match prompt_of(role) {
+            Some(p) if prompted.insert(role) => with_prompt(&b, role, p),
+            _ => b,
+        };
+        if cut {
+            block = cut_block(&block, quota.saturating_sub(chars(&out)), quota);
         }
+        out.push_str(&block);
         out.push('\n');
     }
     if steps.is_empty() {
         out.push_str("_No steps yet._\n");
     }
     Ok(out)
+}
+
+/// The steps [`read`] shows, newest first, with their roles, and the
+/// characters they take with the text before them (`used` exceeds the
+/// quota only when the newest step alone does not fit).
+struct Selection<'a> {
+    blocks: Vec<(&'a str, String)>,
+    used: usize,
+}
+
+fn select<'a>(
+    steps: &[(usize, &'a uwf_moderator::thread::LoadedStep)],
+    quota: usize,
+    mut used: usize,
+    block_of: &dyn Fn(usize, &uwf_moderator::thread::LoadedStep) -> String,
+    prompt_of: &dyn Fn(&str) -> Option<&'a str>,
+) -> Selection<'a> {
+    let mut blocks = Vec::new();
+    let mut roles = BTreeSet::new();
+    for (i, s) in steps.iter().rev() {
+        let role = s.payload.record.role.as_str();
+        let block = block_of(*i, s);
+        let mut cost = block.chars().count() + 1;
+        // A role's prompt is shown once, whichever of its steps ends up the
+        // first shown: count it at its newest step.
+        if let Some(p) = prompt_of(role).filter(|_| !roles.contains(role)) {
+            cost += with_prompt(&block, role, p).chars().count() - block.chars().count();
+        }
+        if used + cost > quota && !blocks.is_empty() {
+            break;
+        }
+        roles.insert(role);
+        used += cost;
+        blocks.push((role, block));
+        if used > quota {
+            break;
+        }
+    }
+    Selection { blocks, used }
+}
+
+/// `block` with the role's prompt after its heading line.
+fn with_prompt(block: &str, role: &str, prompt: &str) -> String {
+    let (heading, rest) = block.split_once('\n').unwrap_or((block, ""));
+    format!("{heading}\n\n<prompt role=\"{role}\">\n{prompt}\n</prompt>\n{rest}")
+}
+
+/// The newest step cut to `room` characters with a note saying so; never
+/// shorter than its heading line.
+fn cut_block(block: &str, room: usize, quota: usize) -> String {
+    let note = format!("\n… (cut at --quota {quota})");
+    let heading = block.split_once('\n').map_or(block, |(h, _)| h);
+    let keep = room
+        .saturating_sub(note.chars().count() + 1)
+        .max(heading.chars().count());
+    let cut: String = block.chars().take(keep).collect();
+    format!("{cut}{note}")
 }
 
 /// How many failed attempts `thread show` and `thread read` list.

@@ -73,8 +73,12 @@
 //! makes a thread wait ([`crate::SUSPEND`]). Edge prompts of such a workflow
 //! are mustache or Liquid templates, compiled into uwf templates; which
 //! language a workflow's prompts are in is decided by `x-uwf-prompts`, else
-//! `version` (Liquid), else the later syntax (mustache), else uwf's JSONata.
-//! See docs/workflow.md, "Upstream workflows".
+//! `version` (Liquid), else the later syntax (mustache), else the prompts
+//! themselves (a tag only mustache reads, or status maps with tags that read
+//! the same in both: mustache), else uwf's JSONata. A workflow surely in
+//! upstream's forms also gets upstream's validation rules (every status of
+//! a role with several routed, no `_` there, no undeclared prompt
+//! variable). See docs/workflow.md, "Upstream workflows".
 
 mod error;
 pub(crate) mod expr_checks;
@@ -118,6 +122,34 @@ pub struct WorkflowDefinition {
     pub conditions: BTreeMap<String, ConditionDefinition>,
     /// Transitions of each role and of `$START`, in evaluation order.
     pub graph: BTreeMap<String, Vec<Transition>>,
+    /// How the file was written, as far as [`validate`] needs to know (not
+    /// stored).
+    #[serde(skip)]
+    pub(crate) form: Form,
+}
+
+/// What the parser saw of upstream uwf's forms (docs/workflow.md,
+/// "Upstream workflows").
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Form {
+    /// The file is in upstream's forms for sure (its prompts are mustache or
+    /// Liquid by `x-uwf-prompts`, `version`, the later syntax or a prompt
+    /// only mustache reads): upstream's validation rules apply.
+    pub upstream: bool,
+    /// The keys of each role's status map, as written (`_` included).
+    pub status_maps: Vec<(String, Vec<String>)>,
+    /// Why the template language chosen for the prompts may be the wrong
+    /// one (the `prompt-language` warning).
+    pub prompts_note: Option<String>,
+}
+
+/// Definitions are equal when they compile to the same workflow: how the
+/// file was written does not count (a definition written back as YAML, in
+/// canonical form, equals the one it came from).
+impl PartialEq for Form {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// A role before registration: its output schema is still inline.

@@ -213,17 +213,106 @@ impl Dialect {
     }
 }
 
-/// The dialect of the edge prompts: `x-uwf-prompts` if given; else Liquid
-/// for a workflow with `version` (upstream added it after moving to Liquid);
-/// else mustache for a workflow in upstream's later syntax (a role's schema
-/// under `frontmatter`, or `$START` routed on `new`/`resume`), which uwf's
-/// own syntax never used; else uwf's JSONata templates.
-fn dialect(raw: &RawWorkflow, roles: &[(String, Checked<ParsedRole>)]) -> Result<Dialect, String> {
+/// Why a workflow's prompts are read in their [`Dialect`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Choice {
+    /// `x-uwf-prompts`.
+    Pinned,
+    /// `version` (Liquid).
+    Version,
+    /// Upstream's later syntax: `frontmatter`, `$START: {new, resume}`.
+    LaterSyntax,
+    /// A prompt written in a way only mustache reads (`{{{x}}}`, a section,
+    /// `{{$status}}`).
+    PlainlyMustache,
+    /// Status maps, and prompts that read the same in both languages.
+    StatusMaps,
+    /// uwf's own form.
+    #[default]
+    Own,
+}
+
+impl Choice {
+    /// Whether the choice says for sure that the file is in upstream's
+    /// forms, so that upstream's validation rules apply to it.
+    pub(crate) fn is_upstream(self) -> bool {
+        matches!(
+            self,
+            Self::Pinned | Self::Version | Self::LaterSyntax | Self::PlainlyMustache
+        )
+    }
+}
+
+/// What a `{{ … }}` tag says about the language it is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TagKind {
+    /// Only mustache reads it: `{{{x}}}`, `{{#x}}`, `{{^x}}`, `{{/x}}`,
+    /// `{{! x}}`, `{{& x}}`, `{{.}}`, `{{$status}}` (a JSONata variable that is
+    /// never bound, so it would always render as nothing).
+    Mustache,
+    /// A name or a dotted path: the same text in both languages (for a
+    /// string value).
+    Either,
+    /// Anything else: an operator, a call, a literal — JSONata.
+    Jsonata,
+}
+
+/// The kinds of the tags of `prompt`, in order.
+fn tag_kinds(prompt: &str) -> Vec<TagKind> {
+    let mut out = Vec::new();
+    let mut rest = prompt;
+    while let Some(open) = rest.find("{{") {
+        let after = &rest[open + 2..];
+        let Some(close) = after.find("}}") else {
+            break;
+        };
+        let inner = &after[..close];
+        let first = inner.chars().next();
+        let name = inner.trim();
+        let kind = if matches!(first, Some('{' | '#' | '^' | '/' | '!' | '&' | '>' | '='))
+            || name == "."
+            || name == "$status"
+        {
+            TagKind::Mustache
+        } else if !name.is_empty()
+            && name.split('.').all(|part| {
+                let mut cs = part.chars();
+                cs.next().is_some_and(|c| c.is_alphabetic() || c == '_')
+                    && cs.all(|c| c.is_alphanumeric() || c == '_')
+            })
+        {
+            TagKind::Either
+        } else {
+            TagKind::Jsonata
+        };
+        out.push(kind);
+        // A triple tag ends with `}}}`.
+        let end =
+            close + 2 + usize::from(first == Some('{') && after[close + 2..].starts_with('}'));
+        rest = &after[end.min(after.len())..];
+    }
+    out
+}
+
+/// The dialect of the edge prompts and why: `x-uwf-prompts` if given; else
+/// Liquid for a workflow with `version` (upstream added it after moving to
+/// Liquid); else mustache for a workflow in upstream's later syntax (a
+/// role's schema under `frontmatter`, or `$START` routed on
+/// `new`/`resume`), which uwf's own syntax never used. Else the prompts
+/// decide: mustache when one is plainly mustache and none is plainly
+/// JSONata; uwf's JSONata when one is plainly JSONata; when every tag reads
+/// the same in both (`{{summary}}`), mustache for a workflow with status
+/// maps (upstream's edge prompts were mustache when status maps came, seed
+/// 003), else JSONata. `note` tells of a choice that may be wrong.
+fn dialect(
+    raw: &RawWorkflow,
+    roles: &[(String, Checked<ParsedRole>)],
+) -> Result<(Dialect, Choice, Option<String>), String> {
     if let Some(p) = &raw.prompts {
         return match p.as_str() {
-            "jsonata" => Ok(Dialect::Jsonata),
-            "mustache" => Ok(Dialect::Mustache),
-            "liquid" => Ok(Dialect::Liquid),
+            "jsonata" => Ok((Dialect::Jsonata, Choice::Pinned, None)),
+            "mustache" => Ok((Dialect::Mustache, Choice::Pinned, None)),
+            "liquid" => Ok((Dialect::Liquid, Choice::Pinned, None)),
             other => Err(with_help(
                 format!("`{PROMPTS_KEY}: {other}` is not a template language uwf knows"),
                 format!("write `{PROMPTS_KEY}: jsonata`, `mustache` or `liquid`"),
@@ -231,18 +320,56 @@ fn dialect(raw: &RawWorkflow, roles: &[(String, Checked<ParsedRole>)]) -> Result
         };
     }
     if raw.version.is_some() {
-        return Ok(Dialect::Liquid);
+        return Ok((Dialect::Liquid, Choice::Version, None));
     }
-    let start_statuses = raw.graph.as_ref().is_some_and(|g| {
-        g.0.iter().any(|(k, e)| {
-            k == START
-                && matches!(e, Edges::Statuses(s) if s.iter().any(|(st, _)| st == START_NEW || st == START_RESUME))
-        })
+    let graph = raw.graph.as_ref().map_or(&[][..], |g| &g.0[..]);
+    let start_statuses = graph.iter().any(|(k, e)| {
+        k == START
+            && matches!(e, Edges::Statuses(s) if s.iter().any(|(st, _)| st == START_NEW || st == START_RESUME))
     });
     if start_statuses || roles.iter().any(|(_, r)| r.0.frontmatter) {
-        return Ok(Dialect::Mustache);
+        return Ok((Dialect::Mustache, Choice::LaterSyntax, None));
     }
-    Ok(Dialect::Jsonata)
+    let prompts = graph.iter().flat_map(|(_, e)| -> Vec<&str> {
+        match e {
+            Edges::List(l) => l.iter().filter_map(|t| t.prompt.as_deref()).collect(),
+            Edges::Statuses(s) => s.iter().filter_map(|(_, t)| t.prompt.as_deref()).collect(),
+        }
+    });
+    let kinds: Vec<TagKind> = prompts.flat_map(tag_kinds).collect();
+    let mustache = kinds.contains(&TagKind::Mustache);
+    let jsonata = kinds.contains(&TagKind::Jsonata);
+    let pin = format!(
+        "pin the language with `{PROMPTS_KEY}: mustache` or `{PROMPTS_KEY}: jsonata` at the top level"
+    );
+    match (mustache, jsonata) {
+        (true, false) => Ok((Dialect::Mustache, Choice::PlainlyMustache, None)),
+        (true, true) => Ok((
+            Dialect::Jsonata,
+            Choice::Own,
+            Some(format!(
+                "some edge prompts are written in mustache (`{{{{{{x}}}}}}`, `{{{{#x}}}}`, `{{{{$status}}}}`) and others in JSONata: \
+                 they are all read as uwf's JSONata templates; {pin}"
+            )),
+        )),
+        (false, true) => Ok((Dialect::Jsonata, Choice::Own, None)),
+        (false, false) => {
+            let status_maps = graph
+                .iter()
+                .any(|(k, e)| k != START && matches!(e, Edges::Statuses(_)));
+            if !status_maps {
+                return Ok((Dialect::Jsonata, Choice::Own, None));
+            }
+            let note = (!kinds.is_empty()).then(|| {
+                format!(
+                    "the edge prompts read the same as mustache and as JSONata templates except for values that are not \
+                     strings (a list is `a,b` in mustache, `[\"a\",\"b\"]` in JSONata); they are read as mustache because \
+                     the workflow routes on status maps (upstream's seed-003 form); {pin}"
+                )
+            });
+            Ok((Dialect::Mustache, Choice::StatusMaps, note))
+        }
+    }
 }
 
 fn check_version(v: &serde_yaml::Value) -> Result<(), String> {
@@ -294,7 +421,7 @@ impl FromRaw for WorkflowDefinition {
                 "add `roles:` with one entry per role: `{description, systemPrompt, outputSchema}`",
             )
         })?;
-        let dialect = dialect(&raw, &roles.0)?;
+        let (dialect, choice, prompts_note) = dialect(&raw, &roles.0)?;
         let graph = raw.graph.take().ok_or_else(|| {
             with_help(
                 "the workflow has no `graph`",
@@ -316,13 +443,28 @@ impl FromRaw for WorkflowDefinition {
         } else {
             BTreeSet::new()
         };
+        let status_maps: Vec<(String, Vec<String>)> = graph
+            .0
+            .iter()
+            .filter_map(|(role, e)| match e {
+                Edges::Statuses(s) if role != START => {
+                    Some((role.clone(), s.iter().map(|(k, _)| k.clone()).collect()))
+                }
+                _ => None,
+            })
+            .collect();
         let mut graph = compile_graph(graph, &mut conditions, dialect, &legacy)?;
         let mut roles: BTreeMap<String, RoleDraft> = roles
             .into_map()
             .into_iter()
             .map(|(k, v)| (k, v.0.draft))
             .collect();
-        if dialect != Dialect::Jsonata {
+        // `$status: "$SUSPEND"` came with upstream's later syntax
+        // (2026-06-08), after the seed-003 status maps.
+        if dialect != Dialect::Jsonata
+            && choice != Choice::StatusMaps
+            && choice != Choice::PlainlyMustache
+        {
             reserve_suspend_status(&mut roles, &mut graph, &mut conditions);
         }
         Ok(Self {
@@ -331,6 +473,11 @@ impl FromRaw for WorkflowDefinition {
             roles,
             conditions,
             graph,
+            form: super::Form {
+                upstream: choice.is_upstream() && dialect != Dialect::Jsonata,
+                status_maps,
+                prompts_note,
+            },
         })
     }
 }
@@ -773,6 +920,12 @@ fn compile_prompt(
 ) -> Result<Option<String>, String> {
     match (prompt, dialect) {
         (None, _) => Ok(None),
+        // Upstream's moderator refused a prompt that rendered to nothing;
+        // one that is nothing as written is refused when the file is read.
+        (Some(p), _) if p.trim().is_empty() => Err(with_help(
+            format!("the edge prompt of `graph.{role}` {edge} is empty"),
+            "write the instruction for the next agent, or leave `prompt` out",
+        )),
         (Some(p), Dialect::Jsonata) => Ok(Some(p)),
         (Some(p), d) => crate::upstream_template::compile(&p, d == Dialect::Liquid)
             .map(Some)
@@ -797,7 +950,8 @@ fn dialect_reason(d: Dialect) -> &'static str {
     match d {
         Dialect::Liquid => "`version` (or `x-uwf-prompts: liquid`)",
         Dialect::Mustache => {
-            "upstream's later syntax (`frontmatter`, `$START: {new, resume}`, or `x-uwf-prompts: mustache`)"
+            "upstream's later syntax (`frontmatter`, `$START: {new, resume}`), a prompt only mustache reads \
+             (`{{{x}}}`, `{{#x}}`, `{{$status}}`), status maps, or `x-uwf-prompts: mustache`"
         }
         Dialect::Jsonata => "uwf's own syntax",
     }

@@ -160,7 +160,9 @@ graph:
 
         assert_eq!(
             reg.warnings.iter().map(|w| w.code).collect::<Vec<_>>(),
-            ["unused-condition"]
+            // The status map makes the prompt mustache, with a note; it
+            // reads `comments`, which the reviewer's schema does not declare.
+            ["unused-condition", "prompt-language", "unknown-variable"]
         );
         // The stored output of a role validates against its schema.
         assert!(cas.put(writer, json!({"text": "hi"})).is_ok());

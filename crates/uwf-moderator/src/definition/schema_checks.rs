@@ -147,10 +147,15 @@ fn prompt_variables(prompt: &str) -> Vec<(String, bool)> {
 const ENGINE_VARIABLES: &[&str] = &["_body", "$body"];
 
 /// Runs both checks.
+/// `upstream`: the workflow is in upstream's forms for sure, so an
+/// undeclared variable of a mustache prompt is an error, as upstream's
+/// validator had it (its rule 4.1), although its renderer printed nothing;
+/// else (status maps that only suggest mustache) a warning.
 pub(crate) fn check(
     schemas: &BTreeMap<&str, &Value>,
     conditions: &BTreeMap<String, ConditionDefinition>,
     graph: &BTreeMap<String, Vec<Transition>>,
+    upstream: bool,
 ) -> Vec<SchemaFinding> {
     let mut out = Vec::new();
     for (role, transitions) in graph {
@@ -196,10 +201,69 @@ pub(crate) fn check(
                     ),
                     role: role.clone(),
                     condition: t.condition.clone(),
-                    error: strict,
+                    error: strict || upstream,
                     prompt: Some(prompt.clone()),
                 });
             }
+        }
+    }
+    out
+}
+
+/// Upstream's rules for a role that can finish with several statuses (its
+/// semantic validator, since 2026-05-25): its status map routes every
+/// status its schema allows (`missing-status`) and has no `_`
+/// (`fallback-status`), so that every way out is an explicit, checked
+/// route. `$SUSPEND`, which every role of such a workflow may return, is
+/// not a route of the map. Only for workflows in upstream's forms: uwf's own
+/// status maps keep `_` as a fallback.
+pub(crate) fn check_upstream_statuses(
+    schemas: &BTreeMap<&str, &Value>,
+    status_maps: &[(String, Vec<String>)],
+) -> Vec<SchemaFinding> {
+    let mut out = Vec::new();
+    for (role, keys) in status_maps {
+        let Some(allowed) = schemas.get(role.as_str()).and_then(|s| allowed_statuses(s)) else {
+            continue;
+        };
+        let allowed: Vec<&String> = allowed.iter().filter(|s| *s != crate::SUSPEND).collect();
+        if allowed.len() < 2 {
+            continue;
+        }
+        let list = allowed
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let finding = |code, message| SchemaFinding {
+            code,
+            message,
+            role: role.clone(),
+            condition: None,
+            error: true,
+            prompt: None,
+        };
+        if keys.iter().any(|k| k == super::raw::FALLBACK_STATUS) {
+            out.push(finding(
+                "fallback-status",
+                format!(
+                    "`{role}` can finish with several statuses ({list}): its status map must route each of them, not use `_`"
+                ),
+            ));
+        }
+        let missing: Vec<&str> = allowed
+            .iter()
+            .filter(|s| !keys.contains(s))
+            .map(|s| s.as_str())
+            .collect();
+        if !missing.is_empty() {
+            out.push(finding(
+                "missing-status",
+                format!(
+                    "the status map of `{role}` does not route $status {}, which the output schema of `{role}` allows (it allows {list})",
+                    missing.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ")
+                ),
+            ));
         }
     }
     out

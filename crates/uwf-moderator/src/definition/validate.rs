@@ -294,7 +294,20 @@ pub fn validate(def: &WorkflowDefinition) -> Report {
             .iter()
             .map(|(name, r)| (name.as_str(), &r.output_schema))
             .collect();
-        for f in schema_checks::check(&schemas, &def.conditions, &def.graph) {
+        let mut found =
+            schema_checks::check(&schemas, &def.conditions, &def.graph, def.form.upstream);
+        if def.form.upstream {
+            found.extend(schema_checks::check_upstream_statuses(
+                &schemas,
+                &def.form.status_maps,
+            ));
+        }
+        if let Some(note) = &def.form.prompts_note {
+            report
+                .warnings
+                .push(finding("prompt-language", note.clone(), None, None));
+        }
+        for f in found {
             let found = finding(f.code, f.message, Some(&f.role), f.condition.as_deref());
             match (f.prompt, f.error) {
                 (Some(text), error) => {
@@ -312,6 +325,9 @@ pub fn validate(def: &WorkflowDefinition) -> Report {
                             ..found
                         });
                     }
+                }
+                (None, true) if matches!(f.code, "missing-status" | "fallback-status") => {
+                    report.push_anchored(found, at("graph", &f.role, ""));
                 }
                 (None, true) => report.errors.push(found),
                 (None, false) => report.warnings.push(found),
