@@ -152,6 +152,11 @@ fn every_step_says_why_it_ran_and_how_long_it_took(backend: Backend) {
         "{read}"
     );
     assert!(read.contains("planner attempt 1"), "{read}");
+    // Inside the quota, the section too.
+    for quota in [300, 600] {
+        let read = env.text(&["thread", "read", &id, "--quota", &quota.to_string()]);
+        assert!(read.chars().count() <= quota, "{quota}: {read}");
+    }
     env.json(&["thread", "run", &id, "--agent", &solve(&env, "0ms")]);
     assert_archived(&env, &id, "done");
     assert_store_is_the_database(&env);

@@ -417,10 +417,15 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             };
             let contents = crate::read_content::contents(ctx.cas(), &view);
             let notes = crate::cmd::story::read_notes(ctx, id, &view, quota, before);
-            let mut text = read(id, &view, quota, before, &children, &contents, &notes)?;
-            if before.is_none() {
-                text.push_str(&attempts_text(ctx, id, view.head)?);
-            }
+            // The attempts of the step still to come close the page, inside
+            // the quota (a quarter of it at most).
+            let pending = match before {
+                None => attempts_text(ctx, id, view.head, quota / 4)?,
+                Some(_) => String::new(),
+            };
+            let rest = quota.saturating_sub(pending.chars().count());
+            let mut text = read(id, &view, rest, before, &children, &contents, &notes)?;
+            text.push_str(&pending);
             output::print_text(&text)
         }
         ThreadCommand::Watch { thread } => {
@@ -890,8 +895,10 @@ fn add_waiting_and_attempts(ctx: &Ctx, id: ThreadId, v: &mut Value) -> Result<()
     Ok(())
 }
 
-/// The failed attempts section of `thread read` ("" when there are none).
-fn attempts_text(ctx: &Ctx, id: ThreadId, head: Hash) -> Result<String, CliError> {
+/// The failed attempts section of `thread read` ("" when there are none),
+/// in at most `budget` characters: the newest attempts that fit, and how
+/// many older ones `thread show` lists.
+fn attempts_text(ctx: &Ctx, id: ThreadId, head: Hash, budget: usize) -> Result<String, CliError> {
     // The attempts before a landed step are shown beside it
     // (`read_notes`); these are the ones of the step still to come.
     let attempts: Vec<_> = engine::retry::attempts(ctx, id, ATTEMPTS_SHOWN)?
@@ -901,17 +908,36 @@ fn attempts_text(ctx: &Ctx, id: ThreadId, head: Hash) -> Result<String, CliError
     if attempts.is_empty() {
         return Ok(String::new());
     }
-    let mut out = String::from("## Failed attempts of the next step (newest first)\n\n");
+    let head_line = "## Failed attempts of the next step (newest first)\n\n";
+    let foot = "\n`uwf cas get <hash>` shows a record with the agent's stderr tail.\n";
+    let mut lines = Vec::new();
+    let mut used = head_line.chars().count() + foot.chars().count();
     for (hash, r) in &attempts {
-        let _ = writeln!(
-            out,
-            "- `{hash}` · {} attempt {} · {} {} ({} ms) · from `{}`",
+        let line = format!(
+            "- `{hash}` · {} attempt {} · {} {} ({} ms) · from `{}`\n",
             r.role, r.attempt, r.agent, r.reason, r.duration_ms, r.head
         );
+        // Room kept for the line saying how many were left out.
+        if used + line.chars().count() + 80 > budget {
+            break;
+        }
+        used += line.chars().count();
+        lines.push(line);
     }
-    let _ = writeln!(
-        out,
-        "\n`uwf cas get <hash>` shows a record with the agent's stderr tail."
-    );
+    let left = attempts.len() - lines.len();
+    if lines.is_empty() && left > 0 && used + 80 > budget {
+        return Ok(String::new());
+    }
+    let mut out = String::from(head_line);
+    for line in &lines {
+        out.push_str(line);
+    }
+    if left > 0 {
+        let _ = writeln!(
+            out,
+            "- … and {left} older (`uwf thread show {id}` lists them)"
+        );
+    }
+    out.push_str(foot);
     Ok(out)
 }
