@@ -35,7 +35,10 @@ Workloads (`UWF_PEERS_WORKLOADS`, comma-separated, default all):
 
 Other sizes: UWF_PEERS_ROUNDS (rounds of `step` and `pg`, default 10),
 UWF_PEERS_ALONE (agent-alone samples per round, default 10),
-UWF_PEERS_LONG_SAMPLES (default 10). UWF_PEERS_SYSTEMS picks systems
+UWF_PEERS_LONG_SAMPLES (default 10). UWF_PEERS_STATEMENTS=1 loads
+pg_stat_statements and lists each system's most called statements per
+step (it slows every statement a little: not for the timed figures).
+UWF_PEERS_SYSTEMS picks systems
 (default "uwf,langgraph,dbos"); UWF_PEERS_BIN is where `uwf` and
 `uwf-mock` are (default target/release); UWF_PEERS_DIR keeps the stores
 and logs there.
@@ -329,7 +332,8 @@ def per_step_rounds(work, store_kind, pg=None):
         for s in rotate(SYSTEMS, r):
             before = pg.cpu_seconds() if pg else 0.0
             if s == "uwf":
-                w, c, _ = uwf.run("thread", "run", wf, "-p", f"round {r}", "--agent", uwf.agent)
+                w, c, _ = uwf.run("thread", "run", wf, "-p", f"round {r}", "--agent", uwf.agent,
+                                   "--max-steps", str(STEPS))
             else:
                 reply = peers[s].ask({"cmd": "thread", "steps": STEPS})
                 w, c = reply["wall"], reply["cpu"]
@@ -397,12 +401,14 @@ def pg_counts(work, pg):
         # The first run (untimed) creates the schema, once per database.
         for n in (1, short, long_):
             baseline = pg.children_count()
+            if pg.statements and n == long_:
+                pg.reset_statements()
             x0, s0 = pg.stat(db)
             if s == "uwf":
                 wf = os.path.join(work, f"loop-{n}.yaml")
                 with open(wf, "w") as f:
                     f.write(workflow(f"loop{n}", n))
-                uwf.run("thread", "run", wf, "-p", "count", "--agent", uwf.agent)
+                uwf.run("thread", "run", wf, "-p", "count", "--agent", uwf.agent, "--max-steps", str(n))
             else:
                 peer = Peer(s, pg.url(db), work, "-counts")
                 peer.ask({"cmd": "thread", "steps": n})
@@ -410,6 +416,12 @@ def pg_counts(work, pg):
             pg.settle(baseline, timeout=10)
             x1, s1 = pg.stat(db)
             deltas.append((x1 - x0, s1 - s0))
+        if pg.statements:
+            print(f"\nmost called statements of {s}, per step of the {long_}-step run "
+                  "(calls, rows; pg_stat_statements):")
+            for calls, nrows, query in pg.top_statements(db):
+                q = " ".join(query.split())[:110]
+                print(f"  {calls / long_:6.1f} {nrows / long_:7.1f}  {q}")
         (xa, sa), (xb, sb) = deltas[1:]
         out[s] = ((xb - xa) / (long_ - short), (sb - sa) / (long_ - short), xb / long_, sb / long_)
     rows = [
@@ -490,7 +502,8 @@ def scale_out(work, pg):
                 uwf = Uwf(work, f"uwf-w{k}", pg, db)
                 uwf.run("workflow", "put", wf)
                 for i in range(THREADS):
-                    uwf.run("thread", "run", wf, "--detach", "-p", f"t{i}", "--agent", uwf.agent)
+                    uwf.run("thread", "run", wf, "--detach", "-p", f"t{i}", "--agent", uwf.agent,
+                            "--max-steps", str(THREAD_STEPS))
                 with pg.connect(db) as c:
                     queued = c.execute("SELECT count(*) FROM uwf_runs").fetchone()[0]
                 if queued != THREADS:
@@ -609,7 +622,7 @@ def main():
     pg = None
     try:
         if "pg" in WORKLOADS or "workers" in WORKLOADS:
-            pg = pgserver.Server()
+            pg = pgserver.Server(statements=os.environ.get("UWF_PEERS_STATEMENTS") == "1")
             with pg.connect() as c:
                 print("PostgreSQL: " + c.execute("SHOW server_version").fetchone()[0]
                       + ", fsync " + c.execute("SHOW fsync").fetchone()[0]

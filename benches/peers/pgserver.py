@@ -33,7 +33,9 @@ def find_bindir():
 
 
 class Server:
-    def __init__(self):
+    def __init__(self, statements=False):
+        """`statements`: load pg_stat_statements (it costs a little on
+        every statement, so only for the statement listing)."""
         self.bindir = find_bindir()
         self.root = os.geteuid() == 0
         self.base = tempfile.mkdtemp(prefix="uwf-peers-pg-")
@@ -58,6 +60,7 @@ class Server:
                 "full_page_writes=on", "max_connections=200",
                 "track_counts=on",
             ]
+            + (["shared_preload_libraries=pg_stat_statements"] if statements else [])
         )
         self._run(
             "pg_ctl", "start", "-D", self.data, "-w", "-t", "60",
@@ -65,6 +68,10 @@ class Server:
         )
         with open(os.path.join(self.data, "postmaster.pid")) as f:
             self.postmaster = int(f.readline())
+        self.statements = statements
+        if statements:
+            with self.connect() as c:
+                c.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
 
     def _run(self, program, *args):
         cmd = [os.path.join(self.bindir, program), *args]
@@ -148,3 +155,17 @@ class Server:
                 (db,),
             ).fetchone()
         return (row[0], row[1]) if row else (0, 0)
+
+    def reset_statements(self):
+        with self.connect() as c:
+            c.execute("SELECT pg_stat_statements_reset()")
+
+    def top_statements(self, db, limit=8):
+        """[(calls, rows, query)] of database `db`, most called first."""
+        with self.connect() as c:
+            return c.execute(
+                "SELECT s.calls, s.rows, s.query FROM pg_stat_statements s "
+                "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s "
+                "ORDER BY s.calls DESC LIMIT %s",
+                (db, limit),
+            ).fetchall()
