@@ -298,7 +298,7 @@ def print_table(title, rows, note):
     sys.stdout.flush()
 
 
-def per_step_rounds(work, store_kind, pg=None):
+def per_step_rounds(work, pg=None):
     """`step` and `pg`: ROUNDS rounds of a STEPS-step thread per system,
     plus the agent / program alone; on PostgreSQL the CPU with the server's."""
     tag = "pg" if pg else "fs"
@@ -307,7 +307,6 @@ def per_step_rounds(work, store_kind, pg=None):
     dbcpu = {s: [] for s in SYSTEMS}
     alone = {s: [] for s in SYSTEMS}
     bare = []
-    uwf = peers = None
     if "uwf" in SYSTEMS:
         db = None
         if pg:
@@ -605,6 +604,13 @@ def main():
         if not os.path.isfile(os.path.join(BIN, b)):
             raise SystemExit(f"{os.path.join(BIN, b)} is missing: build it first "
                              "(`cargo build --release --locked -p uwf-cli -p uwf-mock`, or `just bench-peers`)")
+    needed = (["langgraph"] if "langgraph" in SYSTEMS else []) + (["dbos"] if "dbos" in SYSTEMS else [])
+    if "pg" in WORKLOADS or "workers" in WORKLOADS:
+        needed.append("psycopg")
+    missing = [p for p in needed if versions()[p] == "not installed"]
+    if missing:
+        raise SystemExit(f"{', '.join(missing)} not installed in {sys.executable}: run `just bench-peers`, "
+                         "or use a venv with benches/peers/requirements.txt installed")
     keep = os.environ.get("UWF_PEERS_DIR")
     work = os.path.abspath(keep) if keep else tempfile.mkdtemp(prefix="uwf-peers-")
     os.makedirs(work, exist_ok=True)
@@ -629,10 +635,10 @@ def main():
                       + ", synchronous_commit " + c.execute("SHOW synchronous_commit").fetchone()[0])
         start = time.time()
         if "step" in WORKLOADS:
-            rows = per_step_rounds(work, "fs")
+            rows = per_step_rounds(work)
             print_table("Per step, filesystem / SQLite", rows, None)
         if "pg" in WORKLOADS:
-            rows = per_step_rounds(work, "pg", pg)
+            rows = per_step_rounds(work, pg)
             rows += pg_counts(work, pg)
             print_table("Per step, PostgreSQL", rows, None)
         if "long" in WORKLOADS:
