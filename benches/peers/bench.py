@@ -427,7 +427,7 @@ def pg_counts(work, pg):
         ("PostgreSQL transactions per step (marginal)",
          {s: f"{out[s][0]:.1f}" for s in SYSTEMS}, {s: out[s][0] for s in SYSTEMS}),
         ("PostgreSQL sessions (connections) per step (marginal)",
-         {s: f"{out[s][1]:.2f}" for s in SYSTEMS}, {s: out[s][1] for s in SYSTEMS}),
+         {s: f"{out[s][1]:.2f}" for s in SYSTEMS}, {}),
         (f"transactions / sessions per step, whole {long_}-step run incl. start-up",
          {s: f"{out[s][2]:.1f} / {out[s][3]:.2f}" for s in SYSTEMS}, {}),
     ]
