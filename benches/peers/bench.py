@@ -32,6 +32,9 @@ Workloads (`UWF_PEERS_WORKLOADS`, comma-separated, default all):
   (default 80) of UWF_PEERS_THREAD_STEPS steps (default 5). uwf: K `uwf
   worker` processes claiming threads queued with `uwf thread run
   --detach`; peers: K warm processes, each given its share of the threads.
+  For uwf also the PostgreSQL transactions and sessions per step of the
+  workers (pg_stat_database around their run, once they have exited; the
+  harness's own polling statements taken off).
 
 Other sizes: UWF_PEERS_ROUNDS (rounds of `step` and `pg`, default 10),
 UWF_PEERS_ALONE (agent-alone samples per round, default 10),
@@ -491,6 +494,7 @@ def scale_out(work, pg):
     total = THREADS * THREAD_STEPS
     rate = {s: {} for s in SYSTEMS}
     cpu = {s: {} for s in SYSTEMS}
+    xacts = {}  # uwf's PostgreSQL transactions and sessions per step, by K
     wf = os.path.join(work, f"loop-{THREAD_STEPS}.yaml")
     for k in WORKERS:
         for s in rotate(SYSTEMS, k):
@@ -507,6 +511,9 @@ def scale_out(work, pg):
                     queued = c.execute("SELECT count(*) FROM uwf_runs").fetchone()[0]
                 if queued != THREADS:
                     raise SystemExit(f"uwf: {queued} runs queued, expected {THREADS}")
+                pg.settle(baseline, timeout=10)
+                x0, s0 = pg.stat(db)
+                own = 0  # this process's statements on `db` while the workers run
                 c0, d0 = children_cpu(), pg.cpu_seconds()
                 t = time.perf_counter()
                 workers = [uwf.spawn("worker", "--concurrency", "1", "--poll-ms", "50", "-q")
@@ -514,9 +521,11 @@ def scale_out(work, pg):
                 with pg.connect(db) as c:
                     while True:
                         done = c.execute("SELECT count(*) FROM uwf_history").fetchone()[0]
+                        own += 1
                         if done >= THREADS:
                             break
                         failed = c.execute("SELECT count(*) FROM uwf_runs WHERE state = 'failed'").fetchone()[0]
+                        own += 1
                         if failed or any(w.poll() is not None for w in workers):
                             for p in workers:
                                 p.kill()
@@ -529,6 +538,10 @@ def scale_out(work, pg):
                 for p in workers:
                     p.wait()
                 c1 = children_cpu()
+                pg.settle(baseline, timeout=10)
+                x1, s1 = pg.stat(db)
+                # Autocommit: one transaction per statement; one session.
+                xacts[k] = ((x1 - x0 - own) / total, (s1 - s0 - 1) / total)
                 with pg.connect(db) as c:
                     steps = c.execute(
                         "SELECT count(*) FROM uwf_nodes n WHERE n.type_hash = "
@@ -562,6 +575,9 @@ def scale_out(work, pg):
     for k in WORKERS:
         rows.append((f"CPU ms per step incl. PostgreSQL, {k} process{'es' if k > 1 else ''}",
                      {s: f"{ms(cpu[s][k]):.1f}" for s in SYSTEMS}, {s: cpu[s][k] for s in SYSTEMS}))
+    for k in xacts:
+        rows.append((f"uwf worker: PostgreSQL transactions / sessions per step, {k} process{'es' if k > 1 else ''}",
+                     {"uwf": f"{xacts[k][0]:.1f} / {xacts[k][1]:.2f}"}, {}))
     return rows
 
 
