@@ -45,6 +45,20 @@ bench-workers:
     cargo build --release --locked -p uwf-cli -p uwf-mock
     cargo bench --locked -p uwf-cli --bench workers
 
+# uwf side by side with LangGraph and DBOS Transact, the same workloads in
+# the same run (docs/performance.md "Side by side with LangGraph and DBOS"):
+# a Python venv in target/peers-venv from benches/peers/requirements.txt
+# (made again when that file changes) and a throw-away PostgreSQL (fsync on).
+# Sizes from UWF_PEERS_* (benches/peers/bench.py); not part of `cargo test`.
+bench-peers:
+    cargo build --release --locked -p uwf-cli -p uwf-mock
+    if ! cmp -s benches/peers/requirements.txt target/peers-venv/requirements.txt; then \
+        rm -rf target/peers-venv && python3 -m venv target/peers-venv && \
+        target/peers-venv/bin/pip install --quiet --disable-pip-version-check -r benches/peers/requirements.txt && \
+        cp benches/peers/requirements.txt target/peers-venv/requirements.txt; \
+    fi
+    target/peers-venv/bin/python benches/peers/bench.py
+
 # Run the full CI gate locally.
 ci:
     bash .ci/run
