@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 per_backend!(
     start_by_name_by_hash_and_by_file,
+    a_long_step_listens_for_its_kill_instead_of_polling,
     prompt_missing_or_empty_is_refused,
     show_list_next_and_steps_of_a_running_thread,
     read_within_a_quota_pages_back_with_before,
@@ -1477,6 +1478,71 @@ fn concurrent_steps_of_different_threads_all_land(backend: Backend) {
         assert_eq!(env.roles(id), ["planner"]);
         assert_eq!(threads[id.as_str()], head(&env, id).as_str());
     }
+}
+
+/// On PostgreSQL a step whose agent runs for a while stops reading its
+/// head several times a second and listens for head notices: the database
+/// sees almost no transactions while the agent works, and a kill still
+/// stops it at once. (The filesystem store reads a local file instead.)
+fn a_long_step_listens_for_its_kill_instead_of_polling(backend: Backend) {
+    let Some((env, id)) = started(backend) else {
+        return;
+    };
+    let Some(db) = &env.db else {
+        return;
+    };
+    let slow = solve_agent(&env, "60s");
+    let child = spawn(&env, &["thread", "step", &id, "--agent", &slow]);
+    let mut client = db.client();
+    let listening = |client: &mut uwf_pg_testing::Client| -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN uwf_heads'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while listening(&mut client) == 0 {
+        assert!(Instant::now() < deadline, "the step never listened");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Over a few seconds of the agent working, the transactions of the
+    // database (ours included) stay few: reading the head five times a
+    // second would be about twenty.
+    let xacts = |client: &mut uwf_pg_testing::Client| -> i64 {
+        client
+            .query_one(
+                "SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database \
+                 WHERE datname = current_database()",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let _ = client.execute("SELECT pg_stat_clear_snapshot()", &[]);
+    let before = xacts(&mut client);
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = client.execute("SELECT pg_stat_clear_snapshot()", &[]);
+    let during = xacts(&mut client) - before;
+    assert!(
+        during < 10,
+        "{during} transactions in 3 s while the agent worked"
+    );
+    let killed_at = Instant::now();
+    env.json(&["thread", "kill", &id]);
+    let out = finish(child);
+    assert!(!out.status.success());
+    contains_all(
+        &stderr(&out),
+        &[&format!("thread {id} was killed while the step ran")],
+    );
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(10),
+        "the step went on for {:?} after the kill",
+        killed_at.elapsed()
+    );
 }
 
 fn kill_while_a_step_runs_stops_it_and_keeps_the_thread_archived(backend: Backend) {

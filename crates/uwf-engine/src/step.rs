@@ -12,7 +12,7 @@ use uwf_protocol::{HistoryEntry, StepOutput, ThreadId, WaitingRecord, WorkflowLi
 use uwf_state::policy;
 use uwf_state::slots::SlotError;
 use uwf_state::state::{ResolvedAgent, StateError};
-use uwf_state::{GcEpoch, SlotHold};
+use uwf_state::{GcEpoch, HeadNotices, SlotHold, ThreadStore};
 use uwf_util::redact::Redactor;
 
 use crate::check::CheckError;
@@ -378,7 +378,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     a.progress.started(role, &agent.label);
     let started_at = uwf_state::state::now_ms();
     let cancel = a.cancel.clone();
-    let state = &ctx.state;
+    let mut kill_flag = KillFlag::new(ctx.state.as_ref(), id, head);
     // The marker `thread show`/`list`/`watch` read, and the stderr log.
     let running = ctx.run_dir.as_deref().map(|dir| {
         crate::running::Running::start(dir, &ctx.state, id, role, &agent.label, head, started_at)
@@ -420,13 +420,8 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
                 sink.agent_line(&line);
             },
             &cancel,
-            // The kill flag of seed 004: the thread is no longer active, or its head moved.
-            || {
-                state
-                    .thread_head(id)
-                    .map(|h| h != Some(head))
-                    .unwrap_or(false)
-            },
+            // The kill flag: the thread is no longer active, or its head moved.
+            || kill_flag.raised(),
         )
     })
     .map_err(|source| EngineError::AgentSpawn {
@@ -868,6 +863,70 @@ pub fn conflict_or(e: StateError, id: ThreadId) -> EngineError {
             ..
         } => EngineError::HeadMoved { thread: id, actual },
         other => other.into(),
+    }
+}
+
+/// After how long an agent's step stops asking the store for its head
+/// several times a second and listens for head notices instead, where the
+/// store has them ([`ThreadStore::head_notices`]): a short step is over
+/// before listening would pay for its connection.
+const LISTEN_AFTER: Duration = Duration::from_secs(2);
+
+/// How often a step that listens still reads its head, in case a notice
+/// was lost in a way the listener cannot see.
+const READ_ANYWAY: Duration = Duration::from_secs(10);
+
+/// The kill flag of a running step: whether its thread is no longer
+/// active, or no longer at the head the step started from (a kill, or
+/// another step won). Asked by the agent's supervisor a few times a
+/// second; it reads the head each time until the agent has run for
+/// [`LISTEN_AFTER`], then only when a head notice for the thread came (or
+/// every [`READ_ANYWAY`]), so a long agent run costs the database almost
+/// nothing (docs/postgres.md, "Kill notices").
+struct KillFlag<'a> {
+    state: &'a dyn ThreadStore,
+    thread: ThreadId,
+    head: Hash,
+    started: Instant,
+    notices: Option<Arc<dyn HeadNotices>>,
+    asked_for_notices: bool,
+    /// The notices' mark when the head was last read.
+    seen: Option<u64>,
+    last_read: Instant,
+}
+
+impl<'a> KillFlag<'a> {
+    fn new(state: &'a dyn ThreadStore, thread: ThreadId, head: Hash) -> Self {
+        let now = Instant::now();
+        KillFlag {
+            state,
+            thread,
+            head,
+            started: now,
+            notices: None,
+            asked_for_notices: false,
+            seen: None,
+            last_read: now,
+        }
+    }
+
+    fn raised(&mut self) -> bool {
+        if !self.asked_for_notices && self.started.elapsed() >= LISTEN_AFTER {
+            self.asked_for_notices = true;
+            self.notices = self.state.head_notices();
+        }
+        // The mark is taken before the head is read: a move in between
+        // changes the mark, and the next call reads again.
+        let mark = self.notices.as_ref().and_then(|n| n.mark(self.thread));
+        if mark.is_some() && mark == self.seen && self.last_read.elapsed() < READ_ANYWAY {
+            return false;
+        }
+        self.seen = mark;
+        self.last_read = Instant::now();
+        self.state
+            .thread_head(self.thread)
+            .map(|h| h != Some(self.head))
+            .unwrap_or(false)
     }
 }
 

@@ -37,10 +37,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use postgres::{Client, NoTls};
+use postgres::NoTls;
 
 mod proxy;
 
+/// The client [`TestDb::client`] gives, for tests that name its type.
+pub use postgres::Client;
 pub use proxy::{Proxy, ProxyHandle, Upstream};
 
 /// The password of the test cluster's superuser `uwf`.

@@ -25,4 +25,4 @@ pub mod testing;
 pub use guard::{GcEpoch, NodeGuard};
 pub use runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState};
 pub use state::{StateDir, StateError, parse_config, parse_stored_config};
-pub use store::{ErrorKind, SlotHold, ThreadStore};
+pub use store::{ErrorKind, HeadNotices, SlotHold, ThreadStore};

@@ -214,6 +214,17 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         write: &mut dyn FnMut(Option<Hash>) -> Result<Hash, StateError>,
     ) -> Result<Hash, StateError>;
 
+    // ----- head notices ---------------------------------------------------
+
+    /// Announcements of moved heads, for a store that can push them (a
+    /// database with LISTEN/NOTIFY): a step whose agent runs a long time
+    /// then asks the store for its thread's head only when a notice came,
+    /// instead of several times a second. `None`: ask the store (a
+    /// directory, where reading a head is a local file read).
+    fn head_notices(&self) -> Option<std::sync::Arc<dyn HeadNotices>> {
+        None
+    }
+
     // ----- running agents -------------------------------------------------
 
     /// Whether this store keeps the running markers of agents itself, so
@@ -303,4 +314,18 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// `prune`, also drops side-table entries of threads that are no longer
     /// active.
     fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<Hash>, StateError>;
+}
+
+/// What [`ThreadStore::head_notices`] gives: a way to tell, without asking
+/// the store, whether a thread's head may have moved.
+pub trait HeadNotices: Send + Sync {
+    /// A mark that changes whenever a move of `thread`'s head was announced,
+    /// and whenever announcements may have been missed (the listening
+    /// connection was opened again). `None` while nothing listens (not yet,
+    /// or the connection is down): ask the store instead.
+    ///
+    /// A reader keeps the mark it saw, reads the head, and reads it again
+    /// only when the mark differs — so the mark is taken *before* reading
+    /// the head, and a move between the two is never lost.
+    fn mark(&self, thread: ThreadId) -> Option<u64>;
 }

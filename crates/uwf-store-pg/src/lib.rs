@@ -27,6 +27,7 @@
 
 mod cas;
 mod error;
+mod notices;
 mod runs;
 pub mod schema;
 mod slots;
@@ -103,6 +104,16 @@ pub(crate) struct Inner {
     pool_size: usize,
     schema_ready: AtomicBool,
     workflow_ids: Mutex<std::collections::HashMap<String, i32>>,
+    /// The head notices' listener, started when a step first asks for it.
+    listener: std::sync::OnceLock<Arc<notices::Listener>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(l) = self.listener.get() {
+            l.stop();
+        }
+    }
 }
 
 impl fmt::Debug for PgStore {
@@ -147,6 +158,7 @@ impl PgStore {
                 pool_size: options.pool_size.unwrap_or(DEFAULT_POOL_SIZE),
                 schema_ready: AtomicBool::new(false),
                 workflow_ids: Mutex::new(std::collections::HashMap::new()),
+                listener: std::sync::OnceLock::new(),
             }),
         };
         let client = store.inner.open()?;
@@ -208,6 +220,14 @@ impl PgStore {
 }
 
 impl Inner {
+    /// The listener of head notices, started on first use.
+    pub(crate) fn listener(&self) -> Arc<notices::Listener> {
+        Arc::clone(
+            self.listener
+                .get_or_init(|| notices::Listener::start(self.config.clone())),
+        )
+    }
+
     pub(crate) fn secret(&self) -> Option<&str> {
         self.secret.as_deref()
     }

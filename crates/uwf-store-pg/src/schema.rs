@@ -150,6 +150,23 @@ CREATE TABLE uwf_running (
 );
 "#,
     },
+    Migration {
+        version: 7,
+        name: "head notices",
+        // A notice on `uwf_heads` (payload: the thread id) from the
+        // transaction that moves a head or archives the thread, so running
+        // steps need not poll their head (docs/postgres.md, "Kill notices").
+        sql: r#"
+CREATE FUNCTION uwf_head_notice() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('uwf_heads', OLD.thread);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER uwf_threads_head_notice AFTER UPDATE OR DELETE ON uwf_threads
+    FOR EACH ROW EXECUTE FUNCTION uwf_head_notice();
+"#,
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -472,6 +472,11 @@ impl ThreadStore for PgStore {
         Ok(row.map(|r| self.parse_waiting(&id, r.get(0))).transpose()?)
     }
 
+    fn head_notices(&self) -> Option<std::sync::Arc<dyn uwf_state::HeadNotices>> {
+        let listener: std::sync::Arc<dyn uwf_state::HeadNotices> = self.inner().listener();
+        Some(listener)
+    }
+
     fn shares_running(&self) -> bool {
         true
     }

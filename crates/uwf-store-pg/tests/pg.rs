@@ -825,3 +825,44 @@ fn running_markers_are_shared_and_only_their_own_is_removed() {
     store.clear_running(thread, r#"{"step":2}"#).unwrap();
     assert_eq!(store.running_marker(thread).unwrap(), None);
 }
+
+#[test]
+fn head_notices_mark_each_move_and_archive_of_a_thread() {
+    use uwf_state::{NodeGuard, ThreadStore};
+    let Some((store, db)) = fresh() else {
+        return;
+    };
+    let thread = uwf_protocol::ThreadId::new();
+    let other = uwf_protocol::ThreadId::new();
+    let (a, b) = (
+        uwf_protocol::fixtures::hash("A"),
+        uwf_protocol::fixtures::hash("B"),
+    );
+    store
+        .insert_thread(thread, a, &NodeGuard::vouched())
+        .unwrap();
+    store
+        .insert_thread(other, a, &NodeGuard::vouched())
+        .unwrap();
+    let notices = store.head_notices().unwrap();
+    wait_until("the listener listens", || notices.mark(thread).is_some());
+    let first = notices.mark(thread).unwrap();
+    // Moved by another process (another store on the same database).
+    let writer = PgStore::connect(&db.url, None).unwrap();
+    writer
+        .swap_head(other, a, b, &NodeGuard::vouched())
+        .unwrap();
+    writer
+        .swap_head(thread, a, b, &NodeGuard::vouched())
+        .unwrap();
+    wait_until("the move is announced", || {
+        notices.mark(thread) != Some(first)
+    });
+    let moved = notices.mark(thread).unwrap();
+    writer
+        .archive(thread, uwf_protocol::fixtures::hash("W"), Some(b), "killed")
+        .unwrap();
+    wait_until("the archive is announced", || {
+        notices.mark(thread) != Some(moved)
+    });
+}
