@@ -302,7 +302,7 @@ fn summarize(threads: &[ThreadResult], unreadable: usize) -> Summary {
     }
     let mut edges: Vec<EdgeCount> = edges.into_values().collect();
     // Stable: equal counts stay in (from, old, new) order.
-    edges.sort_by(|a, b| b.threads.cmp(&a.threads));
+    edges.sort_by_key(|e| std::cmp::Reverse(e.threads));
     Summary {
         threads: threads.len(),
         same: count(Outcome::Same),
