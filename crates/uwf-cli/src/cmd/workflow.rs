@@ -196,11 +196,7 @@ fn replay(
         check: &check,
     };
     let replayed = uwf_engine::replay::replay(ctx, &target, &selection, args.since)?;
-    let shown: Vec<&ThreadResult> = replayed
-        .threads
-        .iter()
-        .filter(|t| t.replay.outcome != Outcome::Same || !t.replay.prompts.is_empty())
-        .collect();
+    let shown: Vec<&ThreadResult> = notable(&replayed);
     output::print(
         format,
         &json!({
@@ -221,6 +217,14 @@ fn replay(
         });
     }
     Ok(())
+}
+
+/// The threads a replay shows: those that do not route plainly the same.
+fn notable(r: &Replayed) -> Vec<&ThreadResult> {
+    r.threads
+        .iter()
+        .filter(|t| t.replay.outcome != Outcome::Same || !t.replay.prompts.is_empty())
+        .collect()
 }
 
 /// The arguments of `workflow replay`.
@@ -294,11 +298,7 @@ fn replay_text(name: &str, hash: Hash, r: &Replayed) -> String {
             );
         }
     }
-    let rows: Vec<&ThreadResult> = r
-        .threads
-        .iter()
-        .filter(|t| t.replay.outcome != Outcome::Same || !t.replay.prompts.is_empty())
-        .collect();
+    let rows = notable(r);
     if !rows.is_empty() {
         let _ = writeln!(
             out,
