@@ -38,7 +38,8 @@ per_backend!(
     replay_of_a_stricter_schema_names_the_outputs_it_refuses,
     replay_selects_threads_by_id_and_refuses_unknown_ones,
     replay_and_diff_of_an_unreadable_file_are_errors,
-    diff_names_the_structural_changes
+    diff_names_the_structural_changes,
+    replay_covers_active_threads_and_lists_unreadable_ones
 );
 
 /// A small valid workflow; the bad inputs below are variations of it.
@@ -892,4 +893,57 @@ fn diff_names_the_structural_changes(backend: Backend) {
     ]);
     assert_eq!(same["same"], json!(true));
     assert_eq!(env.state_snapshot(), before);
+}
+
+fn replay_covers_active_threads_and_lists_unreadable_ones(backend: Backend) {
+    let Some((env, [a, b, c], file)) = replay_store_and_file(
+        backend,
+        "steps[-1].output.approved = false",
+        "steps[-1].output.approved = false and $count(steps[role = 'developer']) >= 2",
+    ) else {
+        return;
+    };
+    // An active thread that has not stepped yet: its next role is the same.
+    let started = env.json(&[
+        "thread",
+        "start",
+        &example("solve-issue.yaml"),
+        "-p",
+        "later",
+    ]);
+    let active = started["thread"].as_str().unwrap().to_string();
+    // An archived thread whose head is gone from the store.
+    env.damage_history_head(&b, "0000000000000");
+    let out = env
+        .uwf()
+        .args(["workflow", "replay", &file])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &v["summary"];
+    assert_eq!(
+        (
+            s["threads"].as_u64(),
+            s["same"].as_u64(),
+            s["diverged"].as_u64(),
+            s["unreadable"].as_u64()
+        ),
+        (Some(3), Some(2), Some(1), Some(1)),
+        "{v:#}"
+    );
+    assert_eq!(v["threads"][0]["thread"], json!(a));
+    assert_eq!(v["unreadable"][0]["thread"], json!(b));
+    assert!(
+        v["unreadable"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("0000000000000")
+    );
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains(&format!("{b}  unreadable:")), "{err}");
+    let only = env.json(&[
+        "workflow", "replay", &file, "--thread", &active, "--thread", &c,
+    ]);
+    assert_eq!(only["summary"]["same"], json!(2));
 }
