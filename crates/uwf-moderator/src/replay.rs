@@ -119,7 +119,9 @@ pub struct ThreadReplay {
     /// The first output refused by a changed schema ([`Outcome::Invalid`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invalid: Option<InvalidOutput>,
-    /// Steps, before any divergence, whose edge prompt would read differently.
+    /// Steps, before any divergence, whose edge prompt would read
+    /// differently (the last one may be the step that would run next at the
+    /// head of an active thread).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub prompts: Vec<PromptChange>,
 }
@@ -204,11 +206,12 @@ fn replay_here(view: &ThreadView, new: &WorkflowPayload, check: &OutputCheck<'_>
         }
         if let (Some(Ok((o, _))), Ok((nw, _))) = (&old_decision, &new_decision)
             && o.prompt != nw.prompt
-            && let Some(role) = recorded
+            && !nw.is_end()
         {
+            // At the head of an active thread: the step that would run next.
             result.prompts.push(PromptChange {
                 step: k + 1,
-                role: role.to_string(),
+                role: nw.next.clone(),
                 old: o.prompt.clone(),
                 new: nw.prompt.clone(),
             });

@@ -206,3 +206,28 @@ fn changed_sources_names_roles_whose_transitions_or_conditions_changed() {
     assert_eq!(changed, vec!["reviewer".to_string()]);
     assert!(changed_sources(&old, &old).is_empty());
 }
+
+#[test]
+fn the_prompt_of_the_step_that_would_run_next_is_compared_too() {
+    let cas = h(Cas::new(MemStore::new()));
+    // Active: rejected, the writer runs next.
+    let view = thread(
+        &cas,
+        &[
+            ("writer", json!({})),
+            ("reviewer", json!({"approved": false, "comments": "typo"})),
+        ],
+    );
+    let (_, new) = workflow(
+        &cas,
+        &OLD.replace("Fix: {{comments}}", "Now fix: {{comments}}"),
+    );
+    let r = replay(&view, &new, &check(&cas));
+    assert_eq!(r.outcome, Outcome::Same);
+    assert_eq!(r.prompts.len(), 1);
+    assert_eq!(
+        (r.prompts[0].step, r.prompts[0].role.as_str()),
+        (3, "writer")
+    );
+    assert_eq!(r.prompts[0].new.as_deref(), Some("Now fix: typo"));
+}
