@@ -32,7 +32,6 @@ use uwf_cas::Hash;
 use uwf_engine::Engine;
 use uwf_moderator::definition;
 use uwf_protocol::{HistoryEntry, StartNodePayload, StepNodePayload, StepRecord, ThreadId};
-use uwf_state::ThreadStore;
 
 const WORKFLOW: &str = r#"name: review-loop
 roles:

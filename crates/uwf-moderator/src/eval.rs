@@ -321,18 +321,28 @@ pub(crate) fn evaluate_steps(
     steps: &[crate::thread::LoadedStep],
     from_start: bool,
 ) -> Result<Decision, ModeratorError> {
+    jsonata::on_big_stack(|| evaluate_steps_here(workflow, start, steps, from_start))
+}
+
+/// [`evaluate_steps`] on the current thread, for callers that already run
+/// on the big stack and decide many times (`crate::replay`): a thread
+/// spawned per decision would cost more than the decision.
+pub(crate) fn evaluate_steps_here(
+    workflow: &WorkflowPayload,
+    start: &uwf_protocol::StartNodePayload,
+    steps: &[crate::thread::LoadedStep],
+    from_start: bool,
+) -> Result<Decision, ModeratorError> {
     let from = match (from_start, steps.last()) {
         (false, Some(s)) => s.payload.record.role.as_str(),
         _ => START,
     };
-    jsonata::on_big_stack(|| {
-        let source = Source::Steps {
-            start,
-            steps,
-            built: std::cell::OnceCell::new(),
-        };
-        evaluate_here(workflow, &source, from)
-    })
+    let source = Source::Steps {
+        start,
+        steps,
+        built: std::cell::OnceCell::new(),
+    };
+    evaluate_here(workflow, &source, from)
 }
 
 /// Where a decision's context comes from.
@@ -593,7 +603,8 @@ pub fn explain(workflow: &WorkflowPayload, ctx: &ModeratorContext) -> Explanatio
     jsonata::on_big_stack(|| explain_here(workflow, ctx))
 }
 
-fn explain_here(workflow: &WorkflowPayload, ctx: &ModeratorContext) -> Explanation {
+/// [`explain`] on the current thread (see [`evaluate_steps_here`]).
+pub(crate) fn explain_here(workflow: &WorkflowPayload, ctx: &ModeratorContext) -> Explanation {
     let from = ctx.steps.last().map_or(START, |s| s.role.as_str());
     let input = context_input(ctx);
     let mut transitions = Vec::new();

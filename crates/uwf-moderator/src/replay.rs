@@ -15,7 +15,7 @@ use serde_json::Value;
 use uwf_protocol::{Hash, START, WorkflowPayload};
 
 use crate::SUSPEND;
-use crate::eval::{Decision, ModeratorError, TransitionReport, evaluate_steps, explain};
+use crate::eval::{Decision, ModeratorError, TransitionReport, evaluate_steps_here, explain_here};
 use crate::thread::{ThreadView, context_of};
 
 /// How one recorded thread fares under the other workflow.
@@ -250,9 +250,9 @@ fn decide(
     followed: bool,
 ) -> Result<(Decision, bool), ModeratorError> {
     let steps = &view.steps[..k];
-    let d = evaluate_steps(workflow, &view.start, steps, false)?;
+    let d = evaluate_steps_here(workflow, &view.start, steps, false)?;
     if followed && d.next == SUSPEND {
-        return Ok((evaluate_steps(workflow, &view.start, steps, true)?, true));
+        return Ok((evaluate_steps_here(workflow, &view.start, steps, true)?, true));
     }
     Ok((d, false))
 }
@@ -271,7 +271,7 @@ fn side(
         transition: None,
         condition: None,
         error: None,
-        transitions: explain(workflow, &ctx).transitions,
+        transitions: explain_here(workflow, &ctx).transitions,
     };
     match decision {
         Some(Ok((d, _))) => {
