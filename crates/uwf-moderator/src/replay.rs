@@ -15,7 +15,9 @@ use serde_json::Value;
 use uwf_protocol::{Hash, START, WorkflowPayload};
 
 use crate::SUSPEND;
-use crate::eval::{Decision, ModeratorError, TransitionReport, evaluate_steps_here, explain_here};
+use crate::eval::{
+    Decision, ModeratorError, Prepared, TransitionReport, evaluate_prepared, explain_here,
+};
 use crate::thread::{ThreadView, context_of};
 
 /// How one recorded thread fares under the other workflow.
@@ -150,6 +152,11 @@ pub fn replay(view: &ThreadView, new: &WorkflowPayload, check: &OutputCheck<'_>)
 fn replay_here(view: &ThreadView, new: &WorkflowPayload, check: &OutputCheck<'_>) -> ThreadReplay {
     let old = &view.workflow;
     let changed = changed_sources(old, new);
+    // Each step converted for JSONata once, not once per decision after
+    // it. If the whole thread cannot be converted (an output nested too
+    // deep), each decision converts its own steps, as a step would, so
+    // that the failure shows where a step meets it.
+    let prepared = Prepared::new(&view.start, &view.steps).ok();
     let n = view.steps.len();
     let mut result = ThreadReplay {
         outcome: Outcome::Same,
@@ -165,7 +172,7 @@ fn replay_here(view: &ThreadView, new: &WorkflowPayload, check: &OutputCheck<'_>
             view.steps[k - 1].payload.record.role.as_str()
         };
         let recorded = view.steps.get(k).map(|s| s.payload.record.role.as_str());
-        let new_decision = decide(new, view, k, recorded.is_some());
+        let new_decision = decide(new, view, k, recorded.is_some(), prepared.as_ref());
         // Where the transitions involved are unchanged, the old decision is
         // the new one (the same expressions over the same steps).
         let involved_changed = changed.contains(from)
@@ -173,7 +180,7 @@ fn replay_here(view: &ThreadView, new: &WorkflowPayload, check: &OutputCheck<'_>
                 .as_ref()
                 .is_ok_and(|(_, resumed)| *resumed && changed.contains(START));
         let old_decision = if involved_changed || recorded.is_none() {
-            Some(decide(old, view, k, recorded.is_some()))
+            Some(decide(old, view, k, recorded.is_some(), prepared.as_ref()))
         } else {
             None
         };
@@ -248,11 +255,13 @@ fn decide(
     view: &ThreadView,
     k: usize,
     followed: bool,
+    prepared: Option<&Prepared>,
 ) -> Result<(Decision, bool), ModeratorError> {
     let steps = &view.steps[..k];
-    let d = evaluate_steps_here(workflow, &view.start, steps, false)?;
+    let d = evaluate_prepared(workflow, &view.start, steps, false, prepared)?;
     if followed && d.next == SUSPEND {
-        return Ok((evaluate_steps_here(workflow, &view.start, steps, true)?, true));
+        let resumed = evaluate_prepared(workflow, &view.start, steps, true, prepared)?;
+        return Ok((resumed, true));
     }
     Ok((d, false))
 }

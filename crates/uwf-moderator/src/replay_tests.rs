@@ -231,3 +231,27 @@ fn the_prompt_of_the_step_that_would_run_next_is_compared_too() {
     );
     assert_eq!(r.prompts[0].new.as_deref(), Some("Now fix: typo"));
 }
+
+#[test]
+fn a_prefix_of_the_prepared_thread_is_the_document_a_step_sees() {
+    let cas = h(Cas::new(MemStore::new()));
+    let view = rejected_once(&cas);
+    let prepared =
+        h(crate::eval::Prepared::new(&view.start, &view.steps)
+            .map_err(|f| f.message().to_string()));
+    let whole = h(crate::jsonata::compile("$string($)").map_err(|f| f.message().to_string()));
+    let text =
+        |input: crate::jsonata::Input| {
+            h(crate::jsonata::value_compiled(&whole, Some(&input))
+                .map_err(|f| f.message().to_string()))
+        };
+    for k in 0..=view.steps.len() {
+        let step = h(crate::eval::loaded_input(&view.start, &view.steps[..k])
+            .map_err(|f| f.message().to_string()));
+        let prefix = h(prepared.input(k).map_err(|f| f.message().to_string()));
+        let (a, b) = (text(step), text(prefix));
+        assert_eq!(a, b, "after {k} steps");
+        let doc = a.as_ref().and_then(Value::as_str).unwrap_or_default();
+        assert_eq!(doc.matches("\"role\"").count(), k, "{doc}");
+    }
+}
