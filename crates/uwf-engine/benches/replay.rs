@@ -20,8 +20,10 @@
 //! * `diverging`: rejections send work back only twice: every thread
 //!   diverges at step 6.
 //!
-//! The first sample of each also fills the derived chain cache (as any
-//! reader of a thread does); the table gives the first and the median.
+//! The first sample on a new store also fills the derived chain cache (as
+//! any reader of a thread does); the table gives the first and the median.
+//! Figures and where the time goes: docs/performance.md, "Replaying
+//! recorded threads".
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
