@@ -885,6 +885,25 @@ fn diff_names_the_structural_changes(backend: Backend) {
     );
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("  - `comments` no longer required"), "{err}");
+    // Every kind of change at once, as people read it (docs/workflow.md shows it).
+    let v3 = solve_issue_with("required: [approved, comments]", "required: [approved]")
+        .replace("Review the implementation.", "Review the implementation strictly.")
+        .replace(
+            "expression: \"steps[-1].output.approved = false\"",
+            "expression: \"steps[-1].output.approved = false\"\n  tooManyRounds: \"$count(steps[role = 'developer']) >= 3\"",
+        )
+        .replace(
+            "  reviewer:\n    - role: \"developer\"",
+            "  reviewer:\n    - role: \"$END\"\n      condition: \"tooManyRounds\"\n    - role: \"developer\"",
+        );
+    let v3 = env.file("solve-issue.v3.yaml", &v3);
+    let out = env
+        .uwf()
+        .args(["workflow", "diff", "solve-issue", v3.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    golden("workflow-diff.txt", &String::from_utf8(out.stderr).unwrap());
     let same = env.json(&[
         "workflow",
         "diff",
