@@ -399,26 +399,7 @@ goes to stderr (not with --quiet).
 Examples:
   uwf workflow replay solve-issue.v2.yaml
   uwf workflow replay new.yaml --workflow solve-issue --since 7d --fail-on-divergence")]
-    Replay {
-        /// The changed workflow: a YAML file (not registered), a registered name, or a Workflow hash.
-        #[arg(add = ArgValueCandidates::new(crate::complete::workflows))]
-        workflow: String,
-        /// Replay this thread (id, unique prefix or @last); repeat for more.
-        #[arg(long = "thread", value_name = "ID", conflicts_with_all = ["all", "of"], add = ArgValueCandidates::new(crate::complete::threads))]
-        threads: Vec<String>,
-        /// Replay every thread of the store, whatever its workflow.
-        #[arg(long, conflicts_with = "of")]
-        all: bool,
-        /// Replay the threads of the workflow with this name (any version).
-        #[arg(long = "workflow", value_name = "NAME", id = "of", add = ArgValueCandidates::new(crate::complete::workflows))]
-        of: Option<String>,
-        /// Only threads started since: a duration ago (7d, 12h) or a time (2026-11-01, 2026-11-01T09:00:00Z).
-        #[arg(long, value_name = "WHEN", value_parser = parse_since)]
-        since: Option<u64>,
-        /// Exit 1 when a thread diverges or becomes invalid (for CI).
-        #[arg(long)]
-        fail_on_divergence: bool,
-    },
+    Replay(ReplayArgs),
     /// The structural change between two workflows, in words: {same, changes}.
     #[command(
         after_help = "Each argument is a YAML file (not registered), a registered name, or a Workflow hash.\nExample: uwf workflow diff solve-issue examples/solve-issue.yaml"
@@ -441,6 +422,29 @@ For yaml-language-server (VS Code's YAML extension, Neovim, Helix, …):
 
 The schema checks the shape; `uwf workflow validate` checks the rest.")]
     Schema,
+}
+
+/// `uwf workflow replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The changed workflow: a YAML file (not registered), a registered name, or a Workflow hash.
+    #[arg(add = ArgValueCandidates::new(crate::complete::workflows))]
+    pub workflow: String,
+    /// Replay this thread (id, unique prefix or @last); repeat for more.
+    #[arg(long = "thread", value_name = "ID", conflicts_with_all = ["all", "of"], add = ArgValueCandidates::new(crate::complete::threads))]
+    pub threads: Vec<String>,
+    /// Replay every thread of the store, whatever its workflow.
+    #[arg(long, conflicts_with = "of")]
+    pub all: bool,
+    /// Replay the threads of the workflow with this name (any version).
+    #[arg(long = "workflow", value_name = "NAME", id = "of", add = ArgValueCandidates::new(crate::complete::workflows))]
+    pub of: Option<String>,
+    /// Only threads started since: a duration ago (7d, 12h) or a time (2026-11-01, 2026-11-01T09:00:00Z).
+    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
+    pub since: Option<u64>,
+    /// Exit 1 when a thread diverges or becomes invalid (for CI).
+    #[arg(long)]
+    pub fail_on_divergence: bool,
 }
 
 /// `uwf thread …`

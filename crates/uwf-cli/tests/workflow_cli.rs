@@ -621,6 +621,27 @@ fn replay_store(backend: Backend) -> Option<(Env, [String; 3])> {
     Some((env, [a, b, c]))
 }
 
+/// `uwf workflow replay FILE` succeeds: its JSON, its counts `keys` from
+/// the summary, and its stderr.
+fn replayed(env: &Env, file: &str, keys: &[&str]) -> (Value, Vec<u64>, String) {
+    let out = env
+        .uwf()
+        .args(["workflow", "replay", file])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let counts = keys
+        .iter()
+        .map(|k| v["summary"][*k].as_u64().unwrap())
+        .collect();
+    (v, counts, String::from_utf8(out.stderr).unwrap())
+}
+
 /// examples/solve-issue.yaml with one piece of text replaced.
 fn solve_issue_with(from: &str, to: &str) -> String {
     let text = std::fs::read_to_string(example("solve-issue.yaml")).unwrap();
@@ -651,24 +672,9 @@ fn replay_of_a_changed_condition_names_exactly_the_threads_and_steps_that_diverg
         return;
     };
     let before = env.state_snapshot();
-    let out = env
-        .uwf()
-        .args(["workflow", "replay", &file])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (v, counts, err) = replayed(&env, &file, &["threads", "same", "diverged", "invalid"]);
+    assert_eq!(counts, vec![3, 1, 2, 0], "{v:#}");
     let s = &v["summary"];
-    assert_eq!(
-        (
-            s["threads"].as_u64(),
-            s["same"].as_u64(),
-            s["diverged"].as_u64(),
-            s["invalid"].as_u64()
-        ),
-        (Some(3), Some(1), Some(2), Some(0)),
-        "{v:#}"
-    );
     assert_eq!(
         s["edges"],
         json!([{ "from": "reviewer", "old": "developer", "new": "$END", "threads": 2, "examples": [a, b] }])
@@ -694,7 +700,6 @@ fn replay_of_a_changed_condition_names_exactly_the_threads_and_steps_that_diverg
         env.json(&["thread", "steps", &a])["steps"][3]["hash"]
     );
     // The table for people names the threads and the edge.
-    let err = String::from_utf8(out.stderr).unwrap();
     assert!(
         err.contains("3 thread(s): 1 same, 2 diverge, 0 invalid"),
         "{err}"
@@ -933,24 +938,8 @@ fn replay_covers_active_threads_and_lists_unreadable_ones(backend: Backend) {
     let active = started["thread"].as_str().unwrap().to_string();
     // An archived thread whose head is gone from the store.
     env.damage_history_head(&b, "0000000000000");
-    let out = env
-        .uwf()
-        .args(["workflow", "replay", &file])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let s = &v["summary"];
-    assert_eq!(
-        (
-            s["threads"].as_u64(),
-            s["same"].as_u64(),
-            s["diverged"].as_u64(),
-            s["unreadable"].as_u64()
-        ),
-        (Some(3), Some(2), Some(1), Some(1)),
-        "{v:#}"
-    );
+    let (v, counts, err) = replayed(&env, &file, &["threads", "same", "diverged", "unreadable"]);
+    assert_eq!(counts, vec![3, 2, 1, 1], "{v:#}");
     assert_eq!(v["threads"][0]["thread"], json!(a));
     assert_eq!(v["unreadable"][0]["thread"], json!(b));
     assert!(
@@ -959,7 +948,6 @@ fn replay_covers_active_threads_and_lists_unreadable_ones(backend: Backend) {
             .unwrap()
             .contains("0000000000000")
     );
-    let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains(&format!("{b}  unreadable:")), "{err}");
     let only = env.json(&[
         "workflow", "replay", &file, "--thread", &active, "--thread", &c,

@@ -9,7 +9,7 @@ use uwf_moderator::definition::{self, WorkflowDefinition};
 use uwf_moderator::replay::Outcome;
 use uwf_protocol::WorkflowPayload;
 
-use crate::cli::{Format, WorkflowCommand};
+use crate::cli::{Format, ReplayArgs, WorkflowCommand};
 use crate::engine::Ctx;
 use crate::error::CliError;
 use crate::output;
@@ -227,16 +227,6 @@ fn notable(r: &Replayed) -> Vec<&ThreadResult> {
         .collect()
 }
 
-/// The arguments of `workflow replay`.
-struct ReplayArgs {
-    workflow: String,
-    threads: Vec<String>,
-    all: bool,
-    of: Option<String>,
-    since: Option<u64>,
-    fail_on_divergence: bool,
-}
-
 /// `value` of a condition as people read it: `undefined` when absent.
 fn value_text(t: &uwf_moderator::TransitionReport) -> String {
     match (&t.error, &t.value) {
@@ -417,26 +407,7 @@ pub fn run(
     quiet: bool,
 ) -> Result<(), CliError> {
     match cmd {
-        WorkflowCommand::Replay {
-            workflow,
-            threads,
-            all,
-            of,
-            since,
-            fail_on_divergence,
-        } => replay(
-            ctx,
-            ReplayArgs {
-                workflow,
-                threads,
-                all,
-                of,
-                since,
-                fail_on_divergence,
-            },
-            format,
-            quiet,
-        ),
+        WorkflowCommand::Replay(args) => replay(ctx, args, format, quiet),
         WorkflowCommand::Diff { old, new } => diff(ctx, &old, &new, format, quiet),
         WorkflowCommand::Put { file } => {
             let (hash, payload) = put_file(ctx, &file)?;
