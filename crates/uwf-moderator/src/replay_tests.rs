@@ -85,6 +85,15 @@ fn check(cas: &Cas<MemStore>) -> impl Fn(Hash, &Value) -> Result<(), String> + S
     |schema, v| cas.validate(schema, v).map_err(|e| e.to_string())
 }
 
+/// `rejected_once` replayed under `yaml`.
+fn replayed_under(yaml: &str) -> (ThreadView, ThreadReplay) {
+    let cas = h(Cas::new(MemStore::new()));
+    let view = rejected_once(&cas);
+    let (_, new) = workflow(&cas, yaml);
+    let r = replay(&view, &new, &check(&cas));
+    (view, r)
+}
+
 #[test]
 fn the_same_workflow_routes_every_thread_the_same() {
     let cas = h(Cas::new(MemStore::new()));
@@ -97,17 +106,11 @@ fn the_same_workflow_routes_every_thread_the_same() {
 
 #[test]
 fn a_changed_condition_diverges_at_the_first_step_it_decides_otherwise() {
-    let cas = h(Cas::new(MemStore::new()));
-    let view = rejected_once(&cas);
     // Rejections no longer send the work back.
-    let (_, new) = workflow(
-        &cas,
-        &OLD.replace(
-            "steps[-1].output.approved = false",
-            "steps[-1].output.approved = false and $count(steps) > 2",
-        ),
-    );
-    let r = replay(&view, &new, &check(&cas));
+    let (view, r) = replayed_under(&OLD.replace(
+        "steps[-1].output.approved = false",
+        "steps[-1].output.approved = false and $count(steps) > 2",
+    ));
     assert_eq!(r.outcome, Outcome::Diverged);
     let d = r.divergence.unwrap_or_else(|| panic!("no divergence"));
     assert_eq!((d.step, d.from.as_str()), (3, "reviewer"));
@@ -122,11 +125,8 @@ fn a_changed_condition_diverges_at_the_first_step_it_decides_otherwise() {
 
 #[test]
 fn a_changed_decision_at_the_head_is_a_divergence_after_the_last_step() {
-    let cas = h(Cas::new(MemStore::new()));
-    let view = rejected_once(&cas);
     // An approval now needs a second review.
-    let (_, new) = workflow(
-        &cas,
+    let (_, r) = replayed_under(
         &OLD.replace(
             "- { role: $END, condition: null }",
             "- { role: $END, condition: twice }\n    - { role: reviewer, condition: null }",
@@ -136,7 +136,6 @@ fn a_changed_decision_at_the_head_is_a_divergence_after_the_last_step() {
             "conditions:\n  twice: \"$count(steps[role='reviewer']) >= 3\"\n",
         ),
     );
-    let r = replay(&view, &new, &check(&cas));
     let d = r.divergence.unwrap_or_else(|| panic!("no divergence"));
     assert_eq!((d.step, d.old.role.as_deref()), (5, Some("$END")));
     assert_eq!(d.new.role.as_deref(), Some("reviewer"));
@@ -144,13 +143,8 @@ fn a_changed_decision_at_the_head_is_a_divergence_after_the_last_step() {
 
 #[test]
 fn an_output_refused_by_a_changed_schema_makes_the_thread_invalid() {
-    let cas = h(Cas::new(MemStore::new()));
-    let view = rejected_once(&cas);
-    let (_, new) = workflow(
-        &cas,
-        &OLD.replace("required: [approved]", "required: [approved, severity]"),
-    );
-    let r = replay(&view, &new, &check(&cas));
+    let (view, r) =
+        replayed_under(&OLD.replace("required: [approved]", "required: [approved, severity]"));
     assert_eq!(r.outcome, Outcome::Invalid);
     let i = r.invalid.unwrap_or_else(|| panic!("not invalid"));
     assert_eq!((i.step, i.role.as_str()), (2, "reviewer"));
@@ -160,13 +154,7 @@ fn an_output_refused_by_a_changed_schema_makes_the_thread_invalid() {
 
 #[test]
 fn a_changed_edge_prompt_is_listed_without_a_divergence() {
-    let cas = h(Cas::new(MemStore::new()));
-    let view = rejected_once(&cas);
-    let (_, new) = workflow(
-        &cas,
-        &OLD.replace("Fix: {{comments}}", "Please fix: {{comments}}"),
-    );
-    let r = replay(&view, &new, &check(&cas));
+    let (_, r) = replayed_under(&OLD.replace("Fix: {{comments}}", "Please fix: {{comments}}"));
     assert_eq!(r.outcome, Outcome::Same);
     assert_eq!(r.prompts.len(), 1);
     assert_eq!(r.prompts[0].step, 3);
@@ -176,16 +164,10 @@ fn a_changed_edge_prompt_is_listed_without_a_divergence() {
 
 #[test]
 fn a_moderator_that_fails_under_the_new_workflow_is_a_divergence_with_its_error() {
-    let cas = h(Cas::new(MemStore::new()));
-    let view = rejected_once(&cas);
-    let (_, new) = workflow(
-        &cas,
-        &OLD.replace(
-            "steps[-1].output.approved = false",
-            "steps[-1].output.comments + 1",
-        ),
-    );
-    let r = replay(&view, &new, &check(&cas));
+    let (_, r) = replayed_under(&OLD.replace(
+        "steps[-1].output.approved = false",
+        "steps[-1].output.comments + 1",
+    ));
     let d = r.divergence.unwrap_or_else(|| panic!("no divergence"));
     assert_eq!(d.step, 3);
     assert_eq!(d.new.role, None);
