@@ -405,6 +405,37 @@ pub enum WorkflowCommand {
         #[arg(long, value_name = "ID", add = ArgValueCandidates::new(crate::complete::threads))]
         thread: Option<String>,
     },
+    /// Re-decide recorded threads under a changed workflow: where each would have gone another way.
+    #[command(after_help = "\
+Every selected thread (active or archived) is replayed from the outputs that
+were recorded: at each step, the moderator of WORKFLOW decides from the steps
+before it, exactly as a real step would, and the first step where it chooses
+another role than the thread took is reported with the condition values on
+both sides. A thread whose recorded output no longer satisfies a changed
+output schema is `invalid`; steps whose edge prompt would read differently
+are listed. Nothing is written and no agent runs.
+
+Without --thread, --all or --workflow, the threads of the workflow with
+WORKFLOW's name are replayed. stdout: {workflow, summary, threads, unreadable}
+(threads lists those that did not route plainly the same); a table for people
+goes to stderr (not with --quiet).
+
+Examples:
+  uwf workflow replay solve-issue.v2.yaml
+  uwf workflow replay new.yaml --workflow solve-issue --since 7d --fail-on-divergence")]
+    Replay(ReplayArgs),
+    /// The structural change between two workflows, in words: {same, changes}.
+    #[command(
+        after_help = "Each argument is a YAML file (not registered), a registered name, or a Workflow hash.\nExample: uwf workflow diff solve-issue examples/solve-issue.yaml"
+    )]
+    Diff {
+        /// The old workflow.
+        #[arg(add = ArgValueCandidates::new(crate::complete::workflows))]
+        old: String,
+        /// The new workflow.
+        #[arg(add = ArgValueCandidates::new(crate::complete::workflows))]
+        new: String,
+    },
     /// Print the JSON Schema of the workflow YAML (both syntaxes), for editors.
     #[command(after_help = "\
 For yaml-language-server (VS Code's YAML extension, Neovim, Helix, …):
@@ -415,6 +446,29 @@ For yaml-language-server (VS Code's YAML extension, Neovim, Helix, …):
 
 The schema checks the shape; `uwf workflow validate` checks the rest.")]
     Schema,
+}
+
+/// `uwf workflow replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The changed workflow: a YAML file (not registered), a registered name, or a Workflow hash.
+    #[arg(add = ArgValueCandidates::new(crate::complete::workflows))]
+    pub workflow: String,
+    /// Replay this thread (id, unique prefix or @last); repeat for more.
+    #[arg(long = "thread", value_name = "ID", conflicts_with_all = ["all", "of"], add = ArgValueCandidates::new(crate::complete::threads))]
+    pub threads: Vec<String>,
+    /// Replay every thread of the store, whatever its workflow.
+    #[arg(long, conflicts_with = "of")]
+    pub all: bool,
+    /// Replay the threads of the workflow with this name (any version).
+    #[arg(long = "workflow", value_name = "NAME", id = "of", add = ArgValueCandidates::new(crate::complete::workflows))]
+    pub of: Option<String>,
+    /// Only threads started since: a duration ago (7d, 12h) or a time (2026-11-01, 2026-11-01T09:00:00Z).
+    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
+    pub since: Option<u64>,
+    /// Exit 1 when a thread diverges or becomes invalid (for CI).
+    #[arg(long)]
+    pub fail_on_divergence: bool,
 }
 
 /// `uwf thread …`
@@ -845,4 +899,26 @@ environment or .env, masked), the storage root and where it came from, and the
 resolved defaultAgent and defaultModel. A missing config.yaml prints
 \"config\": null. Example: uwf --format yaml config show")]
     Show,
+}
+
+/// `--since`: a duration ago (`7d`) or a time (`2026-11-01`,
+/// `2026-11-01T09:00:00Z`), as ms since the Unix epoch.
+fn parse_since(s: &str) -> Result<u64, String> {
+    let now = std::time::SystemTime::now();
+    let at = match humantime::parse_duration(s) {
+        Ok(d) => now.checked_sub(d).unwrap_or(std::time::UNIX_EPOCH),
+        Err(_) => {
+            let text = if s.len() == 10 {
+                format!("{s}T00:00:00Z")
+            } else {
+                s.to_string()
+            };
+            humantime::parse_rfc3339_weak(&text).map_err(|_| {
+                format!("{s:?} is neither a duration (7d, 12h) nor a time (2026-11-01, 2026-11-01T09:00:00Z)")
+            })?
+        }
+    };
+    Ok(at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
 }

@@ -195,6 +195,24 @@ pub enum CliError {
     #[diagnostic(code(uwf::workflow::invalid))]
     InvalidWorkflow(usize),
 
+    /// `workflow replay --fail-on-divergence` found threads that would go
+    /// another way.
+    #[error(
+        "{diverged} thread(s) diverge and {invalid} become invalid under the replayed workflow; see the report on stdout"
+    )]
+    #[diagnostic(
+        code(uwf::workflow::diverged),
+        help(
+            "each thread's `divergence` names the step and the condition values on both sides; `uwf workflow diff` shows what changed"
+        )
+    )]
+    Diverged {
+        /// Threads that diverge.
+        diverged: usize,
+        /// Threads whose recorded outputs a changed schema refuses.
+        invalid: usize,
+    },
+
     /// `thread run` stopped at --max-steps.
     #[error("thread {thread} is not done after {steps} step(s) (--max-steps)")]
     #[diagnostic(

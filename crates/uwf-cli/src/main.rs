@@ -174,7 +174,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         }
         Command::Workflow(sub) => {
             let ctx = open(&cli.global)?;
-            cmd::workflow::run(&ctx, sub, format)?;
+            cmd::workflow::run(&ctx, sub, format, cli.global.quiet)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Setup(args) => {

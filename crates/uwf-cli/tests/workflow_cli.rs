@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Backend, Env, example, golden, hash_of};
+use common::{Backend, Env, example, golden, hash_of, mock_agent};
 use serde_json::{Value, json};
 
 per_backend!(
@@ -33,7 +33,13 @@ per_backend!(
     errors_about_a_named_file_quote_at_most_the_line_at_fault,
     unknown_workflow_name_lists_the_registered_ones,
     a_hash_that_is_not_a_workflow_is_refused,
-    corrupt_registry_is_reported_and_left_alone
+    corrupt_registry_is_reported_and_left_alone,
+    replay_of_a_changed_condition_names_exactly_the_threads_and_steps_that_diverge,
+    replay_of_a_stricter_schema_names_the_outputs_it_refuses,
+    replay_selects_threads_by_id_and_refuses_unknown_ones,
+    replay_and_diff_of_an_unreadable_file_are_errors,
+    diff_names_the_structural_changes,
+    replay_covers_active_threads_and_lists_unreadable_ones
 );
 
 /// A small valid workflow; the bad inputs below are variations of it.
@@ -580,4 +586,371 @@ fn corrupt_registry_is_reported_and_left_alone(backend: Backend) {
         }
     }
     assert_eq!(env.snapshot(), before, "a corrupt registry was touched");
+}
+
+/// A reviewer that approves the first implementation: 3 steps.
+const APPROVES_AT_ONCE: &str = r#"roles:
+  planner: [{ output: { plan: "p", steps: ["a"] } }]
+  developer: [{ output: { filesChanged: ["a.rs"], summary: "done" } }]
+  reviewer: [{ output: { approved: true, comments: "ok" } }]
+"#;
+
+/// A store with three finished threads of examples/solve-issue.yaml: two
+/// whose reviewer rejects once (5 steps), one approved at once (3 steps).
+/// Returns the ids: (rejected, rejected, approved).
+fn replay_store(backend: Backend) -> Option<(Env, [String; 3])> {
+    let env = populated(backend)?;
+    let rejecting = mock_agent(&common::examples().join("solve-issue.mock.yaml"));
+    let approving = mock_agent(&env.file("approves.yaml", APPROVES_AT_ONCE));
+    let run = |agent: &str, task: &str| {
+        let out = env.json(&[
+            "-q",
+            "thread",
+            "run",
+            &example("solve-issue.yaml"),
+            "-p",
+            task,
+            "--agent",
+            agent,
+        ]);
+        out["thread"].as_str().unwrap().to_string()
+    };
+    let a = run(&rejecting, "one");
+    let b = run(&rejecting, "two");
+    let c = run(&approving, "three");
+    Some((env, [a, b, c]))
+}
+
+/// `uwf workflow replay FILE` succeeds: its JSON, its counts `keys` from
+/// the summary, and its stderr.
+fn replayed(env: &Env, file: &str, keys: &[&str]) -> (Value, Vec<u64>, String) {
+    let out = env
+        .uwf()
+        .args(["workflow", "replay", file])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let counts = keys
+        .iter()
+        .map(|k| v["summary"][*k].as_u64().unwrap())
+        .collect();
+    (v, counts, String::from_utf8(out.stderr).unwrap())
+}
+
+/// examples/solve-issue.yaml with one piece of text replaced.
+fn solve_issue_with(from: &str, to: &str) -> String {
+    let text = std::fs::read_to_string(example("solve-issue.yaml")).unwrap();
+    assert!(text.contains(from), "{from:?} is not in solve-issue.yaml");
+    text.replacen(from, to, 1)
+}
+
+fn replay_store_and_file(
+    backend: Backend,
+    from: &str,
+    to: &str,
+) -> Option<(Env, [String; 3], String)> {
+    let (env, ids) = replay_store(backend)?;
+    let file = env.file("new.yaml", &solve_issue_with(from, to));
+    Some((env, ids, file.to_str().unwrap().to_string()))
+}
+
+fn replay_of_a_changed_condition_names_exactly_the_threads_and_steps_that_diverge(
+    backend: Backend,
+) {
+    // A rejection sends the work back only after two developer rounds: the
+    // rejected threads would have ended at their first review.
+    let Some((env, [a, b, c], file)) = replay_store_and_file(
+        backend,
+        "steps[-1].output.approved = false",
+        "steps[-1].output.approved = false and $count(steps[role = 'developer']) >= 2",
+    ) else {
+        return;
+    };
+    let before = env.state_snapshot();
+    let (v, counts, err) = replayed(&env, &file, &["threads", "same", "diverged", "invalid"]);
+    assert_eq!(counts, vec![3, 1, 2, 0], "{v:#}");
+    let s = &v["summary"];
+    assert_eq!(
+        s["edges"],
+        json!([{ "from": "reviewer", "old": "developer", "new": "$END", "threads": 2, "examples": [a, b] }])
+    );
+    let threads = v["threads"].as_array().unwrap();
+    let diverged: Vec<(&str, u64)> = threads
+        .iter()
+        .map(|t| {
+            (
+                t["thread"].as_str().unwrap(),
+                t["divergence"]["step"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(diverged, vec![(a.as_str(), 4), (b.as_str(), 4)]);
+    assert!(!diverged.iter().any(|(t, _)| *t == c));
+    let d = &threads[0]["divergence"];
+    assert_eq!(d["old"]["transitions"][0]["value"], json!(true));
+    assert_eq!(d["new"]["transitions"][0]["value"], json!(false));
+    // `thread steps` lists the StartNode first: [3] is step 3, the review.
+    assert_eq!(
+        d["at"],
+        env.json(&["thread", "steps", &a])["steps"][3]["hash"]
+    );
+    // The table for people names the threads and the edge.
+    assert!(
+        err.contains("3 thread(s): 1 same, 2 diverge, 0 invalid"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{a}  done        5  diverged    4  after reviewer: developer"
+        )),
+        "{err}"
+    );
+    // Nothing written; for CI, the divergence fails.
+    assert_eq!(env.state_snapshot(), before);
+    let fail = env
+        .uwf()
+        .args(["workflow", "replay", &file, "--fail-on-divergence", "-q"])
+        .output()
+        .unwrap();
+    assert_eq!(fail.status.code(), Some(1));
+    let again: Value = serde_json::from_slice(&fail.stdout).unwrap();
+    assert_eq!(again["summary"], v["summary"]);
+    assert!(String::from_utf8_lossy(&fail.stderr).contains("2 thread(s) diverge"));
+    // The workflow as it is: every thread routes the same, and CI passes.
+    let same = env.json(&[
+        "workflow",
+        "replay",
+        &example("solve-issue.yaml"),
+        "--fail-on-divergence",
+    ]);
+    assert_eq!(same["summary"]["same"], json!(3));
+    assert_eq!(same["threads"], json!([]));
+}
+
+fn replay_of_a_stricter_schema_names_the_outputs_it_refuses(backend: Backend) {
+    let Some((env, [a, b, c], file)) = replay_store_and_file(
+        backend,
+        "required: [approved, comments]",
+        "required: [approved, comments, severity]",
+    ) else {
+        return;
+    };
+    let v = env.json(&["workflow", "replay", &file]);
+    assert_eq!(v["summary"]["invalid"], json!(3), "{v:#}");
+    let invalid: Vec<(&str, u64, &str)> = v["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["thread"].as_str().unwrap(),
+                t["invalid"]["step"].as_u64().unwrap(),
+                t["invalid"]["role"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        invalid,
+        vec![
+            (a.as_str(), 3, "reviewer"),
+            (b.as_str(), 3, "reviewer"),
+            (c.as_str(), 3, "reviewer")
+        ]
+    );
+    assert!(
+        v["threads"][0]["invalid"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("severity")
+    );
+    let fail = env
+        .uwf()
+        .args(["workflow", "replay", &file, "--fail-on-divergence"])
+        .output()
+        .unwrap();
+    assert_eq!(fail.status.code(), Some(1));
+}
+
+fn replay_selects_threads_by_id_and_refuses_unknown_ones(backend: Backend) {
+    let Some((env, [a, _, c], file)) = replay_store_and_file(
+        backend,
+        "steps[-1].output.approved = false",
+        "steps[-1].output.approved = false and $count(steps) > 5",
+    ) else {
+        return;
+    };
+    let v = env.json(&[
+        "workflow",
+        "replay",
+        &file,
+        "--thread",
+        &c,
+        "--thread",
+        &a[..10],
+    ]);
+    assert_eq!(v["summary"]["threads"], json!(2));
+    assert_eq!(v["summary"]["diverged"], json!(1));
+    assert_eq!(v["threads"][0]["thread"], json!(a));
+    // Threads of another workflow name are not replayed by default.
+    let other = env.file(
+        "other.yaml",
+        &solve_issue_with("name: \"solve-issue\"", "name: \"other\""),
+    );
+    let none = env.json(&["workflow", "replay", other.to_str().unwrap()]);
+    assert_eq!(none["summary"]["threads"], json!(0));
+    let named = env.json(&[
+        "workflow",
+        "replay",
+        other.to_str().unwrap(),
+        "--workflow",
+        "solve-issue",
+    ]);
+    assert_eq!(named["summary"]["same"], json!(3));
+    let all = env.json(&["workflow", "replay", &file, "--all", "--since", "1h"]);
+    assert_eq!(all["summary"]["threads"], json!(3));
+    let future = env.json(&[
+        "workflow",
+        "replay",
+        &file,
+        "--all",
+        "--since",
+        "2999-01-01",
+    ]);
+    assert_eq!(future["summary"]["threads"], json!(0));
+    // An unknown thread: a clear error, nothing on stdout.
+    let unknown = "01M8BK0F7F1BH0JN5AA32NK9V1";
+    let out = env
+        .uwf()
+        .args(["workflow", "replay", &file, "--thread", unknown])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(unknown) && err.contains("thread list --all"),
+        "{err}"
+    );
+    let err = env.fails(&["workflow", "replay", &file, "--since", "yesterday-ish"]);
+    assert!(err.contains("neither a duration"), "{err}");
+}
+
+fn replay_and_diff_of_an_unreadable_file_are_errors(backend: Backend) {
+    let Some(env) = populated(backend) else {
+        return;
+    };
+    let missing = env.dir.path().join("missing.yaml");
+    let err = env.fails(&["workflow", "replay", missing.to_str().unwrap()]);
+    assert!(err.contains("missing.yaml"), "{err}");
+    let err = env.fails(&["workflow", "diff", "solve-issue", missing.to_str().unwrap()]);
+    assert!(err.contains("missing.yaml"), "{err}");
+    let bad = env.file(
+        "bad.yaml",
+        &tiny_with("big: \"steps[-1].output.x > 5\"", "big: \"steps[\""),
+    );
+    let err = env.fails(&["workflow", "replay", bad.to_str().unwrap()]);
+    assert!(err.contains("bad.yaml"), "{err}");
+    let err = env.fails(&["workflow", "diff", "no-such-workflow", "solve-issue"]);
+    assert!(err.contains("no-such-workflow"), "{err}");
+}
+
+fn diff_names_the_structural_changes(backend: Backend) {
+    let Some(env) = populated(backend) else {
+        return;
+    };
+    let new = env.file(
+        "new.yaml",
+        &solve_issue_with("required: [approved, comments]", "required: [approved]").replace(
+            "Review the implementation.",
+            "Review the implementation strictly.",
+        ),
+    );
+    let before = env.state_snapshot();
+    let out = env
+        .uwf()
+        .args(["workflow", "diff", "solve-issue", new.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["same"], json!(false));
+    assert_eq!(v["changes"].as_array().unwrap().len(), 1, "{v:#}");
+    assert_eq!(
+        v["changes"][0]["text"],
+        json!("role `reviewer`: instructions, output schema changed")
+    );
+    assert_eq!(
+        v["changes"][0]["details"],
+        json!(["`comments` no longer required"])
+    );
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("  - `comments` no longer required"), "{err}");
+    // Every kind of change at once, as people read it (docs/workflow.md shows it).
+    let v3 = solve_issue_with("required: [approved, comments]", "required: [approved]")
+        .replace("Review the implementation.", "Review the implementation strictly.")
+        .replace(
+            "expression: \"steps[-1].output.approved = false\"",
+            "expression: \"steps[-1].output.approved = false\"\n  tooManyRounds: \"$count(steps[role = 'developer']) >= 3\"",
+        )
+        .replace(
+            "  reviewer:\n    - role: \"developer\"",
+            "  reviewer:\n    - role: \"$END\"\n      condition: \"tooManyRounds\"\n    - role: \"developer\"",
+        );
+    let v3 = env.file("solve-issue.v3.yaml", &v3);
+    let out = env
+        .uwf()
+        .args(["workflow", "diff", "solve-issue", v3.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    golden("workflow-diff.txt", &String::from_utf8(out.stderr).unwrap());
+    let same = env.json(&[
+        "workflow",
+        "diff",
+        "solve-issue",
+        &example("solve-issue.yaml"),
+    ]);
+    assert_eq!(same["same"], json!(true));
+    assert_eq!(env.state_snapshot(), before);
+}
+
+fn replay_covers_active_threads_and_lists_unreadable_ones(backend: Backend) {
+    let Some((env, [a, b, c], file)) = replay_store_and_file(
+        backend,
+        "steps[-1].output.approved = false",
+        "steps[-1].output.approved = false and $count(steps[role = 'developer']) >= 2",
+    ) else {
+        return;
+    };
+    // An active thread that has not stepped yet: its next role is the same.
+    let started = env.json(&[
+        "thread",
+        "start",
+        &example("solve-issue.yaml"),
+        "-p",
+        "later",
+    ]);
+    let active = started["thread"].as_str().unwrap().to_string();
+    // An archived thread whose head is gone from the store.
+    env.damage_history_head(&b, "0000000000000");
+    let (v, counts, err) = replayed(&env, &file, &["threads", "same", "diverged", "unreadable"]);
+    assert_eq!(counts, vec![3, 2, 1, 1], "{v:#}");
+    assert_eq!(v["threads"][0]["thread"], json!(a));
+    assert_eq!(v["unreadable"][0]["thread"], json!(b));
+    assert!(
+        v["unreadable"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("0000000000000")
+    );
+    assert!(err.contains(&format!("{b}  unreadable:")), "{err}");
+    let only = env.json(&[
+        "workflow", "replay", &file, "--thread", &active, "--thread", &c,
+    ]);
+    assert_eq!(only["summary"]["same"], json!(2));
 }

@@ -31,6 +31,7 @@ mod progress;
 #[cfg(test)]
 mod race_tests;
 mod recent;
+pub mod replay;
 pub mod retry;
 pub mod running;
 pub mod secrets;

@@ -321,18 +321,41 @@ pub(crate) fn evaluate_steps(
     steps: &[crate::thread::LoadedStep],
     from_start: bool,
 ) -> Result<Decision, ModeratorError> {
+    jsonata::on_big_stack(|| evaluate_steps_here(workflow, start, steps, from_start))
+}
+
+/// [`evaluate_steps`] on the current thread, for callers that already run
+/// on the big stack and decide many times (`crate::replay`): a thread
+/// spawned per decision would cost more than the decision.
+pub(crate) fn evaluate_steps_here(
+    workflow: &WorkflowPayload,
+    start: &uwf_protocol::StartNodePayload,
+    steps: &[crate::thread::LoadedStep],
+    from_start: bool,
+) -> Result<Decision, ModeratorError> {
+    evaluate_prepared(workflow, start, steps, from_start, None)
+}
+
+/// [`evaluate_steps_here`] with the thread's steps already converted
+/// (`prepared` covers at least `steps`, from the same thread).
+pub(crate) fn evaluate_prepared(
+    workflow: &WorkflowPayload,
+    start: &uwf_protocol::StartNodePayload,
+    steps: &[crate::thread::LoadedStep],
+    from_start: bool,
+    prepared: Option<&Prepared>,
+) -> Result<Decision, ModeratorError> {
     let from = match (from_start, steps.last()) {
         (false, Some(s)) => s.payload.record.role.as_str(),
         _ => START,
     };
-    jsonata::on_big_stack(|| {
-        let source = Source::Steps {
-            start,
-            steps,
-            built: std::cell::OnceCell::new(),
-        };
-        evaluate_here(workflow, &source, from)
-    })
+    let source = Source::Steps {
+        start,
+        steps,
+        built: std::cell::OnceCell::new(),
+        prepared,
+    };
+    evaluate_here(workflow, &source, from)
 }
 
 /// Where a decision's context comes from.
@@ -344,6 +367,9 @@ enum Source<'a> {
         start: &'a uwf_protocol::StartNodePayload,
         steps: &'a [crate::thread::LoadedStep],
         built: std::cell::OnceCell<ModeratorContext>,
+        /// The steps already converted for JSONata (at least `steps`, in
+        /// the same order): the document is their prefix.
+        prepared: Option<&'a Prepared>,
     },
 }
 
@@ -355,6 +381,7 @@ impl Source<'_> {
                 start,
                 steps,
                 built,
+                ..
             } => built.get_or_init(|| crate::thread::context_of(start, steps)),
         }
     }
@@ -362,17 +389,65 @@ impl Source<'_> {
     fn input(&self) -> Result<Input, Failure> {
         match self {
             Source::Built(c) => context_input(c),
-            Source::Steps { start, steps, .. } => steps_input(
-                start,
-                steps.iter().map(|s| StepParts {
-                    agent: s.payload.record.agent.as_str(),
-                    detail: s.payload.record.detail,
-                    output: &s.output,
-                    output_hash: Some(s.payload.record.output),
-                    role: s.payload.record.role.as_str(),
-                }),
-            ),
+            Source::Steps {
+                prepared: Some(p),
+                steps,
+                ..
+            } => p.input(steps.len()),
+            Source::Steps { start, steps, .. } => loaded_input(start, steps),
         }
+    }
+}
+
+/// The document conditions see for a thread's loaded steps.
+pub(crate) fn loaded_input(
+    start: &uwf_protocol::StartNodePayload,
+    steps: &[crate::thread::LoadedStep],
+) -> Result<Input, Failure> {
+    steps_input(start, loaded_parts(steps))
+}
+
+/// What [`steps_input`] reads of each loaded step.
+fn loaded_parts(
+    steps: &[crate::thread::LoadedStep],
+) -> impl ExactSizeIterator<Item = StepParts<'_>> {
+    steps.iter().map(|s| StepParts {
+        agent: s.payload.record.agent.as_str(),
+        detail: s.payload.record.detail,
+        output: &s.output,
+        output_hash: Some(s.payload.record.output),
+        role: s.payload.record.role.as_str(),
+    })
+}
+
+/// A thread's start and steps converted once for JSONata, so that the
+/// document of any prefix of it is built without converting a step again
+/// (values are reference counted): what `crate::replay` decides at every
+/// head of a thread from.
+pub(crate) struct Prepared {
+    start: uwf_jsonata::Value,
+    steps: Vec<uwf_jsonata::Value>,
+}
+
+impl Prepared {
+    /// Converts `start` and `steps` as [`steps_input`] does.
+    pub(crate) fn new(
+        start: &uwf_protocol::StartNodePayload,
+        steps: &[crate::thread::LoadedStep],
+    ) -> Result<Self, Failure> {
+        prepare(start, loaded_parts(steps))
+    }
+
+    /// The document of the first `k` steps: the same as [`steps_input`]
+    /// over them.
+    pub(crate) fn input(&self, k: usize) -> Result<Input, Failure> {
+        let mut top = uwf_jsonata::Object::with_capacity(2);
+        top.insert("start".to_owned(), self.start.clone());
+        top.insert(
+            "steps".to_owned(),
+            uwf_jsonata::Value::array(self.steps[..k.min(self.steps.len())].to_vec()),
+        );
+        Input::from_sorted(uwf_jsonata::Value::object(top))
     }
 }
 
@@ -516,6 +591,15 @@ fn steps_input<'a>(
     start: &uwf_protocol::StartNodePayload,
     steps: impl ExactSizeIterator<Item = StepParts<'a>>,
 ) -> Result<Input, Failure> {
+    let n = steps.len();
+    prepare(start, steps)?.input(n)
+}
+
+/// The start and each step converted for [`steps_input`].
+fn prepare<'a>(
+    start: &uwf_protocol::StartNodePayload,
+    steps: impl ExactSizeIterator<Item = StepParts<'a>>,
+) -> Result<Prepared, Failure> {
     use std::collections::HashMap;
 
     use crate::jsonata::sorted_value;
@@ -550,10 +634,7 @@ fn steps_input<'a>(
         o.insert("role".to_owned(), text(step.role));
         out.push(JValue::object(o));
     }
-    let mut top = Object::with_capacity(2);
-    top.insert("start".to_owned(), start);
-    top.insert("steps".to_owned(), JValue::array(out));
-    Input::from_sorted(JValue::object(top))
+    Ok(Prepared { start, steps: out })
 }
 
 /// One transition of the current role, as [`explain`] evaluated it.
@@ -606,7 +687,8 @@ pub fn explain(workflow: &WorkflowPayload, ctx: &ModeratorContext) -> Explanatio
     jsonata::on_big_stack(|| explain_here(workflow, ctx))
 }
 
-fn explain_here(workflow: &WorkflowPayload, ctx: &ModeratorContext) -> Explanation {
+/// [`explain`] on the current thread (see [`evaluate_steps_here`]).
+pub(crate) fn explain_here(workflow: &WorkflowPayload, ctx: &ModeratorContext) -> Explanation {
     let from = ctx.steps.last().map_or(START, |s| s.role.as_str());
     let input = context_input(ctx);
     let mut transitions = Vec::new();

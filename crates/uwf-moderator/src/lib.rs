@@ -12,7 +12,9 @@
 //!   or `$END`, with the edge prompt rendered ([`render_prompt`]);
 //! * [`thread`]: loading a thread (StartNode, StepNodes, outputs, Workflow)
 //!   from the CAS;
-//! * [`diagram`]: Mermaid and Graphviz renderings of a workflow.
+//! * [`diagram`]: Mermaid and Graphviz renderings of a workflow;
+//! * [`replay`]: a recorded thread re-decided under another workflow, and
+//!   [`diff`]: the structural change between two workflows.
 //!
 //! JSONata runs through [`uwf_jsonata`], this workspace's implementation of
 //! the complete language: every expression is bounded in size, time,
@@ -74,9 +76,11 @@ pub const SUSPEND: &str = "$SUSPEND";
 
 pub mod definition;
 pub mod diagram;
+pub mod diff;
 mod eval;
 mod functions;
 mod jsonata;
+pub mod replay;
 mod template;
 pub mod thread;
 mod upstream_template;

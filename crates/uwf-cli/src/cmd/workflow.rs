@@ -4,10 +4,12 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 use uwf_cas::{Cas, Hash, MemStore};
+use uwf_engine::replay::{Replayed, Selection, Target, ThreadResult};
 use uwf_moderator::definition::{self, WorkflowDefinition};
+use uwf_moderator::replay::Outcome;
 use uwf_protocol::WorkflowPayload;
 
-use crate::cli::{Format, WorkflowCommand};
+use crate::cli::{Format, ReplayArgs, WorkflowCommand};
 use crate::engine::Ctx;
 use crate::error::CliError;
 use crate::output;
@@ -120,6 +122,265 @@ pub fn resolve(ctx: &Ctx, arg: &str, register: bool) -> Result<(Hash, WorkflowPa
     Ok((hash, payload))
 }
 
+/// A workflow with an in-memory store holding its output schemas (a file
+/// compiled without registering it, or a registered workflow's schemas
+/// copied), for `replay` and `diff`: nothing is written to the store.
+pub struct WithSchemas {
+    /// The Workflow node's hash (what `put` would store for a file).
+    pub hash: Hash,
+    /// The workflow.
+    pub payload: WorkflowPayload,
+    /// Its output schemas.
+    pub schemas: Cas<MemStore>,
+}
+
+impl WithSchemas {
+    /// The JSON Schema of an output-schema hash, if this workflow has it.
+    pub fn schema(&self, hash: Hash) -> Option<Value> {
+        self.schemas.schema(hash).ok()
+    }
+}
+
+/// [`resolve`] without registering, keeping the output schemas.
+pub fn resolve_with_schemas(ctx: &Ctx, arg: &str) -> Result<WithSchemas, CliError> {
+    let schemas = Cas::new(MemStore::new())?;
+    let path = Path::new(arg);
+    if path.is_file() {
+        let (def, text) = read_definition(path)?;
+        let r = register_located(&schemas, &def, &text, path)?;
+        return Ok(WithSchemas {
+            hash: r.hash,
+            payload: r.payload,
+            schemas,
+        });
+    }
+    let (hash, payload) = resolve(ctx, arg, false)?;
+    for role in payload.roles.values() {
+        // Stored again unchanged, the schema keeps its hash.
+        schemas.put_schema(ctx.cas().schema(role.output_schema)?)?;
+    }
+    Ok(WithSchemas {
+        hash,
+        payload,
+        schemas,
+    })
+}
+
+/// `workflow replay`.
+fn replay(
+    ctx: &Ctx,
+    args: ReplayArgs,
+    format: Option<Format>,
+    quiet: bool,
+) -> Result<(), CliError> {
+    let new = resolve_with_schemas(ctx, &args.workflow)?;
+    let selection = if !args.threads.is_empty() {
+        let ids = args
+            .threads
+            .iter()
+            .map(|t| crate::lookup::thread(ctx, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        Selection::Threads(ids)
+    } else if args.all {
+        Selection::All
+    } else {
+        Selection::Workflow(args.of.unwrap_or_else(|| new.payload.name.clone()))
+    };
+    let check = |schema: Hash, output: &Value| {
+        new.schemas
+            .validate(schema, output)
+            .map_err(|e| e.to_string())
+    };
+    let target = Target {
+        workflow: &new.payload,
+        check: &check,
+    };
+    let replayed = uwf_engine::replay::replay(ctx, &target, &selection, args.since)?;
+    let shown: Vec<&ThreadResult> = notable(&replayed);
+    output::print(
+        format,
+        &json!({
+            "workflow": { "name": new.payload.name, "hash": new.hash },
+            "summary": replayed.summary,
+            "threads": shown,
+            "unreadable": replayed.unreadable,
+        }),
+    )?;
+    if !quiet {
+        eprint!("{}", replay_text(&new.payload.name, new.hash, &replayed));
+    }
+    let s = &replayed.summary;
+    if args.fail_on_divergence && s.diverged + s.invalid > 0 {
+        return Err(CliError::Diverged {
+            diverged: s.diverged,
+            invalid: s.invalid,
+        });
+    }
+    Ok(())
+}
+
+/// The threads a replay shows: those that do not route plainly the same.
+fn notable(r: &Replayed) -> Vec<&ThreadResult> {
+    r.threads
+        .iter()
+        .filter(|t| t.replay.outcome != Outcome::Same || !t.replay.prompts.is_empty())
+        .collect()
+}
+
+/// `value` of a condition as people read it: `undefined` when absent.
+fn value_text(t: &uwf_moderator::TransitionReport) -> String {
+    match (&t.error, &t.value) {
+        (Some(e), _) => format!("error: {}", crate::summary::shorten(e, 40)),
+        (None, Some(v)) => crate::summary::shorten(&v.to_string(), 30),
+        (None, None) => "undefined".into(),
+    }
+}
+
+/// One side of a divergence in words: "developer (#1, `notApproved` = true)".
+fn side_text(s: &uwf_moderator::replay::Side) -> String {
+    let Some(role) = &s.role else {
+        return format!(
+            "(cannot decide: {})",
+            crate::summary::shorten(s.error.as_deref().unwrap_or(""), 60)
+        );
+    };
+    let Some(n) = s.transition else {
+        return role.clone();
+    };
+    // The conditions tried up to the one taken, with their values.
+    let values: Vec<String> = s
+        .transitions
+        .iter()
+        .take(n)
+        .filter_map(|t| Some(format!("`{}` = {}", t.condition.as_ref()?, value_text(t))))
+        .collect();
+    if values.is_empty() {
+        format!("{role} (#{n}, unconditional)")
+    } else {
+        format!("{role} (#{n}; {})", values.join(", "))
+    }
+}
+
+/// The replay for people: counts, where threads diverge, and a row per
+/// thread that does not route plainly the same.
+fn replay_text(name: &str, hash: Hash, r: &Replayed) -> String {
+    use std::fmt::Write as _;
+    let s = &r.summary;
+    let mut out = format!(
+        "replay under {name} ({hash}): {} thread(s): {} same, {} diverge, {} invalid, {} unreadable; {} with changed prompts\n",
+        s.threads, s.same, s.diverged, s.invalid, s.unreadable, s.prompt_changed
+    );
+    if !s.edges.is_empty() {
+        out.push_str("\nwhere they diverge:\n");
+        let _ = writeln!(
+            out,
+            "  {:>7}  {:<16} {:<16} now",
+            "threads", "after", "recorded"
+        );
+        for e in &s.edges {
+            let _ = writeln!(
+                out,
+                "  {:>7}  {:<16} {:<16} {}",
+                e.threads,
+                e.from,
+                e.old.as_deref().unwrap_or("(no decision)"),
+                e.new.as_deref().unwrap_or("(no decision)")
+            );
+        }
+    }
+    let rows = notable(r);
+    if !rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<26}  {:<7} {:>5}  {:<8} {:>4}  what",
+            "thread", "state", "steps", "outcome", "step"
+        );
+    }
+    for t in rows {
+        let (outcome, step, what) = match (&t.replay.divergence, &t.replay.invalid) {
+            (Some(d), _) => (
+                "diverged",
+                d.step,
+                format!(
+                    "after {}: {} → now {}",
+                    d.from,
+                    side_text(&d.old),
+                    side_text(&d.new)
+                ),
+            ),
+            (None, Some(i)) => (
+                "invalid",
+                i.step,
+                format!(
+                    "{}'s output refused: {}",
+                    i.role,
+                    crate::summary::shorten(&i.reason, 70)
+                ),
+            ),
+            (None, None) => {
+                let p = &t.replay.prompts[0];
+                (
+                    "same",
+                    p.step,
+                    format!(
+                        "prompt of {} changes ({} step(s))",
+                        p.role,
+                        t.replay.prompts.len()
+                    ),
+                )
+            }
+        };
+        let _ = writeln!(
+            out,
+            "{:<26}  {:<7} {:>5}  {:<8} {:>4}  {what}",
+            t.thread.to_string(),
+            t.state,
+            t.replay.steps,
+            outcome,
+            step
+        );
+    }
+    for u in &r.unreadable {
+        let _ = writeln!(out, "{:<26}  unreadable: {}", u.thread.to_string(), u.error);
+    }
+    out
+}
+
+/// `workflow diff`: the structural change, and its sentences on stderr.
+fn diff(
+    ctx: &Ctx,
+    old: &str,
+    new: &str,
+    format: Option<Format>,
+    quiet: bool,
+) -> Result<(), CliError> {
+    let a = resolve_with_schemas(ctx, old)?;
+    let b = resolve_with_schemas(ctx, new)?;
+    let schema_of = |h: Hash| a.schema(h).or_else(|| b.schema(h));
+    let d = uwf_moderator::diff::diff(&a.payload, &b.payload, &schema_of);
+    output::print(
+        format,
+        &json!({
+            "old": { "name": a.payload.name, "hash": a.hash },
+            "new": { "name": b.payload.name, "hash": b.hash },
+            "same": d.same,
+            "changes": d.changes,
+        }),
+    )?;
+    if !quiet {
+        if d.same {
+            eprintln!("{} and {} are the same workflow", a.hash, b.hash);
+        }
+        for c in &d.changes {
+            eprintln!("{}", c.text);
+            for detail in &c.details {
+                eprintln!("  - {detail}");
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether a workflow argument is meant as a file: it has a path separator
 /// or a YAML/JSON extension (workflow names and hashes have neither).
 pub fn looks_like_path(arg: &str) -> bool {
@@ -139,8 +400,15 @@ pub fn print_schema(format: Option<Format>) -> Result<(), CliError> {
 }
 
 /// Runs a `workflow` subcommand.
-pub fn run(ctx: &Ctx, cmd: WorkflowCommand, format: Option<Format>) -> Result<(), CliError> {
+pub fn run(
+    ctx: &Ctx,
+    cmd: WorkflowCommand,
+    format: Option<Format>,
+    quiet: bool,
+) -> Result<(), CliError> {
     match cmd {
+        WorkflowCommand::Replay(args) => replay(ctx, args, format, quiet),
+        WorkflowCommand::Diff { old, new } => diff(ctx, &old, &new, format, quiet),
         WorkflowCommand::Put { file } => {
             let (hash, payload) = put_file(ctx, &file)?;
             output::print(format, &json!({ "name": payload.name, "hash": hash }))

@@ -1,0 +1,219 @@
+//! Whole-process cost of `uwf workflow replay` over many recorded threads.
+//!
+//! ```sh
+//! cargo build --release --locked -p uwf-cli
+//! cargo bench --locked -p uwf-engine --bench replay
+//! UWF_BENCH_THREADS=1000 UWF_BENCH_STEPS=20 cargo bench -p uwf-engine --bench replay
+//! ```
+//!
+//! The store (the filesystem store, in `$UWF_BENCH_DIR` or a temporary
+//! directory) is written with the libraries, untimed: `UWF_BENCH_THREADS`
+//! (default 10,000) finished threads of a writer/reviewer loop, each of
+//! `UWF_BENCH_STEPS` steps (default 20; the reviewer rejects until the last
+//! review), every output its own node. Then `uwf workflow replay` (from
+//! `$UWF_BENCH_BIN`, default the workspace's `target/release`) is timed,
+//! `UWF_BENCH_SAMPLES` times (default 3), under two changed workflows:
+//!
+//! * `equivalent`: the rejection condition rewritten to an equivalent
+//!   expression: every thread routes the same, so every decision of every
+//!   thread is made under both workflows (the most work a replay does);
+//! * `diverging`: rejections send work back only twice: every thread
+//!   diverges at step 6.
+//!
+//! The first sample on a new store also fills the derived chain cache (as
+//! any reader of a thread does); the table gives the first and the median.
+//! Figures and where the time goes: docs/performance.md, "Replaying
+//! recorded threads".
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use uwf_cas::Hash;
+use uwf_engine::Engine;
+use uwf_moderator::definition;
+use uwf_protocol::{HistoryEntry, StartNodePayload, StepNodePayload, StepRecord, ThreadId};
+
+const WORKFLOW: &str = r#"name: review-loop
+roles:
+  writer:
+    systemPrompt: "Write the change."
+    outputSchema: { type: object, properties: { summary: { type: string }, files: { type: array, items: { type: string } } }, required: [summary] }
+  reviewer:
+    systemPrompt: "Review the change."
+    outputSchema: { type: object, properties: { approved: { type: boolean }, comments: { type: string } }, required: [approved, comments] }
+conditions:
+  rejected: "steps[-1].output.approved = false"
+graph:
+  $START: [{ role: writer, condition: null }]
+  writer: [{ role: reviewer, condition: null }]
+  reviewer:
+    - { role: writer, condition: rejected, prompt: "Address the review: {{comments}}" }
+    - { role: $END, condition: null }
+"#;
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Writes `threads` finished threads of `steps` steps each, in parallel.
+fn populate(root: &Path, threads: usize, steps: usize) {
+    let engine = Engine::open(root).unwrap();
+    let def = definition::parse_yaml(WORKFLOW, "review-loop.yaml").unwrap();
+    let registered = definition::register(engine.cas(), &def).unwrap();
+    let wf = registered.hash;
+    engine
+        .state()
+        .register_workflow("review-loop", wf, &uwf_state::NodeGuard::vouched())
+        .unwrap();
+    let schema = |role: &str| registered.payload.roles[role].output_schema;
+    let (writer, reviewer) = (schema("writer"), schema("reviewer"));
+    let workers = 8;
+    let entries: Vec<HistoryEntry> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let engine = &engine;
+                s.spawn(move || {
+                    let cas = engine.cas();
+                    let mut out = Vec::new();
+                    for t in (w..threads).step_by(workers) {
+                        let start = cas
+                            .put_value(
+                                cas.types().start_node,
+                                &StartNodePayload {
+                                    workflow: wf,
+                                    prompt: format!("Fix issue #{t}"),
+                                    parent_state: None,
+                                },
+                            )
+                            .unwrap()
+                            .hash;
+                        let mut prev: Option<Hash> = None;
+                        for i in 0..steps {
+                            let last = i + 1 == steps;
+                            let (role, schema, output) = if i % 2 == 0 {
+                                let o = serde_json::json!({ "summary": format!("round {i} of #{t}"), "files": ["src/lib.rs"] });
+                                ("writer", writer, o)
+                            } else {
+                                let o = serde_json::json!({ "approved": last, "comments": format!("review {i} of #{t}") });
+                                ("reviewer", reviewer, o)
+                            };
+                            let output = cas.put(schema, output).unwrap().hash;
+                            let step = StepNodePayload {
+                                start,
+                                prev,
+                                record: StepRecord {
+                                    role: role.into(),
+                                    output,
+                                    detail: output,
+                                    agent: "bench".into(),
+                                },
+                                child_thread: None,
+                            };
+                            prev = Some(cas.put_value(cas.types().step_node, &step).unwrap().hash);
+                        }
+                        out.push(HistoryEntry {
+                            thread: ThreadId::new(),
+                            workflow: wf,
+                            head: prev.unwrap_or(start),
+                            completed_at: 0,
+                            reason: Some("done".into()),
+                        });
+                        if t % 1000 == 0 {
+                            eprintln!("  threads: {t}");
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    engine.state().import_history(&entries).unwrap();
+}
+
+fn main() {
+    let threads = env_number("UWF_BENCH_THREADS", 10_000);
+    let steps = env_number("UWF_BENCH_STEPS", 20).max(2);
+    let samples = env_number("UWF_BENCH_SAMPLES", 3).max(1);
+    let bin = std::env::var_os("UWF_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release"));
+    let uwf = bin.join("uwf");
+    assert!(
+        uwf.is_file(),
+        "{} is missing: cargo build --release -p uwf-cli",
+        uwf.display()
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let dir =
+        std::env::var_os("UWF_BENCH_DIR").map_or_else(|| tmp.path().to_path_buf(), PathBuf::from);
+    let root = dir.join("root");
+    if !root.join("history.jsonl").is_file() {
+        eprintln!(
+            "writing {threads} threads of {steps} steps into {}",
+            root.display()
+        );
+        let t = Instant::now();
+        populate(&root, threads, steps);
+        eprintln!("  written in {:.1} s", t.elapsed().as_secs_f64());
+    }
+    let variants = [
+        (
+            "equivalent",
+            WORKFLOW.replace("approved = false", "approved != true"),
+        ),
+        (
+            "diverging",
+            WORKFLOW.replace(
+                "steps[-1].output.approved = false",
+                "steps[-1].output.approved = false and $count(steps[role = 'writer']) < 3",
+            ),
+        ),
+    ];
+    println!("| workflow replayed | threads × steps | first run | median of {samples} |");
+    println!("|---|---|---|---|");
+    for (name, yaml) in variants {
+        let file = dir.join(format!("{name}.yaml"));
+        std::fs::write(&file, yaml).unwrap();
+        let mut times = Vec::new();
+        let mut summary = String::new();
+        for _ in 0..samples {
+            let t = Instant::now();
+            let out = Command::new(&uwf)
+                .args(["-q", "workflow", "replay"])
+                .arg(&file)
+                .env("UNCAGED_WORKFLOW_STORAGE_ROOT", &root)
+                .env_remove("UWF_STORE")
+                .output()
+                .unwrap();
+            times.push(t.elapsed());
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            summary = format!(
+                "same {}, diverged {}",
+                v["summary"]["same"], v["summary"]["diverged"]
+            );
+        }
+        let first = times[0];
+        times.sort();
+        let median: Duration = times[times.len() / 2];
+        eprintln!("  {name}: {summary}");
+        println!(
+            "| {name} | {threads} × {steps} | {:.2} s | {:.2} s |",
+            first.as_secs_f64(),
+            median.as_secs_f64()
+        );
+    }
+}
