@@ -270,6 +270,6 @@ mod tests {
         for (i, m) in MIGRATIONS.iter().enumerate() {
             assert_eq!(m.version, i32::try_from(i + 1).unwrap_or(0), "{}", m.name);
         }
-        assert_eq!(latest_version(), 5);
+        assert_eq!(latest_version(), 7);
     }
 }

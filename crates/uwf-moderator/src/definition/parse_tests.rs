@@ -255,6 +255,14 @@ fn alternative_seed_003() {
             ("unknown-variable", Some("planner"))
         ]
     );
+    // Transitions are numbered from 1, as everywhere people read them.
+    let unknown = report
+        .warnings
+        .iter()
+        .find(|w| w.code == "unknown-variable")
+        .map(|w| w.message.clone())
+        .unwrap_or_default();
+    assert!(unknown.contains("(transition #1)"), "{unknown}");
 }
 
 #[test]

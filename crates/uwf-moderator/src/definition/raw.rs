@@ -995,7 +995,7 @@ fn compile_graph(
                 .enumerate()
                 .map(|(i, mut t)| {
                     t.prompt =
-                        compile_prompt(t.prompt, dialect, &role, &format!("(transition #{i})"))?;
+                        compile_prompt(t.prompt, dialect, &role, &format!("(transition #{})", i + 1))?;
                     Ok(t)
                 })
                 .collect::<Result<Vec<_>, String>>()?,

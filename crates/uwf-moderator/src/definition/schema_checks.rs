@@ -195,8 +195,9 @@ pub(crate) fn check(
                 out.push(SchemaFinding {
                     code: "unknown-variable",
                     message: format!(
-                        "`{role}` → `{}` (transition #{i}): the edge prompt reads `{var}`, which the output schema of `{role}`{after} does not declare (declared: {})",
+                        "`{role}` → `{}` (transition #{}): the edge prompt reads `{var}`, which the output schema of `{role}`{after} does not declare (declared: {})",
                         t.role,
+                        i + 1,
                         known.iter().cloned().collect::<Vec<_>>().join(", ")
                     ),
                     role: role.clone(),
