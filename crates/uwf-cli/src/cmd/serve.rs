@@ -193,6 +193,57 @@ fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// What a request presents, and where it comes from.
+struct Credentials<'a> {
+    /// Not a GET: an action.
+    action: bool,
+    /// From a loopback address.
+    from_loopback: bool,
+    /// The token of an `Authorization: Bearer` header.
+    bearer: Option<&'a str>,
+    /// The token of the cookie `?token=` set.
+    cookie: Option<&'a str>,
+}
+
+/// Whether a request may go on, `token` being the configured one
+/// (docs/serve.md, "Security"): an action needs the token in the
+/// `Authorization` header (a browser never sends that by itself, so no
+/// other site can act), whoever asks; a request from another machine
+/// needs it in the header or the cookie.
+fn admit(token: Option<&str>, c: &Credentials<'_>) -> Result<(), Failure> {
+    let valid = |t: Option<&str>| token.zip(t).is_some_and(|(a, b)| same_secret(a, b));
+    if c.action {
+        if token.is_none() {
+            return Err(Failure::new(
+                401,
+                "uwf::serve::token",
+                "actions need an access token, and none is configured",
+            )
+            .with_help(
+                "restart with `uwf serve --new-token` and send Authorization: Bearer TOKEN",
+            ));
+        }
+        if !valid(c.bearer) {
+            return Err(Failure::new(
+                401,
+                "uwf::serve::token",
+                "this action needs the access token in an Authorization: Bearer header",
+            ));
+        }
+        return Ok(());
+    }
+    if c.from_loopback || valid(c.bearer) || valid(c.cookie) {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            401,
+            "uwf::serve::token",
+            "a request from another machine needs the access token",
+        )
+        .with_help("send Authorization: Bearer TOKEN, or open the page once with ?token=TOKEN"))
+    }
+}
+
 /// An answer that is not a thread's data: status, `{error, code}`.
 struct Failure {
     status: u16,
@@ -385,34 +436,22 @@ impl App {
                 .find(|(k, _)| *k == COOKIE)
                 .map(|(_, v)| v)
         });
-        let valid = |t: Option<&str>| match (&self.token, t) {
-            (Some(token), Some(t)) => same_secret(token, t),
-            _ => false,
+        let presented = Credentials {
+            action: req.method() != &Method::Get,
+            from_loopback,
+            bearer,
+            cookie,
         };
-        if req.method() != &Method::Get {
-            // Actions: only the Authorization header counts; a browser
-            // never sends it by itself (no cross-site request forgery).
-            if self.token.is_none() {
-                return Err(Failure::new(
-                    401,
-                    "uwf::serve::token",
-                    "actions need an access token, and none is configured",
-                )
-                .with_help(
-                    "restart with `uwf serve --new-token` and send Authorization: Bearer TOKEN",
-                ));
-            }
-            if !valid(bearer) {
-                return Err(Failure::new(
-                    401,
-                    "uwf::serve::token",
-                    "this action needs the access token in an Authorization: Bearer header",
-                ));
-            }
+        if presented.action {
+            admit(self.token.as_deref(), &presented)?;
             return Ok(None);
         }
         if let Some(t) = target.get("token") {
-            if !valid(Some(t)) {
+            if !self
+                .token
+                .as_deref()
+                .is_some_and(|token| same_secret(token, t))
+            {
                 return Err(Failure::new(401, "uwf::serve::token", "wrong access token"));
             }
             let rest: Vec<_> = target.query.iter().filter(|(k, _)| k != "token").collect();
@@ -432,16 +471,8 @@ impl App {
             );
             return Ok(Some(reply));
         }
-        if from_loopback || valid(bearer) || valid(cookie) {
-            Ok(None)
-        } else {
-            Err(Failure::new(
-                401,
-                "uwf::serve::token",
-                "a request from another machine needs the access token",
-            )
-            .with_help("send Authorization: Bearer TOKEN, or open the page once with ?token=TOKEN"))
-        }
+        admit(self.token.as_deref(), &presented)?;
+        Ok(None)
     }
 
     fn failure(&self, f: Failure) -> Reply {
@@ -822,6 +853,38 @@ mod tests {
         ] {
             assert!(!is_loopback_host(h), "{h}");
         }
+    }
+
+    #[test]
+    fn who_may_ask_what() {
+        let ask = |token: Option<&str>, action, from_loopback, bearer, cookie| {
+            admit(
+                token,
+                &Credentials {
+                    action,
+                    from_loopback,
+                    bearer,
+                    cookie,
+                },
+            )
+            .map_err(|f| f.status)
+        };
+        let t = Some("secret");
+        // Reading: loopback freely, another machine with the token only.
+        assert_eq!(ask(None, false, true, None, None), Ok(()));
+        assert_eq!(ask(None, false, false, None, None), Err(401));
+        assert_eq!(ask(t, false, false, None, None), Err(401));
+        assert_eq!(ask(t, false, false, Some("wrong"), None), Err(401));
+        assert_eq!(ask(t, false, false, Some("secret"), None), Ok(()));
+        assert_eq!(ask(t, false, false, None, Some("secret")), Ok(()));
+        assert_eq!(ask(t, false, false, None, Some("secre")), Err(401));
+        // Acting: the header only, from anywhere; never without a token.
+        assert_eq!(ask(None, true, true, None, None), Err(401));
+        assert_eq!(ask(None, true, true, Some(""), None), Err(401));
+        assert_eq!(ask(t, true, true, None, None), Err(401));
+        assert_eq!(ask(t, true, true, None, Some("secret")), Err(401));
+        assert_eq!(ask(t, true, false, Some("secret"), None), Ok(()));
+        assert_eq!(ask(t, true, true, Some("secret"), None), Ok(()));
     }
 
     #[test]

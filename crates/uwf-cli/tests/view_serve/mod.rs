@@ -285,7 +285,32 @@ fn serve_api_events_and_kill(backend: Backend) {
     assert_eq!(status, 401);
     let (status, _) = get_json(&server.url(&format!("api/threads/{id}/kill")));
     assert_eq!(status, 405, "an action is never a GET");
+    let r = client()
+        .post(&kill)
+        .header("Authorization", &format!("Bearer {token}"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .send("a=b")
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 415, "a form cannot act");
     assert_eq!(env.json(&["thread", "show", &id])["done"], false);
+
+    // `?token=` sets the cookie and leads to the same address without it.
+    let (status, _) = get_json(&server.url("?token=wrong"));
+    assert_eq!(status, 401);
+    let r = client()
+        .get(&server.url(&format!("?state=idle&token={token}")))
+        .call()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let header = |name: &str| r.headers().get(name).unwrap().to_str().unwrap();
+    assert_eq!(header("location"), "/?state=idle");
+    let cookie = header("set-cookie");
+    assert!(
+        cookie.starts_with(&format!("uwf_serve_token={token};"))
+            && cookie.contains("HttpOnly")
+            && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
 
     // The pages: the list, the thread, its `thread view` page; every text escaped.
     let (status, page) = get_text(&server.url(""));
