@@ -12,10 +12,7 @@ use serde_json::{Value, json};
 use crate::common::{Backend, Env, example, mock_agent};
 use crate::per_backend;
 
-per_backend!(
-    serve_api_events_and_kill,
-    serve_refuses_a_public_address_without_a_token,
-);
+per_backend!(serve_api_events_and_kill, serve_refuses_bad_addresses,);
 
 /// How long any condition is waited for before the test fails.
 const WAIT: Duration = Duration::from_secs(60);
@@ -354,7 +351,7 @@ fn serve_api_events_and_kill(backend: Backend) {
     assert!(server.stop().success(), "stops cleanly on SIGINT");
 }
 
-fn serve_refuses_a_public_address_without_a_token(backend: Backend) {
+fn serve_refuses_bad_addresses(backend: Backend) {
     let Some(env) = Env::on(backend) else {
         return;
     };
@@ -371,4 +368,10 @@ fn serve_refuses_a_public_address_without_a_token(backend: Backend) {
         .call()
         .unwrap();
     assert_eq!(r.status().as_u16(), 421);
+    // A port in use is an error, with nothing on stdout.
+    let addr = server.hello["url"].as_str().unwrap();
+    let addr = addr.trim_start_matches("http://").trim_end_matches('/');
+    let err = env.fails(&["serve", "--listen", addr]);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    assert!(err.contains("uwf::serve::listen"), "{err}");
 }
