@@ -135,6 +135,9 @@ pub enum Command {
     /// Run queued threads (`uwf thread run --detach`) until stopped; SIGTERM drains.
     #[command(after_help = WORKER_AFTER_HELP)]
     Worker(WorkerArgs),
+    /// Serve a web page and a JSON API over the store's threads (loopback by default).
+    #[command(after_help = crate::cmd::serve::AFTER_HELP)]
+    Serve(ServeArgs),
     /// Set up a shared store, see which store is used, copy one store into another.
     #[command(subcommand)]
     Store(StoreCommand),
@@ -174,6 +177,19 @@ Examples:
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+}
+
+/// `uwf serve`'s options.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The address to listen on; port 0 picks a free one. An address other
+    /// than loopback needs a token (--new-token).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
+    pub listen: std::net::SocketAddr,
+    /// Make a new access token, store it in the root's .env as
+    /// UWF_SERVE_TOKEN (mode 0600) and print it once, in the JSON on stdout.
+    #[arg(long)]
+    pub new_token: bool,
 }
 
 /// `uwf prompt …`: which reference text.

@@ -346,6 +346,11 @@ pub enum CliError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     View(Box<crate::cmd::view::ViewFailure>),
+
+    /// `uwf serve` cannot start.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Serve(Box<crate::cmd::serve::ServeError>),
 }
 
 impl CliError {

@@ -231,6 +231,12 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             cmd::worker::run(&ctx, &args)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Serve(args) => {
+            let ctx = open(&cli.global)?;
+            let redactor = uwf_engine::secrets::for_root(&ctx.root, cli.global.store.as_deref());
+            cmd::serve::run(ctx, redactor, &args)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Thread(sub) => {
             let ctx = open(&cli.global)?;
             cmd::thread::run(&ctx, sub, format)?;

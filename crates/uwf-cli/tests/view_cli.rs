@@ -11,6 +11,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+/// `uwf serve`: its API and pages show what `thread view` and `thread show` do.
+mod view_serve;
 
 use common::{Backend, Env, example, mock_agent};
 use serde_json::Value;

@@ -5,6 +5,7 @@ pub mod cas;
 pub mod config;
 pub mod eval;
 pub mod prompt;
+pub mod serve;
 pub mod setup;
 pub mod store;
 pub mod story;

@@ -89,7 +89,7 @@ fn workflow_name(ctx: &Ctx, workflow: Hash, names: &mut HashMap<Hash, String>) -
 /// The state of an active thread: `running` (a live marker), `waiting`
 /// (for a person), `failed` (its last attempt at this head failed),
 /// else `idle`.
-fn active_state(ctx: &Ctx, id: ThreadId, head: Hash) -> Result<&'static str, CliError> {
+pub fn active_state(ctx: &Ctx, id: ThreadId, head: Hash) -> Result<&'static str, CliError> {
     if running::live_shared(&ctx.root, ctx.state(), id).is_some() {
         return Ok("running");
     }
@@ -489,7 +489,7 @@ pub fn watch(ctx: &Ctx, id: ThreadId) -> Result<(), CliError> {
 /// last), oldest first: several steps can land between two polls, and each
 /// gets its line. Without `seen` (the first look), only the head is
 /// described: the thread's start, or its newest step.
-fn describe_landed(
+pub fn describe_landed(
     ctx: &Ctx,
     id: ThreadId,
     seen: Option<Hash>,

@@ -125,6 +125,94 @@ fn head_of(ctx: &Ctx, id: ThreadId) -> Result<StepOutput, CliError> {
     })
 }
 
+/// What `uwf thread show` prints for thread `id`: its head, links, wait,
+/// attempts, state, running marker, last step and queued run (also the
+/// answer of `uwf serve`'s `GET /api/threads/{id}`).
+pub fn show_value(ctx: &Ctx, id: ThreadId) -> Result<Value, CliError> {
+    let shown = show(ctx, id)?;
+    let mut v = serde_json::to_value(&shown).map_err(|e| CliError::Output(e.to_string()))?;
+    add_waiting_and_attempts(ctx, id, &mut v)?;
+    crate::cmd::story::add_to_show(ctx, id, &mut v)?;
+    crate::cmd::worker::add_to_show(ctx, id, &mut v)?;
+    Ok(v)
+}
+
+/// The rows `uwf thread list` prints: the active threads, with `all` the
+/// archived ones too, with `top_level` no child threads (also what `uwf
+/// serve`'s `GET /api/threads` filters and pages).
+pub fn list_values(ctx: &Ctx, all: bool, top_level: bool) -> Result<Vec<Value>, CliError> {
+    // A thread whose nodes are missing or damaged is listed as
+    // broken (with a warning), never the end of the list.
+    let mut items = Vec::new();
+    let active = ctx.state().threads()?;
+    for (&id, &head) in &active {
+        match workflow_of(ctx, head) {
+            Ok(workflow) => items.push(Listed::Thread(ThreadListItem {
+                thread: id,
+                workflow,
+                head,
+                done: false,
+            })),
+            Err(e) if e.is_thread_damage() => items.push(Listed::broken(id, head, false, &e)),
+            Err(e) => return Err(e),
+        }
+    }
+    let mut reasons = HashMap::new();
+    if all {
+        // Latest entry per thread; an active thread is never also listed as archived.
+        let mut seen: BTreeSet<ThreadId> = active.keys().copied().collect();
+        let history = ctx.state().history()?;
+        for e in history.into_iter().rev() {
+            if seen.insert(e.thread) {
+                if let Some(r) = &e.reason {
+                    reasons.insert(e.thread, r.clone());
+                }
+                items.push(Listed::Thread(ThreadListItem {
+                    thread: e.thread,
+                    workflow: e.workflow,
+                    head: e.head,
+                    done: true,
+                }));
+            }
+        }
+    }
+    if top_level {
+        let mut kept = Vec::with_capacity(items.len());
+        for listed in items {
+            let Listed::Thread(item) = &listed else {
+                // Whether it is a child thread cannot be told.
+                kept.push(listed);
+                continue;
+            };
+            match nested::parent_of(ctx, item.head) {
+                Ok(None) => kept.push(listed),
+                Ok(Some(_)) => {}
+                Err(e) => {
+                    let e = CliError::from(e);
+                    if !e.is_thread_damage() {
+                        return Err(e);
+                    }
+                    kept.push(Listed::broken(item.thread, item.head, item.done, &e));
+                }
+            }
+        }
+        items = kept;
+    }
+    let mut rows = crate::cmd::story::list_rows(ctx, items, &reasons)?;
+    crate::cmd::worker::add_to_list(ctx, &mut rows)?;
+    Ok(rows)
+}
+
+/// What `uwf thread steps` prints for thread `id`: every step with why it
+/// ran, its duration and the attempts that failed before it.
+pub fn steps_value(ctx: &Ctx, id: ThreadId) -> Result<Value, CliError> {
+    let view = thread::load(ctx.cas(), engine::any_head(ctx, id)?)?;
+    let mut v =
+        serde_json::to_value(steps(id, &view)).map_err(|e| CliError::Output(e.to_string()))?;
+    crate::cmd::story::add_to_steps(ctx, id, &view, &mut v)?;
+    Ok(v)
+}
+
 /// Runs a `thread` subcommand.
 pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), CliError> {
     match cmd {
@@ -284,13 +372,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::Show { thread } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            let shown = show(ctx, id)?;
-            let mut v =
-                serde_json::to_value(&shown).map_err(|e| CliError::Output(e.to_string()))?;
-            add_waiting_and_attempts(ctx, id, &mut v)?;
-            crate::cmd::story::add_to_show(ctx, id, &mut v)?;
-            crate::cmd::worker::add_to_show(ctx, id, &mut v)?;
-            output::print(format, &v)
+            output::print(format, &show_value(ctx, id)?)
         }
         ThreadCommand::List { waiting: true, .. } => {
             output::print(format, &engine::human::list(ctx)?)
@@ -306,68 +388,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             output::print(format, &out)
         }
         ThreadCommand::List { all, top_level, .. } => {
-            // A thread whose nodes are missing or damaged is listed as
-            // broken (with a warning), never the end of the list.
-            let mut items = Vec::new();
-            let active = ctx.state().threads()?;
-            for (&id, &head) in &active {
-                match workflow_of(ctx, head) {
-                    Ok(workflow) => items.push(Listed::Thread(ThreadListItem {
-                        thread: id,
-                        workflow,
-                        head,
-                        done: false,
-                    })),
-                    Err(e) if e.is_thread_damage() => {
-                        items.push(Listed::broken(id, head, false, &e))
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            let mut reasons = HashMap::new();
-            if all {
-                // Latest entry per thread; an active thread is never also listed as archived.
-                let mut seen: BTreeSet<ThreadId> = active.keys().copied().collect();
-                let history = ctx.state().history()?;
-                for e in history.into_iter().rev() {
-                    if seen.insert(e.thread) {
-                        if let Some(r) = &e.reason {
-                            reasons.insert(e.thread, r.clone());
-                        }
-                        items.push(Listed::Thread(ThreadListItem {
-                            thread: e.thread,
-                            workflow: e.workflow,
-                            head: e.head,
-                            done: true,
-                        }));
-                    }
-                }
-            }
-            if top_level {
-                let mut kept = Vec::with_capacity(items.len());
-                for listed in items {
-                    let Listed::Thread(item) = &listed else {
-                        // Whether it is a child thread cannot be told.
-                        kept.push(listed);
-                        continue;
-                    };
-                    match nested::parent_of(ctx, item.head) {
-                        Ok(None) => kept.push(listed),
-                        Ok(Some(_)) => {}
-                        Err(e) => {
-                            let e = CliError::from(e);
-                            if !e.is_thread_damage() {
-                                return Err(e);
-                            }
-                            kept.push(Listed::broken(item.thread, item.head, item.done, &e));
-                        }
-                    }
-                }
-                items = kept;
-            }
-            let mut rows = crate::cmd::story::list_rows(ctx, items, &reasons)?;
-            crate::cmd::worker::add_to_list(ctx, &mut rows)?;
-            output::print(format, &rows)
+            output::print(format, &list_values(ctx, all, top_level)?)
         }
         ThreadCommand::Stack { node } => {
             output::print(format, &nested::stack(ctx, parse_hash(&node)?)?)
@@ -379,11 +400,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::Steps { thread } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            let view = thread::load(ctx.cas(), engine::any_head(ctx, id)?)?;
-            let mut v = serde_json::to_value(steps(id, &view))
-                .map_err(|e| CliError::Output(e.to_string()))?;
-            crate::cmd::story::add_to_steps(ctx, id, &view, &mut v)?;
-            output::print(format, &v)
+            output::print(format, &steps_value(ctx, id)?)
         }
         ThreadCommand::Read {
             thread,

@@ -96,14 +96,8 @@ impl ThreadState for State<'_> {
 /// Failed attempts shown per thread.
 const ATTEMPTS_SHOWN: usize = 100;
 
-/// `uwf thread view <id> [--html FILE|-]`.
-pub fn thread(
-    ctx: &Ctx,
-    thread: &str,
-    html: Option<PathBuf>,
-    format: Option<Format>,
-) -> Result<(), CliError> {
-    let id = crate::lookup::thread(ctx, thread)?;
+/// The page of thread `id` (also what `uwf serve` shows on a thread's page).
+pub fn page(ctx: &Ctx, id: ThreadId) -> Result<String, CliError> {
     let head = engine::any_head(ctx, id)?;
     // The state files the page reads must be sound for the thread itself.
     ctx.state().waiting_of(id)?;
@@ -115,7 +109,18 @@ pub fn thread(
     let report = report::collect(ctx.cas(), &state, Some(id), head).map_err(|e| match e {
         uwf_view::ViewError::Thread(t) => CliError::from(t),
     })?;
-    let page = uwf_view::html::page(&report);
+    Ok(uwf_view::html::page(&report))
+}
+
+/// `uwf thread view <id> [--html FILE|-]`.
+pub fn thread(
+    ctx: &Ctx,
+    thread: &str,
+    html: Option<PathBuf>,
+    format: Option<Format>,
+) -> Result<(), CliError> {
+    let id = crate::lookup::thread(ctx, thread)?;
+    let page = page(ctx, id)?;
     let path = match html {
         Some(p) if p == Path::new("-") => return output::print_text(&page),
         Some(p) => p,

@@ -1,0 +1,917 @@
+//! `uwf serve`: one process serving a small web app and a JSON API over
+//! the store's threads, through the same functions as the `thread`
+//! commands (docs/serve.md).
+//!
+//! A synchronous server ([`tiny_http`]) with a thread per request: the
+//! engine and the stores are synchronous, and a local dashboard has few
+//! clients. Every page and script is embedded in the binary; nothing is
+//! loaded from the network.
+
+use std::borrow::Cow;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use miette::Diagnostic as _;
+use serde_json::{Value, json};
+use tiny_http::{Header, Method, Request, Response};
+use uwf_protocol::ThreadId;
+use uwf_util::redact::Redactor;
+use uwf_view::escape;
+
+use crate::cli::ServeArgs;
+use crate::engine::{self, Ctx, EngineError, Status};
+use crate::error::CliError;
+
+/// `uwf serve --help`, after the options.
+pub const AFTER_HELP: &str = "\
+Once it listens, one line of JSON goes to stdout: {\"url\": …} (with
+--new-token also {\"token\": …}, shown this once). It runs until SIGINT or
+SIGTERM. Open the URL for the list of threads; /api/threads is the JSON API
+(docs/serve.md).
+
+Security: it listens on loopback unless told otherwise; any other address
+is refused unless a token is configured (UWF_SERVE_TOKEN in the root's
+.env, made by --new-token). A request from another machine needs the token
+(Authorization: Bearer TOKEN, or open the page once with ?token=TOKEN to
+get a cookie); every action (POST) needs it in the Authorization header.
+
+Examples:
+  uwf serve                                   # http://127.0.0.1:7878/
+  uwf serve --listen 127.0.0.1:0              # any free port
+  uwf serve --new-token --listen 0.0.0.0:7878 # reachable from the network
+  uwf --store postgres://uwf@db/uwf serve";
+
+/// The `.env` variable that holds the access token.
+pub const TOKEN_VAR: &str = "UWF_SERVE_TOKEN";
+
+/// The cookie a browser keeps the token in once it opened `?token=`.
+const COOKIE: &str = "uwf_serve_token";
+
+/// How often the event stream looks at a thread again (as `thread watch`).
+const POLL: Duration = Duration::from_millis(200);
+
+/// A comment line keeps an idle event stream open through proxies, and
+/// tells the server that its reader went away.
+const HEARTBEAT: Duration = Duration::from_secs(15);
+
+/// Page size of `GET /api/threads` without `limit`, and the largest one.
+const DEFAULT_LIMIT: usize = 50;
+const MAX_LIMIT: usize = 500;
+
+const APP_JS: &str = include_str!("serve/app.js");
+const APP_CSS: &str = include_str!("serve/app.css");
+
+/// Why `uwf serve` cannot start.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum ServeError {
+    /// A non-loopback address without a token.
+    #[error(
+        "refusing to listen on {addr}: it is not a loopback address and no access token is configured"
+    )]
+    #[diagnostic(
+        code(uwf::serve::no_token),
+        help(
+            "make one with `uwf serve --new-token --listen {addr}` (stored in the root's .env as UWF_SERVE_TOKEN), or listen on 127.0.0.1"
+        )
+    )]
+    NoToken {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
+    /// The address cannot be bound.
+    #[error("cannot listen on {addr}: {message}")]
+    #[diagnostic(
+        code(uwf::serve::listen),
+        help("choose another address or port with --listen (port 0 picks a free one)")
+    )]
+    Listen {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the system said.
+        message: String,
+    },
+    /// No random token could be made or stored.
+    #[error("cannot make an access token: {0}")]
+    #[diagnostic(code(uwf::serve::token))]
+    Token(String),
+}
+
+impl From<ServeError> for CliError {
+    fn from(e: ServeError) -> Self {
+        CliError::Serve(Box::new(e))
+    }
+}
+
+/// `uwf serve`: listens, prints `{"url": …}`, serves until interrupted.
+pub fn run(ctx: Ctx, redactor: Redactor, args: &ServeArgs) -> Result<(), CliError> {
+    let state = uwf_state::StateDir::new(&ctx.root);
+    let mut token = configured_token(&state)?;
+    let mut fresh = None;
+    if args.new_token {
+        let t = new_token()?;
+        store_token(&state, &t)?;
+        token = Some(t.clone());
+        fresh = Some(t);
+    }
+    if !args.listen.ip().is_loopback() && token.is_none() {
+        return Err(ServeError::NoToken { addr: args.listen }.into());
+    }
+    let server = tiny_http::Server::http(args.listen).map_err(|e| ServeError::Listen {
+        addr: args.listen,
+        message: e.to_string(),
+    })?;
+    let Some(addr) = server.server_addr().to_ip() else {
+        return Err(ServeError::Listen {
+            addr: args.listen,
+            message: "not an IP socket".into(),
+        }
+        .into());
+    };
+    let mut hello = json!({ "url": format!("http://{addr}/") });
+    if let Some(t) = fresh {
+        hello["token"] = json!(t);
+    }
+    crate::output::print_text(&hello.to_string())?;
+    let app = Arc::new(App {
+        ctx,
+        token,
+        redactor,
+        loopback_only: args.listen.ip().is_loopback(),
+    });
+    while !engine::interrupted() {
+        match server.recv_timeout(POLL) {
+            Ok(Some(request)) => {
+                let app = Arc::clone(&app);
+                std::thread::spawn(move || app.handle(request));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("uwf serve: cannot accept a request: {e}"),
+        }
+    }
+    tracing::info!("uwf serve: stopped");
+    Ok(())
+}
+
+/// The token in the root's `.env`, if one is set.
+fn configured_token(state: &uwf_state::StateDir) -> Result<Option<String>, CliError> {
+    let files = state.config_files()?;
+    Ok(uwf_state::env::lookup(files.env.as_deref(), TOKEN_VAR).filter(|t| !t.is_empty()))
+}
+
+/// 32 random bytes from the system, as 64 hex digits.
+fn new_token() -> Result<String, ServeError> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| ServeError::Token(format!("cannot read /dev/urandom: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Sets [`TOKEN_VAR`] in the root's `.env` (under the state lock, mode
+/// 0600, as `uwf setup` writes keys).
+fn store_token(state: &uwf_state::StateDir, token: &str) -> Result<(), CliError> {
+    state.edit_config_files(|files| {
+        let (env, _) = uwf_state::env::set_var(files.env.as_deref(), TOKEN_VAR, token)
+            .map_err(|e| ServeError::Token(e.to_string()))?;
+        Ok::<_, CliError>((
+            uwf_state::state::ConfigFiles {
+                config: files.config.clone(),
+                env: Some(env),
+            },
+            (),
+        ))
+    })?;
+    Ok(())
+}
+
+/// Equal, in time that does not depend on where they differ.
+fn same_secret(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// What a request presents, and where it comes from.
+struct Credentials<'a> {
+    /// Not a GET: an action.
+    action: bool,
+    /// From a loopback address.
+    from_loopback: bool,
+    /// The token of an `Authorization: Bearer` header.
+    bearer: Option<&'a str>,
+    /// The token of the cookie `?token=` set.
+    cookie: Option<&'a str>,
+}
+
+/// Whether a request may go on, `token` being the configured one
+/// (docs/serve.md, "Security"): an action needs the token in the
+/// `Authorization` header (a browser never sends that by itself, so no
+/// other site can act), whoever asks; a request from another machine
+/// needs it in the header or the cookie.
+fn admit(token: Option<&str>, c: &Credentials<'_>) -> Result<(), Failure> {
+    let valid = |t: Option<&str>| token.zip(t).is_some_and(|(a, b)| same_secret(a, b));
+    if c.action {
+        if token.is_none() {
+            return Err(Failure::new(
+                401,
+                "uwf::serve::token",
+                "actions need an access token, and none is configured",
+            )
+            .with_help(
+                "restart with `uwf serve --new-token` and send Authorization: Bearer TOKEN",
+            ));
+        }
+        if !valid(c.bearer) {
+            return Err(Failure::new(
+                401,
+                "uwf::serve::token",
+                "this action needs the access token in an Authorization: Bearer header",
+            ));
+        }
+        return Ok(());
+    }
+    if c.from_loopback || valid(c.bearer) || valid(c.cookie) {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            401,
+            "uwf::serve::token",
+            "a request from another machine needs the access token",
+        )
+        .with_help("send Authorization: Bearer TOKEN, or open the page once with ?token=TOKEN"))
+    }
+}
+
+/// An answer that is not a thread's data: status, `{error, code}`.
+struct Failure {
+    status: u16,
+    error: String,
+    code: String,
+    help: Option<String>,
+}
+
+impl Failure {
+    fn new(status: u16, code: &str, error: impl Into<String>) -> Self {
+        Failure {
+            status,
+            error: error.into(),
+            code: code.into(),
+            help: None,
+        }
+    }
+
+    fn with_help(mut self, help: &str) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    /// A command's error as the CLI reports it (its `uwf::…` code), with
+    /// the HTTP status that fits it.
+    fn from_cli(e: CliError) -> Self {
+        let status = match &e {
+            CliError::ThreadId(_) | CliError::AmbiguousThread { .. } => 400,
+            CliError::Engine(f) => match &f.0 {
+                EngineError::ThreadId(_) => 400,
+                EngineError::UnknownThread { .. } => 404,
+                EngineError::ThreadFinished { .. } => 409,
+                _ => 500,
+            },
+            CliError::UnknownPrefix { .. } | CliError::NoThreads => 404,
+            _ => 500,
+        };
+        let error = e.to_string();
+        let shown = crate::report::Shown(e);
+        let code = shown
+            .code()
+            .map_or_else(|| "uwf::error".to_string(), |c| c.to_string());
+        let help = shown.help().map(|h| h.to_string());
+        Failure {
+            status,
+            error,
+            code,
+            help,
+        }
+    }
+}
+
+/// What every request needs.
+struct App {
+    ctx: Ctx,
+    /// The access token, when one is configured.
+    token: Option<String>,
+    /// Cuts the store's secrets out of error messages.
+    redactor: Redactor,
+    /// Bound to a loopback address: then only loopback host names are
+    /// served (a page on another site cannot reach it by DNS rebinding).
+    loopback_only: bool,
+}
+
+/// A response about to be sent.
+type Reply = Response<std::io::Cursor<Vec<u8>>>;
+
+fn header(name: &str, value: &str) -> Option<Header> {
+    Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
+}
+
+fn with_headers(mut r: Reply, headers: &[(&str, &str)]) -> Reply {
+    for (n, v) in headers {
+        if let Some(h) = header(n, v) {
+            r.add_header(h);
+        }
+    }
+    r
+}
+
+/// Headers of every answer: nothing sniffed, no referrer, not framed by
+/// other sites.
+const COMMON: &[(&str, &str)] = &[
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cache-Control", "no-store"),
+];
+
+/// The policy of the app's own pages: its script and style only.
+const APP_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; frame-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+fn json_reply(status: u16, v: &Value) -> Reply {
+    let body = serde_json::to_vec_pretty(v).unwrap_or_default();
+    with_headers(
+        Response::from_data(body).with_status_code(status),
+        &[("Content-Type", "application/json")],
+    )
+}
+
+fn html_reply(page: String, csp: &str) -> Reply {
+    with_headers(
+        Response::from_data(page.into_bytes()),
+        &[
+            ("Content-Type", "text/html; charset=utf-8"),
+            ("Content-Security-Policy", csp),
+        ],
+    )
+}
+
+/// A request split into what routing needs.
+struct Target {
+    path: String,
+    query: Vec<(String, String)>,
+}
+
+impl Target {
+    fn parse(url: &str) -> Self {
+        let parsed = url::Url::parse("http://local/").and_then(|base| base.join(url));
+        match parsed {
+            Ok(u) => Target {
+                path: u.path().to_string(),
+                query: u.query_pairs().into_owned().collect(),
+            },
+            Err(_) => Target {
+                path: url.to_string(),
+                query: Vec::new(),
+            },
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
+    }
+}
+
+fn header_value<'r>(req: &'r Request, name: &str) -> Option<&'r str> {
+    req.headers()
+        .iter()
+        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+impl App {
+    fn handle(&self, mut req: Request) {
+        let target = Target::parse(req.url());
+        let reply = match self.check(&req, &target) {
+            Err(f) => self.failure(f),
+            Ok(Some(reply)) => reply,
+            Ok(None) => {
+                if req.method() == &Method::Get
+                    && let Some(rest) = target.path.strip_prefix("/api/threads/")
+                    && let Some(id) = rest.strip_suffix("/events")
+                {
+                    return self.events(req, id);
+                }
+                self.route(&mut req, &target)
+                    .unwrap_or_else(|f| self.failure(f))
+            }
+        };
+        let reply = with_headers(reply, COMMON);
+        if let Err(e) = req.respond(reply) {
+            tracing::debug!("uwf serve: cannot answer: {e}");
+        }
+    }
+
+    /// Who may ask what. `Ok(Some(_))`: answered already (a redirect that
+    /// drops `?token=` from the address after setting the cookie).
+    fn check(&self, req: &Request, target: &Target) -> Result<Option<Reply>, Failure> {
+        if self.loopback_only {
+            let host = header_value(req, "Host").unwrap_or_default();
+            if !is_loopback_host(host) {
+                return Err(Failure::new(
+                    421,
+                    "uwf::serve::host",
+                    format!("this server answers to localhost only, not to host {host:?}"),
+                ));
+            }
+        }
+        let from_loopback = req.remote_addr().is_some_and(|a| a.ip().is_loopback());
+        let bearer = header_value(req, "Authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        let cookie = header_value(req, "Cookie").and_then(|c| {
+            c.split(';')
+                .filter_map(|kv| kv.trim().split_once('='))
+                .find(|(k, _)| *k == COOKIE)
+                .map(|(_, v)| v)
+        });
+        let presented = Credentials {
+            action: req.method() != &Method::Get,
+            from_loopback,
+            bearer,
+            cookie,
+        };
+        if presented.action {
+            admit(self.token.as_deref(), &presented)?;
+            return Ok(None);
+        }
+        if let Some(t) = target.get("token") {
+            if !self
+                .token
+                .as_deref()
+                .is_some_and(|token| same_secret(token, t))
+            {
+                return Err(Failure::new(401, "uwf::serve::token", "wrong access token"));
+            }
+            let rest: Vec<_> = target.query.iter().filter(|(k, _)| k != "token").collect();
+            let mut location = target.path.clone();
+            if !rest.is_empty() {
+                let mut q = url::form_urlencoded::Serializer::new(String::new());
+                for (k, v) in rest {
+                    q.append_pair(k, v);
+                }
+                location = format!("{location}?{}", q.finish());
+            }
+            let cookie =
+                format!("{COOKIE}={t}; Path=/; HttpOnly; SameSite=Strict; Max-Age=2592000");
+            let reply = with_headers(
+                Response::from_data(Vec::new()).with_status_code(303),
+                &[("Location", &location), ("Set-Cookie", &cookie)],
+            );
+            return Ok(Some(reply));
+        }
+        admit(self.token.as_deref(), &presented)?;
+        Ok(None)
+    }
+
+    fn failure(&self, f: Failure) -> Reply {
+        let mut v = json!({
+            "error": self.redactor.redact(&f.error),
+            "code": f.code,
+        });
+        if let Some(h) = &f.help {
+            v["help"] = json!(self.redactor.redact(h));
+        }
+        json_reply(f.status, &v)
+    }
+
+    fn route(&self, req: &mut Request, target: &Target) -> Result<Reply, Failure> {
+        let path = target.path.as_str();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let method = req.method().clone();
+        match (&method, segments.as_slice()) {
+            (Method::Get, [""]) => Ok(html_reply(self.list_page(target)?, APP_CSP)),
+            (Method::Get, ["app.js"]) => Ok(with_headers(
+                Response::from_data(APP_JS.as_bytes().to_vec()),
+                &[("Content-Type", "text/javascript; charset=utf-8")],
+            )),
+            (Method::Get, ["app.css"]) => Ok(with_headers(
+                Response::from_data(APP_CSS.as_bytes().to_vec()),
+                &[("Content-Type", "text/css; charset=utf-8")],
+            )),
+            (Method::Get, ["threads", id]) => Ok(html_reply(self.thread_page(id)?, APP_CSP)),
+            (Method::Get, ["threads", id, "view"]) => {
+                let id = self.thread(id)?;
+                let page = super::view::page(&self.ctx, id).map_err(Failure::from_cli)?;
+                // The page carries its own policy; this one only lets the
+                // app's thread page frame it.
+                Ok(html_reply(page, "frame-ancestors 'self'"))
+            }
+            (Method::Get, ["api", "threads"]) => Ok(json_reply(200, &self.list(target)?)),
+            (Method::Get, ["api", "threads", id]) => Ok(json_reply(200, &self.show(id)?)),
+            (Method::Post, ["api", "threads", id, "kill"]) => {
+                read_json_body(req)?;
+                let id = self.thread(id)?;
+                engine::kill(&self.ctx, id).map_err(|e| Failure::from_cli(e.into()))?;
+                Ok(json_reply(200, &json!({ "thread": id, "archived": true })))
+            }
+            (_, ["api", ..]) | (_, ["threads", ..]) | (_, [""]) => Err(Failure::new(
+                405,
+                "uwf::serve::method",
+                format!("{method} is not allowed on {path}"),
+            )),
+            _ => Err(Failure::new(
+                404,
+                "uwf::serve::not_found",
+                format!("nothing at {path}"),
+            )),
+        }
+    }
+
+    /// A thread id, unique prefix or `@last`, as the CLI resolves it; an
+    /// unknown one is 404.
+    fn thread(&self, arg: &str) -> Result<ThreadId, Failure> {
+        let id = crate::lookup::thread(&self.ctx, arg).map_err(Failure::from_cli)?;
+        engine::status(&self.ctx, id).map_err(|e| Failure::from_cli(e.into()))?;
+        Ok(id)
+    }
+
+    /// `GET /api/threads/{id}`: what `thread show` prints, with `steps`
+    /// as `thread steps` prints them.
+    fn show(&self, arg: &str) -> Result<Value, Failure> {
+        let id = self.thread(arg)?;
+        let mut v = super::thread::show_value(&self.ctx, id).map_err(Failure::from_cli)?;
+        let steps = super::thread::steps_value(&self.ctx, id).map_err(Failure::from_cli)?;
+        v["steps"] = steps["steps"].clone();
+        Ok(v)
+    }
+
+    /// `GET /api/threads`: `thread list --all`, filtered, newest first,
+    /// paged, with counts per state.
+    fn list(&self, target: &Target) -> Result<Value, Failure> {
+        let number = |key: &str, default: usize| -> Result<usize, Failure> {
+            match target.get(key) {
+                None => Ok(default),
+                Some(v) => v.parse().map_err(|_| {
+                    Failure::new(
+                        400,
+                        "uwf::serve::query",
+                        format!("{key} must be a whole number, not {v:?}"),
+                    )
+                }),
+            }
+        };
+        let limit = number("limit", DEFAULT_LIMIT)?.min(MAX_LIMIT);
+        let offset = number("offset", 0)?;
+        let state = target.get("state");
+        let workflow = target.get("workflow");
+        let q = target.get("q").map(str::to_lowercase);
+        let mut rows =
+            super::thread::list_values(&self.ctx, true, false).map_err(Failure::from_cli)?;
+        // ULIDs sort by creation time.
+        rows.sort_by(|a, b| b["thread"].as_str().cmp(&a["thread"].as_str()));
+        rows.retain(|r| {
+            workflow
+                .is_none_or(|w| r["name"].as_str() == Some(w) || r["workflow"].as_str() == Some(w))
+                && q.as_deref().is_none_or(|q| {
+                    r["task"]
+                        .as_str()
+                        .is_some_and(|t| t.to_lowercase().contains(q))
+                })
+        });
+        let mut counts = serde_json::Map::new();
+        for r in &rows {
+            let s = r["state"].as_str().unwrap_or("unknown").to_string();
+            let n = counts.get(&s).and_then(Value::as_u64).unwrap_or(0);
+            counts.insert(s, json!(n + 1));
+        }
+        rows.retain(|r| state.is_none_or(|s| r["state"].as_str() == Some(s)));
+        let total = rows.len();
+        let page: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+        Ok(json!({
+            "threads": page,
+            "total": total,
+            "counts": counts,
+            "limit": limit,
+            "offset": offset,
+        }))
+    }
+
+    /// `GET /api/threads/{id}/events`: server-sent events, `state` when
+    /// the thread's state changes (first on connecting), `step` for each
+    /// step that lands (the lines of `thread watch`); ends when the
+    /// thread is archived, the reader goes away or `uwf serve` stops.
+    fn events(&self, req: Request, arg: &str) {
+        let id = match self.thread(arg) {
+            Ok(id) => id,
+            Err(f) => {
+                let _ = req.respond(with_headers(self.failure(f), COMMON));
+                return;
+            }
+        };
+        let mut out = req.into_writer();
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n";
+        if out
+            .write_all(head.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            return;
+        }
+        let mut send = |event: &str, data: &Value| -> bool {
+            let text = format!("event: {event}\ndata: {data}\n\n");
+            out.write_all(text.as_bytes())
+                .and_then(|()| out.flush())
+                .is_ok()
+        };
+        if let Err(e) = self.follow(id, &mut send) {
+            let f = Failure::from_cli(e);
+            send(
+                "error",
+                &json!({ "error": self.redactor.redact(&f.error), "code": f.code }),
+            );
+        }
+    }
+
+    /// The loop of [`events`](Self::events): `send` returns false when the
+    /// reader is gone.
+    fn follow(
+        &self,
+        id: ThreadId,
+        send: &mut dyn FnMut(&str, &Value) -> bool,
+    ) -> Result<(), CliError> {
+        let ctx = &self.ctx;
+        let mut last_head = None;
+        let mut last_state = String::new();
+        let mut beat = Instant::now();
+        loop {
+            let (head, archived) = match engine::status(ctx, id)? {
+                Status::Active { head } => (head, None),
+                Status::Archived(e) => (e.head, Some(e.reason.unwrap_or_else(|| "done".into()))),
+            };
+            if last_head != Some(head) {
+                if last_head.is_some() {
+                    for text in super::story::describe_landed(ctx, id, last_head, head)? {
+                        let data = json!({ "thread": id, "head": head, "text": text });
+                        if !send("step", &data) {
+                            return Ok(());
+                        }
+                    }
+                }
+                last_head = Some(head);
+            }
+            let state: Cow<'_, str> = match &archived {
+                Some(reason) => Cow::Borrowed(reason),
+                None => Cow::Borrowed(super::story::active_state(ctx, id, head)?),
+            };
+            if state != last_state {
+                let mut data = json!({ "thread": id, "state": state, "head": head, "done": archived.is_some() });
+                if let Some(m) = super::story::running_now(ctx, id) {
+                    data["running"] = json!({ "role": m.role, "agent": m.agent, "host": m.host, "startedAt": m.started_at });
+                }
+                if !send("state", &data) {
+                    return Ok(());
+                }
+                last_state = state.into_owned();
+            }
+            if archived.is_some() || engine::interrupted() {
+                return Ok(());
+            }
+            if beat.elapsed() >= HEARTBEAT {
+                if !send_comment(send) {
+                    return Ok(());
+                }
+                beat = Instant::now();
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// `GET /`: the threads, filtered by state, refreshed by the script.
+    fn list_page(&self, target: &Target) -> Result<String, Failure> {
+        let listed = self.list(target)?;
+        let state = target.get("state").unwrap_or_default();
+        let mut options = String::from("<option value=\"\">every state</option>");
+        let mut states: Vec<&str> = vec![
+            "running", "waiting", "failed", "idle", "done", "killed", "pruned", "broken",
+        ];
+        if let Some(counts) = listed["counts"].as_object() {
+            for s in counts.keys() {
+                if !states.contains(&s.as_str()) {
+                    states.push(s);
+                }
+            }
+        }
+        for s in states {
+            let n = listed["counts"][s].as_u64().unwrap_or(0);
+            let selected = if s == state { " selected" } else { "" };
+            options.push_str(&format!(
+                "<option value=\"{}\"{selected}>{} ({n})</option>",
+                escape::attr(s),
+                escape::text(s)
+            ));
+        }
+        let mut rows = String::new();
+        for r in listed["threads"].as_array().into_iter().flatten() {
+            rows.push_str(&row_html(r));
+        }
+        Ok(format!(
+            "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>uwf threads</title>\
+             <link rel=\"stylesheet\" href=\"/app.css\"><script src=\"/app.js\" defer></script></head>\
+             <body data-page=\"list\"><header><h1>uwf threads</h1>\
+             <form method=\"get\" action=\"/\"><label>state <select name=\"state\" id=\"state\">{options}</select></label> \
+             <button>filter</button></form><p id=\"total\">{} threads</p></header>\
+             <table><thead><tr><th>thread</th><th>state</th><th>workflow</th><th>task</th><th>age</th></tr></thead>\
+             <tbody id=\"rows\">{rows}</tbody></table></body></html>\n",
+            listed["total"]
+        ))
+    }
+
+    /// `GET /threads/{id}`: the thread's state and the `thread view` page
+    /// in a frame, reloaded by the script when a step lands.
+    fn thread_page(&self, arg: &str) -> Result<String, Failure> {
+        let id = self.thread(arg)?;
+        let v = super::thread::show_value(&self.ctx, id).map_err(Failure::from_cli)?;
+        let text = |k: &str| escape::text(v[k].as_str().unwrap_or_default());
+        let id_text = id.to_string();
+        Ok(format!(
+            "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>uwf thread {id}</title>\
+             <link rel=\"stylesheet\" href=\"/app.css\"><script src=\"/app.js\" defer></script></head>\
+             <body data-page=\"thread\" data-thread=\"{}\"><header><p><a href=\"/\">all threads</a></p>\
+             <h1>{} · <span class=\"state\" id=\"state\">{}</span></h1><p class=\"task\">{}</p></header>\
+             <ol id=\"events\" class=\"events\"></ol>\
+             <iframe id=\"view\" title=\"thread view\" src=\"/threads/{}/view\"></iframe></body></html>\n",
+            escape::attr(&id_text),
+            text("name"),
+            text("state"),
+            text("task"),
+            escape::attr(&id_text),
+        ))
+    }
+}
+
+fn send_comment(send: &mut dyn FnMut(&str, &Value) -> bool) -> bool {
+    send("ping", &json!({}))
+}
+
+/// One row of the list page (the script renders the same from the API).
+fn row_html(r: &Value) -> String {
+    let s = |k: &str| escape::text(r[k].as_str().unwrap_or_default());
+    let id = r["thread"].as_str().unwrap_or_default();
+    format!(
+        "<tr><td><a href=\"/threads/{}\"><code>{}</code></a></td><td class=\"state state-{}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        escape::attr(id),
+        escape::text(id),
+        escape::attr(r["state"].as_str().unwrap_or_default()),
+        s("state"),
+        s("name"),
+        s("task"),
+        s("age"),
+    )
+}
+
+/// `localhost`, `127.0.0.1`, `[::1]`, with or without a port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// An action's body: JSON (a form cannot send it from another site
+/// without the browser asking first), at most 64 KiB.
+fn read_json_body(req: &mut Request) -> Result<Value, Failure> {
+    use std::io::Read as _;
+    let json_type = header_value(req, "Content-Type").is_some_and(|t| {
+        t.split(';')
+            .next()
+            .is_some_and(|t| t.trim() == "application/json")
+    });
+    if !json_type {
+        return Err(Failure::new(
+            415,
+            "uwf::serve::content_type",
+            "an action's body must be JSON (Content-Type: application/json)",
+        ));
+    }
+    let mut body = Vec::new();
+    req.as_reader()
+        .take(64 * 1024 + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| {
+            Failure::new(
+                400,
+                "uwf::serve::body",
+                format!("cannot read the body: {e}"),
+            )
+        })?;
+    if body.len() > 64 * 1024 {
+        return Err(Failure::new(
+            413,
+            "uwf::serve::body",
+            "the body is larger than 64 KiB",
+        ));
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(&body).map_err(|e| {
+        Failure::new(
+            400,
+            "uwf::serve::body",
+            format!("the body is not JSON: {e}"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        for h in [
+            "localhost",
+            "localhost:80",
+            "127.0.0.1:7878",
+            "[::1]:9",
+            "LOCALHOST",
+        ] {
+            assert!(is_loopback_host(h), "{h}");
+        }
+        for h in [
+            "",
+            "evil.example",
+            "evil.example:7878",
+            "10.0.0.1:80",
+            "127.0.0.1.evil.example",
+        ] {
+            assert!(!is_loopback_host(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn who_may_ask_what() {
+        let ask = |token: Option<&str>, action, from_loopback, bearer, cookie| {
+            admit(
+                token,
+                &Credentials {
+                    action,
+                    from_loopback,
+                    bearer,
+                    cookie,
+                },
+            )
+            .map_err(|f| f.status)
+        };
+        let t = Some("secret");
+        // Reading: loopback freely, another machine with the token only.
+        assert_eq!(ask(None, false, true, None, None), Ok(()));
+        assert_eq!(ask(None, false, false, None, None), Err(401));
+        assert_eq!(ask(t, false, false, None, None), Err(401));
+        assert_eq!(ask(t, false, false, Some("wrong"), None), Err(401));
+        assert_eq!(ask(t, false, false, Some("secret"), None), Ok(()));
+        assert_eq!(ask(t, false, false, None, Some("secret")), Ok(()));
+        assert_eq!(ask(t, false, false, None, Some("secre")), Err(401));
+        // Acting: the header only, from anywhere; never without a token.
+        assert_eq!(ask(None, true, true, None, None), Err(401));
+        assert_eq!(ask(None, true, true, Some(""), None), Err(401));
+        assert_eq!(ask(t, true, true, None, None), Err(401));
+        assert_eq!(ask(t, true, true, None, Some("secret")), Err(401));
+        assert_eq!(ask(t, true, false, Some("secret"), None), Ok(()));
+        assert_eq!(ask(t, true, true, Some("secret"), None), Ok(()));
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret("abc", "abc"));
+        assert!(!same_secret("abc", "abd"));
+        assert!(!same_secret("abc", "ab"));
+        assert!(!same_secret("", "a"));
+    }
+
+    #[test]
+    fn tokens_are_random_hex() {
+        let (a, b) = (
+            new_token().unwrap_or_default(),
+            new_token().unwrap_or_default(),
+        );
+        assert_eq!(a.len(), 64);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn rows_escape_untrusted_text() {
+        let row = row_html(&json!({
+            "thread": "01J\"><script>", "state": "idle", "name": "<b>", "task": "<img src=x onerror=1>", "age": "1s"
+        }));
+        assert!(!row.contains("<script>") && !row.contains("<img") && !row.contains("<b>"));
+        assert!(row.contains("&lt;img src=x onerror=1&gt;"));
+    }
+}
