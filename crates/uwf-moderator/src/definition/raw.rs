@@ -994,8 +994,12 @@ fn compile_graph(
                 .into_iter()
                 .enumerate()
                 .map(|(i, mut t)| {
-                    t.prompt =
-                        compile_prompt(t.prompt, dialect, &role, &format!("(transition #{})", i + 1))?;
+                    t.prompt = compile_prompt(
+                        t.prompt,
+                        dialect,
+                        &role,
+                        &format!("(transition #{})", i + 1),
+                    )?;
                     Ok(t)
                 })
                 .collect::<Result<Vec<_>, String>>()?,
