@@ -361,7 +361,10 @@ struct Target {
 
 impl Target {
     fn parse(url: &str) -> Self {
-        let parsed = url::Url::parse("http://local/").and_then(|base| base.join(url));
+        // `//api/threads` (a base URL ending in `/` joined with `/api/…`)
+        // would read as a host name: one leading slash.
+        let url = format!("/{}", url.trim_start_matches('/'));
+        let parsed = url::Url::parse("http://local/").and_then(|base| base.join(&url));
         match parsed {
             Ok(u) => Target {
                 path: u.path().to_string(),
@@ -832,6 +835,15 @@ fn read_json_body(req: &mut Request) -> Result<Value, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn doubled_slashes_are_paths_not_hosts() {
+        for url in ["/api/threads?limit=2", "//api/threads?limit=2", "///api/threads?limit=2"] {
+            let t = Target::parse(url);
+            assert_eq!(t.path, "/api/threads", "{url}");
+            assert_eq!(t.query, [("limit".to_string(), "2".to_string())], "{url}");
+        }
+    }
 
     #[test]
     fn loopback_hosts() {
