@@ -36,6 +36,7 @@ pub mod retry;
 pub mod running;
 pub mod secrets;
 pub mod spawn;
+pub mod suite;
 mod step;
 pub mod suspend;
 pub mod verify;
