@@ -8,6 +8,7 @@ pub mod prompt;
 pub mod setup;
 pub mod store;
 pub mod story;
+pub mod suite;
 pub mod thread;
 pub mod view;
 pub mod worker;
