@@ -386,10 +386,10 @@ fn suite_help(e: &uwf_engine::suite::SuiteError) -> &'static str {
         S::Invalid { .. } | S::Read { .. } => {
             "see docs/eval.md for the suite file; `uwf suite schema` prints its JSON Schema; nothing was run or stored"
         }
-        S::NotARun { .. } | S::BadRun { .. } => {
-            "give the hash `uwf suite run` printed as `run`"
+        S::NotARun { .. } | S::BadRun { .. } => "give the hash `uwf suite run` printed as `run`",
+        _ => {
+            "the runs finished so far are threads of the store (`uwf thread list`); no suite result was stored"
         }
-        _ => "the runs finished so far are threads of the store (`uwf thread list`); no suite result was stored",
     }
 }
 

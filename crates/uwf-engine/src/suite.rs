@@ -292,7 +292,9 @@ impl Suite {
             .to_path_buf();
         let dir = dir.canonicalize().unwrap_or(dir);
         if file.cases.is_empty() {
-            return Err(invalid("`cases` is empty: a suite needs at least one case".into()));
+            return Err(invalid(
+                "`cases` is empty: a suite needs at least one case".into(),
+            ));
         }
         if file.repetitions == 0 {
             return Err(invalid("`repetitions` must be at least 1".into()));
@@ -306,7 +308,11 @@ impl Suite {
                     .map_err(|e| invalid(format!("{what} {t:?} is not a duration (90s, 10m): {e}")))
             })
         };
-        let timeout = duration("`limits.timeout`", &file.limits.timeout, DEFAULT_RUN_TIMEOUT)?;
+        let timeout = duration(
+            "`limits.timeout`",
+            &file.limits.timeout,
+            DEFAULT_RUN_TIMEOUT,
+        )?;
         let mut names = BTreeSet::new();
         for (i, case) in file.cases.iter().enumerate() {
             if case.name.is_empty() || !names.insert(case.name.as_str()) {
@@ -360,7 +366,10 @@ impl Suite {
                     if let Err(ModeratorError::Syntax(e)) =
                         uwf_moderator::evaluate_expression(expression, None)
                     {
-                        let at = e.offset.map(|o| format!(" at byte {o}")).unwrap_or_default();
+                        let at = e
+                            .offset
+                            .map(|o| format!(" at byte {o}"))
+                            .unwrap_or_default();
                         return Err(invalid(format!(
                             "judges[{i}] ({name}): the expression does not parse{at}: {}",
                             e.message
@@ -696,9 +705,11 @@ fn run_case(
         suite.timeout,
     );
     let thread = match started {
-        Ok(f) if f.success() => serde_json::from_str::<Value>(&f.stdout)
-            .ok()
-            .and_then(|v| v["thread"].as_str().and_then(|t| t.parse::<ThreadId>().ok())),
+        Ok(f) if f.success() => serde_json::from_str::<Value>(&f.stdout).ok().and_then(|v| {
+            v["thread"]
+                .as_str()
+                .and_then(|t| t.parse::<ThreadId>().ok())
+        }),
         Ok(f) => {
             record.error = Some(format!("`uwf thread start` failed: {}", f.describe()));
             None
@@ -709,7 +720,9 @@ fn run_case(
         }
     };
     let Some(thread) = thread else {
-        record.error.get_or_insert_with(|| "`uwf thread start` printed no thread".into());
+        record
+            .error
+            .get_or_insert_with(|| "`uwf thread start` printed no thread".into());
         record.duration_ms = ms(begun.elapsed());
         record.judges = suite
             .file
@@ -860,7 +873,12 @@ fn command_judge(
     Ok((score, v.get("data").cloned()))
 }
 
-fn jsonata_judge(expression: &str, case: &CaseSpec, record: &RunRecord, view: &ThreadView) -> Judged {
+fn jsonata_judge(
+    expression: &str,
+    case: &CaseSpec,
+    record: &RunRecord,
+    view: &ThreadView,
+) -> Judged {
     let mut input = serde_json::to_value(view.context()).map_err(|e| e.to_string())?;
     if let Value::Object(m) = &mut input {
         m.insert("vars".into(), json!(case.vars));
@@ -870,8 +888,8 @@ fn jsonata_judge(expression: &str, case: &CaseSpec, record: &RunRecord, view: &T
             json!({ "steps": record.steps, "done": record.done, "durationMs": record.duration_ms }),
         );
     }
-    let value = uwf_moderator::evaluate_expression(expression, Some(&input))
-        .map_err(|e| e.to_string())?;
+    let value =
+        uwf_moderator::evaluate_expression(expression, Some(&input)).map_err(|e| e.to_string())?;
     match value {
         Some(Value::Bool(b)) => Ok((if b { 1.0 } else { 0.0 }, None)),
         Some(Value::Number(n)) => {
@@ -893,7 +911,10 @@ fn schema_judge(cas: &Cas, schemas: &BTreeMap<String, Value>, view: &ThreadView)
     let mem = Cas::new(MemStore::new()).map_err(|e| e.to_string())?;
     let mut own: BTreeMap<&str, Hash> = BTreeMap::new();
     for (role, schema) in schemas {
-        let h = mem.put_schema(schema.clone()).map_err(|e| e.to_string())?.hash;
+        let h = mem
+            .put_schema(schema.clone())
+            .map_err(|e| e.to_string())?
+            .hash;
         own.insert(role, h);
     }
     let mut valid = 0usize;
@@ -911,13 +932,17 @@ fn schema_judge(cas: &Cas, schemas: &BTreeMap<String, Value>, view: &ThreadView)
         };
         match checked {
             Ok(()) => valid += 1,
-            Err(e) => failures.push(json!({ "step": i + 1, "role": role, "error": tail(&e.to_string(), 300) })),
+            Err(e) => failures
+                .push(json!({ "step": i + 1, "role": role, "error": tail(&e.to_string(), 300) })),
         }
     }
     let n = view.steps.len();
     #[allow(clippy::cast_precision_loss)]
     let score = valid as f64 / n as f64;
-    Ok((score, Some(json!({ "steps": n, "valid": valid, "failures": failures }))))
+    Ok((
+        score,
+        Some(json!({ "steps": n, "valid": valid, "failures": failures })),
+    ))
 }
 
 /// The end of `s`, at most `n` bytes (on a character boundary).
@@ -985,8 +1010,18 @@ fn bounded(mut cmd: Command, timeout: Duration) -> std::io::Result<Finished> {
             String::from_utf8_lossy(&buf).into_owned()
         })
     };
-    let out = read(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
-    let err = read(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+    let out = read(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let err = read(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
     let begun = Instant::now();
     let mut timed_out = None;
     let mut term_sent: Option<Instant> = None;
@@ -1415,10 +1450,14 @@ mod tests {
     #[test]
     fn unknown_keys_are_refused() {
         let bad = "workflow: w\ncases: [{name: a, prompt: p, promt: q}]\n";
-        let e = serde_yaml::from_str::<SuiteFile>(bad).err().map(|e| e.to_string());
+        let e = serde_yaml::from_str::<SuiteFile>(bad)
+            .err()
+            .map(|e| e.to_string());
         assert!(e.as_deref().is_some_and(|e| e.contains("promt")), "{e:?}");
         let bad = "workflow: w\ncases: [{name: a, prompt: p}]\njudges: [{kind: jsonata, name: j, expression: x, extra: 1}]\n";
-        let e = serde_yaml::from_str::<SuiteFile>(bad).err().map(|e| e.to_string());
+        let e = serde_yaml::from_str::<SuiteFile>(bad)
+            .err()
+            .map(|e| e.to_string());
         assert!(e.as_deref().is_some_and(|e| e.contains("extra")), "{e:?}");
     }
 }

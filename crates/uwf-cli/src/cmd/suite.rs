@@ -20,9 +20,9 @@ pub fn run(global: &Global, cmd: SuiteCommand, format: Option<Format>) -> Result
             let loaded = Suite::load(&suite)?;
             let ctx = crate::open(global)?;
             let (workflow, _) = crate::cmd::workflow::resolve(&ctx, &loaded.workflow_arg(), true)?;
-            let uwf = std::env::current_exe().map_err(|e| CliError::Output(format!(
-                "cannot find the uwf binary to run the cases: {e}"
-            )))?;
+            let uwf = std::env::current_exe().map_err(|e| {
+                CliError::Output(format!("cannot find the uwf binary to run the cases: {e}"))
+            })?;
             let progress = |r: &RunRecord| {
                 if !quiet {
                     eprintln!("{}", run_line(r));
@@ -131,7 +131,15 @@ fn num(x: Option<f64>) -> String {
 fn stat_cells(s: &Stat) -> [String; 6] {
     [
         s.judge.clone(),
-        format!("{}{}", s.n, if s.errors > 0 { format!(" ({} failed)", s.errors) } else { String::new() }),
+        format!(
+            "{}{}",
+            s.n,
+            if s.errors > 0 {
+                format!(" ({} failed)", s.errors)
+            } else {
+                String::new()
+            }
+        ),
         num(s.mean),
         num(s.min),
         num(s.max),
