@@ -1029,6 +1029,14 @@ fn suite_diff_says_better_when_the_scenario_improves(backend: Backend) {
     assert_eq!(report["cases"], a["cases"]);
     let node = env.json(&["cas", "get", ra]);
     assert_eq!(node["payload"]["runs"].as_array().map(Vec::len), Some(4));
+    // Garbage collection keeps stored runs (and what they reference).
+    let gc = env.json(&["cas", "gc", "--grace", "0s"]);
+    let swept = gc["swept"].as_array().unwrap();
+    assert!(!swept.iter().any(|h| h == ra || h == rb), "{gc}");
+    assert_eq!(
+        env.json(&["-q", "suite", "report", ra])["cases"],
+        a["cases"]
+    );
 
     let out = env.uwf().args(["suite", "diff", ra, rb]).output().unwrap();
     assert!(

@@ -526,6 +526,21 @@ pub fn run_schema() -> Value {
     })
 }
 
+/// The hash of the [`RUN_TITLE`] schema node in `cas` (whether or not it
+/// is stored yet): computed, so that reading runs writes nothing.
+pub fn run_type<S: uwf_cas::Store>(cas: &Cas<S>) -> Hash {
+    let mut schema = run_schema();
+    uwf_cas::cbor::canonicalize(&mut schema);
+    uwf_cas::node::hash_typed(cas.types().meta, &schema)
+}
+
+/// Every stored suite run: `uwf cas gc` keeps them as roots, so a result
+/// stays comparable for as long as the store lives (docs/eval.md,
+/// "Results and garbage collection").
+pub fn stored_runs(cas: &Cas) -> Result<Vec<Hash>, SuiteError> {
+    Ok(cas.list_by_type(run_type(cas))?)
+}
+
 /// A judge as a run records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -1077,8 +1092,7 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
 /// Reads the stored suite run `hash`.
 pub fn load_run(cas: &Cas, hash: Hash) -> Result<SuiteRun, SuiteError> {
     let node = cas.get(hash)?;
-    let ty = cas.put_schema(run_schema())?.hash;
-    if node.type_hash != ty {
+    if node.type_hash != run_type(cas) {
         return Err(SuiteError::NotARun { hash });
     }
     serde_json::from_value(node.payload).map_err(|e| SuiteError::BadRun {
@@ -1445,6 +1459,15 @@ mod tests {
         assert_eq!((s.n, s.errors), (3, 1));
         assert_eq!((s.mean, s.min, s.max), (Some(0.5), Some(0.0), Some(1.0)));
         assert_eq!(s.spread, Some(0.5));
+    }
+
+    #[test]
+    fn the_run_type_is_the_stored_schema() {
+        let cas = Cas::new(MemStore::new()).unwrap_or_else(|e| panic!("{e}"));
+        let stored = cas
+            .put_schema(run_schema())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(run_type(&cas), stored.hash);
     }
 
     #[test]
