@@ -42,7 +42,8 @@ per_backend!(
     replay_covers_active_threads_and_lists_unreadable_ones,
     suite_diff_says_better_when_the_scenario_improves,
     judges_of_every_kind_and_failing_ones_are_recorded,
-    bad_suite_files_are_refused_and_write_nothing
+    bad_suite_files_are_refused_and_write_nothing,
+    the_example_suite_runs_offline
 );
 
 /// A small valid workflow; the bad inputs below are variations of it.
@@ -1259,4 +1260,39 @@ fn bad_suite_files_are_refused_and_write_nothing(backend: Backend) {
     let wf = env.json(&["workflow", "show", "solve-issue"]);
     let err = env.fails(&["suite", "report", wf["hash"].as_str().unwrap()]);
     assert!(err.contains("is not a suite run"), "{err}");
+}
+
+fn the_example_suite_runs_offline(backend: Backend) {
+    let Some(env) = Env::on(backend) else { return };
+    // Its agent is `uwf-mock`, found beside `uwf` as for any agent.
+    common::mock_bin();
+    let suite = common::examples().join("suites/solve-issue.suite.yaml");
+    let v = suite_run(&env, &suite);
+    assert_eq!(
+        (
+            v["runs"].as_u64(),
+            v["runErrors"].as_u64(),
+            v["judgeErrors"].as_u64()
+        ),
+        (Some(4), Some(0), Some(0)),
+        "{v}"
+    );
+    let md = env
+        .uwf()
+        .args(["suite", "report", v["run"].as_str().unwrap(), "--markdown"])
+        .output()
+        .unwrap();
+    let md = String::from_utf8(md.stdout).unwrap();
+    // The reviewer of the redirect-loop scenario rejects once, the
+    // readme-typo scenario's approves at once; one of five steps has a
+    // review comment shorter than the suite's stricter reviewer schema.
+    for row in [
+        "| redirect-loop | approved-at-once | 2 | 0.000 |",
+        "| readme-typo | approved-at-once | 2 | 1.000 |",
+        "| redirect-loop | reviewer-explains | 2 | 0.800 |",
+        "| redirect-loop | fixture-intact | 2 | 1.000 |",
+        "| readme-typo | $steps | 2 | 3.000 |",
+    ] {
+        assert!(md.contains(row), "{row} is not in\n{md}");
+    }
 }
