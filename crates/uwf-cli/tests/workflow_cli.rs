@@ -43,7 +43,8 @@ per_backend!(
     suite_diff_says_better_when_the_scenario_improves,
     judges_of_every_kind_and_failing_ones_are_recorded,
     bad_suite_files_are_refused_and_write_nothing,
-    the_example_suite_runs_offline
+    the_example_suite_runs_offline,
+    an_interrupted_suite_stops_its_run_and_stores_nothing
 );
 
 /// A small valid workflow; the bad inputs below are variations of it.
@@ -1295,4 +1296,55 @@ fn the_example_suite_runs_offline(backend: Backend) {
     ] {
         assert!(md.contains(row), "{row} is not in\n{md}");
     }
+}
+
+fn an_interrupted_suite_stops_its_run_and_stores_nothing(backend: Backend) {
+    let Some(env) = Env::on(backend) else { return };
+    // An agent that hangs, and leaves a mark while it does.
+    let mark = env.dir.path().join("agent-started");
+    let agent = format!("sh -c 'touch \"{}\"; sleep 60' agent", mark.display());
+    let file = env.file(
+        "i.suite.yaml",
+        &suite_yaml(&agent, APPROVED_AT_ONCE_JUDGE, 1),
+    );
+    let child = env
+        .command()
+        .args(["suite", "run", file.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let begun = std::time::Instant::now();
+    while !mark.exists() {
+        assert!(
+            begun.elapsed() < std::time::Duration::from_secs(30),
+            "the agent never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    // Stopped well before the agent's 60 s, with nothing on stdout.
+    assert!(
+        begun.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        begun.elapsed()
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        err.contains("the suite was interrupted; no result was stored"),
+        "{err}"
+    );
+    let schemas = env.json(&["cas", "schema", "list"]);
+    assert!(!schemas.to_string().contains("SuiteRun"), "{schemas}");
 }

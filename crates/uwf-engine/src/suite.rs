@@ -24,9 +24,9 @@ use uwf_moderator::ModeratorError;
 use uwf_moderator::thread::{self, ThreadView};
 use uwf_protocol::ThreadId;
 
-use crate::Engine;
 use crate::error::EngineError;
 use crate::step::{Status, status};
+use crate::{CancelToken, Engine};
 
 /// The title of the JSON Schema of a stored suite run (its CAS type).
 pub const RUN_TITLE: &str = "SuiteRun";
@@ -235,6 +235,10 @@ pub enum SuiteError {
         /// Why.
         message: String,
     },
+    /// `uwf` was asked to stop (the cancel token was set): the running
+    /// child was stopped and no result was stored.
+    #[error("the suite was interrupted; no result was stored")]
+    Interrupted,
     /// Preparing a run's working directory failed.
     #[error("cannot prepare a working directory: {0}")]
     Workdir(std::io::Error),
@@ -627,6 +631,10 @@ pub struct RunOptions<'a> {
     pub repetitions: Option<u32>,
     /// Told each run as it ends.
     pub progress: &'a dyn Fn(&RunRecord),
+    /// Once set, the running child and judge are stopped and the suite
+    /// ends with [`SuiteError::Interrupted`], storing nothing (the threads
+    /// run so far stay in the store).
+    pub cancel: CancelToken,
 }
 
 /// Runs every case × repetition of `suite` on `workflow` (a registered
@@ -646,7 +654,10 @@ pub fn run(
     let mut runs = Vec::new();
     for case in &suite.file.cases {
         for repetition in 1..=repetitions {
-            let record = run_case(engine, suite, workflow, case, repetition, &opts.uwf)?;
+            let record = run_case(engine, suite, workflow, case, repetition, opts)?;
+            if opts.cancel.is_cancelled() {
+                return Err(SuiteError::Interrupted);
+            }
             (opts.progress)(&record);
             runs.push(record);
         }
@@ -687,7 +698,7 @@ fn run_case(
     workflow: Hash,
     case: &CaseSpec,
     repetition: u32,
-    uwf: &Path,
+    opts: &RunOptions<'_>,
 ) -> Result<RunRecord, SuiteError> {
     let workdir = tempfile::Builder::new()
         .prefix("uwf-suite-")
@@ -710,10 +721,10 @@ fn run_case(
     };
     let begun = Instant::now();
     let child = |args: &[&str], timeout: Duration| {
-        let mut cmd = Command::new(uwf);
+        let mut cmd = Command::new(&opts.uwf);
         cmd.arg("-q").args(args).current_dir(workdir.path());
         child_env(engine, &mut cmd);
-        bounded(cmd, timeout)
+        bounded(cmd, timeout, &opts.cancel)
     };
     let started = child(
         &["thread", "start", &workflow.to_string(), "-p", &case.prompt],
@@ -768,6 +779,9 @@ fn run_case(
         Err(e) => record.error = Some(format!("`uwf thread run` could not run: {e}")),
     }
     record.duration_ms = ms(begun.elapsed());
+    if opts.cancel.is_cancelled() {
+        return Err(SuiteError::Interrupted);
+    }
     let (head, done) = match status(engine, thread)? {
         Status::Active { head } => (head, false),
         Status::Archived(e) => (e.head, e.reason.as_deref().is_none_or(|r| r == "done")),
@@ -776,12 +790,22 @@ fn run_case(
     record.done = done;
     let view = thread::load(&engine.cas, head).map_err(EngineError::from)?;
     record.steps = view.steps.len();
-    record.judges = suite
+    let judging = Judging {
+        engine,
+        suite,
+        case,
+        record: &record,
+        view: &view,
+        workdir: workdir.path(),
+        cancel: &opts.cancel,
+    };
+    let judges: Vec<Score> = suite
         .file
         .judges
         .iter()
-        .map(|j| judge(engine, suite, j, case, &record, &view, workdir.path()))
+        .map(|j| judge(&judging, j))
         .collect();
+    record.judges = judges;
     record.total = total(suite, &record.judges);
     Ok(record)
 }
@@ -811,16 +835,28 @@ fn child_env(engine: &Engine, cmd: &mut Command) {
     }
 }
 
+/// What a judge looks at: one finished run.
+struct Judging<'a> {
+    engine: &'a Engine,
+    suite: &'a Suite,
+    case: &'a CaseSpec,
+    record: &'a RunRecord,
+    view: &'a ThreadView,
+    workdir: &'a Path,
+    cancel: &'a CancelToken,
+}
+
 /// Judges one run.
-fn judge(
-    engine: &Engine,
-    suite: &Suite,
-    spec: &JudgeSpec,
-    case: &CaseSpec,
-    record: &RunRecord,
-    view: &ThreadView,
-    workdir: &Path,
-) -> Score {
+fn judge(run: &Judging<'_>, spec: &JudgeSpec) -> Score {
+    let Judging {
+        engine,
+        suite,
+        case,
+        record,
+        view,
+        workdir,
+        cancel,
+    } = *run;
     let verdict = match spec {
         JudgeSpec::Command { command, .. } => {
             let timeout = suite
@@ -828,7 +864,7 @@ fn judge(
                 .get(spec.name())
                 .copied()
                 .unwrap_or(DEFAULT_JUDGE_TIMEOUT);
-            command_judge(engine, suite, command, timeout, workdir, record)
+            command_judge(engine, suite, command, timeout, workdir, record, cancel)
         }
         JudgeSpec::Jsonata { expression, .. } => jsonata_judge(expression, case, record, view),
         JudgeSpec::Schema { schemas, .. } => schema_judge(&engine.cas, schemas, view),
@@ -858,6 +894,7 @@ fn command_judge(
     timeout: Duration,
     workdir: &Path,
     record: &RunRecord,
+    cancel: &CancelToken,
 ) -> Judged {
     let thread = record.thread.map(|t| t.to_string()).unwrap_or_default();
     let mut cmd = Command::new("sh");
@@ -868,7 +905,7 @@ fn command_judge(
         .arg(&thread)
         .current_dir(&suite.dir);
     child_env(engine, &mut cmd);
-    let f = bounded(cmd, timeout).map_err(|e| format!("cannot run: {e}"))?;
+    let f = bounded(cmd, timeout, cancel).map_err(|e| format!("cannot run: {e}"))?;
     if !f.success() {
         return Err(f.describe());
     }
@@ -1007,9 +1044,13 @@ impl Finished {
 }
 
 /// Runs `cmd` in a process group of its own with stdout and stderr
-/// captured; past `timeout` the whole group gets SIGTERM, and SIGKILL
-/// five seconds later, so that what it started ends with it.
-fn bounded(mut cmd: Command, timeout: Duration) -> std::io::Result<Finished> {
+/// captured; past `timeout`, or once `cancel` is set, the whole group gets
+/// SIGTERM, and SIGKILL five seconds later, so that what it started ends
+/// with it. (Its own group keeps a terminal's Ctrl-C from reaching it
+/// directly: `uwf` gets it and sets `cancel`.) When it ends, whatever it
+/// left running in its group is killed, so that nothing holds its output
+/// open.
+fn bounded(mut cmd: Command, timeout: Duration, cancel: &CancelToken) -> std::io::Result<Finished> {
     use std::os::unix::process::CommandExt;
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -1040,15 +1081,18 @@ fn bounded(mut cmd: Command, timeout: Duration) -> std::io::Result<Finished> {
     let begun = Instant::now();
     let mut timed_out = None;
     let mut term_sent: Option<Instant> = None;
+    let group = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
     let status = loop {
         if let Some(s) = child.try_wait()? {
             break Some(s);
         }
-        if begun.elapsed() >= timeout {
-            let group = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+        let late = begun.elapsed() >= timeout;
+        if late || cancel.is_cancelled() {
             match term_sent {
                 None => {
-                    timed_out = Some(timeout);
+                    if late {
+                        timed_out = Some(timeout);
+                    }
                     let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGTERM);
                     term_sent = Some(Instant::now());
                 }
@@ -1061,8 +1105,9 @@ fn bounded(mut cmd: Command, timeout: Duration) -> std::io::Result<Finished> {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    // A grandchild that kept the pipes open is stopped with its group above
-    // only on a timeout; otherwise the readers end when the pipes close.
+    // Leftovers of the group (a judge's background job) would keep the
+    // pipes open and the readers waiting.
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
     let stdout = out.join().unwrap_or_default();
     let stderr = err.join().unwrap_or_default();
     Ok(Finished {

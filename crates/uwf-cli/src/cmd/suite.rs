@@ -32,6 +32,7 @@ pub fn run(global: &Global, cmd: SuiteCommand, format: Option<Format>) -> Result
                 uwf,
                 repetitions,
                 progress: &progress,
+                cancel: crate::engine::cancel_token().clone(),
             };
             let (hash, stored) = suite::run(&ctx, &loaded, workflow, &opts)?;
             let report = suite::report(&stored);
