@@ -44,7 +44,8 @@ per_backend!(
     judges_of_every_kind_and_failing_ones_are_recorded,
     bad_suite_files_are_refused_and_write_nothing,
     the_example_suite_runs_offline,
-    an_interrupted_suite_stops_its_run_and_stores_nothing
+    an_interrupted_suite_stops_its_run_and_stores_nothing,
+    an_llm_judge_asks_the_configured_model
 );
 
 /// A small valid workflow; the bad inputs below are variations of it.
@@ -1235,8 +1236,8 @@ fn bad_suite_files_are_refused_and_write_nothing(backend: Backend) {
             vec!["fixture nowhere is not a directory"],
         ),
         (
-            good.replace("kind: jsonata", "kind: llm"),
-            vec!["unknown variant `llm`"],
+            good.replace("kind: jsonata", "kind: llama"),
+            vec!["unknown variant `llama`"],
         ),
     ];
     let before = env.snapshot();
@@ -1347,4 +1348,47 @@ fn an_interrupted_suite_stops_its_run_and_stores_nothing(backend: Backend) {
     );
     let schemas = env.json(&["cas", "schema", "list"]);
     assert!(!schemas.to_string().contains("SuiteRun"), "{schemas}");
+}
+
+fn an_llm_judge_asks_the_configured_model(backend: Backend) {
+    use uwf_agent_kit::testing::MockLlm;
+    let Some(env) = Env::on(backend) else { return };
+    let mock = MockLlm::start().unwrap();
+    env.set_config(&serde_yaml::to_string(&mock.config()).unwrap());
+    // One answer per run, in order: a score, then prose (an error).
+    mock.reply_json(json!({ "score": 0.75, "reason": "a plan, a fix, an approval" }));
+    mock.reply_text("Looks fine to me!");
+    let approving = mock_agent(&env.file("approves.yaml", APPROVES_AT_ONCE));
+    let judges = r#"  - { kind: llm, name: rubric, rubric: "The reviewer explains the approval." }
+"#;
+    let file = env.file("l.suite.yaml", &suite_yaml(&approving, judges, 1));
+    let v = suite_run(&env, &file);
+    assert_eq!(v["judgeErrors"], 1, "{v}");
+    let node = env.json(&["cas", "get", v["run"].as_str().unwrap()]);
+    let first = &node["payload"]["runs"][0]["judges"][0];
+    assert_eq!(first["score"], 0.75, "{first}");
+    assert_eq!(first["data"]["reason"], "a plan, a fix, an approval");
+    let second = &node["payload"]["runs"][1]["judges"][0];
+    let e = second["error"].as_str().unwrap();
+    assert!(
+        e.contains("no JSON object") && e.contains("Looks fine"),
+        "{e}"
+    );
+    // The question: JSON mode, the rubric and the thread's task and steps.
+    let asked = mock.chat_requests();
+    assert_eq!(asked.len(), 2);
+    assert_eq!(asked[0].body["response_format"]["type"], "json_object");
+    let text = asked[0].body["messages"].to_string();
+    for part in [
+        "The reviewer explains the approval.",
+        "first task",
+        "filesChanged",
+    ] {
+        assert!(text.contains(part), "{part} is not in {text}");
+    }
+    assert!(
+        asked[1].body["messages"]
+            .to_string()
+            .contains("second task")
+    );
 }

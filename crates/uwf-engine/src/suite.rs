@@ -159,6 +159,21 @@ pub enum JudgeSpec {
         /// The expression.
         expression: String,
     },
+    /// A model asked to score the thread against a rubric: it answers
+    /// `{"score": 0..1, "reason": "…"}`.
+    Llm {
+        /// Its name, unique in the suite.
+        name: String,
+        /// Its weight in the total.
+        #[serde(default = "unit")]
+        weight: f64,
+        /// What a good thread is, in words.
+        rubric: String,
+        /// A model alias of config.yaml (default: `modelOverrides.judge`,
+        /// a model named `judge`, then `defaultModel`).
+        #[serde(default)]
+        model: Option<String>,
+    },
     /// The fraction of steps whose output satisfies its role's output
     /// schema (or the stricter schema given here for the role).
     Schema {
@@ -177,9 +192,10 @@ impl JudgeSpec {
     /// Its name.
     pub fn name(&self) -> &str {
         match self {
-            Self::Command { name, .. } | Self::Jsonata { name, .. } | Self::Schema { name, .. } => {
-                name
-            }
+            Self::Command { name, .. }
+            | Self::Jsonata { name, .. }
+            | Self::Schema { name, .. }
+            | Self::Llm { name, .. } => name,
         }
     }
 
@@ -188,7 +204,8 @@ impl JudgeSpec {
         match self {
             Self::Command { weight, .. }
             | Self::Jsonata { weight, .. }
-            | Self::Schema { weight, .. } => *weight,
+            | Self::Schema { weight, .. }
+            | Self::Llm { weight, .. } => *weight,
         }
     }
 
@@ -198,6 +215,7 @@ impl JudgeSpec {
             Self::Command { .. } => "command",
             Self::Jsonata { .. } => "jsonata",
             Self::Schema { .. } => "schema",
+            Self::Llm { .. } => "llm",
         }
     }
 }
@@ -380,6 +398,11 @@ impl Suite {
                         )));
                     }
                 }
+                JudgeSpec::Llm { rubric, .. } => {
+                    if rubric.trim().is_empty() {
+                        return Err(invalid(format!("judges[{i}] ({name}): `rubric` is empty")));
+                    }
+                }
                 JudgeSpec::Schema { schemas, .. } => {
                     let mem = Cas::new(MemStore::new())?;
                     for (role, schema) in schemas {
@@ -487,6 +510,15 @@ pub fn file_schema() -> Value {
                         "properties": {
                             "kind": { "const": "jsonata" }, "name": name, "weight": weight,
                             "expression": { "type": "string" }
+                        }
+                    },
+                    {
+                        "type": "object", "additionalProperties": false,
+                        "required": ["kind", "name", "rubric"],
+                        "properties": {
+                            "kind": { "const": "llm" }, "name": name, "weight": weight,
+                            "rubric": { "type": "string" },
+                            "model": { "type": "string", "description": "A model alias of config.yaml (default: modelOverrides.judge, a model named judge, defaultModel)." }
                         }
                     },
                     {
@@ -623,8 +655,30 @@ pub struct SuiteRun {
     pub runs: Vec<RunRecord>,
 }
 
+/// A question for a model, from an `llm` judge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LlmQuestion<'a> {
+    /// The judge's model alias, if it names one.
+    pub model: Option<&'a str>,
+    /// The name of the workflow judged (for model resolution).
+    pub workflow: &'a str,
+    /// The system message: the answer's form.
+    pub system: String,
+    /// The user message: the rubric and the thread.
+    pub user: String,
+}
+
+/// Asks a model and returns its answer's text (`Err`: why it could not).
+/// The engine knows no LLM client: the front end gives one.
+pub type Ask<'a> = dyn Fn(&LlmQuestion<'_>) -> Result<String, String> + 'a;
+
+/// How much of a thread's context an `llm` judge's question quotes.
+pub const LLM_CONTEXT_CHARS: usize = 60_000;
+
 /// How a suite run is done.
 pub struct RunOptions<'a> {
+    /// Answers `llm` judges; `None`: they fail with "no model client".
+    pub llm: Option<&'a Ask<'a>>,
     /// The `uwf` binary started for each run (the front end's own).
     pub uwf: PathBuf,
     /// Overrides the suite's `repetitions`.
@@ -798,6 +852,7 @@ fn run_case(
         view: &view,
         workdir: workdir.path(),
         cancel: &opts.cancel,
+        llm: opts.llm,
     };
     let judges: Vec<Score> = suite
         .file
@@ -844,6 +899,7 @@ struct Judging<'a> {
     view: &'a ThreadView,
     workdir: &'a Path,
     cancel: &'a CancelToken,
+    llm: Option<&'a Ask<'a>>,
 }
 
 /// Judges one run.
@@ -856,6 +912,7 @@ fn judge(run: &Judging<'_>, spec: &JudgeSpec) -> Score {
         view,
         workdir,
         cancel,
+        llm: _,
     } = *run;
     let verdict = match spec {
         JudgeSpec::Command { command, .. } => {
@@ -868,6 +925,10 @@ fn judge(run: &Judging<'_>, spec: &JudgeSpec) -> Score {
         }
         JudgeSpec::Jsonata { expression, .. } => jsonata_judge(expression, case, record, view),
         JudgeSpec::Schema { schemas, .. } => schema_judge(&engine.cas, schemas, view),
+        JudgeSpec::Llm { rubric, model, .. } => match run.llm {
+            Some(ask) => llm_judge(ask, rubric, model.as_deref(), view),
+            None => Err("no model client to ask (llm judges need one)".into()),
+        },
     };
     match verdict {
         Ok((score, data)) => Score {
@@ -954,6 +1015,58 @@ fn jsonata_judge(
         )),
         None => Err("the expression gave undefined, not a boolean or a number".into()),
     }
+}
+
+/// The answer form an `llm` judge asks for.
+const LLM_SYSTEM: &str = "You judge one run of a multi-agent workflow against a rubric. \
+Read the rubric and the run (the task and every step's role and output, oldest first). \
+Answer with one JSON object and nothing else: \
+{\"score\": <a number from 0 (fails the rubric) to 1 (fully meets it)>, \"reason\": \"<one or two sentences>\"}";
+
+fn llm_judge(ask: &Ask<'_>, rubric: &str, model: Option<&str>, view: &ThreadView) -> Judged {
+    let context = serde_json::to_string_pretty(&view.context()).map_err(|e| e.to_string())?;
+    let context = if context.len() > LLM_CONTEXT_CHARS {
+        format!(
+            "{} (the beginning is cut)",
+            tail(&context, LLM_CONTEXT_CHARS)
+        )
+    } else {
+        context
+    };
+    let question = LlmQuestion {
+        model,
+        workflow: &view.workflow.name,
+        system: LLM_SYSTEM.to_string(),
+        user: format!(
+            "Rubric:\n{rubric}\n\nThe run (JSON: start.task is the task, steps the work):\n{context}\n"
+        ),
+    };
+    let answer = ask(&question).map_err(|e| format!("the model could not be asked: {e}"))?;
+    // Models like to fence JSON even when asked not to.
+    let text = answer.trim();
+    let text = text
+        .strip_prefix("```json")
+        .or_else(|| text.strip_prefix("```"))
+        .and_then(|t| t.strip_suffix("```"))
+        .unwrap_or(text)
+        .trim();
+    let v: Value = serde_json::from_str(text)
+        .ok()
+        .filter(Value::is_object)
+        .ok_or_else(|| format!("the model answered no JSON object: {:?}", tail(text, 200)))?;
+    let score = v.get("score").and_then(Value::as_f64).ok_or_else(|| {
+        format!(
+            "the model's answer has no number `score`: {}",
+            tail(&v.to_string(), 200)
+        )
+    })?;
+    if !(0.0..=1.0).contains(&score) {
+        return Err(format!("the model answered score {score}, outside 0..1"));
+    }
+    Ok((
+        score,
+        Some(json!({ "reason": v.get("reason").cloned().unwrap_or(Value::Null) })),
+    ))
 }
 
 fn schema_judge(cas: &Cas, schemas: &BTreeMap<String, Value>, view: &ThreadView) -> Judged {

@@ -4,8 +4,9 @@
 use std::fmt::Write as _;
 
 use serde_json::json;
+use uwf_agent_kit::llm::{LlmClient, Message, resolve_model};
 use uwf_cas::Hash;
-use uwf_engine::suite::{self, Diff, Report, RunOptions, RunRecord, Stat, Suite};
+use uwf_engine::suite::{self, Diff, LlmQuestion, Report, RunOptions, RunRecord, Stat, Suite};
 
 use crate::cli::{Format, Global, SuiteCommand};
 use crate::error::CliError;
@@ -28,7 +29,9 @@ pub fn run(global: &Global, cmd: SuiteCommand, format: Option<Format>) -> Result
                     eprintln!("{}", run_line(r));
                 }
             };
+            let ask = llm_client(&ctx, &loaded)?;
             let opts = RunOptions {
+                llm: ask.as_ref().map(|a| a as &suite::Ask<'_>),
                 uwf,
                 repetitions,
                 progress: &progress,
@@ -93,6 +96,52 @@ pub fn run(global: &Global, cmd: SuiteCommand, format: Option<Format>) -> Result
         SuiteCommand::Schema => output::print(format, &suite::file_schema()),
     }
 }
+
+/// The model client of `llm` judges (`None` when the suite has none): the
+/// store's configuration as `uwf-llm` reads it, with the API keys of the
+/// environment or, failing that, of the store's `.env`.
+fn llm_client(
+    ctx: &crate::engine::Ctx,
+    s: &Suite,
+) -> Result<Option<impl Fn(&LlmQuestion<'_>) -> Result<String, String>>, CliError> {
+    if !s
+        .file
+        .judges
+        .iter()
+        .any(|j| matches!(j, suite::JudgeSpec::Llm { .. }))
+    {
+        return Ok(None);
+    }
+    let config = ctx.state().config()?.unwrap_or_default();
+    let secrets: std::collections::HashMap<String, String> =
+        ctx.state().secrets()?.into_iter().collect();
+    Ok(Some(move |q: &LlmQuestion<'_>| {
+        let alias = match q.model {
+            Some(m) => m.to_string(),
+            None => resolve_model(&config, Some(JUDGE_SCENARIO), q.workflow, JUDGE_SCENARIO)
+                .map_err(|e| e.to_string())?,
+        };
+        let client = LlmClient::from_config_with(&config, &alias, |var| {
+            std::env::var(var)
+                .ok()
+                .or_else(|| secrets.get(var).cloned())
+        })
+        .map_err(|e| e.to_string())?;
+        client
+            .chat(
+                &[
+                    Message::system(q.system.clone()),
+                    Message::user(q.user.clone()),
+                ],
+                true,
+            )
+            .map(|r| r.content)
+            .map_err(|e| e.to_string())
+    }))
+}
+
+/// The model scenario of `llm` judges (`modelOverrides.judge`).
+const JUDGE_SCENARIO: &str = "judge";
 
 /// One finished run, for the progress on stderr.
 fn run_line(r: &RunRecord) -> String {
