@@ -442,11 +442,13 @@ impl Suite {
             .map(|a| a.replace("{suite}", &self.dir.to_string_lossy()))
     }
 
-    /// Where the workflow is: a file relative to the suite if one is there,
-    /// else the text as written (a name or a hash).
+    /// Where the workflow is: a file relative to the suite when the text
+    /// names one (it exists, has a `/`, or ends in `.yaml`/`.yml`), else
+    /// the text as written (a registered name or a hash).
     pub fn workflow_arg(&self) -> String {
-        let p = self.dir.join(&self.file.workflow);
-        if p.is_file() {
+        let w = &self.file.workflow;
+        let p = self.dir.join(w);
+        if p.is_file() || w.contains('/') || w.ends_with(".yaml") || w.ends_with(".yml") {
             p.to_string_lossy().into_owned()
         } else {
             self.file.workflow.clone()
