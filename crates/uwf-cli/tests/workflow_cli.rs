@@ -1269,6 +1269,10 @@ fn the_example_suite_runs_offline(backend: Backend) {
     // Its agent is `uwf-mock`, found beside `uwf` as for any agent.
     common::mock_bin();
     let suite = common::examples().join("suites/solve-issue.suite.yaml");
+    // The schema for editors needs no store.
+    let schema = env.json(&["suite", "schema"]);
+    assert_eq!(schema["title"], "uwf suite");
+    assert_eq!(schema["required"], json!(["workflow", "cases"]));
     let v = suite_run(&env, &suite);
     assert_eq!(
         (

@@ -1630,6 +1630,53 @@ mod tests {
         assert_eq!(run_type(&cas), stored.hash);
     }
 
+    /// Every key a suite file can have is in `uwf suite schema`, and the
+    /// schema knows no key the file refuses.
+    #[test]
+    fn the_file_schema_matches_the_types() {
+        let yaml = r#"
+name: n
+description: d
+workflow: w
+repetitions: 2
+limits: { maxSteps: 3, timeout: 1m }
+agent: a
+cases: [{ name: c, prompt: p, fixture: f, vars: { x: 1 }, agent: a }]
+judges:
+  - { kind: command, name: a, weight: 1, command: c, timeout: 1s }
+  - { kind: jsonata, name: b, weight: 1, expression: "true" }
+  - { kind: schema, name: c, weight: 1, schemas: { r: { type: object } } }
+  - { kind: llm, name: d, weight: 1, rubric: r, model: m }
+"#;
+        let file: SuiteFile = serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
+        let written = serde_json::to_value(&file).unwrap_or_else(|e| panic!("{e}"));
+        let schema = file_schema();
+        let keys = |v: &Value| -> BTreeSet<String> {
+            v.as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(keys(&written), keys(&schema["properties"]));
+        assert_eq!(
+            keys(&written["cases"][0]),
+            keys(&schema["properties"]["cases"]["items"]["properties"])
+        );
+        assert_eq!(
+            keys(&written["limits"]),
+            keys(&schema["properties"]["limits"]["properties"])
+        );
+        let variants = &schema["properties"]["judges"]["items"]["oneOf"];
+        for judge in written["judges"].as_array().into_iter().flatten() {
+            let variant = variants
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|v| v["properties"]["kind"]["const"] == judge["kind"]);
+            let variant = variant.unwrap_or_else(|| panic!("no schema for {judge}"));
+            assert_eq!(keys(judge), keys(&variant["properties"]), "{judge}");
+        }
+    }
+
     #[test]
     fn unknown_keys_are_refused() {
         let bad = "workflow: w\ncases: [{name: a, prompt: p, promt: q}]\n";
