@@ -477,7 +477,8 @@ Examples:
     /// Per case and judge: mean, min, max and spread over the repetitions of a stored run.
     #[command(after_help = "\
 `$total` is the weighted mean of the judges (a failed judge counts 0),
-`$done` the fraction of runs that reached $END, `$steps` the step count.
+`$done` the fraction of runs that reached $END, `$steps` the step count,
+`$failedAttempts` the agents' failed attempts.
 
 Examples:
   uwf suite report 4KNM2PXR3B1QW

@@ -1088,7 +1088,14 @@ fn suite_diff_says_better_when_the_scenario_improves(backend: Backend) {
 
 fn judges_of_every_kind_and_failing_ones_are_recorded(backend: Backend) {
     let Some(env) = Env::on(backend) else { return };
-    let approving = mock_agent(&env.file("approves.yaml", APPROVES_AT_ONCE));
+    // The developer fails its first attempt once per thread and is retried.
+    env.set_config("retries:\n  default: { max: 2, backoff: 10ms }\n");
+    let flaky = APPROVES_AT_ONCE.replace(
+        r#"summary: "done" } }]"#,
+        r#"summary: "done" }, failFirst: 1 }]"#,
+    );
+    assert_ne!(flaky, APPROVES_AT_ONCE);
+    let approving = mock_agent(&env.file("approves.yaml", &flaky));
     let judges = r#"  - { kind: command, name: half, command: "sh -c 'echo \"{\\\"score\\\": 0.5, \\\"data\\\": {\\\"dir\\\": \\\"$1\\\", \\\"thread\\\": \\\"$2\\\"}}\"' judge" }
   - { kind: command, name: failing, command: "sh -c 'echo broken judge >&2; exit 3'" }
   - { kind: command, name: hanging, command: "sleep 30; true", timeout: 1s }
@@ -1096,6 +1103,7 @@ fn judges_of_every_kind_and_failing_ones_are_recorded(backend: Backend) {
   - { kind: command, name: too-big, command: "echo '{\"score\": 7}'; true" }
   - { kind: jsonata, name: long, weight: 2, expression: "$count(steps) / 6" }
   - { kind: jsonata, name: not-a-score, expression: "start.task" }
+  - { kind: jsonata, name: retried-once, expression: "metrics.failedAttempts = 1" }
   - { kind: schema, name: own-schemas }
   - kind: schema
     name: strict
@@ -1177,6 +1185,8 @@ fn judges_of_every_kind_and_failing_ones_are_recorded(backend: Backend) {
         error("not-a-score")
     );
     assert_eq!(score("long")["score"], 0.5, "3 steps of 6");
+    assert_eq!(run["failedAttempts"], 1, "{run}");
+    assert_eq!(score("retried-once")["score"], 1.0);
     assert_eq!(score("own-schemas")["score"], 1.0);
     // "done" is 4 characters: the developer's step (1 of 3) fails.
     let strict = score("strict");
@@ -1185,10 +1195,10 @@ fn judges_of_every_kind_and_failing_ones_are_recorded(backend: Backend) {
         strict["data"]["failures"][0]["role"], "developer",
         "{strict}"
     );
-    // total: (0.5 + 0×4 + 2×0.5 + 0 + 1 + 2/3) / 10 (failed judges count 0)
+    // total: (0.5 + 0×4 + 2×0.5 + 0 + 1 + 1 + 2/3) / 11 (failed judges count 0)
     let total = run["total"].as_f64().unwrap();
     assert!(
-        (total - (0.5 + 1.0 + 1.0 + 2.0 / 3.0) / 10.0).abs() < 1e-9,
+        (total - (0.5 + 1.0 + 1.0 + 1.0 + 2.0 / 3.0) / 11.0).abs() < 1e-9,
         "{total}"
     );
     // The run is kept: its thread is an ordinary finished thread.

@@ -626,6 +626,10 @@ pub struct RunRecord {
     pub done: bool,
     /// Its StepNodes.
     pub steps: usize,
+    /// Attempts of its agents that failed (and were retried or not), as
+    /// the thread's attempt records list them.
+    #[serde(default)]
+    pub failed_attempts: usize,
     /// Wall-clock time of the run (not the judges), ms.
     pub duration_ms: u64,
     /// Why the run did not finish cleanly (the child's exit, a timeout).
@@ -770,6 +774,7 @@ fn run_case(
         head: None,
         done: false,
         steps: 0,
+        failed_attempts: 0,
         duration_ms: 0,
         error: None,
         judges: Vec::new(),
@@ -846,6 +851,7 @@ fn run_case(
     record.done = done;
     let view = thread::load(&engine.cas, head).map_err(EngineError::from)?;
     record.steps = view.steps.len();
+    record.failed_attempts = crate::retry::attempts(engine, thread, usize::MAX)?.len();
     let judging = Judging {
         engine,
         suite,
@@ -1000,7 +1006,12 @@ fn jsonata_judge(
         m.insert("case".into(), json!(case.name));
         m.insert(
             "metrics".into(),
-            json!({ "steps": record.steps, "done": record.done, "durationMs": record.duration_ms }),
+            json!({
+                "steps": record.steps,
+                "failedAttempts": record.failed_attempts,
+                "done": record.done,
+                "durationMs": record.duration_ms,
+            }),
         );
     }
     let value =
@@ -1267,12 +1278,14 @@ pub const TOTAL: &str = "$total";
 pub const DONE: &str = "$done";
 /// The pseudo-judge of a run's step count (not a score: no verdict in a diff).
 pub const STEPS: &str = "$steps";
+/// The pseudo-judge of a run's failed attempts (not a score either).
+pub const FAILED_ATTEMPTS: &str = "$failedAttempts";
 
 /// Mean, extremes and spread of one judge over one case's repetitions.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Stat {
-    /// The judge (or `$total`, `$done`, `$steps`).
+    /// The judge (or `$total`, `$done`, `$steps`, `$failedAttempts`).
     pub judge: String,
     /// Repetitions that have a score.
     pub n: usize,
@@ -1296,7 +1309,7 @@ pub struct CaseReport {
     pub case: String,
     /// Its repetitions.
     pub runs: usize,
-    /// Per judge, then `$total`, `$done`, `$steps`.
+    /// Per judge, then `$total`, `$done`, `$steps`, `$failedAttempts`.
     pub judges: Vec<Stat>,
 }
 
@@ -1320,6 +1333,7 @@ fn samples(judge: &str, runs: &[&RunRecord]) -> Vec<Option<f64>> {
             TOTAL => r.total,
             DONE => Some(if r.done { 1.0 } else { 0.0 }),
             STEPS => Some(r.steps as f64),
+            FAILED_ATTEMPTS => Some(r.failed_attempts as f64),
             j => r.judges.iter().find(|s| s.judge == j).and_then(|s| s.score),
         })
         .collect()
@@ -1341,7 +1355,7 @@ fn judge_names(run: &SuiteRun) -> Vec<String> {
     run.judges
         .iter()
         .map(|j| j.name.clone())
-        .chain([TOTAL, DONE, STEPS].map(String::from))
+        .chain([TOTAL, DONE, STEPS, FAILED_ATTEMPTS].map(String::from))
         .collect()
 }
 
@@ -1402,7 +1416,7 @@ pub enum Verdict {
     Worse,
     /// The interval contains 0, or there are fewer than two scores on a side.
     Unclear,
-    /// Not a score (`$steps`): the change is shown, no verdict.
+    /// Not a score (`$steps`, `$failedAttempts`): the change is shown, no verdict.
     None,
 }
 
@@ -1469,7 +1483,7 @@ pub fn diff(a: &SuiteRun, b: &SuiteRun) -> Diff {
                 let xb: Vec<f64> = samples(j, rb).into_iter().flatten().collect();
                 let (mean_a, mean_b) = (mean(&xa), mean(&xb));
                 let interval = bootstrap(&xa, &xb, RESAMPLES, seed_for(case, j));
-                let verdict = if j == STEPS {
+                let verdict = if j == STEPS || j == FAILED_ATTEMPTS {
                     Verdict::None
                 } else {
                     verdict(xa.len(), xb.len(), interval)
