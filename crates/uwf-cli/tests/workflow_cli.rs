@@ -1104,11 +1104,17 @@ fn judges_of_every_kind_and_failing_ones_are_recorded(backend: Backend) {
   - { kind: jsonata, name: long, weight: 2, expression: "$count(steps) / 6" }
   - { kind: jsonata, name: not-a-score, expression: "start.task" }
   - { kind: jsonata, name: retried-once, expression: "metrics.failedAttempts = 1" }
+  - { kind: command, name: vars, command: "sh judge-vars.sh" }
   - { kind: schema, name: own-schemas }
   - kind: schema
     name: strict
     schemas: { developer: { type: object, properties: { summary: { type: string, minLength: 10 } } } }
 "#;
+    // Beside the suite file, where command judges run.
+    env.file(
+        "judge-vars.sh",
+        r#"printf '{"score": 1, "data": {"case": "%s", "vars": %s}}\n' "$UWF_SUITE_CASE" "$UWF_SUITE_VARS""#,
+    );
     let file = env.file("j.suite.yaml", &suite_yaml(&approving, judges, 1));
     let begun = std::time::Instant::now();
     let out = env
@@ -1187,6 +1193,10 @@ fn judges_of_every_kind_and_failing_ones_are_recorded(backend: Backend) {
     assert_eq!(score("long")["score"], 0.5, "3 steps of 6");
     assert_eq!(run["failedAttempts"], 1, "{run}");
     assert_eq!(score("retried-once")["score"], 1.0);
+    assert_eq!(
+        score("vars")["data"],
+        json!({ "case": "one", "vars": { "file": "a.rs" } })
+    );
     assert_eq!(score("own-schemas")["score"], 1.0);
     // "done" is 4 characters: the developer's step (1 of 3) fails.
     let strict = score("strict");
@@ -1195,10 +1205,10 @@ fn judges_of_every_kind_and_failing_ones_are_recorded(backend: Backend) {
         strict["data"]["failures"][0]["role"], "developer",
         "{strict}"
     );
-    // total: (0.5 + 0×4 + 2×0.5 + 0 + 1 + 1 + 2/3) / 11 (failed judges count 0)
+    // total: (0.5 + 0×4 + 2×0.5 + 0 + 1 + 1 + 1 + 2/3) / 12 (failed judges count 0)
     let total = run["total"].as_f64().unwrap();
     assert!(
-        (total - (0.5 + 1.0 + 1.0 + 1.0 + 2.0 / 3.0) / 11.0).abs() < 1e-9,
+        (total - (0.5 + 1.0 + 1.0 + 1.0 + 1.0 + 2.0 / 3.0) / 12.0).abs() < 1e-9,
         "{total}"
     );
     // The run is kept: its thread is an ordinary finished thread.

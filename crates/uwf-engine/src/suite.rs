@@ -929,7 +929,7 @@ fn judge(run: &Judging<'_>, spec: &JudgeSpec) -> Score {
                 .get(spec.name())
                 .copied()
                 .unwrap_or(DEFAULT_JUDGE_TIMEOUT);
-            command_judge(engine, suite, command, timeout, workdir, record, cancel)
+            command_judge(run, command, timeout)
         }
         JudgeSpec::Jsonata { expression, .. } => jsonata_judge(expression, case, record, view),
         JudgeSpec::Schema { schemas, .. } => schema_judge(&engine.cas, schemas, view),
@@ -956,15 +956,21 @@ fn judge(run: &Judging<'_>, spec: &JudgeSpec) -> Score {
 
 type Judged = Result<(f64, Option<Value>), String>;
 
-fn command_judge(
-    engine: &Engine,
-    suite: &Suite,
-    command: &str,
-    timeout: Duration,
-    workdir: &Path,
-    record: &RunRecord,
-    cancel: &CancelToken,
-) -> Judged {
+/// The environment variable giving a command judge its case's name.
+pub const CASE_ENV: &str = "UWF_SUITE_CASE";
+/// The environment variable giving a command judge its case's `vars` (JSON).
+pub const VARS_ENV: &str = "UWF_SUITE_VARS";
+
+fn command_judge(run: &Judging<'_>, command: &str, timeout: Duration) -> Judged {
+    let Judging {
+        engine,
+        suite,
+        case,
+        record,
+        workdir,
+        cancel,
+        ..
+    } = *run;
     let thread = record.thread.map(|t| t.to_string()).unwrap_or_default();
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
@@ -974,6 +980,10 @@ fn command_judge(
         .arg(&thread)
         .current_dir(&suite.dir);
     child_env(engine, &mut cmd);
+    cmd.env(CASE_ENV, &case.name).env(
+        VARS_ENV,
+        Value::from(serde_json::Map::from_iter(case.vars.clone())).to_string(),
+    );
     let f = bounded(cmd, timeout, cancel).map_err(|e| format!("cannot run: {e}"))?;
     if !f.success() {
         return Err(f.describe());
