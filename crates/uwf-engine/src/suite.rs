@@ -918,9 +918,7 @@ fn judge(run: &Judging<'_>, spec: &JudgeSpec) -> Score {
         case,
         record,
         view,
-        workdir,
-        cancel,
-        llm: _,
+        ..
     } = *run;
     let verdict = match spec {
         JudgeSpec::Command { command, .. } => {
