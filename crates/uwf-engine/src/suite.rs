@@ -459,7 +459,23 @@ impl Suite {
 /// The JSON Schema of a suite file (`uwf suite schema`), for editors.
 pub fn file_schema() -> Value {
     let name = json!({ "type": "string", "minLength": 1 });
-    let weight = json!({ "type": "number", "minimum": 0, "default": 1 });
+    // One judge kind: `kind`, `name` and `weight`, and its own keys.
+    let judge = |kind: &str, required: &[&str], own: Value| {
+        let mut properties = json!({
+            "kind": { "const": kind },
+            "name": { "type": "string", "minLength": 1 },
+            "weight": { "type": "number", "minimum": 0, "default": 1 }
+        });
+        if let (Some(p), Value::Object(own)) = (properties.as_object_mut(), own) {
+            p.extend(own);
+        }
+        let required: Vec<&str> = ["kind", "name"].iter().chain(required).copied().collect();
+        json!({
+            "type": "object", "additionalProperties": false,
+            "required": required,
+            "properties": properties
+        })
+    };
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "uwf suite",
@@ -497,40 +513,18 @@ pub fn file_schema() -> Value {
             "judges": {
                 "type": "array",
                 "items": { "oneOf": [
-                    {
-                        "type": "object", "additionalProperties": false,
-                        "required": ["kind", "name", "command"],
-                        "properties": {
-                            "kind": { "const": "command" }, "name": name, "weight": weight,
-                            "command": { "type": "string" },
-                            "timeout": { "type": "string", "default": "60s" }
-                        }
-                    },
-                    {
-                        "type": "object", "additionalProperties": false,
-                        "required": ["kind", "name", "expression"],
-                        "properties": {
-                            "kind": { "const": "jsonata" }, "name": name, "weight": weight,
-                            "expression": { "type": "string" }
-                        }
-                    },
-                    {
-                        "type": "object", "additionalProperties": false,
-                        "required": ["kind", "name", "rubric"],
-                        "properties": {
-                            "kind": { "const": "llm" }, "name": name, "weight": weight,
-                            "rubric": { "type": "string" },
-                            "model": { "type": "string", "description": "A model alias of config.yaml (default: modelOverrides.judge, a model named judge, defaultModel)." }
-                        }
-                    },
-                    {
-                        "type": "object", "additionalProperties": false,
-                        "required": ["kind", "name"],
-                        "properties": {
-                            "kind": { "const": "schema" }, "name": name, "weight": weight,
-                            "schemas": { "type": "object", "additionalProperties": { "type": "object" } }
-                        }
-                    }
+                    judge("command", &["command"], json!({
+                        "command": { "type": "string" },
+                        "timeout": { "type": "string", "default": "60s" }
+                    })),
+                    judge("jsonata", &["expression"], json!({ "expression": { "type": "string" } })),
+                    judge("llm", &["rubric"], json!({
+                        "rubric": { "type": "string" },
+                        "model": { "type": "string", "description": "A model alias of config.yaml (default: modelOverrides.judge, a model named judge, defaultModel)." }
+                    })),
+                    judge("schema", &[], json!({
+                        "schemas": { "type": "object", "additionalProperties": { "type": "object" } }
+                    }))
                 ] }
             }
         }
