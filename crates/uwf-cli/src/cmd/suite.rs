@@ -24,9 +24,13 @@ pub fn run(global: &Global, cmd: SuiteCommand, format: Option<Format>) -> Result
             let uwf = std::env::current_exe().map_err(|e| {
                 CliError::Output(format!("cannot find the uwf binary to run the cases: {e}"))
             })?;
+            let total = loaded.file.cases.len()
+                * repetitions.unwrap_or(loaded.file.repetitions).max(1) as usize;
+            let done = std::cell::Cell::new(0usize);
             let progress = |r: &RunRecord| {
+                done.set(done.get() + 1);
                 if !quiet {
-                    eprintln!("{}", run_line(r));
+                    eprintln!("[{}/{total}] {}", done.get(), run_line(r));
                 }
             };
             let ask = llm_client(&ctx, &loaded)?;
