@@ -132,6 +132,9 @@ pub enum Command {
     /// Evaluate a JSONata expression against a thread's moderator context or any JSON.
     #[command(after_help = EVAL_AFTER_HELP)]
     Eval(EvalArgs),
+    /// Evaluate a workflow: run a suite of cases, judge the threads, report and compare runs.
+    #[command(subcommand)]
+    Suite(SuiteCommand),
     /// Run queued threads (`uwf thread run --detach`) until stopped; SIGTERM drains.
     #[command(after_help = WORKER_AFTER_HELP)]
     Worker(WorkerArgs),
@@ -461,6 +464,64 @@ For yaml-language-server (VS Code's YAML extension, Neovim, Helix, …):
   # yaml-language-server: $schema=./workflow.schema.json
 
 The schema checks the shape; `uwf workflow validate` checks the rest.")]
+    Schema,
+}
+
+/// `uwf suite …`
+#[derive(Debug, Subcommand)]
+pub enum SuiteCommand {
+    /// Run every case × repetition of a suite as threads, judge them, store the result: {run, …}.
+    #[command(after_help = "\
+Each run is an ordinary thread of the current store, started and run by a
+child `uwf` in a fresh temporary working directory holding a copy of the
+case's fixture. Then every judge scores it. The result is stored as a
+SuiteRun node; stdout: {run, suite, workflow, runs, runErrors, judgeErrors,
+cases}. Progress and a table go to stderr (not with --quiet). A run or judge
+that fails is recorded with its error and the suite goes on; the exit status
+is 0 once the result is stored. The suite file is described in docs/eval.md.
+
+Examples:
+  uwf suite run examples/suites/solve-issue.suite.yaml
+  uwf suite run my.suite.yaml --repetitions 5")]
+    Run {
+        /// The suite file (YAML).
+        suite: PathBuf,
+        /// Run each case this many times (instead of the suite's `repetitions`).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        repetitions: Option<u32>,
+    },
+    /// Per case and judge: mean, min, max and spread over the repetitions of a stored run.
+    #[command(after_help = "\
+`$total` is the weighted mean of the judges (a failed judge counts 0),
+`$done` the fraction of runs that reached $END, `$steps` the step count,
+`$failedAttempts` the agents' failed attempts.
+
+Examples:
+  uwf suite report 4KNM2PXR3B1QW
+  uwf suite report 4KNM2PXR3B1QW --markdown > report.md")]
+    Report {
+        /// The run: the hash `uwf suite run` printed.
+        run: String,
+        /// A Markdown table on stdout instead of JSON.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// Per case and judge, how the mean changed from RUN_A to RUN_B, with a bootstrap 90 % interval.
+    #[command(after_help = "\
+The verdict is `better` or `worse` only when the whole interval is on one side
+of 0 and both runs have at least two scores; otherwise `unclear`. The
+resampling has a fixed seed: the same two runs always give the same output.
+stdout: {a, b, cases: [{case, judges: [{judge, meanA, meanB, change, low, high, verdict}]}], onlyA, onlyB};
+a table on stderr (not with --quiet).
+
+Example: uwf suite diff 4KNM2PXR3B1QW 7Q0ZD3MJ5RWHX")]
+    Diff {
+        /// The earlier run.
+        run_a: String,
+        /// The later run.
+        run_b: String,
+    },
+    /// Print the JSON Schema of the suite file, for editors.
     Schema,
 }
 

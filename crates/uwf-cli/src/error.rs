@@ -90,6 +90,11 @@ pub enum CliError {
     #[diagnostic(transparent)]
     Engine(Box<EngineFailure>),
 
+    /// A suite file or a stored suite run is refused.
+    #[error(transparent)]
+    #[diagnostic(code(uwf::suite), help("{}", suite_help(.0)))]
+    Suite(Box<uwf_engine::suite::SuiteError>),
+
     /// A malformed thread id.
     #[error(transparent)]
     #[diagnostic(transparent)]
@@ -377,6 +382,29 @@ fn verify_help(broken_roots: usize) -> String {
     format!(
         "{nodes}. A brokenRoot is a record of the thread state (its `root`: an active or archived thread's head, a wait, an attempt record, a queued run, a registry entry) naming a node that is missing or of the wrong type: restore the nodes from a backup of the store with `uwf store copy --from <backup> --to <this store>` (it copies what is missing and overwrites nothing); register a workflow name again with `uwf workflow put <file>`; meanwhile `uwf thread list` marks such threads broken and goes on"
     )
+}
+
+/// What to do about a [`CliError::Suite`].
+fn suite_help(e: &uwf_engine::suite::SuiteError) -> &'static str {
+    use uwf_engine::suite::SuiteError as S;
+    match e {
+        S::Invalid { .. } | S::Read { .. } => {
+            "see docs/eval.md for the suite file; `uwf suite schema` prints its JSON Schema; nothing was run or stored"
+        }
+        S::NotARun { .. } | S::BadRun { .. } => "give the hash `uwf suite run` printed as `run`",
+        _ => {
+            "the runs finished so far are threads of the store (`uwf thread list`); no suite result was stored"
+        }
+    }
+}
+
+impl From<uwf_engine::suite::SuiteError> for CliError {
+    fn from(e: uwf_engine::suite::SuiteError) -> Self {
+        match e {
+            uwf_engine::suite::SuiteError::Engine(e) => e.into(),
+            e => CliError::Suite(Box::new(e)),
+        }
+    }
 }
 
 /// Exit status of a failure without a more specific one.

@@ -172,6 +172,15 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             cmd::workflow::print_schema(format)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Suite(cli::SuiteCommand::Schema) => {
+            // Needs no storage root.
+            output::print(format, &uwf_engine::suite::file_schema())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Suite(sub) => {
+            cmd::suite::run(&cli.global, sub, format)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Workflow(sub) => {
             let ctx = open(&cli.global)?;
             cmd::workflow::run(&ctx, sub, format, cli.global.quiet)?;
@@ -274,7 +283,7 @@ fn open_for_worker(global: &cli::Global) -> Result<Option<engine::Ctx>, CliError
     }
 }
 
-fn open(global: &cli::Global) -> Result<engine::Ctx, CliError> {
+pub(crate) fn open(global: &cli::Global) -> Result<engine::Ctx, CliError> {
     let root = uwf_util::root::resolve_root(global.root.as_deref())?;
     tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
     engine::open(&root.path, global.store.as_deref())

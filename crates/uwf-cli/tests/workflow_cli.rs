@@ -39,7 +39,13 @@ per_backend!(
     replay_selects_threads_by_id_and_refuses_unknown_ones,
     replay_and_diff_of_an_unreadable_file_are_errors,
     diff_names_the_structural_changes,
-    replay_covers_active_threads_and_lists_unreadable_ones
+    replay_covers_active_threads_and_lists_unreadable_ones,
+    suite_diff_says_better_when_the_scenario_improves,
+    judges_of_every_kind_and_failing_ones_are_recorded,
+    bad_suite_files_are_refused_and_write_nothing,
+    the_example_suite_runs_offline,
+    an_interrupted_suite_stops_its_run_and_stores_nothing,
+    an_llm_judge_asks_the_configured_model
 );
 
 /// A small valid workflow; the bad inputs below are variations of it.
@@ -953,4 +959,460 @@ fn replay_covers_active_threads_and_lists_unreadable_ones(backend: Backend) {
         "workflow", "replay", &file, "--thread", &active, "--thread", &c,
     ]);
     assert_eq!(only["summary"]["same"], json!(2));
+}
+
+// ---------------------------------------------------------------------------
+// `uwf suite` (docs/eval.md)
+
+/// A suite of examples/solve-issue.yaml with two cases, run by `agent`,
+/// with `judges` (YAML list items) and `repetitions`.
+fn suite_yaml(agent: &str, judges: &str, repetitions: u32) -> String {
+    format!(
+        r#"name: t
+workflow: {workflow}
+repetitions: {repetitions}
+limits: {{ maxSteps: 10, timeout: 60s }}
+agent: "{agent}"
+cases:
+  - {{ name: one, prompt: "first task", vars: {{ file: a.rs }} }}
+  - {{ name: two, prompt: "second task" }}
+judges:
+{judges}"#,
+        workflow = example("solve-issue.yaml"),
+        agent = agent.replace('\\', "\\\\").replace('"', "\\\""),
+    )
+}
+
+const APPROVED_AT_ONCE_JUDGE: &str = r#"  - kind: jsonata
+    name: approved-at-once
+    expression: "$count(steps[role='reviewer' and output.approved=false]) = 0"
+"#;
+
+/// `uwf suite run FILE`: its JSON (it must succeed).
+fn suite_run(env: &Env, file: &std::path::Path) -> Value {
+    env.json(&["-q", "suite", "run", file.to_str().unwrap()])
+}
+
+fn suite_diff_says_better_when_the_scenario_improves(backend: Backend) {
+    let Some(env) = Env::on(backend) else { return };
+    let rejecting = mock_agent(&common::examples().join("solve-issue.mock.yaml"));
+    let approving = mock_agent(&env.file("approves.yaml", APPROVES_AT_ONCE));
+    let before = env.file(
+        "a.suite.yaml",
+        &suite_yaml(&rejecting, APPROVED_AT_ONCE_JUDGE, 2),
+    );
+    let after = env.file(
+        "b.suite.yaml",
+        &suite_yaml(&approving, APPROVED_AT_ONCE_JUDGE, 2),
+    );
+    let a = suite_run(&env, &before);
+    let b = suite_run(&env, &after);
+    assert_eq!(
+        (a["runs"].as_u64(), a["judgeErrors"].as_u64()),
+        (Some(4), Some(0)),
+        "{a}"
+    );
+    let mean = |v: &Value, case: usize, judge: &str| {
+        v["cases"][case]["judges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["judge"] == judge)
+            .unwrap()["mean"]
+            .as_f64()
+    };
+    assert_eq!(mean(&a, 0, "approved-at-once"), Some(0.0), "{a}");
+    assert_eq!(mean(&b, 0, "approved-at-once"), Some(1.0), "{b}");
+    assert_eq!(mean(&a, 0, "$steps"), Some(5.0), "{a}");
+    assert_eq!(mean(&b, 1, "$steps"), Some(3.0), "{b}");
+
+    // The stored run reads back as the same report.
+    let (ra, rb) = (a["run"].as_str().unwrap(), b["run"].as_str().unwrap());
+    let report = env.json(&["-q", "suite", "report", ra]);
+    assert_eq!(report["cases"], a["cases"]);
+    let node = env.json(&["cas", "get", ra]);
+    assert_eq!(node["payload"]["runs"].as_array().map(Vec::len), Some(4));
+    // Garbage collection keeps stored runs (and what they reference).
+    let gc = env.json(&["cas", "gc", "--grace", "0s"]);
+    let swept = gc["swept"].as_array().unwrap();
+    assert!(!swept.iter().any(|h| h == ra || h == rb), "{gc}");
+    assert_eq!(
+        env.json(&["-q", "suite", "report", ra])["cases"],
+        a["cases"]
+    );
+
+    let out = env.uwf().args(["suite", "diff", ra, rb]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for case in d["cases"].as_array().unwrap() {
+        let j = &case["judges"][0];
+        assert_eq!(j["judge"], "approved-at-once");
+        assert_eq!(j["change"], 1.0, "{d}");
+        assert_eq!(j["verdict"], "better", "{d}");
+        let steps = case["judges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["judge"] == "$steps")
+            .unwrap();
+        assert_eq!(
+            (steps["change"].as_f64(), &steps["verdict"]),
+            (Some(-2.0), &json!("none"))
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("approved-at-once") && text.contains("better"),
+        "{text}"
+    );
+    // The same two runs give the same intervals (fixed seed), and the
+    // reverse diff says worse.
+    assert_eq!(env.json(&["-q", "suite", "diff", ra, rb]), d);
+    let back = env.json(&["-q", "suite", "diff", rb, ra]);
+    assert_eq!(back["cases"][0]["judges"][0]["verdict"], "worse", "{back}");
+    // A run of one repetition per side gives no verdict.
+    let once = suite_run(
+        &env,
+        &env.file(
+            "c.suite.yaml",
+            &suite_yaml(&approving, APPROVED_AT_ONCE_JUDGE, 1),
+        ),
+    );
+    let d1 = env.json(&["-q", "suite", "diff", ra, once["run"].as_str().unwrap()]);
+    assert_eq!(d1["cases"][0]["judges"][0]["verdict"], "unclear", "{d1}");
+}
+
+fn judges_of_every_kind_and_failing_ones_are_recorded(backend: Backend) {
+    let Some(env) = Env::on(backend) else { return };
+    // The developer fails its first attempt once per thread and is retried.
+    env.set_config("retries:\n  default: { max: 2, backoff: 10ms }\n");
+    let flaky = APPROVES_AT_ONCE.replace(
+        r#"summary: "done" } }]"#,
+        r#"summary: "done" }, failFirst: 1 }]"#,
+    );
+    assert_ne!(flaky, APPROVES_AT_ONCE);
+    let approving = mock_agent(&env.file("approves.yaml", &flaky));
+    let judges = r#"  - { kind: command, name: half, command: "sh -c 'echo \"{\\\"score\\\": 0.5, \\\"data\\\": {\\\"dir\\\": \\\"$1\\\", \\\"thread\\\": \\\"$2\\\"}}\"' judge" }
+  - { kind: command, name: failing, command: "sh -c 'echo broken judge >&2; exit 3'" }
+  - { kind: command, name: hanging, command: "sleep 30; true", timeout: 1s }
+  - { kind: command, name: garbage, command: "echo not json; true" }
+  - { kind: command, name: too-big, command: "echo '{\"score\": 7}'; true" }
+  - { kind: jsonata, name: long, weight: 2, expression: "$count(steps) / 6" }
+  - { kind: jsonata, name: not-a-score, expression: "start.task" }
+  - { kind: jsonata, name: retried-once, expression: "metrics.failedAttempts = 1" }
+  - { kind: command, name: vars, command: "sh judge-vars.sh" }
+  - { kind: schema, name: own-schemas }
+  - kind: schema
+    name: strict
+    schemas: { developer: { type: object, properties: { summary: { type: string, minLength: 10 } } } }
+"#;
+    // Beside the suite file, where command judges run.
+    env.file(
+        "judge-vars.sh",
+        r#"printf '{"score": 1, "data": {"case": "%s", "vars": %s}}\n' "$UWF_SUITE_CASE" "$UWF_SUITE_VARS""#,
+    );
+    let file = env.file("j.suite.yaml", &suite_yaml(&approving, judges, 1));
+    let begun = std::time::Instant::now();
+    let out = env
+        .uwf()
+        .args(["suite", "run", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let elapsed = begun.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // Two runs × one hanging judge of 1s each, not 30s.
+    assert!(elapsed < std::time::Duration::from_secs(20), "{elapsed:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (
+            v["runs"].as_u64(),
+            v["runErrors"].as_u64(),
+            v["judgeErrors"].as_u64()
+        ),
+        (Some(2), Some(0), Some(10)),
+        "{v}"
+    );
+    let node = env.json(&["cas", "get", v["run"].as_str().unwrap()]);
+    let run = &node["payload"]["runs"][0];
+    assert_eq!(run["done"], true);
+    let score = |name: &str| {
+        run["judges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["judge"] == name)
+            .unwrap()
+            .clone()
+    };
+    let thread = run["thread"].as_str().unwrap();
+    assert_eq!(score("half")["score"], 0.5);
+    assert_eq!(score("half")["data"]["thread"], thread);
+    assert!(
+        score("half")["data"]["dir"]
+            .as_str()
+            .unwrap()
+            .contains("uwf-suite-")
+    );
+    let error = |name: &str| {
+        score(name)["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: {run}"))
+            .to_string()
+    };
+    assert!(
+        error("failing").contains("exited with status 3")
+            && error("failing").contains("broken judge"),
+        "{}",
+        error("failing")
+    );
+    assert!(
+        error("hanging").contains("did not finish within 1s"),
+        "{}",
+        error("hanging")
+    );
+    assert!(
+        error("garbage").contains("printed no JSON") && error("garbage").contains("not json"),
+        "{}",
+        error("garbage")
+    );
+    assert!(
+        error("too-big").contains("outside 0..1"),
+        "{}",
+        error("too-big")
+    );
+    assert!(
+        error("not-a-score").contains("not a boolean or a number"),
+        "{}",
+        error("not-a-score")
+    );
+    assert_eq!(score("long")["score"], 0.5, "3 steps of 6");
+    assert_eq!(run["failedAttempts"], 1, "{run}");
+    assert_eq!(score("retried-once")["score"], 1.0);
+    assert_eq!(
+        score("vars")["data"],
+        json!({ "case": "one", "vars": { "file": "a.rs" } })
+    );
+    assert_eq!(score("own-schemas")["score"], 1.0);
+    // "done" is 4 characters: the developer's step (1 of 3) fails.
+    let strict = score("strict");
+    assert_eq!(strict["data"]["valid"], 2, "{strict}");
+    assert_eq!(
+        strict["data"]["failures"][0]["role"], "developer",
+        "{strict}"
+    );
+    // total: (0.5 + 0×4 + 2×0.5 + 0 + 1 + 1 + 1 + 2/3) / 12 (failed judges count 0)
+    let total = run["total"].as_f64().unwrap();
+    assert!(
+        (total - (0.5 + 1.0 + 1.0 + 1.0 + 1.0 + 2.0 / 3.0) / 12.0).abs() < 1e-9,
+        "{total}"
+    );
+    // The run is kept: its thread is an ordinary finished thread.
+    let shown = env.json(&["thread", "show", thread]);
+    assert!(shown.to_string().contains(thread));
+    assert!(
+        err.contains("judge hanging: did not finish within 1s"),
+        "{err}"
+    );
+}
+
+fn bad_suite_files_are_refused_and_write_nothing(backend: Backend) {
+    let Some(env) = populated(backend) else {
+        return;
+    };
+    let agent = mock_agent(&common::examples().join("solve-issue.mock.yaml"));
+    let good = suite_yaml(&agent, APPROVED_AT_ONCE_JUDGE, 1);
+    let cases: Vec<(String, Vec<&str>)> = vec![
+        (
+            good.replace("repetitions:", "repetitionz:"),
+            vec!["unknown field `repetitionz`", "b.suite.yaml"],
+        ),
+        (
+            good.replace(&example("solve-issue.yaml"), "no-such-workflow"),
+            vec!["no workflow \"no-such-workflow\"", "solve-issue"],
+        ),
+        (
+            good.replace(&example("solve-issue.yaml"), "missing/flow.yaml"),
+            vec!["missing/flow.yaml"],
+        ),
+        (
+            good.replace("= 0\"", "= (\""),
+            vec!["approved-at-once", "does not parse"],
+        ),
+        (
+            good.replace("name: two", "name: one"),
+            vec!["\"one\"", "used twice"],
+        ),
+        (
+            good.replace("timeout: 60s", "timeout: soon"),
+            vec!["\"soon\" is not a duration"],
+        ),
+        (
+            good.replace("vars: { file: a.rs }", "fixture: nowhere"),
+            vec!["fixture nowhere is not a directory"],
+        ),
+        (
+            good.replace("kind: jsonata", "kind: llama"),
+            vec!["unknown variant `llama`"],
+        ),
+    ];
+    let before = env.snapshot();
+    for (yaml, expect) in &cases {
+        let file = env.file("b.suite.yaml", yaml);
+        let err = env.fails(&["suite", "run", file.to_str().unwrap()]);
+        for e in expect {
+            assert!(err.contains(e), "stderr lacks {e:?}:\n{err}");
+        }
+        assert_eq!(
+            env.snapshot(),
+            before,
+            "a refused suite changed the store: {err}"
+        );
+    }
+    let err = env.fails(&["suite", "run", "nowhere.suite.yaml"]);
+    assert!(
+        err.contains("cannot read the suite nowhere.suite.yaml"),
+        "{err}"
+    );
+    // A hash that is not a suite run.
+    let wf = env.json(&["workflow", "show", "solve-issue"]);
+    let err = env.fails(&["suite", "report", wf["hash"].as_str().unwrap()]);
+    assert!(err.contains("is not a suite run"), "{err}");
+}
+
+fn the_example_suite_runs_offline(backend: Backend) {
+    let Some(env) = Env::on(backend) else { return };
+    // Its agent is `uwf-mock`, found beside `uwf` as for any agent.
+    common::mock_bin();
+    let suite = common::examples().join("suites/solve-issue.suite.yaml");
+    // The schema for editors needs no store.
+    let schema = env.json(&["suite", "schema"]);
+    assert_eq!(schema["title"], "uwf suite");
+    assert_eq!(schema["required"], json!(["workflow", "cases"]));
+    let v = suite_run(&env, &suite);
+    assert_eq!(
+        (
+            v["runs"].as_u64(),
+            v["runErrors"].as_u64(),
+            v["judgeErrors"].as_u64()
+        ),
+        (Some(4), Some(0), Some(0)),
+        "{v}"
+    );
+    let md = env
+        .uwf()
+        .args(["suite", "report", v["run"].as_str().unwrap(), "--markdown"])
+        .output()
+        .unwrap();
+    let md = String::from_utf8(md.stdout).unwrap();
+    // The reviewer of the redirect-loop scenario rejects once, the
+    // readme-typo scenario's approves at once; one of five steps has a
+    // review comment shorter than the suite's stricter reviewer schema.
+    for row in [
+        "| redirect-loop | approved-at-once | 2 | 0.000 |",
+        "| readme-typo | approved-at-once | 2 | 1.000 |",
+        "| redirect-loop | reviewer-explains | 2 | 0.800 |",
+        "| redirect-loop | fixture-intact | 2 | 1.000 |",
+        "| readme-typo | $steps | 2 | 3.000 |",
+    ] {
+        assert!(md.contains(row), "{row} is not in\n{md}");
+    }
+}
+
+fn an_interrupted_suite_stops_its_run_and_stores_nothing(backend: Backend) {
+    let Some(env) = Env::on(backend) else { return };
+    // An agent that hangs, and leaves a mark while it does.
+    let mark = env.dir.path().join("agent-started");
+    let agent = format!("sh -c 'touch \"{}\"; sleep 60' agent", mark.display());
+    let file = env.file(
+        "i.suite.yaml",
+        &suite_yaml(&agent, APPROVED_AT_ONCE_JUDGE, 1),
+    );
+    let child = env
+        .command()
+        .args(["suite", "run", file.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let begun = std::time::Instant::now();
+    while !mark.exists() {
+        assert!(
+            begun.elapsed() < std::time::Duration::from_secs(30),
+            "the agent never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    // Stopped well before the agent's 60 s, with nothing on stdout.
+    assert!(
+        begun.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        begun.elapsed()
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        err.contains("the suite was interrupted; no result was stored"),
+        "{err}"
+    );
+    let schemas = env.json(&["cas", "schema", "list"]);
+    assert!(!schemas.to_string().contains("SuiteRun"), "{schemas}");
+}
+
+fn an_llm_judge_asks_the_configured_model(backend: Backend) {
+    use uwf_agent_kit::testing::MockLlm;
+    let Some(env) = Env::on(backend) else { return };
+    let mock = MockLlm::start().unwrap();
+    env.set_config(&serde_yaml::to_string(&mock.config()).unwrap());
+    // One answer per run, in order: a score, then prose (an error).
+    mock.reply_json(json!({ "score": 0.75, "reason": "a plan, a fix, an approval" }));
+    mock.reply_text("Looks fine to me!");
+    let approving = mock_agent(&env.file("approves.yaml", APPROVES_AT_ONCE));
+    let judges = r#"  - { kind: llm, name: rubric, rubric: "The reviewer explains the approval." }
+"#;
+    let file = env.file("l.suite.yaml", &suite_yaml(&approving, judges, 1));
+    let v = suite_run(&env, &file);
+    assert_eq!(v["judgeErrors"], 1, "{v}");
+    let node = env.json(&["cas", "get", v["run"].as_str().unwrap()]);
+    let first = &node["payload"]["runs"][0]["judges"][0];
+    assert_eq!(first["score"], 0.75, "{first}");
+    assert_eq!(first["data"]["reason"], "a plan, a fix, an approval");
+    let second = &node["payload"]["runs"][1]["judges"][0];
+    let e = second["error"].as_str().unwrap();
+    assert!(
+        e.contains("no JSON object") && e.contains("Looks fine"),
+        "{e}"
+    );
+    // The question: JSON mode, the rubric and the thread's task and steps.
+    let asked = mock.chat_requests();
+    assert_eq!(asked.len(), 2);
+    assert_eq!(asked[0].body["response_format"]["type"], "json_object");
+    let text = asked[0].body["messages"].to_string();
+    for part in [
+        "The reviewer explains the approval.",
+        "first task",
+        "filesChanged",
+    ] {
+        assert!(text.contains(part), "{part} is not in {text}");
+    }
+    assert!(
+        asked[1].body["messages"]
+            .to_string()
+            .contains("second task")
+    );
 }

@@ -37,6 +37,7 @@ pub mod running;
 pub mod secrets;
 pub mod spawn;
 mod step;
+pub mod suite;
 pub mod suspend;
 pub mod verify;
 pub mod worker;

@@ -9,6 +9,7 @@ pub mod serve;
 pub mod setup;
 pub mod store;
 pub mod story;
+pub mod suite;
 pub mod thread;
 pub mod view;
 pub mod worker;

@@ -82,7 +82,7 @@ impl Env {
     /// `uwf` with this root and this store, no colour, and no inherited
     /// root or store variables: on PostgreSQL `UWF_STORE` (the URL without
     /// its password) and `UWF_STORE_PASSWORD` select the database.
-    fn command(&self) -> std::process::Command {
+    pub fn command(&self) -> std::process::Command {
         let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("uwf"));
         c.env("UNCAGED_WORKFLOW_STORAGE_ROOT", self.root())
             .env_remove("WORKFLOW_STORAGE_ROOT")
