@@ -838,7 +838,11 @@ mod tests {
 
     #[test]
     fn doubled_slashes_are_paths_not_hosts() {
-        for url in ["/api/threads?limit=2", "//api/threads?limit=2", "///api/threads?limit=2"] {
+        for url in [
+            "/api/threads?limit=2",
+            "//api/threads?limit=2",
+            "///api/threads?limit=2",
+        ] {
             let t = Target::parse(url);
             assert_eq!(t.path, "/api/threads", "{url}");
             assert_eq!(t.query, [("limit".to_string(), "2".to_string())], "{url}");
