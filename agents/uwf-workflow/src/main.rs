@@ -1,6 +1,6 @@
 //! `uwf-workflow <child-workflow> [options] <thread-id> <role>`: a uwf
 //! agent that does a role's work by running a whole child thread of another
-//! workflow (seed 001, "workflow as agent", with a Merkle call stack).
+//! workflow (docs/nested-workflows.md: "workflow as agent", with a Merkle call stack).
 //!
 //! 1. Checks the call depth: the child would be at depth
 //!    `max($UWF_CALL_DEPTH, parentState hops above this thread) + 1`, which

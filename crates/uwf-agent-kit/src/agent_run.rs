@@ -62,7 +62,7 @@ impl AgentRun {
     }
 
     /// Records that the role's work was done by a child thread (a workflow
-    /// run as an agent, seed 001): `terminal` is the child thread's last
+    /// run as an agent, docs/nested-workflows.md): `terminal` is the child thread's last
     /// StepNode, written as the StepNode's `childThread` (a `cas_ref`, so
     /// `uwf cas walk`/`gc` reach the child thread from the parent). It must
     /// be a StepNode in the store ([`KitError::BadChildThread`](crate::KitError::BadChildThread)

@@ -157,7 +157,7 @@ pub fn write_step<S: Store>(
 }
 
 /// [`write_step`] with the StepNode's `childThread`: the terminal StepNode
-/// of the child thread that did the role's work (seed 001), or `None` for
+/// of the child thread that did the role's work (docs/nested-workflows.md), or `None` for
 /// an ordinary step (the field is then omitted). Not checked beyond the
 /// CAS's schema validation either.
 pub fn write_step_with_child<S: Store>(

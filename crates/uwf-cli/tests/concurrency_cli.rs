@@ -1,4 +1,4 @@
-//! Per-workflow concurrency limits and the kill flag (seed 004) end to end:
+//! Per-workflow concurrency limits and the kill flag (docs/state.md, "Slots") end to end:
 //! many real `uwf` processes at once, agents that log when they run, and
 //! the exit statuses of steps that get no slot or whose thread is killed.
 //! Every test runs on both stores (`per_backend!`): on PostgreSQL the

@@ -311,7 +311,7 @@ fn show_list_next_and_steps_of_a_running_thread(backend: Backend) {
         entries[1]["output"],
         json!({"plan": "the plan", "steps": ["one", "two"]})
     );
-    // The agent as uwf named it (the --agent command line), per seed 000.
+    // The agent as uwf named it (the --agent command line), per docs/agent-protocol.md.
     assert_eq!(entries[1]["agent"], agent.as_str());
     for k in ["detail", "timestamp"] {
         assert!(!entries[1][k].is_null(), "{k}: {}", entries[1]);

@@ -1,6 +1,6 @@
 //! The one acceptance check of a StepNode before a thread's head may move
-//! to it (seed 000 §1.3 step 6, seed 004's role-result validation, and the
-//! child-thread rules of seed 001). The engine runs it on what an agent
+//! to it (docs/agent-protocol.md, "What uwf checks", and the
+//! child-thread rules of docs/nested-workflows.md). The engine runs it on what an agent
 //! printed; agents built on the kit run it before they print, so a step
 //! that uwf would refuse is never offered.
 
@@ -362,7 +362,7 @@ pub fn check_step<S: Store>(
     })
 }
 
-/// Checks a StepNode's `childThread` (seed 001, seed 004): when present, it
+/// Checks a StepNode's `childThread` (docs/nested-workflows.md, "The links"): when present, it
 /// must be the terminal StepNode of a thread that loads, was started from
 /// this thread's head (`parentState`), and has ended (its moderator says
 /// `$END`).

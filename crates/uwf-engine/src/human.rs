@@ -26,7 +26,7 @@ use crate::{Engine as Ctx, Progress};
 
 /// Exit status of a process that stopped because its thread (or a child
 /// thread it runs) waits for a person. A workflow agent exits with it to
-/// tell the engine that its child thread waits (seed 001, docs/state.md).
+/// tell the engine that its child thread waits (docs/nested-workflows.md, "A child thread that waits for a person").
 pub const EXIT_WAITING: u8 = 4;
 
 /// How long the `notify` command may run before it is left behind.

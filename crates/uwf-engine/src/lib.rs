@@ -1,5 +1,5 @@
-//! The uwf engine as a library: start a thread, run one step of it (seed 000
-//! §1.3 with the rules of seed 004), run it to the end, fork it, kill it.
+//! The uwf engine as a library: start a thread, run one step of it (the cycle of
+//! docs/state.md, "Thread lifecycle", with its concurrency slots), run it to the end, fork it, kill it.
 //!
 //! The engine owns the whole step cycle: it resolves the head, asks the
 //! moderator for the next role, resolves the agent, takes a concurrency
@@ -115,7 +115,7 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// The embedded default: the filesystem store under `root` (seed 002's
+    /// The embedded default: the filesystem store under `root` (docs/state.md's
     /// layout). Agents get `root` in their environment.
     pub fn open(root: &Path) -> Result<Self, EngineError> {
         Ok(Self {

@@ -41,7 +41,7 @@ pub const PGPASSWORD_ENV: &str = "PGPASSWORD";
 /// Where a store lives.
 #[derive(Clone, PartialEq, Eq)]
 pub enum StoreLocation {
-    /// The filesystem store under this root (seed 002's layout).
+    /// The filesystem store under this root (the layout of docs/state.md, "The files").
     Dir(PathBuf),
     /// A PostgreSQL database, by URL (`postgres://…` or `postgresql://…`).
     Postgres(String),

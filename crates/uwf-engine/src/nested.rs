@@ -1,4 +1,4 @@
-//! Workflows run as agents (seed 001): the links between a parent thread
+//! Workflows run as agents (docs/nested-workflows.md): the links between a parent thread
 //! and the child threads that did some of its roles' work.
 //!
 //! The links are ordinary `cas_ref` fields — a child's StartNode has

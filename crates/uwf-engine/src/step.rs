@@ -138,9 +138,9 @@ impl Stepped {
     }
 }
 
-/// Runs one cycle of a thread (seed 000 §1.3).
+/// Runs one cycle of a thread (docs/state.md, "Thread lifecycle").
 ///
-/// If config.yaml limits the workflow's concurrency (seed 004), the agent
+/// If config.yaml limits the workflow's concurrency (docs/state.md, "Slots"), the agent
 /// runs only while the step holds one of its slots ([`uwf_state::slots`]):
 /// taken after the moderator chose the role, freed when the agent ends.
 /// A role bound to a person (`human: true`) runs nothing: the thread is
@@ -359,7 +359,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         )?),
         None => None,
     };
-    // The kill flag (seed 004), checked once more just before the agent
+    // The kill flag, checked once more just before the agent
     // starts: the thread may have been killed or moved on meanwhile.
     if let Some(e) = moved(ctx, id, head, false)? {
         return Err(e);
@@ -657,7 +657,7 @@ fn redact_failure(ctx: &Engine, reason: String) -> String {
 /// Moves thread `id` from the head `view` was loaded at to `new` (a checked
 /// StepNode of `role`, loaded as `loaded`) by compare-and-swap, then asks
 /// the moderator whether the thread is done and archives it if so
-/// (seed 000 §1.3, steps 7 and 8).
+/// (docs/agent-protocol.md, "What uwf checks").
 ///
 /// `epoch` is the garbage-collection epoch read before `new` and what it
 /// reaches were stored (`None`: not known, so they are checked under the
@@ -943,7 +943,7 @@ fn agent_env(
     edge_prompt: Option<&str>,
 ) -> Result<(Vec<(String, std::ffi::OsString)>, Redactor), EngineError> {
     let mut env = ctx.store_env.clone();
-    // What the StepNode records as `agent` (seed 000: the agent command used).
+    // What the StepNode records as `agent` (docs/agent-protocol.md: the agent command used).
     env.push((AGENT_ENV.to_string(), label.into()));
     env.push((HEAD_ENV.to_string(), head.to_string().into()));
     // The decision at that head, so the agent need not evaluate the

@@ -4,7 +4,7 @@
 //!
 //! [`Worker::run`] runs `concurrency` slots. Each slot claims the oldest
 //! claimable run, then steps its thread with the engine's own [`step`]
-//! (the moderator, the slot of seed 004, the agent, the checks, the
+//! (the moderator, the workflow's slot, the agent, the checks, the
 //! compare-and-swap of the head) until the thread ends, waits for a
 //! person, fails, or the worker shuts down. Meanwhile a monitor renews the
 //! lease every third of its length; when a renewal is refused (another
@@ -106,7 +106,7 @@ pub enum Event {
     AttemptFailed,
     /// A failed attempt is retried.
     Retrying,
-    /// The step waits for a slot of its workflow (seed 004).
+    /// The step waits for a slot of its workflow (docs/state.md, "Slots").
     SlotWait,
     /// The head moved: the step landed.
     Landed,

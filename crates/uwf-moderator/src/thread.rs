@@ -314,7 +314,7 @@ fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadV
 /// treated as corrupt.
 pub const MAX_CALL_FRAMES: usize = 10_000;
 
-/// One thread on a call stack (seed 001): see [`call_stack`].
+/// One thread on a call stack (docs/nested-workflows.md): see [`call_stack`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallFrame {
     /// This frame's position in its thread: the node [`call_stack`] was

@@ -168,7 +168,7 @@ pub struct WorkflowConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role_models: Option<BTreeMap<String, BTreeMap<String, String>>>,
     /// Per workflow name: how many of its steps may run at once on this
-    /// machine, and what happens to the others (seed 004). A workflow
+    /// machine, and what happens to the others (docs/state.md, "Slots"). A workflow
     /// without an entry is unlimited.
     ///
     /// ```yaml

@@ -18,8 +18,9 @@ pub struct RoleDefinition {
 
 /// A named condition: a JSONata expression over the [`ModeratorContext`].
 ///
-/// Seed 000 writes a condition as a bare expression string; seed 002 as
-/// `{description, expression}`. Both are accepted and kept as written.
+/// A workflow writes a condition as a bare expression string or as
+/// `{description, expression}` (docs/workflow.md, "Conditions"). Both are
+/// accepted and kept as written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ConditionDefinition {
@@ -61,7 +62,7 @@ pub struct Transition {
     /// Name of a condition in [`WorkflowPayload::conditions`]; `None` is the
     /// unconditional fallback.
     pub condition: Option<String>,
-    /// Edge prompt template handed to the next agent (seed 003 syntax).
+    /// Edge prompt template handed to the next agent (docs/workflow.md, "Edge prompts").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
 }

@@ -107,7 +107,7 @@ pub struct ThreadForkOutput {
 }
 
 /// `uwf thread show`: the thread's head, and its links to other threads
-/// when it has any (workflows run as agents, seed 001).
+/// when it has any (workflows run as agents, docs/nested-workflows.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadShowOutput {

@@ -1,12 +1,12 @@
 //! The mutable state of a uwf store: which threads are active and where
 //! their heads are, the archive of finished threads, the workflow registry,
 //! the configuration, the side tables of waiting threads and failed
-//! attempts, and the per-workflow concurrency slots of seed 004.
+//! attempts, and the per-workflow concurrency slots (docs/state.md, "Slots").
 //!
 //! Everything else a store holds is immutable and lives in the CAS
 //! (`uwf-cas`). The engine reaches this state through the
 //! [`ThreadStore`] trait; [`StateDir`] is the embedded filesystem backend
-//! (the layout of seed 002, documented in `docs/state.md`).
+//! (the layout documented in `docs/state.md`).
 
 pub mod env;
 mod fs_runs;

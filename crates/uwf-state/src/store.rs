@@ -45,7 +45,7 @@ pub enum ErrorKind {
     Io,
 }
 
-/// A concurrency slot held while an agent runs (seed 004); dropping it
+/// A concurrency slot held while an agent runs (docs/state.md, "Slots"); dropping it
 /// frees the slot.
 pub trait SlotHold: Send {
     /// The slot's index within the workflow's `concurrency`.
@@ -78,9 +78,10 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
 
     // ----- threads -------------------------------------------------------
 
-    /// The head of `thread` if it is active. This is also the kill flag of
-    /// seed 004: a running step polls it and stops once the thread is gone
-    /// or its head moved, so it must be cheap.
+    /// The head of `thread` if it is active. This is also the kill flag: a
+    /// running step reads it and stops once the thread is gone or its head
+    /// moved, so it must be cheap (a store with [`head_notices`](Self::head_notices)
+    /// is read less often).
     fn thread_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError>;
 
     /// Every active thread and its head.
@@ -255,7 +256,7 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         Ok(None)
     }
 
-    // ----- concurrency (seed 004) ----------------------------------------
+    // ----- concurrency (docs/state.md, "Slots") ---------------------------
 
     /// Takes a slot of `workflow` as `limits` say, calling `on_wait` while
     /// it waits in the queue (returning `false` gives up with

@@ -5,7 +5,7 @@
 //! nodes, with the same hashes and payload bytes as the filesystem store,
 //! and the derived-data cache) and [`uwf_state::ThreadStore`] (thread heads
 //! with compare-and-swap, history, registry, configuration, the side tables
-//! and the per-workflow concurrency slots of seed 004, enforced across every
+//! and the per-workflow concurrency slots (docs/state.md, "Slots"), enforced across every
 //! machine). Secrets are **not** kept in the database: they are read from
 //! the `.env` of a local directory the caller names (see
 //! [`PgStore::connect`]). `docs/postgres.md` describes the schema and how

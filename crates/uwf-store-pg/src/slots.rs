@@ -1,4 +1,4 @@
-//! Per-workflow concurrency slots (seed 004) shared by every machine using
+//! Per-workflow concurrency slots (docs/state.md, "Slots") shared by every machine using
 //! the database.
 //!
 //! # Slots

@@ -88,7 +88,7 @@ fn show(ctx: &Ctx, id: ThreadId) -> Result<ThreadShowOutput, CliError> {
     Ok(out)
 }
 
-/// Fills in `parent`, `parentThread` and `childThreads` (seed 001 links).
+/// Fills in `parent`, `parentThread` and `childThreads` (docs/nested-workflows.md, "The links").
 fn add_links(ctx: &Ctx, out: &mut ThreadShowOutput) -> Result<(), CliError> {
     let view = thread::load(ctx.cas(), out.head.head)?;
     out.parent = view.start.parent_state;

@@ -35,7 +35,7 @@
 //! always matches. `prompt` is an edge prompt template handed to the next
 //! agent (see [`render_prompt`](crate::render_prompt)).
 //!
-//! # Alternative syntax (seed 003), compiled at parse time
+//! # Alternative syntax (status maps; docs/workflow.md), compiled at parse time
 //!
 //! A role may be written as `{description, goal, capabilities, procedure,
 //! output, meta}`: the system prompt is assembled from `goal`,
