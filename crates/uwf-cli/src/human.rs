@@ -23,6 +23,8 @@ pub enum AnswerInput {
     Text(String),
     /// `--edit`: `$VISUAL`/`$EDITOR` on a template.
     Edit,
+    /// The output itself, already parsed (`uwf serve`'s answer action).
+    Value(serde_json::Value),
 }
 
 /// `uwf thread answer`: writes the StepNode a person gives for the role
@@ -97,6 +99,7 @@ pub fn answer(
         AnswerInput::Output(arg) => AgentRun::output(crate::input::read_json("--output", &arg)?),
         AnswerInput::Text(arg) => AgentRun::text(crate::input::read_text(&arg)?),
         AnswerInput::Edit => AgentRun::text(edit(&ctx_agent, id)?),
+        AnswerInput::Value(v) => AgentRun::output(v),
     };
     // Read before the answer's nodes are stored (uwf_engine::keep).
     let epoch = ctx.state().gc_epoch()?;

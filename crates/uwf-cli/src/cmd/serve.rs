@@ -519,6 +519,11 @@ impl App {
                 engine::kill(&self.ctx, id).map_err(|e| Failure::from_cli(e.into()))?;
                 Ok(json_reply(200, &json!({ "thread": id, "archived": true })))
             }
+            (Method::Post, ["api", "threads", id, "answer"]) => {
+                let body = read_json_body(req)?;
+                let id = self.thread(id)?;
+                Ok(json_reply(200, &self.answer(id, &body)?))
+            }
             (_, ["api", ..]) | (_, ["threads", ..]) | (_, [""]) => Err(Failure::new(
                 405,
                 "uwf::serve::method",
@@ -530,6 +535,47 @@ impl App {
                 format!("nothing at {path}"),
             )),
         }
+    }
+
+    /// The answer action: `{output, role?, as?}` becomes the step of the
+    /// role the thread waits on, through the same call and checks as
+    /// `uwf thread answer --output` (the output is validated against the
+    /// role's schema there; a refusal says why, 422). The person is
+    /// `human:<as>`, `human:web` without a name.
+    fn answer(&self, id: ThreadId, body: &Value) -> Result<Value, Failure> {
+        let Some(output) = body.get("output").filter(|o| o.is_object()).cloned() else {
+            return Err(Failure::new(
+                400,
+                "uwf::serve::body",
+                "the body must be {\"output\": {…}} (the role's output as an object), with \"role\" and \"as\" optional",
+            ));
+        };
+        let text = |key: &str| body.get(key).and_then(Value::as_str);
+        let name = text("as").filter(|n| !n.trim().is_empty()).unwrap_or("web");
+        let stepped = crate::human::answer(
+            &self.ctx,
+            id,
+            text("role"),
+            crate::human::AnswerInput::Value(output),
+            Some(name),
+        )
+        .map_err(|e| {
+            let status = match &e {
+                CliError::AnswerRejected { .. } => 422,
+                CliError::NotWaiting { .. } => 409,
+                _ => 0,
+            };
+            let mut f = Failure::from_cli(e);
+            if status != 0 {
+                f.status = status;
+            }
+            // An output its schema refuses, as the kit checks it.
+            if f.code == "uwf::agent::invalid_output" {
+                f.status = 422;
+            }
+            f
+        })?;
+        serde_json::to_value(&stepped).map_err(|e| Failure::new(500, "uwf::output", e.to_string()))
     }
 
     /// A thread id, unique prefix or `@last`, as the CLI resolves it; an

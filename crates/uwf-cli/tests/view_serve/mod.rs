@@ -9,10 +9,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Backend, Env, example, mock_agent};
+use crate::common::{self, Backend, Env, example, mock_agent};
 use crate::per_backend;
 
-per_backend!(serve_api_events_and_kill, serve_refuses_bad_addresses,);
+per_backend!(
+    serve_api_events_and_kill,
+    serve_refuses_bad_addresses,
+    serve_answers_a_waiting_role,
+);
 
 /// How long any condition is waited for before the test fails.
 const WAIT: Duration = Duration::from_secs(60);
@@ -124,6 +128,90 @@ fn post(url: &str, token: Option<&str>) -> (u16, Value) {
     let status = r.status().as_u16();
     let body = r.body_mut().read_to_string().unwrap();
     (status, serde_json::from_str(&body).unwrap())
+}
+
+/// POST `body` as JSON with `token` as the bearer: (status, body).
+fn post_json(url: &str, token: &str, body: &Value) -> (u16, Value) {
+    let mut r = client()
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Authorization", &format!("Bearer {token}"))
+        .send(body.to_string())
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.body_mut().read_to_string().unwrap();
+    (status, serde_json::from_str(&text).unwrap())
+}
+
+/// A person answers the role a thread waits on through the API: the same
+/// checks as `uwf thread answer` (the role's schema, the role asked), a
+/// refusal explained and nothing written, then the step lands.
+fn serve_answers_a_waiting_role(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let scenario = common::examples().join("approve-release.mock.yaml");
+    env.set_config(&format!(
+        "agents:\n  mock: {{ command: '{}', args: ['{}'] }}\n  me: {{ human: true }}\ndefaultAgent: mock\nagentOverrides:\n  approve-release: {{ approver: me }}\n",
+        common::mock_bin().display(),
+        scenario.display()
+    ));
+    let out = env.output(&[
+        "thread",
+        "run",
+        &example("approve-release.yaml"),
+        "-p",
+        "Release 2.0",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let waiting: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = waiting["thread"].as_str().unwrap().to_string();
+    let mut server = Server::start(&env, &["--new-token"]);
+    let token = server.hello["token"].as_str().unwrap().to_string();
+    let answer = server.url(&format!("api/threads/{id}/answer"));
+    let before = env.snapshot();
+    for (body, status, code, says) in [
+        (
+            json!({"output": {"approved": "yes"}}),
+            422,
+            "uwf::agent::invalid_output",
+            "is not of type \"boolean\"",
+        ),
+        (
+            json!({"output": {"approved": true}, "role": "publisher"}),
+            409,
+            "uwf::thread::not_waiting",
+            "waits for role \"approver\"",
+        ),
+        (
+            json!({"approved": true}),
+            400,
+            "uwf::serve::body",
+            "{\"output\": {…}}",
+        ),
+    ] {
+        let (got, v) = post_json(&answer, &token, &body);
+        assert_eq!(got, status, "{body}: {v:#}");
+        assert_eq!(v["code"], code, "{v:#}");
+        assert!(v["error"].as_str().unwrap().contains(says), "{v:#}");
+    }
+    assert_eq!(env.snapshot(), before, "a refused answer wrote something");
+    let (got, v) = post_json(
+        &answer,
+        &token,
+        &json!({"output": {"approved": true, "comments": "Ship it."}, "as": "ann"}),
+    );
+    assert_eq!(got, 200, "{v:#}");
+    assert_eq!(v["thread"], id.as_str());
+    assert_ne!(v["head"], waiting["head"]);
+    let steps = env.json(&["thread", "steps", &id]);
+    let last = steps["steps"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["role"], "approver", "{last:#}");
+    assert_eq!(last["agent"], "human:ann", "{last:#}");
+    // Nothing waits any more: a second answer is refused.
+    let (got, v) = post_json(&answer, &token, &json!({"output": {"approved": true}}));
+    assert_eq!(got, 409, "{v:#}");
+    assert!(server.stop().success());
 }
 
 /// The events of `url` as (name, data), read on a thread of their own.
