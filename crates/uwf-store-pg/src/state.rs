@@ -338,6 +338,13 @@ impl ThreadStore for PgStore {
                 ],
             )
             .map_err(self.err("append to the history"))?;
+            // A marker left by a `uwf` that died mid-step would otherwise
+            // stay (stale) for a thread that never runs again.
+            tx.execute(
+                "DELETE FROM uwf_running WHERE thread = $1",
+                &[&entry.thread.to_string()],
+            )
+            .map_err(self.err("remove an archived thread's running marker"))?;
             Ok(entry)
         })
     }

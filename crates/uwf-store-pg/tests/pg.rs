@@ -824,6 +824,16 @@ fn running_markers_are_shared_and_only_their_own_is_removed() {
     );
     store.clear_running(thread, r#"{"step":2}"#).unwrap();
     assert_eq!(store.running_marker(thread).unwrap(), None);
+    // One left behind (its `uwf` died) goes when the thread is archived.
+    let head = Hash::from_u64(1);
+    store
+        .insert_thread(thread, head, &uwf_state::NodeGuard::vouched())
+        .unwrap();
+    store.put_running(thread, r#"{"step":3}"#).unwrap();
+    store
+        .archive(thread, Hash::from_u64(2), Some(head), "killed")
+        .unwrap();
+    assert_eq!(store.running_marker(thread).unwrap(), None);
 }
 
 #[test]
