@@ -326,8 +326,19 @@ fn from_another_root_on_the_same_database(env: &Env, db: &uwf_pg_testing::TestDb
         out
     };
     let json = |args: &[&str]| -> Value { serde_json::from_slice(&there(args).stdout).unwrap() };
-    let show = json(&["thread", "show", id]);
-    assert_eq!(show["state"], "running", "{show:#}");
+    // The marker reaches the database once the agent has run a second.
+    let until = Instant::now() + Duration::from_secs(60);
+    let show = loop {
+        let show = json(&["thread", "show", id]);
+        if show["state"] == "running" {
+            break show;
+        }
+        assert!(
+            Instant::now() < until,
+            "never running from elsewhere: {show:#}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert!(
         show["running"]["text"]
             .as_str()

@@ -18,7 +18,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -236,10 +236,18 @@ pub struct Running {
     marker: Marker,
     path: PathBuf,
     log: Arc<Mutex<Option<std::fs::File>>>,
-    /// The store that shares the marker with other machines, and the
-    /// marker as put there (removed only if it is still that).
-    shared: Option<(Arc<dyn ThreadStore>, String)>,
+    /// The store that shares markers with other machines, when it does.
+    store: Option<Arc<dyn ThreadStore>>,
+    /// The marker as put in that store (removed only if it is still that),
+    /// once [`share`](Self::share) put it.
+    shared: Mutex<Option<String>>,
+    started: std::time::Instant,
 }
+
+/// How long an agent runs before its marker goes to a shared store: a
+/// step that lands sooner is seen by its head moving, and would pay two
+/// database transactions for a marker nobody reads.
+pub const SHARE_AFTER: Duration = Duration::from_secs(1);
 
 impl Running {
     /// Marks `thread` as running `role` with `agent` from `head`, and opens
@@ -270,17 +278,7 @@ impl Running {
         };
         let path = marker_path(root, thread);
         write_marker(&path, &marker);
-        let shared = store
-            .shares_running()
-            .then(|| serde_json::to_string(&marker).ok())
-            .flatten()
-            .and_then(|text| match store.put_running(thread, &text) {
-                Ok(()) => Some((Arc::clone(store), text)),
-                Err(e) => {
-                    tracing::warn!("cannot record the running agent in the store: {e}");
-                    None
-                }
-            });
+        let store = store.shares_running().then(|| Arc::clone(store));
         let log = open_log(&marker.log).map(|mut f| {
             let _ = writeln!(
                 f,
@@ -296,7 +294,33 @@ impl Running {
             marker,
             path,
             log: Arc::new(Mutex::new(log)),
-            shared,
+            store,
+            shared: Mutex::new(None),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// Puts the marker in a store that shares markers with other machines,
+    /// once the agent has run for [`SHARE_AFTER`] (called as the step
+    /// watches its agent; later calls do nothing). A failure is a warning:
+    /// the agent runs on, seen from this machine only.
+    pub fn share(&self) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        if self.started.elapsed() < SHARE_AFTER {
+            return;
+        }
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        if shared.is_some() {
+            return;
+        }
+        let Ok(text) = serde_json::to_string(&self.marker) else {
+            return;
+        };
+        match store.put_running(self.marker.thread, &text) {
+            Ok(()) => *shared = Some(text),
+            Err(e) => tracing::warn!("cannot record the running agent in the store: {e}"),
         }
     }
 
@@ -372,8 +396,13 @@ impl Drop for Running {
         if ours {
             let _ = std::fs::remove_file(&self.path);
         }
-        if let Some((store, text)) = &self.shared
-            && let Err(e) = store.clear_running(self.marker.thread, text)
+        let shared = self
+            .shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let (Some(store), Some(text)) = (&self.store, shared)
+            && let Err(e) = store.clear_running(self.marker.thread, &text)
         {
             // Left behind, it reads as stale once the head moves on.
             tracing::warn!("cannot remove the running agent's marker from the store: {e}");

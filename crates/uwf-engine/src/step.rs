@@ -421,7 +421,12 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
             },
             &cancel,
             // The kill flag: the thread is no longer active, or its head moved.
-            || kill_flag.raised(),
+            || {
+                if let Some(r) = &running {
+                    r.share();
+                }
+                kill_flag.raised()
+            },
         )
     })
     .map_err(|source| EngineError::AgentSpawn {
