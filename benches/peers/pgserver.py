@@ -160,7 +160,7 @@ class Server:
         with self.connect() as c:
             c.execute("SELECT pg_stat_statements_reset()")
 
-    def top_statements(self, db, limit=8):
+    def top_statements(self, db, limit=int(os.environ.get("UWF_PEERS_TOP", "8"))):
         """[(calls, rows, query)] of database `db`, most called first."""
         with self.connect() as c:
             return c.execute(

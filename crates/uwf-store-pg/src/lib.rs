@@ -40,7 +40,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use postgres::{Client, NoTls};
+use std::collections::HashMap;
+
+use postgres::types::ToSql;
+use postgres::{Client, NoTls, Row, Statement};
 
 pub use error::{BACKEND, PgError};
 pub use schema::InitReport;
@@ -100,7 +103,7 @@ pub(crate) struct Inner {
     /// The password, only to redact it from messages.
     secret: Option<String>,
     secrets_dir: Option<PathBuf>,
-    idle: Mutex<Vec<(Client, Instant)>>,
+    idle: Mutex<Vec<Pooled>>,
     pool_size: usize,
     schema_ready: AtomicBool,
     workflow_ids: Mutex<std::collections::HashMap<String, i32>>,
@@ -196,7 +199,7 @@ impl PgStore {
         self.inner.ensure_schema()?;
         Ok(Conn {
             inner: &self.inner,
-            client: Some(self.inner.take()?),
+            pooled: Some(self.inner.take_pooled()?),
         })
     }
 
@@ -241,32 +244,44 @@ impl Inner {
 
     /// An idle connection, or a new one.
     pub(crate) fn take(&self) -> Result<Client, PgError> {
+        self.take_pooled().map(|p| p.client)
+    }
+
+    /// An idle connection with the statements prepared on it, or a new
+    /// one.
+    fn take_pooled(&self) -> Result<Pooled, PgError> {
         let idle = self
             .idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
         match idle {
-            Some((mut c, since)) if !c.is_closed() => {
-                if since.elapsed() < CHECK_IDLE_AFTER || c.is_valid(CHECK_TIMEOUT).is_ok() {
-                    Ok(c)
+            Some(mut p) if !p.client.is_closed() => {
+                if p.since.elapsed() < CHECK_IDLE_AFTER || p.client.is_valid(CHECK_TIMEOUT).is_ok()
+                {
+                    Ok(p)
                 } else {
-                    self.open()
+                    self.open().map(Pooled::new)
                 }
             }
-            _ => self.open(),
+            _ => self.open().map(Pooled::new),
         }
     }
 
     /// Returns a connection to the pool (or closes it if the pool is full
     /// or the connection is broken).
     pub(crate) fn give_back(&self, client: Client) {
-        if client.is_closed() {
+        self.give_back_pooled(Pooled::new(client));
+    }
+
+    fn give_back_pooled(&self, mut pooled: Pooled) {
+        if pooled.client.is_closed() {
             return;
         }
+        pooled.since = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < self.pool_size {
-            idle.push((client, Instant::now()));
+            idle.push(pooled);
         }
     }
 
@@ -303,32 +318,178 @@ impl Inner {
     }
 }
 
+/// An idle connection and the statements prepared on it.
+///
+/// Every statement sent as text is parsed and planned by the server in a
+/// transaction of its own before it runs in another (the extended query
+/// protocol's Parse/Describe, then Bind/Execute): twice the transactions
+/// and the parsing each time. Prepared once per connection and kept here,
+/// a statement then costs one (docs/postgres.md, "Transactions per step").
+pub(crate) struct Pooled {
+    client: Client,
+    statements: HashMap<&'static str, Statement>,
+    since: Instant,
+}
+
+impl Pooled {
+    fn new(client: Client) -> Self {
+        Pooled {
+            client,
+            statements: HashMap::new(),
+            since: Instant::now(),
+        }
+    }
+}
+
 /// A pooled connection, given back when dropped. A connection whose
 /// transaction was left open is rolled back by the client library first;
 /// a broken one is closed instead.
+///
+/// Its `query`, `query_opt`, `query_one` and `execute` take the text of a
+/// statement known at compile time and prepare it once per connection;
+/// other statements go to the [`Client`] it dereferences to.
 pub(crate) struct Conn<'a> {
     inner: &'a Inner,
-    client: Option<Client>,
+    pooled: Option<Pooled>,
+}
+
+impl Conn<'_> {
+    fn pooled(&mut self) -> &mut Pooled {
+        // Only `Drop` takes it out.
+        self.pooled.as_mut().unwrap_or_else(|| unreachable!())
+    }
+
+    /// `sql` prepared on this connection (once; the server keeps the plan).
+    pub(crate) fn prepared(&mut self, sql: &'static str) -> Result<Statement, postgres::Error> {
+        let p = self.pooled();
+        if let Some(s) = p.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = p.client.prepare(sql)?;
+        p.statements.insert(sql, s.clone());
+        Ok(s)
+    }
+
+    /// Runs `f` with `sql` prepared; a statement that failed is prepared
+    /// anew next time (a schema changed under a cached plan fails once).
+    fn with_prepared<T>(
+        &mut self,
+        sql: &'static str,
+        f: impl FnOnce(&mut Client, &Statement) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        let statement = self.prepared(sql)?;
+        let p = self.pooled();
+        let out = f(&mut p.client, &statement);
+        if out.is_err() {
+            p.statements.remove(sql);
+        }
+        out
+    }
+
+    pub(crate) fn query(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, postgres::Error> {
+        self.with_prepared(sql, |c, s| c.query(s, params))
+    }
+
+    pub(crate) fn query_opt(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, postgres::Error> {
+        self.with_prepared(sql, |c, s| c.query_opt(s, params))
+    }
+
+    pub(crate) fn query_one(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, postgres::Error> {
+        self.with_prepared(sql, |c, s| c.query_one(s, params))
+    }
+
+    pub(crate) fn execute(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, postgres::Error> {
+        self.with_prepared(sql, |c, s| c.execute(s, params))
+    }
 }
 
 impl std::ops::Deref for Conn<'_> {
     type Target = Client;
     fn deref(&self) -> &Client {
         // Only `Drop` takes it out.
-        self.client.as_ref().unwrap_or_else(|| unreachable!())
+        &self
+            .pooled
+            .as_ref()
+            .unwrap_or_else(|| unreachable!())
+            .client
     }
 }
 
 impl std::ops::DerefMut for Conn<'_> {
     fn deref_mut(&mut self) -> &mut Client {
-        self.client.as_mut().unwrap_or_else(|| unreachable!())
+        &mut self.pooled().client
     }
 }
 
 impl Drop for Conn<'_> {
     fn drop(&mut self) {
-        if let Some(c) = self.client.take() {
-            self.inner.give_back(c);
+        if let Some(p) = self.pooled.take() {
+            self.inner.give_back_pooled(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn prepared_in_session(c: &mut Conn<'_>) -> i64 {
+        Client::query_one(c, "SELECT count(*) FROM pg_prepared_statements", &[])
+            .unwrap()
+            .get(0)
+    }
+
+    /// A statement is prepared once per connection and kept with it in the
+    /// pool: running it again, or on the connection taken back from the
+    /// pool, prepares nothing more.
+    #[test]
+    fn a_statement_is_prepared_once_per_pooled_connection() {
+        let Some(db) = uwf_pg_testing::database() else {
+            return;
+        };
+        let store = PgStore::connect_with(
+            &db.url,
+            PgOptions {
+                pool_size: Some(1),
+                ..PgOptions::default()
+            },
+        )
+        .unwrap();
+        store.init().unwrap();
+        const SQL: &str = "SELECT head FROM uwf_threads WHERE thread = $1";
+        let before = {
+            let mut c = store.conn().unwrap();
+            let before = prepared_in_session(&mut c);
+            assert!(c.query_opt(SQL, &[&"nobody"]).unwrap().is_none());
+            assert_eq!(prepared_in_session(&mut c), before + 1);
+            assert!(c.query_opt(SQL, &[&"nobody"]).unwrap().is_none());
+            assert_eq!(prepared_in_session(&mut c), before + 1);
+            before
+        };
+        let mut again = store.conn().unwrap();
+        assert!(again.query_opt(SQL, &[&"nobody"]).unwrap().is_none());
+        assert_eq!(prepared_in_session(&mut again), before + 1);
+        // A statement that fails is prepared anew next time.
+        const BAD: &str = "SELECT 1 / $1::int";
+        assert!(again.query_one(BAD, &[&0i32]).is_err());
+        assert_eq!(again.query_one(BAD, &[&1i32]).unwrap().get::<_, i32>(0), 1);
     }
 }

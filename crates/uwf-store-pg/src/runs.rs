@@ -29,6 +29,7 @@
 //! hashes (garbage collection does not read them), and a long `uwf cas gc`
 //! must not hold back the renewals that keep every worker's lease.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use postgres::{GenericClient, Row};
@@ -45,6 +46,43 @@ const NOW_MS: &str = "(extract(epoch FROM now()) * 1000)::bigint";
 /// The columns a [`Run`] is read from, in order.
 const COLS: &str = "thread, workflow, request, queued_at, claims, state, worker, claim_id, \
                     claimed_at, lease_until, error, failed_at";
+
+// Statements built from the constants above once, so that each connection
+// prepares them once (`Conn::query` takes `&'static str`).
+static RUN_AND_NOW: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {COLS}, {NOW_MS} FROM uwf_runs WHERE thread = $1"));
+static ALL_RUNS: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {COLS} FROM uwf_runs ORDER BY queued_at, thread"));
+static DROP_ENDED: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "DELETE FROM uwf_runs WHERE thread IN ( \
+             SELECT r.thread FROM uwf_runs r \
+             WHERE (r.state <> 'claimed' OR r.lease_until < {NOW_MS}) \
+               AND NOT EXISTS (SELECT 1 FROM uwf_threads t WHERE t.thread = r.thread) \
+             FOR UPDATE SKIP LOCKED)"
+    )
+});
+static CLAIM: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH next AS ( \
+             SELECT r.thread FROM uwf_runs r \
+             WHERE (r.state = 'queued' OR (r.state = 'claimed' AND r.lease_until < {NOW_MS})) \
+               AND (cardinality($1::text[]) = 0 OR r.workflow = ANY($1)) \
+               AND EXISTS (SELECT 1 FROM uwf_threads t WHERE t.thread = r.thread) \
+             ORDER BY r.queued_at, r.thread \
+             LIMIT 1 \
+             FOR UPDATE OF r SKIP LOCKED) \
+         UPDATE uwf_runs u SET state = 'claimed', worker = $2, claim_id = $3, \
+             claimed_at = {NOW_MS}, lease_until = {NOW_MS} + $4, \
+             claims = u.claims + 1, error = NULL, failed_at = NULL \
+         FROM next WHERE u.thread = next.thread \
+         RETURNING {}",
+        COLS.split(", ")
+            .map(|c| format!("u.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+});
 
 /// The shortest and longest `statement_timeout` of a renewal: a third of
 /// the lease (the next renewal is due then anyway), within these bounds.
@@ -223,7 +261,7 @@ impl RunQueue for PgStore {
             // is still there, queued or claimed.
             let row = tx
                 .query_one(
-                    &format!("SELECT {COLS}, {NOW_MS} FROM uwf_runs WHERE thread = $1"),
+                    RUN_AND_NOW.as_str(),
                     &[&id],
                 )
                 .map_err(self.err("read a run"))?;
@@ -237,10 +275,7 @@ impl RunQueue for PgStore {
     fn runs(&self) -> Result<Vec<Run>, StateError> {
         let rows = self
             .conn()?
-            .query(
-                &format!("SELECT {COLS} FROM uwf_runs ORDER BY queued_at, thread"),
-                &[],
-            )
+            .query(ALL_RUNS.as_str(), &[])
             .map_err(self.err("list the runs"))?;
         Ok(rows
             .iter()
@@ -263,38 +298,11 @@ impl RunQueue for PgStore {
         // Runs of threads that ended while queued, and failed runs of
         // threads that ended since: of no use to anyone. Rows another
         // claimer holds are left to it.
-        c.execute(
-            &format!(
-                "DELETE FROM uwf_runs WHERE thread IN ( \
-                     SELECT r.thread FROM uwf_runs r \
-                     WHERE (r.state <> 'claimed' OR r.lease_until < {NOW_MS}) \
-                       AND NOT EXISTS (SELECT 1 FROM uwf_threads t WHERE t.thread = r.thread) \
-                     FOR UPDATE SKIP LOCKED)"
-            ),
-            &[],
-        )
-        .map_err(self.err("drop the runs of ended threads"))?;
+        c.execute(DROP_ENDED.as_str(), &[])
+            .map_err(self.err("drop the runs of ended threads"))?;
         let row = c
             .query_opt(
-                &format!(
-                    "WITH next AS ( \
-                         SELECT r.thread FROM uwf_runs r \
-                         WHERE (r.state = 'queued' OR (r.state = 'claimed' AND r.lease_until < {NOW_MS})) \
-                           AND (cardinality($1::text[]) = 0 OR r.workflow = ANY($1)) \
-                           AND EXISTS (SELECT 1 FROM uwf_threads t WHERE t.thread = r.thread) \
-                         ORDER BY r.queued_at, r.thread \
-                         LIMIT 1 \
-                         FOR UPDATE OF r SKIP LOCKED) \
-                     UPDATE uwf_runs u SET state = 'claimed', worker = $2, claim_id = $3, \
-                         claimed_at = {NOW_MS}, lease_until = {NOW_MS} + $4, \
-                         claims = u.claims + 1, error = NULL, failed_at = NULL \
-                     FROM next WHERE u.thread = next.thread \
-                     RETURNING {}",
-                    COLS.split(", ")
-                        .map(|c| format!("u.{c}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
+                CLAIM.as_str(),
                 &[&workflows, &worker, &claim_id, &millis(lease)],
             )
             .map_err(self.err("claim a run"))?;

@@ -736,9 +736,12 @@ impl ThreadStore for PgStore {
             .map_err(self.err("end a collection epoch"))?;
             out
         })();
-        let unlocked = c
-            .execute(&format!("SELECT pg_advisory_unlock({STORE_LOCK})"), &[])
-            .map_err(self.err("release the store lock"));
+        let unlocked = postgres::Client::execute(
+            &mut c,
+            &format!("SELECT pg_advisory_unlock({STORE_LOCK})"),
+            &[],
+        )
+        .map_err(self.err("release the store lock"));
         run?;
         unlocked?;
         Ok(())
