@@ -213,7 +213,21 @@ impl<S: Store> Cas<S> {
     pub fn new(store: S) -> Result<Self> {
         let meta_payload = schema::meta_schema();
         let meta = node::self_hash(&meta_payload);
-        if !store.has(meta)? {
+        let protocol = [
+            uwf_protocol::schemas::workflow(),
+            uwf_protocol::schemas::start_node(),
+            uwf_protocol::schemas::step_node(),
+        ];
+        let hashes = [
+            meta,
+            node::hash_typed(meta, &protocol[0]),
+            node::hash_typed(meta, &protocol[1]),
+            node::hash_typed(meta, &protocol[2]),
+        ];
+        // One question for the four (a round trip on a networked store,
+        // made by every process that opens one).
+        let present = store.has_many(&hashes)?;
+        if !present.first().copied().unwrap_or(false) {
             store.insert(
                 meta,
                 &Node {
@@ -227,17 +241,21 @@ impl<S: Store> Cas<S> {
             store,
             types: ProtocolTypes {
                 meta,
-                workflow: meta,
-                start_node: meta,
-                step_node: meta,
+                workflow: hashes[1],
+                start_node: hashes[2],
+                step_node: hashes[3],
             },
             meta_validator: std::sync::OnceLock::new(),
             validators: Mutex::new(HashMap::new()),
             redactor: None,
         };
-        cas.types.workflow = cas.ensure_schema(uwf_protocol::schemas::workflow())?;
-        cas.types.start_node = cas.ensure_schema(uwf_protocol::schemas::start_node())?;
-        cas.types.step_node = cas.ensure_schema(uwf_protocol::schemas::step_node())?;
+        let mut stored = [hashes[1], hashes[2], hashes[3]];
+        for (i, payload) in protocol.into_iter().enumerate() {
+            if !present.get(i + 1).copied().unwrap_or(false) {
+                stored[i] = cas.put_schema(payload)?.hash;
+            }
+        }
+        [cas.types.workflow, cas.types.start_node, cas.types.step_node] = stored;
         Ok(cas)
     }
 
@@ -252,14 +270,6 @@ impl<S: Store> Cas<S> {
             }
         })?;
         Ok(self.meta_validator.get_or_init(|| compiled))
-    }
-
-    fn ensure_schema(&self, payload: Value) -> Result<Hash> {
-        let hash = node::hash_typed(self.types.meta, &payload);
-        if self.store.has(hash)? {
-            return Ok(hash);
-        }
-        Ok(self.put_schema(payload)?.hash)
     }
 
     /// Cuts the secrets `redactor` knows out of every string of every

@@ -60,6 +60,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Whether a node is present (without reading or checking it).
     fn has(&self, hash: Hash) -> Result<bool>;
 
+    /// Whether each of several nodes is present, in the order asked (one
+    /// round trip for a networked backend). The default calls
+    /// [`has`](Self::has) for each.
+    fn has_many(&self, hashes: &[Hash]) -> Result<Vec<bool>> {
+        hashes.iter().map(|h| self.has(*h)).collect()
+    }
+
     /// Stores `node` under `hash` (the caller computed it) unless present.
     /// Returns the node as stored and whether this call created it. A
     /// present but corrupt node is replaced (the name fixes the content).
@@ -213,6 +220,9 @@ macro_rules! forward_store {
             }
             fn has(&self, hash: Hash) -> Result<bool> {
                 (**self).has(hash)
+            }
+            fn has_many(&self, hashes: &[Hash]) -> Result<Vec<bool>> {
+                (**self).has_many(hashes)
             }
             fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)> {
                 (**self).insert(hash, node)

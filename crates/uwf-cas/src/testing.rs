@@ -49,6 +49,7 @@ macro_rules! store_contract_tests {
             first_insert_wins,
             storing_again_counts_as_fresh_for_collection,
             get_many_keeps_the_order_asked,
+            has_many_keeps_the_order_asked,
             hashes_lists_every_node_once,
             by_type_lists_the_nodes_of_a_type,
             remove_deletes_the_node_and_its_index_entry,
@@ -181,6 +182,18 @@ pub fn get_many_keeps_the_order_asked(store: &dyn Store) {
     let got = ok(store.get_many(&[b, absent, a, b]), "get_many");
     let hashes: Vec<Option<Hash>> = got.iter().map(|n| n.as_ref().map(Node::hash)).collect();
     assert_eq!(hashes, vec![Some(b), None, Some(a), Some(b)]);
+}
+
+/// `has_many` answers in the order asked, `false` for absent nodes.
+pub fn has_many_keeps_the_order_asked(store: &dyn Store) {
+    let a = insert(store, 1, 1);
+    let b = insert(store, 1, 2);
+    let (absent, _) = node(1, 3, 0);
+    assert_eq!(
+        ok(store.has_many(&[b, absent, a, b]), "has_many"),
+        vec![true, false, true, true]
+    );
+    assert!(ok(store.has_many(&[]), "has_many").is_empty());
 }
 
 /// `hashes` lists every node exactly once, across pages (more than a

@@ -139,6 +139,22 @@ impl Store for PgStore {
         Ok(row.get(0))
     }
 
+    fn has_many(&self, hashes: &[Hash]) -> Result<Vec<bool>> {
+        if hashes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let wanted: Vec<String> = hashes.iter().map(ToString::to_string).collect();
+        let rows = self
+            .conn()?
+            .query(
+                "SELECT hash FROM uwf_nodes WHERE hash = ANY($1)",
+                &[&wanted],
+            )
+            .map_err(self.err("look for nodes"))?;
+        let found: BTreeSet<String> = rows.iter().map(|r| r.get::<_, String>(0)).collect();
+        Ok(wanted.iter().map(|h| found.contains(h)).collect())
+    }
+
     fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)> {
         let payload = Self::encode_payload(node)?;
         let name = hash.to_string();
