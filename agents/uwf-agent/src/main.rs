@@ -80,7 +80,12 @@ fn hidden_env(ctx: &AgentContext, key_var: Option<&str>) -> Result<Vec<String>, 
         .map(|(name, _)| name)
         .collect();
     names.extend(key_var.map(str::to_owned));
-    names.extend(["UWF_STORE_PASSWORD".to_owned(), "PGPASSWORD".to_owned()]);
+    names.extend([
+        "UWF_STORE_PASSWORD".to_owned(),
+        "PGPASSWORD".to_owned(),
+        // The store relay answers with the store's secrets.
+        uwf_agent_kit::RELAY_ENV.to_owned(),
+    ]);
     names.sort();
     names.dedup();
     Ok(names)

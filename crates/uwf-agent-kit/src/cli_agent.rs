@@ -256,7 +256,10 @@ impl Cli {
     /// inherited; add arguments and variables to it.
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(&self.program);
-        cmd.env("NO_COLOR", "1");
+        cmd.env("NO_COLOR", "1")
+            // The store relay is this agent's way into the store, not the
+            // wrapped tool's (docs/postgres.md, "The store relay").
+            .env_remove(uwf_engine::RELAY_ENV);
         cmd
     }
 

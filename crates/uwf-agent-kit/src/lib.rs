@@ -100,6 +100,10 @@ pub use step::{
     ANSWER_TITLE, answer_schema, finish, output_payload, put_answer, put_detail, put_output,
     write_step, write_step_with_child,
 };
+/// The environment variable naming the store relay an agent reaches its
+/// store through (docs/postgres.md, "The store relay"): a tool an agent
+/// runs for the model must not inherit it.
+pub use uwf_engine::RELAY_ENV;
 /// The id types of the protocol, so an agent needs no direct dependency for them.
 pub use uwf_protocol::{Hash, ThreadId};
 

@@ -255,7 +255,11 @@ impl<S: Store> Cas<S> {
                 stored[i] = cas.put_schema(payload)?.hash;
             }
         }
-        [cas.types.workflow, cas.types.start_node, cas.types.step_node] = stored;
+        [
+            cas.types.workflow,
+            cas.types.start_node,
+            cas.types.step_node,
+        ] = stored;
         Ok(cas)
     }
 

@@ -3,6 +3,7 @@
 //! ```text
 //! uwf-protocol ← uwf-util ← (uwf-cas, uwf-state) ← uwf-moderator ← uwf-engine ← uwf-agent-kit ← (agents/*, uwf-cli)
 //! (uwf-cas, uwf-state) ← uwf-store-pg ← uwf-engine
+//! (uwf-cas, uwf-state) ← uwf-relay ← uwf-engine
 //! uwf-picture ← uwf-jsonata ← uwf-moderator
 //! uwf-moderator ← uwf-view ← uwf-cli
 //! ```
@@ -37,6 +38,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("uwf-moderator", 3),
     // The PostgreSQL backend of both storage traits.
     ("uwf-store-pg", 3),
+    ("uwf-relay", 3),
     ("uwf-engine", 4),
     ("uwf-view", 4),
     ("uwf-agent-kit", 5),

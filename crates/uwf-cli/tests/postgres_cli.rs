@@ -406,3 +406,61 @@ fn setup_edits_the_shared_configuration_and_keeps_the_key_local() {
     assert_eq!(again["changed"], serde_json::json!([]), "{again}");
     assert_eq!(env.tables(), before);
 }
+
+/// The agents of a run reach the store through their engine's relay
+/// (docs/postgres.md, "The store relay"): a five-step thread whose database
+/// is reached through a proxy that counts connections opens the engine's
+/// few, not one more per agent; with the relay turned off
+/// (`UWF_NO_RELAY`) every agent opens its own. The thread comes out the
+/// same either way.
+#[test]
+fn agents_reach_the_store_through_their_engine_not_a_connection_each() {
+    let Some(db) = uwf_pg_testing::database() else {
+        return;
+    };
+    let server = uwf_pg_testing::server().unwrap();
+    let agent = mock_agent(std::path::Path::new(&example("solve-issue.mock.yaml")));
+    let mut opened = Vec::new();
+    for relay in [true, false] {
+        let (port, proxy) = server.proxy();
+        let env = pg_env(&db.url_through(port, false));
+        let mut run = env.uwf();
+        if !relay {
+            run.env("UWF_NO_RELAY", "1");
+        }
+        let out = run
+            .args([
+                "thread",
+                "run",
+                &example("solve-issue.yaml"),
+                "-p",
+                "Fix the login bug",
+                "--agent",
+                &agent,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(done["done"], true, "{done}");
+        opened.push(proxy.accepted());
+        let thread = done["thread"].as_str().unwrap();
+        assert_eq!(env.roles(thread), SOLVED);
+        let verify = env.json(&["cas", "verify"]);
+        assert_eq!(verify["issues"], serde_json::json!([]), "{verify}");
+    }
+    let (relayed, each) = (opened[0], opened[1]);
+    assert!(
+        relayed < SOLVED.len(),
+        "{relayed} connections for {} agents through the relay",
+        SOLVED.len()
+    );
+    assert!(
+        each >= SOLVED.len(),
+        "{each} connections without the relay, {relayed} with it"
+    );
+}

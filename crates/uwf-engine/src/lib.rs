@@ -61,6 +61,10 @@ use uwf_state::{RunQueue, StateDir, ThreadStore};
 /// command line); the StepNode records it as `agent`.
 pub const AGENT_ENV: &str = "UWF_AGENT";
 
+/// Environment variable naming the store relay an agent reaches its store
+/// through ([`uwf_relay`]; docs/postgres.md, "The store relay").
+pub const RELAY_ENV: &str = uwf_relay::RELAY_ENV;
+
 /// Environment variable giving an agent the head its step starts from, so
 /// it needs no lookup of the thread's head.
 pub const HEAD_ENV: &str = "UWF_HEAD";
@@ -112,6 +116,10 @@ pub struct Engine {
     pub(crate) secrets: Vec<(String, String)>,
     /// The threads the last steps of this engine left ([`recent`]).
     pub(crate) recent: recent::Recent,
+    /// Whether the agents this engine runs get a store relay
+    /// ([`uwf_relay`]): on a networked store, so that an agent needs no
+    /// connection of its own.
+    pub(crate) serves_relay: bool,
 }
 
 impl Engine {
@@ -130,6 +138,7 @@ impl Engine {
             run_dir: Some(root.to_path_buf()),
             secrets: Vec::new(),
             recent: recent::Recent::default(),
+            serves_relay: false,
         })
     }
 
@@ -150,6 +159,7 @@ impl Engine {
             run_dir: None,
             secrets: Vec::new(),
             recent: recent::Recent::default(),
+            serves_relay: false,
         }
     }
 
@@ -187,6 +197,13 @@ impl Engine {
     /// The thread state.
     pub fn state(&self) -> &dyn ThreadStore {
         self.state.as_ref()
+    }
+
+    /// Serves the store to every agent this engine runs through a relay
+    /// ([`uwf_relay`]; docs/postgres.md, "The store relay").
+    pub fn serving_relay(mut self) -> Self {
+        self.serves_relay = true;
+        self
     }
 
     /// Gives the engine the run queue of its store (for `uwf worker` and

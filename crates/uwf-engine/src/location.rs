@@ -206,15 +206,11 @@ pub fn open(root: &Path, location: &StoreLocation) -> Result<Engine, EngineError
         StoreLocation::Dir(dir) => Engine::open(dir),
         StoreLocation::Postgres(url) => {
             let password = password(root)?;
-            let pg = PgStore::connect_with(
-                url,
-                PgOptions {
-                    password: password.clone(),
-                    secrets_dir: Some(root.to_path_buf()),
-                    ..PgOptions::default()
-                },
-            )
-            .map_err(|e| EngineError::Postgres(Box::new(e)))?;
+            let options = PgOptions {
+                password: password.clone(),
+                secrets_dir: Some(root.to_path_buf()),
+                ..PgOptions::default()
+            };
             let mut env: Vec<(String, OsString)> = vec![
                 (
                     uwf_util::root::ENV_ROOT.to_string(),
@@ -229,17 +225,71 @@ pub fn open(root: &Path, location: &StoreLocation) -> Result<Engine, EngineError
                 secrets.push(p.clone());
                 env.push((STORE_PASSWORD_ENV.to_string(), p.into()));
             }
-            let objects: Arc<dyn Store> = Arc::new(pg.clone());
-            let runs: Arc<dyn uwf_state::RunQueue> = Arc::new(pg.clone());
-            let state: Arc<dyn ThreadStore> = Arc::new(pg);
-            let engine = Engine::with_stores(Cas::new(objects)?, state, env)
-                .with_run_dir(root)
-                .with_run_queue(runs);
+            let engine = match relayed(url, &options, env.clone())? {
+                Some(engine) => engine.with_run_dir(root),
+                None => {
+                    let pg = PgStore::connect_with(url, options)
+                        .map_err(|e| EngineError::Postgres(Box::new(e)))?;
+                    let objects: Arc<dyn Store> = Arc::new(pg.clone());
+                    let runs: Arc<dyn uwf_state::RunQueue> = Arc::new(pg.clone());
+                    let state: Arc<dyn ThreadStore> = Arc::new(pg);
+                    let engine = Engine::with_stores(Cas::new(objects)?, state, env)
+                        .with_run_dir(root)
+                        .with_run_queue(runs);
+                    if std::env::var_os(NO_RELAY_ENV).is_some_and(|v| !v.is_empty()) {
+                        engine
+                    } else {
+                        engine.serving_relay()
+                    }
+                }
+            };
             Ok(secrets
                 .into_iter()
                 .fold(engine, |e, p| e.with_secret(STORE_PASSWORD_ENV, p)))
         }
     }
+}
+
+/// Set (to anything but empty), an engine on PostgreSQL runs its agents
+/// without a store relay: each opens its own connection, as before the
+/// relay existed (to compare the two, or to rule the relay out).
+pub const NO_RELAY_ENV: &str = "UWF_NO_RELAY";
+
+/// The engine of an agent that the engine running it serves the store to
+/// ([`uwf_relay`]; docs/postgres.md, "The store relay"): node reads and
+/// writes, the derived cache, a head, the configuration and the secrets go
+/// through the relay, anything else opens the store itself, once, when
+/// first needed. `None` when no relay is named or it cannot be reached
+/// (then the store is opened as usual).
+fn relayed(
+    url: &str,
+    options: &PgOptions,
+    env: Vec<(String, OsString)>,
+) -> Result<Option<Engine>, EngineError> {
+    let Some(path) = uwf_relay::from_env() else {
+        return Ok(None);
+    };
+    let client = match uwf_relay::RelayClient::connect(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!("opening the store itself: {e}");
+            return Ok(None);
+        }
+    };
+    tracing::debug!(relay = %path.display(), store = client.describe(), "store through the relay");
+    let (url, options) = (url.to_owned(), options.clone());
+    let fallback = uwf_relay::Fallback::new(Box::new(move || {
+        let pg = PgStore::connect_with(&url, options.clone()).map_err(|e| e.to_string())?;
+        let objects: Arc<dyn Store> = Arc::new(pg.clone());
+        let state: Arc<dyn ThreadStore> = Arc::new(pg);
+        Ok((objects, state))
+    }));
+    let objects: Arc<dyn Store> = Arc::new(uwf_relay::RelayStore::new(
+        Arc::clone(&client),
+        Arc::clone(&fallback),
+    ));
+    let state: Arc<dyn ThreadStore> = Arc::new(uwf_relay::RelayState::new(client, fallback));
+    Ok(Some(Engine::with_stores(Cas::new(objects)?, state, env)))
 }
 
 /// Prepares the store at `location`: creates or upgrades the schema of a

@@ -92,7 +92,10 @@ pub fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own process group, so a timeout or kill reaches its children too.
-        .process_group(0);
+        .process_group(0)
+        // A relay this process was given is its own engine's, not one for
+        // the agent: the agent gets one only through `spec.env`.
+        .env_remove(uwf_relay::RELAY_ENV);
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }

@@ -371,7 +371,24 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     let mut args = agent.args.clone();
     args.push(id.to_string());
     args.push(role.to_string());
-    let (env, redactor) = agent_env(ctx, &agent.label, head, a.edge_prompt)?;
+    let (mut env, redactor) = agent_env(ctx, &agent.label, head, a.edge_prompt)?;
+    // On a networked store the agent reaches it through this engine, which
+    // has it open already (docs/postgres.md, "The store relay"). Without a
+    // relay the agent opens the store itself, as it always could.
+    let relay = if ctx.serves_relay {
+        match uwf_relay::Relay::start(Arc::clone(ctx.cas.store()), Arc::clone(&ctx.state)) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::debug!("no store relay for this agent: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    if let Some(r) = &relay {
+        env.push((uwf_relay::RELAY_ENV.to_string(), r.path().into()));
+    }
     // Whatever the agent prints passes through it before it is logged,
     // shown or recorded (docs/state.md, "Secrets and file modes").
     let redactor = Arc::new(redactor);
@@ -433,8 +450,10 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         command: agent.command.clone(),
         source,
     })?;
-    // The agent is done: free the slot before checking its work.
+    // The agent is done: free the slot (and the relay) before checking its
+    // work.
     drop(slot);
+    drop(relay);
     // The kill flag again, now that the agent returned: a thread killed (or
     // moved on) meanwhile never gets this step, and that is what to report,
     // whatever the agent did (it may have failed because of it).

@@ -153,14 +153,17 @@ impl RelayClient {
     }
 }
 
-/// Opens the store itself, for the calls the relay does not carry.
-pub type Opener =
-    Box<dyn Fn() -> Result<(Arc<dyn Store>, Arc<dyn ThreadStore>), String> + Send + Sync>;
+/// The store itself: its objects and its thread state.
+pub type Stores = (Arc<dyn Store>, Arc<dyn ThreadStore>);
+
+/// Opens the store itself, for the calls the relay does not carry (the
+/// error is a message for people: it never holds a secret).
+pub type Opener = Box<dyn Fn() -> Result<Stores, String> + Send + Sync>;
 
 /// The store itself, opened on first use.
 pub struct Fallback {
     open: Opener,
-    opened: OnceLock<Result<(Arc<dyn Store>, Arc<dyn ThreadStore>), String>>,
+    opened: OnceLock<Result<Stores, String>>,
 }
 
 impl std::fmt::Debug for Fallback {
@@ -180,10 +183,12 @@ impl Fallback {
         })
     }
 
-    fn get(&self) -> Result<&(Arc<dyn Store>, Arc<dyn ThreadStore>), String> {
+    fn get(&self) -> Result<&Stores, String> {
         self.opened
             .get_or_init(|| {
-                tracing::debug!("relay: opening the store itself for a call the relay does not carry");
+                tracing::debug!(
+                    "relay: opening the store itself for a call the relay does not carry"
+                );
                 (self.open)()
             })
             .as_ref()
@@ -191,21 +196,25 @@ impl Fallback {
     }
 
     fn store(&self) -> uwf_cas::Result<&Arc<dyn Store>> {
-        self.get().map(|s| &s.0).map_err(|message| CasError::Backend {
-            backend: BACKEND,
-            kind: uwf_cas::StoreErrorKind::Unavailable,
-            message,
-            source: None,
-        })
+        self.get()
+            .map(|s| &s.0)
+            .map_err(|message| CasError::Backend {
+                backend: BACKEND,
+                kind: uwf_cas::StoreErrorKind::Unavailable,
+                message,
+                source: None,
+            })
     }
 
     fn state(&self) -> Result<&Arc<dyn ThreadStore>, StateError> {
-        self.get().map(|s| &s.1).map_err(|message| StateError::Backend {
-            backend: BACKEND,
-            kind: uwf_state::ErrorKind::Unavailable,
-            message,
-            source: None,
-        })
+        self.get()
+            .map(|s| &s.1)
+            .map_err(|message| StateError::Backend {
+                backend: BACKEND,
+                kind: uwf_state::ErrorKind::Unavailable,
+                message,
+                source: None,
+            })
     }
 }
 

@@ -201,15 +201,20 @@ fn answer(
             describe: state.describe(),
             config_name: state.config_name(),
         },
-        Request::GetMany { hashes } => match store.get_many(&hashes) {
-            Ok(nodes) => Response::Nodes { nodes },
+        Request::GetMany { hashes } => {
+            let got = match hashes.as_slice() {
+                [one] => store.get(*one).map(|n| vec![n]),
+                _ => store.get_many(&hashes),
+            };
+            match got {
+                Ok(nodes) => Response::Nodes { nodes },
+                Err(e) => cas_error(&e),
+            }
+        }
+        Request::HasMany { hashes } => match store.has_many(&hashes) {
+            Ok(values) => Response::Bools { values },
             Err(e) => cas_error(&e),
         },
-        Request::HasMany { hashes } => hashes
-            .iter()
-            .map(|h| store.has(*h))
-            .collect::<Result<Vec<_>, _>>()
-            .map_or_else(|e| cas_error(&e), |values| Response::Bools { values }),
         Request::Insert { hash, node } => {
             // What goes into the engine's store is named by its content,
             // whoever sent it.

@@ -27,7 +27,9 @@ fn served() -> (RelayStore, RelayState, Served) {
     let state: Arc<dyn ThreadStore> = Arc::new(StateDir::new(root.path()));
     let relay = Relay::start_in(root.path(), Arc::clone(&store), Arc::clone(&state)).unwrap();
     let client = RelayClient::connect(relay.path()).unwrap();
-    let fallback = Fallback::new(Box::new(move || Ok((Arc::clone(&store), Arc::clone(&state)))));
+    let fallback = Fallback::new(Box::new(move || {
+        Ok((Arc::clone(&store), Arc::clone(&state)))
+    }));
     (
         RelayStore::new(Arc::clone(&client), Arc::clone(&fallback)),
         RelayState::new(client, fallback),
@@ -115,7 +117,12 @@ fn the_stores_errors_keep_their_kind_and_a_forged_node_is_refused() {
         client,
         Fallback::new(Box::new(|| Err("the store is down".into()))),
     );
-    assert_eq!(state.thread_head(uwf_protocol::ThreadId::from_u128(7)).unwrap(), None);
+    assert_eq!(
+        state
+            .thread_head(uwf_protocol::ThreadId::from_u128(7))
+            .unwrap(),
+        None
+    );
     let e = state.threads().unwrap_err();
     assert_eq!(e.kind(), uwf_state::ErrorKind::Unavailable);
     assert!(e.to_string().contains("the store is down"), "{e}");

@@ -23,8 +23,8 @@ const PAGE: i64 = 1000;
 
 impl PgStore {
     /// A node from its row (`hash, type_hash, payload, stored_at`),
-    /// checked against `hash`.
-    fn node_from_row(&self, hash: Hash, row: &Row) -> Result<Node> {
+    /// checked against `hash`, and the size of its payload as stored.
+    fn sized_node_from_row(&self, hash: Hash, row: &Row) -> Result<(Node, usize)> {
         let corrupt = |reason: String| CasError::Corrupt {
             hash,
             location: format!("{} (table uwf_nodes)", self.url()),
@@ -36,10 +36,11 @@ impl PgStore {
         let type_hash: Hash = type_text
             .parse()
             .map_err(|e| corrupt(format!("type {type_text:?}: {e}")))?;
-        let payload: Vec<u8> = row
+        let payload: &[u8] = row
             .try_get(2)
             .map_err(|e| corrupt(format!("payload column: {e}")))?;
-        let payload = serde_json::from_slice(&payload)
+        let size = payload.len();
+        let payload = serde_json::from_slice(payload)
             .map_err(|e| corrupt(format!("payload is not JSON: {e}")))?;
         let stored_at: i64 = row
             .try_get(3)
@@ -55,6 +56,18 @@ impl PgStore {
         if actual != hash {
             return Err(corrupt(format!("content hashes to {actual}")));
         }
+        Ok((node, size))
+    }
+
+    /// A node from its row, checked against `hash`.
+    fn node_from_row(&self, hash: Hash, row: &Row) -> Result<Node> {
+        self.sized_node_from_row(hash, row).map(|(n, _)| n)
+    }
+
+    /// A node from its row, checked, and kept in the memo.
+    fn remembered(&self, hash: Hash, row: &Row) -> Result<Node> {
+        let (node, size) = self.sized_node_from_row(hash, row)?;
+        self.inner().memo.put_node(hash, &node, size);
         Ok(node)
     }
 
@@ -98,6 +111,9 @@ fn ms(t: u64) -> i64 {
 
 impl Store for PgStore {
     fn get(&self, hash: Hash) -> Result<Option<Node>> {
+        if let Some(node) = self.inner().memo.node(hash) {
+            return Ok(Some(node));
+        }
         let row = self
             .conn()?
             .query_opt(
@@ -105,25 +121,32 @@ impl Store for PgStore {
                 &[&hash.to_string()],
             )
             .map_err(self.err("read a node"))?;
-        row.map(|r| self.node_from_row(hash, &r)).transpose()
+        row.map(|r| self.remembered(hash, &r)).transpose()
     }
 
     fn get_many(&self, hashes: &[Hash]) -> Result<Vec<Option<Node>>> {
-        if hashes.is_empty() {
-            return Ok(Vec::new());
+        let mut found: HashMap<Hash, Node> = HashMap::with_capacity(hashes.len());
+        let mut wanted: Vec<String> = Vec::new();
+        for h in hashes {
+            match self.inner().memo.node(*h) {
+                Some(n) => {
+                    found.insert(*h, n);
+                }
+                None => wanted.push(h.to_string()),
+            }
         }
-        let wanted: Vec<String> = hashes.iter().map(ToString::to_string).collect();
-        let rows = self
-            .conn()?
-            .query(
-                "SELECT hash, type_hash, payload, stored_at FROM uwf_nodes WHERE hash = ANY($1)",
-                &[&wanted],
-            )
-            .map_err(self.err("read nodes"))?;
-        let mut found: HashMap<Hash, Node> = HashMap::with_capacity(rows.len());
-        for r in &rows {
-            let h = self.parse_hash(&r.get::<_, String>(0))?;
-            found.insert(h, self.node_from_row(h, r)?);
+        if !wanted.is_empty() {
+            let rows = self
+                .conn()?
+                .query(
+                    "SELECT hash, type_hash, payload, stored_at FROM uwf_nodes WHERE hash = ANY($1)",
+                    &[&wanted],
+                )
+                .map_err(self.err("read nodes"))?;
+            for r in &rows {
+                let h = self.parse_hash(&r.get::<_, String>(0))?;
+                found.insert(h, self.remembered(h, r)?);
+            }
         }
         Ok(hashes.iter().map(|h| found.get(h).cloned()).collect())
     }
@@ -174,8 +197,11 @@ impl Store for PgStore {
                 .map_err(self.err("store a node"))?
                 .get(0);
             if created {
+                self.inner().memo.put_node(hash, node, payload.len());
                 return Ok((node.clone(), true));
             }
+            // The row as stored (its first timestamp), not a copy in memory.
+            self.inner().memo.forget_node(hash);
             match self.get(hash) {
                 Ok(Some(existing)) => return Ok((existing, false)),
                 Ok(None) => continue,
@@ -252,6 +278,7 @@ impl Store for PgStore {
                 &[&hash.to_string()],
             )
             .map_err(self.err("remove a node"))?;
+        self.inner().memo.forget_node(hash);
         Ok(n == 1)
     }
 
@@ -278,16 +305,24 @@ impl Store for PgStore {
                 &[&hash.to_string(), &ms(cutoff)],
             )
             .map_err(self.err("remove a node"))?;
+        if n == 1 {
+            self.inner().memo.forget_node(hash);
+        }
         Ok(n == 1)
     }
 
     fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         check_cache_key(key)?;
+        if let Some(entry) = self.inner().memo.cache_entry(key) {
+            return Ok(entry);
+        }
         let row = self
             .conn()?
             .query_opt("SELECT value FROM uwf_cache WHERE key = $1", &[&key])
             .map_err(self.err("read a cache entry"))?;
-        Ok(row.map(|r| r.get(0)))
+        let entry: Option<Vec<u8>> = row.map(|r| r.get(0));
+        self.inner().memo.put_cache_entry(key, entry.as_deref());
+        Ok(entry)
     }
 
     fn cache_put(&self, key: &str, bytes: &[u8]) -> Result<()> {
@@ -299,6 +334,7 @@ impl Store for PgStore {
                 &[&key, &bytes],
             )
             .map_err(self.err("write a cache entry"))?;
+        self.inner().memo.put_cache_entry(key, Some(bytes));
         Ok(())
     }
 
@@ -308,6 +344,7 @@ impl Store for PgStore {
             .conn()?
             .execute("DELETE FROM uwf_cache WHERE key = $1", &[&key])
             .map_err(self.err("remove a cache entry"))?;
+        self.inner().memo.put_cache_entry(key, None);
         Ok(n == 1)
     }
 }

@@ -27,6 +27,7 @@
 
 mod cas;
 mod error;
+mod memo;
 mod notices;
 mod runs;
 pub mod schema;
@@ -109,6 +110,9 @@ pub(crate) struct Inner {
     workflow_ids: Mutex<std::collections::HashMap<String, i32>>,
     /// The head notices' listener, started when a step first asks for it.
     listener: std::sync::OnceLock<Arc<notices::Listener>>,
+    /// Nodes and derived-cache entries this process has read or written
+    /// ([`memo`]).
+    pub(crate) memo: memo::Memo,
 }
 
 impl Drop for Inner {
@@ -162,6 +166,7 @@ impl PgStore {
                 schema_ready: AtomicBool::new(false),
                 workflow_ids: Mutex::new(std::collections::HashMap::new()),
                 listener: std::sync::OnceLock::new(),
+                memo: memo::Memo::new(),
             }),
         };
         let client = store.inner.open()?;

@@ -235,6 +235,10 @@ fn a_damaged_row_is_reported_corrupt_and_an_insert_repairs_it() {
         &[&h.to_string()],
     )
     .unwrap();
+    // The process that stored the node keeps it in memory (a node never
+    // changes); another process reads the damaged row.
+    assert_eq!(pg.get(h).unwrap(), Some(node.clone()));
+    let pg = PgStore::connect(&db.url, None).unwrap();
     match pg.get(h) {
         Err(e @ CasError::Corrupt { .. }) => {
             assert_eq!(e.kind(), StoreErrorKind::Corrupt);
@@ -249,7 +253,8 @@ fn a_damaged_row_is_reported_corrupt_and_an_insert_repairs_it() {
         &[&h.to_string()],
     )
     .unwrap();
-    assert_eq!(pg.get(h).unwrap_err().kind(), StoreErrorKind::Corrupt);
+    let other = PgStore::connect(&db.url, None).unwrap();
+    assert_eq!(other.get(h).unwrap_err().kind(), StoreErrorKind::Corrupt);
     let (stored, created) = pg.insert(h, &node).unwrap();
     assert!(created, "replacing a corrupt row counts as creating it");
     assert_eq!(stored, node);
@@ -447,7 +452,9 @@ fn the_password_never_appears_in_errors_or_descriptions() {
     let mut raw = db.client();
     raw.execute("UPDATE uwf_nodes SET payload = 'x'", &[])
         .unwrap();
-    let e = store.get(node.hash()).unwrap_err();
+    // Read by a process that does not hold the node in memory already.
+    let reader = PgStore::connect(&db.url, None).unwrap();
+    let e = reader.get(node.hash()).unwrap_err();
     record(&mut seen, &e, format!("{e:?}"));
     store
         .insert_thread(T1, Hash::from_u64(1), &uwf_state::NodeGuard::vouched())

@@ -89,6 +89,8 @@ impl Env {
             .env_remove("RUST_LOG")
             .env_remove("UWF_STORE")
             .env_remove("UWF_STORE_PASSWORD")
+            .env_remove("UWF_RELAY")
+            .env_remove("UWF_NO_RELAY")
             .env("NO_COLOR", "1")
             .env("COLUMNS", "200");
         if let Some(db) = &self.db {
