@@ -12,6 +12,11 @@ use serde_json::{Value, json};
 use crate::common::{self, Backend, Env, example, mock_agent};
 use crate::per_backend;
 
+/// The pages in headless Chromium, over WebDriver.
+mod browser;
+/// The WebDriver client of [`browser`].
+mod webdriver;
+
 per_backend!(
     serve_api_events_and_kill,
     serve_refuses_bad_addresses,

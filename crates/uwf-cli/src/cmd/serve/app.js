@@ -148,6 +148,7 @@ function threadActions(id) {
         pending = false;
         if (t.done) {
           section.hidden = true;
+          holder.replaceChildren();
           return;
         }
         const w = t.waiting;
@@ -255,7 +256,8 @@ function control(name, p, kind, required) {
     case "boolean":
       el = document.createElement("input");
       el.type = "checkbox";
-      if (p.default === true) el.checked = true;
+      el.checked = p.default === true;
+      el.name = name;
       return el;
     case "integer":
     case "number":
