@@ -75,15 +75,17 @@ fn chromedriver() -> Option<PathBuf> {
     None
 }
 
-/// Writes `png` as docs/img/`name` when `UWF_SCREENSHOTS=1`, on the
-/// filesystem run only (one set of pictures).
-fn keep_screenshot(env: &Env, s: &Session, name: &str) {
+/// Writes a screenshot of the window (of the element `css` selects, when
+/// given) as docs/img/`name` when `UWF_SCREENSHOTS=1`, on the filesystem
+/// run only (one set of pictures).
+fn keep_screenshot(env: &Env, s: &Session, name: &str, css: Option<&str>) {
     if env.backend() != Backend::Fs || std::env::var("UWF_SCREENSHOTS").as_deref() != Ok("1") {
         return;
     }
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/img");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(name), s.screenshot()).unwrap();
+    let element = css.map(|c| s.wait_for(c));
+    std::fs::write(dir.join(name), s.screenshot(element.as_ref())).unwrap();
 }
 
 /// Waits for a background `uwf` to exit; its status code.
@@ -190,7 +192,7 @@ fn serve_in_a_browser(backend: Backend) {
         &[],
     );
     assert_eq!(marked, json!(["field-verdict", "field-score"]));
-    keep_screenshot(&env, &s, "serve-thread.png");
+    keep_screenshot(&env, &s, "serve-thread.png", None);
 
     // The browser checks what it can: nothing is sent while a required
     // field is empty or a JSON field does not parse.
@@ -232,13 +234,18 @@ fn serve_in_a_browser(backend: Backend) {
     assert!(refusal.contains("/labels/1"), "{refusal}");
     assert!(refusal.contains("is not of type \"string\""), "{refusal}");
     assert!(refusal.contains("uwf::agent::invalid_output"), "{refusal}");
+    let marked = s.script(
+        "return Array.from(document.querySelectorAll('#answer-form .field.refused')).map(e => e.dataset.name)",
+        &[],
+    );
+    assert_eq!(marked, json!(["labels"]), "the field the refusal names");
     let after = env.json(&["thread", "show", &reviewed]);
     assert_eq!(
         after["head"], before["head"],
         "a refused answer wrote a step"
     );
     assert_eq!(after["state"], "waiting");
-    keep_screenshot(&env, &s, "serve-refused.png");
+    keep_screenshot(&env, &s, "serve-refused.png", Some("header + .actions"));
 
     // The answer, fixed: the step lands and the thread ends.
     s.clear(&labels);
@@ -298,7 +305,7 @@ fn serve_in_a_browser(backend: Backend) {
     s.until("the killed thread in the list", || {
         s.text_of("#rows").filter(|t| t.contains("killed"))
     });
-    keep_screenshot(&env, &s, "serve-list.png");
+    keep_screenshot(&env, &s, "serve-list.png", Some("body"));
     drop(s);
     assert!(server.stop().success());
 }

@@ -248,9 +248,13 @@ impl Session {
         });
     }
 
-    /// A PNG of what the window shows.
-    pub fn screenshot(&self) -> Vec<u8> {
-        let v = self.call("GET", "/screenshot", None);
+    /// A PNG of what the window shows, or of one element of it.
+    pub fn screenshot(&self, of: Option<&Element>) -> Vec<u8> {
+        let path = match of {
+            Some(e) => format!("/element/{}/screenshot", e.0),
+            None => "/screenshot".to_string(),
+        };
+        let v = self.call("GET", &path, None);
         base64::engine::general_purpose::STANDARD
             .decode(v.as_str().unwrap())
             .unwrap()

@@ -309,6 +309,15 @@ function valueOf(el, kind, p) {
   }
 }
 
+// Marks the fields whose property the server's refusal names by its path
+// ("at /labels/1: …", docs/serve.md).
+function markRefused(form, text) {
+  form.querySelectorAll(".field[data-name]").forEach((row) => {
+    const at = "at /" + row.dataset.name.replace(/~/g, "~0").replace(/\//g, "~1");
+    row.classList.toggle("refused", text.includes(at + ":") || text.includes(at + "/"));
+  });
+}
+
 function answerForm(base, waiting, status) {
   const schema = waiting.outputSchema;
   const form = document.createElement("form");
@@ -321,9 +330,10 @@ function answerForm(base, waiting, status) {
   const required = new Set(Array.isArray(schema && schema.required) ? schema.required : []);
   const fields = fieldsOf(schema);
   const read = [];
-  const addRow = (labelText, el, isRequired, description) => {
+  const addRow = (labelText, el, isRequired, description, name) => {
     const row = document.createElement("div");
     row.className = "field";
+    if (name !== undefined) row.dataset.name = name;
     const label = document.createElement("label");
     label.textContent = labelText;
     if (isRequired) {
@@ -346,7 +356,9 @@ function answerForm(base, waiting, status) {
       const isRequired = required.has(name);
       const el = control(name, p, kind, isRequired);
       el.dataset.kind = kind;
-      addRow(name, el, isRequired, p && typeof p.description === "string" ? p.description : "");
+      let hint = p && typeof p.description === "string" ? p.description : "";
+      if (kind === "json") hint = ["JSON", p && p.type ? "(" + [].concat(p.type).join(" or ") + ")" : "", hint].join(" ").trim();
+      addRow(name, el, isRequired, hint, name);
       read.push((out) => {
         const v = valueOf(el, kind, p);
         if (v !== undefined) out[name] = v;
@@ -396,6 +408,7 @@ function answerForm(base, waiting, status) {
         status.textContent = "answered as " + waiting.role + ": step " + r.data.head;
       } else {
         explain(errors, r.data);
+        markRefused(form, String(r.data.error || ""));
       }
     });
   });
