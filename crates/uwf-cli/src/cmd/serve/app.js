@@ -138,14 +138,25 @@ function threadActions(id) {
   // What the form on the page answers ("" when there is none), so that a
   // refresh does not wipe what the person is typing.
   let shown = "";
-  let pending = false;
+  // One read at a time; a change seen during a read asks for one more, so
+  // the last state is never missed.
+  let reading = false;
+  let again = false;
   const refresh = () => {
-    if (pending) return;
-    pending = true;
+    if (reading) {
+      again = true;
+      return;
+    }
+    reading = true;
+    again = false;
+    const done = () => {
+      reading = false;
+      if (again) refresh();
+    };
     fetch(base, { credentials: "same-origin" })
       .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
       .then((t) => {
-        pending = false;
+        done();
         if (t.done) {
           section.hidden = true;
           holder.replaceChildren();
@@ -171,9 +182,7 @@ function threadActions(id) {
           holder.appendChild(p);
         }
       })
-      .catch(() => {
-        pending = false;
-      });
+      .catch(done);
   };
   refresh();
   return { refresh: refresh };
