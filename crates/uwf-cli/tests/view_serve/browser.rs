@@ -40,7 +40,7 @@ roles:
     outputSchema:
       type: object
       properties:
-        verdict: { enum: [approve, revise], description: "approve ends the thread" }
+        verdict: { enum: [approve, revise], description: "<i>approve</i> ends the thread" }
         score: { type: integer, minimum: 1, maximum: 5 }
         urgent: { type: boolean }
         comments: { type: string }
@@ -150,7 +150,9 @@ fn serve_in_a_browser(backend: Backend) {
         let page = s.script("return document.body.dataset.thread || null", &[]);
         (page == json!(reviewed)).then_some(())
     });
-    assert_eq!(s.text_of("#state").as_deref(), Some("idle"));
+    // The event stream is open once its first `state` event has styled
+    // the state: only then can a step be seen landing.
+    s.wait_for("#state.state-idle");
     assert!(s.find("#answer-form").is_none(), "nobody is asked yet");
     s.type_into(&s.wait_for("#token"), &token);
 
@@ -192,6 +194,13 @@ fn serve_in_a_browser(backend: Backend) {
         &[],
     );
     assert_eq!(marked, json!(["field-verdict", "field-score"]));
+    // The schema's texts are text, never markup.
+    let hint = s.text_of("#answer-form .hint").unwrap();
+    assert_eq!(hint, "<i>approve</i> ends the thread");
+    assert_eq!(
+        s.script("return document.querySelector('#answer-form i')", &[]),
+        Value::Null
+    );
     keep_screenshot(&env, &s, "serve-thread.png", None);
 
     // The browser checks what it can: nothing is sent while a required

@@ -126,7 +126,7 @@ function threadActions(id) {
   const token = document.getElementById("token");
   const base = "/api/threads/" + encodeURIComponent(id);
   token.value = sessionStorage.getItem(TOKEN_KEY) || "";
-  token.addEventListener("change", () => sessionStorage.setItem(TOKEN_KEY, token.value.trim()));
+  token.addEventListener("input", () => sessionStorage.setItem(TOKEN_KEY, token.value.trim()));
   document.getElementById("kill").addEventListener("click", () => {
     if (!window.confirm("Kill this thread? It is archived as killed; a running agent's result is not applied.")) return;
     status.textContent = "killing…";
