@@ -2,7 +2,8 @@
 //! `chromedriver` over WebDriver ([`webdriver`](super::webdriver)), on
 //! both stores. What a person does: open the list, open a thread, watch
 //! a step land, answer the role that waits for them through the form
-//! (a refusal shown first), kill a thread.
+//! (a refusal shown first; fields, and the JSON text area of a schema
+//! without properties), kill a thread.
 //!
 //! Without `chromedriver` the test says loudly that it skipped; with `CI`
 //! set it fails (.ci/run installs it). With `UWF_SCREENSHOTS=1`, the
@@ -58,6 +59,26 @@ graph:
       condition: null
 "#;
 
+/// A person's role whose outputSchema has no properties to draw: the form
+/// is one text area for the whole output as JSON.
+const FREE_FORM: &str = r#"name: free-note
+description: "A person writes a note with any keys"
+roles:
+  noter:
+    description: "Writes the note (a person, bound in config.yaml)"
+    systemPrompt: "Write the note as a JSON object of strings."
+    outputSchema:
+      type: object
+      additionalProperties: { type: string }
+graph:
+  $START:
+    - role: noter
+      condition: null
+  noter:
+    - role: $END
+      condition: null
+"#;
+
 /// The writer takes a moment, so the page is open before its step lands.
 const SCENARIO: &str = "roles:\n  writer:\n    - output: { summary: \"Cache the session <b>lookup</b>\" }\n      delay: 300ms\n";
 
@@ -109,7 +130,7 @@ fn serve_in_a_browser(backend: Backend) {
     };
     let scenario = env.file("writer.mock.yaml", SCENARIO);
     env.set_config(&format!(
-        "agents:\n  mock: {{ command: '{}', args: ['{}'] }}\n  me: {{ human: true }}\ndefaultAgent: mock\nagentOverrides:\n  review-change: {{ reviewer: me }}\n",
+        "agents:\n  mock: {{ command: '{}', args: ['{}'] }}\n  me: {{ human: true }}\ndefaultAgent: mock\nagentOverrides:\n  review-change: {{ reviewer: me }}\n  free-note: {{ noter: me }}\n",
         common::mock_bin().display(),
         scenario.display()
     ));
@@ -124,6 +145,19 @@ fn serve_in_a_browser(backend: Backend) {
     let reviewed = start("Make <b>login</b> faster");
     let killed = start("Drop the legacy session table");
     let idle = start("Rename the config key");
+    let free_form = env.file("free-note.yaml", FREE_FORM);
+    let free = env.json(&[
+        "thread",
+        "start",
+        free_form.to_str().unwrap(),
+        "-p",
+        "Notes",
+    ])["thread"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = env.output(&["thread", "step", &free]);
+    assert_eq!(out.status.code(), Some(4), "waits for the noter: {out:?}");
     let mut server = Server::start(&env, &["--new-token"]);
     let token = server.hello["token"].as_str().unwrap().to_string();
 
@@ -133,7 +167,7 @@ fn serve_in_a_browser(backend: Backend) {
     // The list: every thread, its task as text (never markup).
     s.goto(&server.url(""));
     let link = format!("a[href=\"/threads/{reviewed}\"]");
-    for id in [&reviewed, &killed, &idle] {
+    for id in [&reviewed, &killed, &idle, &free] {
         s.wait_for(&format!("a[href=\"/threads/{id}\"]"));
     }
     let rows = s.text_of("#rows").unwrap();
@@ -142,7 +176,7 @@ fn serve_in_a_browser(backend: Backend) {
         s.script("return document.querySelector('#rows b')", &[]),
         Value::Null
     );
-    assert_eq!(s.text_of("#total").as_deref(), Some("3 threads"));
+    assert_eq!(s.text_of("#total").as_deref(), Some("4 threads"));
 
     // Open a thread from the list.
     s.click(&s.wait_for(&link));
@@ -286,6 +320,36 @@ fn serve_in_a_browser(backend: Backend) {
         s.script("return document.getElementById('actions').hidden", &[]),
         json!(true)
     );
+
+    // A schema without properties: the whole output typed as JSON, which
+    // must be an object before the browser sends it.
+    s.goto(&server.url(&format!("threads/{free}")));
+    let area = s.wait_for("#answer-form textarea");
+    let fields = s.script(
+        "return Array.from(document.querySelectorAll('#answer-form textarea, #answer-form select, #answer-form input:not([type=text])')).map(e => [e.dataset.kind, e.labels[0].textContent])",
+        &[],
+    );
+    assert_eq!(fields, json!([["json", "output (JSON) *"]]));
+    s.clear(&area);
+    s.type_into(&area, "[1]");
+    assert_eq!(invalid(), json!([""]), "an array is not an object");
+    s.clear(&area);
+    s.type_into(&area, "{\"topic\": 1}");
+    assert_eq!(invalid(), json!([]));
+    s.click(&s.wait_for("#answer-submit"));
+    let refusal = s.until("the refusal under the form", || {
+        s.text_of("#answer-errors").filter(|t| !t.is_empty())
+    });
+    assert!(refusal.contains("/topic"), "{refusal}");
+    s.clear(&area);
+    s.type_into(&area, "{\"topic\": \"cache\"}");
+    s.click(&s.wait_for("#answer-submit"));
+    s.until("the state done", || {
+        (s.text_of("#state").as_deref() == Some("done")).then_some(())
+    });
+    let steps = env.json(&["thread", "steps", &free]);
+    let last = steps["steps"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["output"], json!({"topic": "cache"}), "{last:#}");
 
     // Kill a thread from its page; the token typed before is kept for the tab.
     s.goto(&server.url(&format!("threads/{killed}")));
