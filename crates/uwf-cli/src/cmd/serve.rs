@@ -593,7 +593,33 @@ impl App {
         let mut v = super::thread::show_value(&self.ctx, id).map_err(Failure::from_cli)?;
         let steps = super::thread::steps_value(&self.ctx, id).map_err(Failure::from_cli)?;
         v["steps"] = steps["steps"].clone();
+        if let Some(schema) = self.answer_schema(id, &v).map_err(Failure::from_cli)? {
+            v["waiting"]["outputSchema"] = schema;
+        }
         Ok(v)
+    }
+
+    /// The outputSchema of the role thread `id` waits on, when a person
+    /// answers this thread itself (not a child thread that waits, not a
+    /// `$SUSPEND`): the thread page builds its answer form from it
+    /// (docs/serve.md, "The answer form"). `shown` is the thread's
+    /// `thread show` value.
+    fn answer_schema(&self, id: ThreadId, shown: &Value) -> Result<Option<Value>, CliError> {
+        let waiting = &shown["waiting"];
+        let Some(role) = waiting["role"].as_str() else {
+            return Ok(None);
+        };
+        if role == uwf_moderator::SUSPEND || waiting["answer"].as_str() != Some(&id.to_string()) {
+            return Ok(None);
+        }
+        let Status::Active { head } = engine::status(&self.ctx, id)? else {
+            return Ok(None);
+        };
+        let view = uwf_moderator::thread::load(self.ctx.cas(), head)?;
+        let Some(definition) = view.workflow.roles.get(role) else {
+            return Ok(None);
+        };
+        Ok(Some(self.ctx.cas().schema(definition.output_schema)?))
     }
 
     /// `GET /api/threads`: `thread list --all`, filtered, newest first,
@@ -777,24 +803,40 @@ impl App {
         ))
     }
 
-    /// `GET /threads/{id}`: the thread's state and the `thread view` page
-    /// in a frame, reloaded by the script when a step lands.
+    /// `GET /threads/{id}`: the thread's state, its actions (kill; the
+    /// answer form, which the script builds from the API's
+    /// `waiting.outputSchema`) and the `thread view` page in a frame,
+    /// reloaded by the script when a step lands.
     fn thread_page(&self, arg: &str) -> Result<String, Failure> {
         let id = self.thread(arg)?;
         let v = super::thread::show_value(&self.ctx, id).map_err(Failure::from_cli)?;
         let text = |k: &str| escape::text(v[k].as_str().unwrap_or_default());
         let id_text = id.to_string();
+        // Whether actions can work at all; the token itself never goes
+        // into a page (the person types it, docs/serve.md).
+        let token_note = if self.token.is_some() {
+            ""
+        } else {
+            "<p class=\"note\" id=\"no-token\">Actions need an access token, and this server has none: \
+             restart it with <code>uwf serve --new-token</code>.</p>"
+        };
         Ok(format!(
             "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>uwf thread {id}</title>\
              <link rel=\"stylesheet\" href=\"/app.css\"><script src=\"/app.js\" defer></script></head>\
              <body data-page=\"thread\" data-thread=\"{}\"><header><p><a href=\"/\">all threads</a></p>\
              <h1>{} · <span class=\"state\" id=\"state\">{}</span></h1><p class=\"task\">{}</p></header>\
+             <section id=\"actions\" class=\"actions\"{}>{token_note}\
+             <p><label>access token <input type=\"password\" id=\"token\" autocomplete=\"off\" spellcheck=\"false\" size=\"24\"></label> \
+             <button type=\"button\" id=\"kill\">kill thread</button></p>\
+             <p id=\"action-status\" class=\"status\" role=\"status\"></p>\
+             <div id=\"answer\"></div></section>\
              <ol id=\"events\" class=\"events\"></ol>\
              <iframe id=\"view\" title=\"thread view\" src=\"/threads/{}/view\"></iframe></body></html>\n",
             escape::attr(&id_text),
             text("name"),
             text("state"),
             text("task"),
+            if v["done"] == true { " hidden" } else { "" },
             escape::attr(&id_text),
         ))
     }

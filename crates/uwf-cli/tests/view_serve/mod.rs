@@ -12,6 +12,11 @@ use serde_json::{Value, json};
 use crate::common::{self, Backend, Env, example, mock_agent};
 use crate::per_backend;
 
+/// The pages in headless Chromium, over WebDriver.
+mod browser;
+/// The WebDriver client of [`browser`].
+mod webdriver;
+
 per_backend!(
     serve_api_events_and_kill,
     serve_refuses_bad_addresses,
@@ -166,7 +171,33 @@ fn serve_answers_a_waiting_role(backend: Backend) {
     assert_eq!(out.status.code(), Some(4), "{out:?}");
     let waiting: Value = serde_json::from_slice(&out.stdout).unwrap();
     let id = waiting["thread"].as_str().unwrap().to_string();
+    // Without a token the thread page says that actions need one.
+    let mut tokenless = Server::start(&env, &[]);
+    let (status, page) = get_text(&tokenless.url(&format!("threads/{id}")));
+    assert_eq!(status, 200);
+    assert!(page.contains("id=\"no-token\""), "{page}");
+    assert!(page.contains("uwf serve --new-token"), "{page}");
+    assert!(tokenless.stop().success());
     let mut server = Server::start(&env, &["--new-token"]);
+    let (_, page) = get_text(&server.url(&format!("threads/{id}")));
+    assert!(
+        !page.contains("no-token") && page.contains("id=\"kill\""),
+        "{page}"
+    );
+    // The thread's API answer carries the waiting role's outputSchema,
+    // which the page builds its form from.
+    let (status, shown) = get_json(&server.url(&format!("api/threads/{id}")));
+    assert_eq!(status, 200);
+    assert_eq!(shown["waiting"]["role"], "approver", "{shown:#}");
+    assert_eq!(
+        shown["waiting"]["outputSchema"],
+        json!({
+            "type": "object",
+            "properties": { "approved": { "type": "boolean" }, "comments": { "type": "string" } },
+            "required": ["approved"],
+            "title": "approve-release.approver",
+        })
+    );
     let token = server.hello["token"].as_str().unwrap().to_string();
     let answer = server.url(&format!("api/threads/{id}/answer"));
     let before = env.snapshot();
@@ -340,6 +371,7 @@ fn serve_api_events_and_kill(backend: Backend) {
         assert_eq!(v[key], shown[key], "{key}");
     }
     assert_eq!(v["lastStep"]["role"], "planner");
+    assert!(v.get("waiting").is_none(), "nobody is asked: {v}");
     let steps = v["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 2, "the start and one step: {v}");
     assert_eq!(steps[1]["role"], "planner");

@@ -41,11 +41,13 @@ function refreshList() {
     .catch(() => {});
 }
 
-// A thread's page: server-sent events; the frame is reloaded when a step lands.
+// A thread's page: server-sent events; the frame is reloaded when a step
+// lands, and the actions are read again from the API.
 function followThread(id) {
   const events = document.getElementById("events");
   const state = document.getElementById("state");
   const view = document.getElementById("view");
+  const actions = threadActions(id);
   const source = new EventSource("/api/threads/" + encodeURIComponent(id) + "/events");
   const note = (text) => {
     const li = document.createElement("li");
@@ -55,10 +57,13 @@ function followThread(id) {
   source.addEventListener("step", (e) => {
     note(JSON.parse(e.data).text);
     view.src = view.src;
+    actions.refresh();
   });
   source.addEventListener("state", (e) => {
     const d = JSON.parse(e.data);
     state.textContent = d.state;
+    state.className = "state state-" + String(d.state).replace(/[^a-z]/g, "");
+    actions.refresh();
     if (d.done) {
       source.close();
       view.src = view.src;
@@ -67,6 +72,356 @@ function followThread(id) {
   source.addEventListener("error", (e) => {
     if (e.data) note("error: " + JSON.parse(e.data).error);
   });
+}
+
+// ---------------------------------------------------------------------------
+// Actions (docs/serve.md, "Actions"): every POST carries the access token in
+// the Authorization header. The person types the token; it is kept for this
+// tab only (sessionStorage), never in a cookie the browser would send alone.
+
+const TOKEN_KEY = "uwf-serve-token";
+
+function post(path, body) {
+  const token = document.getElementById("token").value.trim();
+  const headers = { "Content-Type": "application/json" };
+  if (token) headers.Authorization = "Bearer " + token;
+  return fetch(path, {
+    method: "POST",
+    headers: headers,
+    body: JSON.stringify(body),
+    credentials: "same-origin",
+  }).then((r) =>
+    r
+      .json()
+      .catch(() => ({ error: "HTTP " + r.status }))
+      .then((data) => ({ ok: r.ok, status: r.status, data: data }))
+  );
+}
+
+// A refusal as the server explains it: its message, code and hint.
+function explain(el, data) {
+  el.replaceChildren();
+  const msg = document.createElement("p");
+  msg.className = "refused";
+  msg.textContent = data.error || "refused";
+  el.appendChild(msg);
+  if (data.code) {
+    const code = document.createElement("p");
+    code.className = "code";
+    code.textContent = data.code;
+    el.appendChild(code);
+  }
+  if (data.help) {
+    const help = document.createElement("p");
+    help.className = "help";
+    help.textContent = data.help;
+    el.appendChild(help);
+  }
+}
+
+function threadActions(id) {
+  const section = document.getElementById("actions");
+  const status = document.getElementById("action-status");
+  const holder = document.getElementById("answer");
+  const token = document.getElementById("token");
+  const base = "/api/threads/" + encodeURIComponent(id);
+  token.value = sessionStorage.getItem(TOKEN_KEY) || "";
+  token.addEventListener("input", () => sessionStorage.setItem(TOKEN_KEY, token.value.trim()));
+  document.getElementById("kill").addEventListener("click", () => {
+    if (!window.confirm("Kill this thread? It is archived as killed; a running agent's result is not applied.")) return;
+    status.textContent = "killing…";
+    post(base + "/kill", {}).then((r) => {
+      if (r.ok) status.textContent = "killed";
+      else explain(status, r.data);
+    });
+  });
+  // What the form on the page answers ("" when there is none), so that a
+  // refresh does not wipe what the person is typing.
+  let shown = "";
+  // One read at a time; a change seen during a read asks for one more, so
+  // the last state is never missed.
+  let reading = false;
+  let again = false;
+  const refresh = () => {
+    if (reading) {
+      again = true;
+      return;
+    }
+    reading = true;
+    again = false;
+    const done = () => {
+      reading = false;
+      if (again) refresh();
+    };
+    fetch(base, { credentials: "same-origin" })
+      .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+      .then((t) => {
+        done();
+        if (t.done) {
+          section.hidden = true;
+          holder.replaceChildren();
+          return;
+        }
+        const w = t.waiting;
+        const key = w ? [t.head, w.role, w.answer].join(" ") : "";
+        if (key === shown) return;
+        shown = key;
+        holder.replaceChildren();
+        if (!w) return;
+        if (w.role === "$SUSPEND") {
+          holder.appendChild(paragraph("note", "Suspended: continue it with `uwf thread resume " + id + "`. " + w.prompt));
+        } else if (w.outputSchema !== undefined) {
+          holder.appendChild(answerForm(base, w, status));
+        } else {
+          const p = paragraph("note", "Role " + w.role + " waits on child thread ");
+          const a = document.createElement("a");
+          a.href = "/threads/" + encodeURIComponent(w.answer);
+          a.textContent = w.answer;
+          p.appendChild(a);
+          p.appendChild(document.createTextNode(": answer there."));
+          holder.appendChild(p);
+        }
+      })
+      .catch(done);
+  };
+  refresh();
+  return { refresh: refresh };
+}
+
+function paragraph(cls, text) {
+  const p = document.createElement("p");
+  p.className = cls;
+  p.textContent = text;
+  return p;
+}
+
+// ---------------------------------------------------------------------------
+// The answer form, generated from the role's outputSchema. An object schema
+// with properties gets one field per property; a property, or a whole schema,
+// that no field fits is typed as JSON. The browser checks what the form
+// states (required, numbers, bounds, lengths, JSON syntax); the server checks
+// the whole schema again and its refusal is shown under the form.
+
+function scalar(v) {
+  return v === null || ["string", "number", "boolean"].includes(typeof v);
+}
+
+// How a property is entered.
+function kindOf(p) {
+  if (!p || typeof p !== "object") return "json";
+  if (Array.isArray(p.enum) && p.enum.length > 0 && p.enum.every(scalar)) return "enum";
+  switch (p.type) {
+    case "string":
+      return typeof p.maxLength === "number" && p.maxLength <= 200 ? "line" : "text";
+    case "boolean":
+      return "boolean";
+    case "integer":
+    case "number":
+      return p.type;
+    default:
+      return "json";
+  }
+}
+
+function fieldsOf(schema) {
+  if (!schema || typeof schema !== "object" || schema.type !== "object") return null;
+  const props = schema.properties;
+  if (!props || typeof props !== "object" || Array.isArray(props)) return null;
+  const names = Object.keys(props);
+  return names.length ? names.map((n) => [n, props[n]]) : null;
+}
+
+// A JSON field: invalid (for the browser's check) while it does not parse,
+// or, with `object`, while it is not an object.
+function jsonControl(area, object) {
+  const check = () => {
+    const text = area.value.trim();
+    let msg = "";
+    if (text) {
+      try {
+        const v = JSON.parse(text);
+        if (object && (v === null || typeof v !== "object" || Array.isArray(v))) msg = "the answer must be a JSON object";
+      } catch (e) {
+        msg = "not JSON: " + e.message;
+      }
+    }
+    area.setCustomValidity(msg);
+  };
+  area.addEventListener("input", check);
+  check();
+  return area;
+}
+
+function control(name, p, kind, required) {
+  let el;
+  switch (kind) {
+    case "enum": {
+      el = document.createElement("select");
+      if (!required) el.appendChild(new Option("", ""));
+      else el.appendChild(new Option("choose…", ""));
+      p.enum.forEach((v, i) => el.appendChild(new Option(String(v), String(i))));
+      break;
+    }
+    case "boolean":
+      el = document.createElement("input");
+      el.type = "checkbox";
+      el.checked = p.default === true;
+      el.name = name;
+      return el;
+    case "integer":
+    case "number":
+      el = document.createElement("input");
+      el.type = "number";
+      el.step = kind === "integer" ? "1" : "any";
+      if (typeof p.minimum === "number") el.min = String(p.minimum);
+      if (typeof p.maximum === "number") el.max = String(p.maximum);
+      break;
+    case "line":
+      el = document.createElement("input");
+      el.type = "text";
+      break;
+    case "text":
+      el = document.createElement("textarea");
+      el.rows = 3;
+      break;
+    default:
+      el = jsonControl(document.createElement("textarea"), false);
+      el.rows = 2;
+      el.className = "json";
+      el.placeholder = "JSON";
+  }
+  if (kind === "line" || kind === "text") {
+    if (typeof p.minLength === "number") el.minLength = p.minLength;
+    if (typeof p.maxLength === "number") el.maxLength = p.maxLength;
+  }
+  if (required) el.required = true;
+  if (p && p.default !== undefined && kind !== "enum" && kind !== "json") el.value = String(p.default);
+  el.name = name;
+  return el;
+}
+
+// The field's value, or undefined to leave the property out.
+function valueOf(el, kind, p) {
+  switch (kind) {
+    case "enum":
+      return el.value === "" ? undefined : p.enum[Number(el.value)];
+    case "boolean":
+      return el.checked;
+    case "integer":
+    case "number":
+      return el.value === "" ? undefined : Number(el.value);
+    case "line":
+    case "text":
+      return el.value === "" && !el.required ? undefined : el.value;
+    default:
+      return el.value.trim() === "" ? undefined : JSON.parse(el.value);
+  }
+}
+
+// Marks the fields whose property the server's refusal names by its path
+// ("at /labels/1: …", docs/serve.md).
+function markRefused(form, text) {
+  form.querySelectorAll(".field[data-name]").forEach((row) => {
+    const at = "at /" + row.dataset.name.replace(/~/g, "~0").replace(/\//g, "~1");
+    row.classList.toggle("refused", text.includes(at + ":") || text.includes(at + "/"));
+  });
+}
+
+function answerForm(base, waiting, status) {
+  const schema = waiting.outputSchema;
+  const form = document.createElement("form");
+  form.id = "answer-form";
+  form.className = "answer";
+  const legend = document.createElement("h2");
+  legend.textContent = "Answer as " + waiting.role;
+  form.appendChild(legend);
+  if (waiting.prompt) form.appendChild(paragraph("prompt", waiting.prompt));
+  const required = new Set(Array.isArray(schema && schema.required) ? schema.required : []);
+  const fields = fieldsOf(schema);
+  const read = [];
+  const addRow = (labelText, el, isRequired, description, name) => {
+    const row = document.createElement("div");
+    row.className = "field";
+    if (name !== undefined) row.dataset.name = name;
+    const label = document.createElement("label");
+    label.textContent = labelText;
+    if (isRequired) {
+      const mark = document.createElement("span");
+      mark.className = "required";
+      mark.textContent = " *";
+      mark.title = "required";
+      label.appendChild(mark);
+    }
+    el.id = "field-" + labelText.replace(/[^A-Za-z0-9_-]/g, "_");
+    label.htmlFor = el.id;
+    row.appendChild(label);
+    row.appendChild(el);
+    if (description) row.appendChild(paragraph("hint", description));
+    form.appendChild(row);
+  };
+  if (fields) {
+    for (const [name, p] of fields) {
+      const kind = kindOf(p);
+      const isRequired = required.has(name);
+      const el = control(name, p, kind, isRequired);
+      el.dataset.kind = kind;
+      let hint = p && typeof p.description === "string" ? p.description : "";
+      if (kind === "json") hint = ["JSON", p && p.type ? "(" + [].concat(p.type).join(" or ") + ")" : "", hint].join(" ").trim();
+      addRow(name, el, isRequired, hint, name);
+      read.push((out) => {
+        const v = valueOf(el, kind, p);
+        if (v !== undefined) out[name] = v;
+      });
+    }
+  } else {
+    const area = jsonControl(document.createElement("textarea"), true);
+    area.rows = 6;
+    area.className = "json";
+    area.required = true;
+    area.value = "{}";
+    area.dataset.kind = "json";
+    addRow("output (JSON)", area, true, "");
+    read.push((out) => Object.assign(out, JSON.parse(area.value)));
+  }
+  const who = document.createElement("input");
+  who.type = "text";
+  who.placeholder = "web";
+  addRow("answered by", who, false, "");
+  const submit = document.createElement("button");
+  submit.type = "submit";
+  submit.id = "answer-submit";
+  submit.textContent = "answer";
+  form.appendChild(submit);
+  const errors = document.createElement("div");
+  errors.id = "answer-errors";
+  errors.className = "errors";
+  errors.setAttribute("role", "alert");
+  form.appendChild(errors);
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    // The browser has run its checks before this event; this is a guard
+    // for a form submitted by script.
+    if (!form.checkValidity()) {
+      form.reportValidity();
+      return;
+    }
+    const output = {};
+    read.forEach((f) => f(output));
+    const body = { output: output, role: waiting.role };
+    if (who.value.trim()) body.as = who.value.trim();
+    errors.replaceChildren();
+    submit.disabled = true;
+    post(base + "/answer", body).then((r) => {
+      submit.disabled = false;
+      if (r.ok) {
+        status.textContent = "answered as " + waiting.role + ": step " + r.data.head;
+      } else {
+        explain(errors, r.data);
+        markRefused(form, String(r.data.error || ""));
+      }
+    });
+  });
+  return form;
 }
 
 document.addEventListener("DOMContentLoaded", () => {
