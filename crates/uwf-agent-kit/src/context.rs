@@ -80,9 +80,24 @@ impl AgentContext {
             .and_then(uwf_engine::Engine::redacting)
             .map_err(|e| KitError::Store(Box::new(e)))?
             .into_stores();
-        let head = state
-            .thread_head(thread_id)?
-            .ok_or(KitError::NotActive { thread: thread_id })?;
+        // Run by an engine that relays the store to us, the head it gave
+        // is the one it just read: reading it again would cost a round
+        // trip to the database and could only find a thread killed
+        // meanwhile, which the engine's kill flag reports.
+        let given = (std::env::var_os(crate::RELAY_ENV).is_some_and(|v| !v.is_empty()))
+            .then(|| {
+                std::env::var(uwf_engine::HEAD_ENV)
+                    .ok()?
+                    .parse::<uwf_cas::Hash>()
+                    .ok()
+            })
+            .flatten();
+        let head = match given {
+            Some(h) => h,
+            None => state
+                .thread_head(thread_id)?
+                .ok_or(KitError::NotActive { thread: thread_id })?,
+        };
         let view = uwf_moderator::thread::load(&store, head)?;
 
         let Some(role_definition) = view.workflow.roles.get(role).cloned() else {

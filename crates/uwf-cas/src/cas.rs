@@ -619,20 +619,34 @@ impl<S: Store> Cas<S> {
     /// stored `root` (`uwf_state::guard`).
     pub fn missing_from(&self, root: Hash, known: &[Hash]) -> Result<Option<Hash>> {
         let mut seen: HashSet<Hash> = known.iter().copied().collect();
-        let mut queue = VecDeque::from([root]);
         seen.insert(root);
-        while let Some(h) = queue.pop_front() {
-            let Some(node) = self.store.get(h)? else {
-                return Ok(Some(h));
-            };
-            if node.type_hash == self.types.meta {
-                continue;
+        let mut level = vec![root];
+        // Presence is asked of the store (`has_many`), never concluded from
+        // a read: a backend may answer a read of a node it once saw from
+        // memory (nodes never change), but a collection may have removed
+        // the node since, and that is what this walk is for. A level of the
+        // walk at a time: two round trips per level on a networked store.
+        while !level.is_empty() {
+            let present = self.store.has_many(&level)?;
+            if let Some(i) = present.iter().position(|p| !p) {
+                return Ok(Some(level[i]));
             }
-            for r in self.refs_of(&node)? {
-                if seen.insert(r.hash) {
-                    queue.push_back(r.hash);
+            let nodes = self.store.get_many(&level)?;
+            let mut next = Vec::new();
+            for (h, node) in level.iter().zip(nodes) {
+                let Some(node) = node else {
+                    return Ok(Some(*h));
+                };
+                if node.type_hash == self.types.meta {
+                    continue;
+                }
+                for r in self.refs_of(&node)? {
+                    if seen.insert(r.hash) {
+                        next.push(r.hash);
+                    }
                 }
             }
+            level = next;
         }
         Ok(None)
     }
@@ -787,5 +801,113 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"))
             .with_redactor(Arc::new(Redactor::new()));
         assert!(none.redactor().is_none());
+    }
+
+    /// A store whose reads answer from memory once a node was read (as the
+    /// PostgreSQL store's do): presence must still come from the store.
+    #[derive(Debug)]
+    struct Remembering {
+        inner: MemStore,
+        seen: Mutex<HashMap<Hash, Node>>,
+    }
+
+    impl Store for Remembering {
+        fn get(&self, hash: Hash) -> Result<Option<Node>> {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = seen.get(&hash) {
+                return Ok(Some(n.clone()));
+            }
+            let got = self.inner.get(hash)?;
+            if let Some(n) = &got {
+                seen.insert(hash, n.clone());
+            }
+            Ok(got)
+        }
+        fn has(&self, hash: Hash) -> Result<bool> {
+            self.inner.has(hash)
+        }
+        fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)> {
+            self.inner.insert(hash, node)
+        }
+        fn hashes(&self) -> crate::HashIter<'_> {
+            self.inner.hashes()
+        }
+        fn by_type(&self, type_hash: Hash) -> crate::HashIter<'_> {
+            self.inner.by_type(type_hash)
+        }
+        fn reindex(&self) -> Result<crate::ReindexReport> {
+            self.inner.reindex()
+        }
+        fn remove(&self, hash: Hash) -> Result<bool> {
+            self.inner.remove(hash)
+        }
+        fn last_stored(&self, hash: Hash) -> Result<Option<u64>> {
+            self.inner.last_stored(hash)
+        }
+        fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+            self.inner.cache_get(key)
+        }
+        fn cache_put(&self, key: &str, bytes: &[u8]) -> Result<()> {
+            self.inner.cache_put(key, bytes)
+        }
+        fn cache_remove(&self, key: &str) -> Result<bool> {
+            self.inner.cache_remove(key)
+        }
+    }
+
+    #[test]
+    fn a_node_removed_after_it_was_read_is_missing_from_its_root() {
+        let cas = Cas::new(Remembering {
+            inner: MemStore::new(),
+            seen: Mutex::new(HashMap::new()),
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let leaf_ty = cas
+            .put_schema(json!({"type": "object"}))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .hash;
+        let link_ty = cas
+            .put_schema(json!({
+                "type": "object",
+                "properties": { "to": { "type": "string", "format": "cas_ref" } }
+            }))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .hash;
+        let leaf = cas
+            .put(leaf_ty, json!({"n": 1}))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .hash;
+        let root = cas
+            .put(link_ty, json!({"to": leaf.to_string()}))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .hash;
+        assert_eq!(
+            cas.missing_from(root, &[])
+                .unwrap_or_else(|e| panic!("{e}")),
+            None
+        );
+        // Read (and so remembered), then removed by a collection.
+        assert!(
+            cas.try_get(leaf)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .is_some()
+        );
+        assert!(
+            cas.store()
+                .inner
+                .remove(leaf)
+                .unwrap_or_else(|e| panic!("{e}"))
+        );
+        assert_eq!(
+            cas.missing_from(root, &[])
+                .unwrap_or_else(|e| panic!("{e}")),
+            Some(leaf)
+        );
+        // Not walked into what a root already keeps.
+        assert_eq!(
+            cas.missing_from(root, &[leaf])
+                .unwrap_or_else(|e| panic!("{e}")),
+            None
+        );
     }
 }

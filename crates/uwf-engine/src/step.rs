@@ -170,8 +170,12 @@ fn step_once(
     // Before anything the new head will reach is stored or checked: the
     // head is installed only if no collection removed it meanwhile
     // (crate::keep).
-    let epoch = ctx.state.gc_epoch()?;
-    let head = active_head(ctx, id)?;
+    let (epoch, head) = ctx.state.epoch_and_head(id)?;
+    let head = match head {
+        Some(h) => h,
+        // Not active: the history says why (finished, or never was).
+        None => active_head(ctx, id)?,
+    };
     // The thread as the last step of this process left it, if it is still
     // there (`recent`); else loaded, and decided, from the store.
     let (view, decision) = match ctx.recent.take(id, head) {

@@ -118,6 +118,15 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// [`NodeGuard`] of the call that installs the root. Cheap, lock-free.
     fn gc_epoch(&self) -> Result<GcEpoch, StateError>;
 
+    /// The collection epoch and then the head of `thread`, as
+    /// [`gc_epoch`](Self::gc_epoch) and [`thread_head`](Self::thread_head)
+    /// called in that order give them: what a step reads first. A backend
+    /// may read both at once (PostgreSQL: one statement, one snapshot).
+    fn epoch_and_head(&self, thread: ThreadId) -> Result<(GcEpoch, Option<Hash>), StateError> {
+        let epoch = self.gc_epoch()?;
+        Ok((epoch, self.thread_head(thread)?))
+    }
+
     /// Archives an active thread (checking its head against
     /// `expected_head` if given) and returns the history entry written.
     fn archive(

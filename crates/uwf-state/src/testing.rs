@@ -57,6 +57,7 @@ macro_rules! thread_store_contract_tests {
             racing_attempts_are_all_kept,
             while_locked_holds_back_mutations,
             a_collection_moves_the_epoch_odd_then_even,
+            epoch_and_head_agree_with_each_read_alone,
             a_guard_checks_after_a_collection_and_a_failed_check_changes_nothing,
             drop_overflow_fails_at_once_when_full,
             the_limit_holds_across_contending_holders,
@@ -546,6 +547,38 @@ pub fn racing_attempts_are_all_kept(store: &dyn ThreadStore) {
         at = *prev;
     }
     assert_eq!(walked, 8, "a record was lost: {links:?}");
+}
+
+/// `epoch_and_head` gives what `gc_epoch` and `thread_head` give, for an
+/// absent thread, an active one, one that moved and one archived, and
+/// after a collection.
+pub fn epoch_and_head_agree_with_each_read_alone(store: &dyn ThreadStore) {
+    let both = |t| ok(store.epoch_and_head(t), "epoch_and_head");
+    let alone = |t| {
+        (
+            ok(store.gc_epoch(), "gc_epoch"),
+            ok(store.thread_head(t), "thread_head"),
+        )
+    };
+    assert_eq!(both(tid(1)), alone(tid(1)));
+    assert_eq!(both(tid(1)).1, None);
+    ok(
+        store.insert_thread(tid(1), head(1), &NodeGuard::vouched()),
+        "insert",
+    );
+    assert_eq!(both(tid(1)), (alone(tid(1)).0, Some(head(1))));
+    ok(
+        store.swap_head(tid(1), head(1), head(2), &NodeGuard::vouched()),
+        "swap",
+    );
+    assert_eq!(both(tid(1)).1, Some(head(2)));
+    ok(
+        store.while_collecting(&mut || store.begin_sweep().map(|_| ())),
+        "while_collecting",
+    );
+    assert_eq!(both(tid(1)), alone(tid(1)));
+    ok(store.archive(tid(1), head(9), None, "done"), "archive");
+    assert_eq!(both(tid(1)), (alone(tid(1)).0, None));
 }
 
 /// A collection that sweeps makes the epoch odd while it runs (visible to

@@ -186,21 +186,36 @@ impl Store for PgStore {
         for _ in 0..3 {
             // Storing a present node again moves `fresh_at`: garbage
             // collection's grace counts from it (Store::last_stored).
-            let created: bool = self
+            // The row's first timestamp comes back, and whether the row
+            // holds exactly these bytes: then it is this node (same bytes,
+            // same hash) and need not be read again.
+            let row = self
                 .conn()?
                 .query_one(
                     "INSERT INTO uwf_nodes (hash, type_hash, payload, stored_at) \
                      VALUES ($1, $2, $3, $4) ON CONFLICT (hash) \
-                     DO UPDATE SET fresh_at = excluded.stored_at RETURNING xmax = 0",
+                     DO UPDATE SET fresh_at = excluded.stored_at \
+                     RETURNING xmax = 0, stored_at, \
+                         (uwf_nodes.type_hash = $2 AND uwf_nodes.payload = $3)",
                     &[&name, &type_hash, &payload, &ms(node.timestamp)],
                 )
-                .map_err(self.err("store a node"))?
-                .get(0);
+                .map_err(self.err("store a node"))?;
+            let (created, stored_at, same): (bool, i64, bool) =
+                (row.get(0), row.get(1), row.get(2));
             if created {
                 self.inner().memo.put_node(hash, node, payload.len());
                 return Ok((node.clone(), true));
             }
-            // The row as stored (its first timestamp), not a copy in memory.
+            if same && let Ok(timestamp) = u64::try_from(stored_at) {
+                let existing = Node {
+                    timestamp,
+                    ..node.clone()
+                };
+                self.inner().memo.put_node(hash, &existing, payload.len());
+                return Ok((existing, false));
+            }
+            // Other bytes under this name (a row written by another
+            // encoder, or damaged): the row as stored decides.
             self.inner().memo.forget_node(hash);
             match self.get(hash) {
                 Ok(Some(existing)) => return Ok((existing, false)),

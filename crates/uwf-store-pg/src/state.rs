@@ -223,6 +223,35 @@ impl ThreadStore for PgStore {
             .transpose()?)
     }
 
+    fn epoch_and_head(&self, thread: ThreadId) -> Result<(GcEpoch, Option<Hash>), StateError> {
+        let row = self
+            .conn()?
+            .query_one(
+                "SELECT (SELECT epoch FROM uwf_gc), (SELECT head FROM uwf_threads WHERE thread = $1)",
+                &[&thread.to_string()],
+            )
+            .map_err(self.err("read a head"))?;
+        let epoch: Option<i64> = row.get(0);
+        let epoch = epoch
+            .and_then(|e| u64::try_from(e).ok())
+            .map(GcEpoch)
+            .ok_or_else(|| {
+                self.corrupt("the collection epoch (table uwf_gc)", format!("{epoch:?}"))
+            })?;
+        let head = row
+            .get::<_, Option<&str>>(1)
+            .map(|text| {
+                text.parse().map_err(|e| {
+                    self.corrupt(
+                        format!("head of thread {thread} (table uwf_threads) {text:?}"),
+                        format!("{e}"),
+                    )
+                })
+            })
+            .transpose()?;
+        Ok((epoch, head))
+    }
+
     fn threads(&self) -> Result<ThreadsIndex, StateError> {
         let rows = self
             .conn()?
