@@ -355,6 +355,11 @@ impl Store for PgStore {
 
     fn cache_remove(&self, key: &str) -> Result<bool> {
         check_cache_key(key)?;
+        // Known absent (read or removed by this process): an entry another
+        // process put since is derived data, safe to keep (memo.rs).
+        if self.inner().memo.cache_entry(key) == Some(None) {
+            return Ok(false);
+        }
         let n = self
             .conn()?
             .execute("DELETE FROM uwf_cache WHERE key = $1", &[&key])
