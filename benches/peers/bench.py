@@ -394,6 +394,7 @@ def pg_counts(work, pg):
     """Transactions and sessions per step (see the module docs)."""
     short, long_ = 10, 10 + STEPS
     out = {}
+    reads = {}
     for s in SYSTEMS:
         db = f"{s}_counts"
         pg.create_database(db)
@@ -426,6 +427,20 @@ def pg_counts(work, pg):
                 print(f"  {calls / long_:6.1f} {nrows / long_:7.1f}  {q}")
         (xa, sa), (xb, sb) = deltas[1:]
         out[s] = ((xb - xa) / (long_ - short), (sb - sa) / (long_ - short), xb / long_, sb / long_)
+        if s == "uwf":
+            # Read-only commands: transactions of one more run (1 vs 3 runs,
+            # so the measuring connections' own cancel out).
+            for args in (("thread", "show", "@last"), ("thread", "list", "--all")):
+                counted = []
+                for k in (1, 3):
+                    baseline = pg.children_count()
+                    x0, _ = pg.stat(db)
+                    for _ in range(k):
+                        uwf.run(*args)
+                    pg.settle(baseline, timeout=10)
+                    x1, _ = pg.stat(db)
+                    counted.append(x1 - x0)
+                reads[" ".join(args[:2])] = (counted[1] - counted[0]) / 2
     rows = [
         ("PostgreSQL transactions per step (marginal)",
          {s: f"{out[s][0]:.1f}" for s in SYSTEMS}, {s: out[s][0] for s in SYSTEMS}),
@@ -434,6 +449,8 @@ def pg_counts(work, pg):
         (f"transactions / sessions per step, whole {long_}-step run incl. start-up",
          {s: f"{out[s][2]:.1f} / {out[s][3]:.2f}" for s in SYSTEMS}, {}),
     ]
+    for what, n in reads.items():
+        rows.append((f"uwf: PostgreSQL transactions of one `uwf {what}`", {"uwf": f"{n:.1f}"}, {}))
     return rows
 
 

@@ -792,6 +792,26 @@ Example: uwf thread prune --dry-run --older-than 0s")]
     },
 }
 
+impl ThreadCommand {
+    /// Whether the command only reads the store, once: then it reads it in
+    /// one snapshot (`ThreadStore::read_in_one_snapshot`), which on
+    /// PostgreSQL is also one transaction. Not `watch` (it waits for
+    /// changes) nor anything that writes.
+    pub fn only_reads(&self) -> bool {
+        matches!(
+            self,
+            Self::Next { .. }
+                | Self::Show { .. }
+                | Self::List { .. }
+                | Self::Stack { .. }
+                | Self::Steps { .. }
+                | Self::Read { .. }
+                | Self::View { .. }
+                | Self::StepDetails { .. }
+        )
+    }
+}
+
 /// `--quota`: a positive integer (upstream refused 0 the same way).
 fn positive_quota(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {

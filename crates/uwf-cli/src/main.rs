@@ -248,6 +248,9 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         }
         Command::Thread(sub) => {
             let ctx = open(&cli.global)?;
+            if sub.only_reads() {
+                ctx.state().read_in_one_snapshot()?;
+            }
             cmd::thread::run(&ctx, sub, format)?;
             Ok(ExitCode::SUCCESS)
         }

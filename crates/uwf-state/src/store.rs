@@ -224,6 +224,17 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         write: &mut dyn FnMut(Option<Hash>) -> Result<Hash, StateError>,
     ) -> Result<Hash, StateError>;
 
+    // ----- consistent reads ----------------------------------------------
+
+    /// From now on, reads through this store see it as it is now, in one
+    /// consistent snapshot, as far as the backend can (PostgreSQL: one
+    /// read-only transaction); writes are not affected. For a command
+    /// that only reads. The default (the filesystem store, which has no
+    /// snapshots) does nothing.
+    fn read_in_one_snapshot(&self) -> Result<(), StateError> {
+        Ok(())
+    }
+
     // ----- head notices ---------------------------------------------------
 
     /// Announcements of moved heads, for a store that can push them (a

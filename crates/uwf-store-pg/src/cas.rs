@@ -78,7 +78,7 @@ impl PgStore {
 
     /// One page of a listing: hashes after `after`, ascending.
     fn page(&self, type_hash: Option<Hash>, after: Option<Hash>) -> Result<Vec<Hash>> {
-        let mut c = self.conn()?;
+        let mut c = self.read_conn()?;
         let after = after.map(|h| h.to_string());
         let rows = match type_hash {
             None => c.query(
@@ -115,7 +115,7 @@ impl Store for PgStore {
             return Ok(Some(node));
         }
         let row = self
-            .conn()?
+            .read_conn()?
             .query_opt(
                 "SELECT hash, type_hash, payload, stored_at FROM uwf_nodes WHERE hash = $1",
                 &[&hash.to_string()],
@@ -137,7 +137,7 @@ impl Store for PgStore {
         }
         if !wanted.is_empty() {
             let rows = self
-                .conn()?
+                .read_conn()?
                 .query(
                     "SELECT hash, type_hash, payload, stored_at FROM uwf_nodes WHERE hash = ANY($1)",
                     &[&wanted],
@@ -153,7 +153,7 @@ impl Store for PgStore {
 
     fn has(&self, hash: Hash) -> Result<bool> {
         let row = self
-            .conn()?
+            .read_conn()?
             .query_one(
                 "SELECT EXISTS (SELECT 1 FROM uwf_nodes WHERE hash = $1)",
                 &[&hash.to_string()],
@@ -168,7 +168,7 @@ impl Store for PgStore {
         }
         let wanted: Vec<String> = hashes.iter().map(ToString::to_string).collect();
         let rows = self
-            .conn()?
+            .read_conn()?
             .query(
                 "SELECT hash FROM uwf_nodes WHERE hash = ANY($1)",
                 &[&wanted],
@@ -332,7 +332,7 @@ impl Store for PgStore {
             return Ok(entry);
         }
         let row = self
-            .conn()?
+            .read_conn()?
             .query_opt("SELECT value FROM uwf_cache WHERE key = $1", &[&key])
             .map_err(self.err("read a cache entry"))?;
         let entry: Option<Vec<u8>> = row.map(|r| r.get(0));

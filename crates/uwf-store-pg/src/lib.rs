@@ -113,6 +113,9 @@ pub(crate) struct Inner {
     /// Nodes and derived-cache entries this process has read or written
     /// ([`memo`]).
     pub(crate) memo: memo::Memo,
+    /// The connection whose read-only transaction the reads of a
+    /// read-only command go through ([`PgStore::read_in_one_snapshot`]).
+    snapshot: Mutex<Option<Pooled>>,
 }
 
 impl Drop for Inner {
@@ -167,6 +170,7 @@ impl PgStore {
                 workflow_ids: Mutex::new(std::collections::HashMap::new()),
                 listener: std::sync::OnceLock::new(),
                 memo: memo::Memo::new(),
+                snapshot: Mutex::new(None),
             }),
         };
         let client = store.inner.open()?;
@@ -204,8 +208,48 @@ impl PgStore {
         self.inner.ensure_schema()?;
         Ok(Conn {
             inner: &self.inner,
-            pooled: Some(self.inner.take_pooled()?),
+            held: Some(Held::Pooled(Box::new(self.inner.take_pooled()?))),
         })
+    }
+
+    /// A connection for a read: the snapshot's, when reads go through one
+    /// ([`read_in_one_snapshot`](Self::read_in_one_snapshot)) and it is
+    /// free, else a pooled one.
+    pub(crate) fn read_conn(&self) -> Result<Conn<'_>, PgError> {
+        self.inner.ensure_schema()?;
+        // `try_lock`: a read made while another holds the snapshot (a
+        // second thread, or a read nested in a read) takes a pooled
+        // connection instead of waiting.
+        if let Ok(guard) = self.inner.snapshot.try_lock()
+            && guard.is_some()
+        {
+            return Ok(Conn {
+                inner: &self.inner,
+                held: Some(Held::Snapshot(guard)),
+            });
+        }
+        self.conn()
+    }
+
+    /// From now on, the reads of this store (and of its clones) see the
+    /// database as it is now: one read-only transaction at `REPEATABLE
+    /// READ`, held until the store is dropped. Writes go on as before,
+    /// outside it (and are not seen by those reads). For commands that
+    /// only read: what they show is one state of the store, and the whole
+    /// command is one transaction on the server.
+    pub fn read_in_one_snapshot(&self) -> Result<(), PgError> {
+        self.inner.ensure_schema()?;
+        let mut pooled = self.inner.take_pooled()?;
+        pooled
+            .client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .map_err(self.err("begin a read-only snapshot"))?;
+        *self
+            .inner
+            .snapshot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(pooled);
+        Ok(())
     }
 
     pub(crate) fn inner(&self) -> &Arc<Inner> {
@@ -346,6 +390,15 @@ impl Pooled {
     }
 }
 
+/// Where a [`Conn`]'s connection comes from.
+enum Held<'a> {
+    /// The pool: given back when dropped (boxed: it is the larger by far,
+    /// and moved in and out of the pool anyway).
+    Pooled(Box<Pooled>),
+    /// The read-only snapshot (always `Some` while held).
+    Snapshot(std::sync::MutexGuard<'a, Option<Pooled>>),
+}
+
 /// A pooled connection, given back when dropped. A connection whose
 /// transaction was left open is rolled back by the client library first;
 /// a broken one is closed instead.
@@ -355,13 +408,17 @@ impl Pooled {
 /// other statements go to the [`Client`] it dereferences to.
 pub(crate) struct Conn<'a> {
     inner: &'a Inner,
-    pooled: Option<Pooled>,
+    held: Option<Held<'a>>,
 }
 
 impl Conn<'_> {
     fn pooled(&mut self) -> &mut Pooled {
-        // Only `Drop` takes it out.
-        self.pooled.as_mut().unwrap_or_else(|| unreachable!())
+        // Only `Drop` takes it out; a held snapshot is never `None`.
+        match self.held.as_mut() {
+            Some(Held::Pooled(p)) => p,
+            Some(Held::Snapshot(g)) => g.as_mut().unwrap_or_else(|| unreachable!()),
+            None => unreachable!(),
+        }
     }
 
     /// `sql` prepared on this connection (once; the server keeps the plan).
@@ -387,6 +444,11 @@ impl Conn<'_> {
         let out = f(&mut p.client, &statement);
         if out.is_err() {
             p.statements.remove(sql);
+            // A failed statement ends a transaction's use: later reads go
+            // to the pool rather than into an aborted snapshot.
+            if let Some(Held::Snapshot(g)) = self.held.as_mut() {
+                g.take();
+            }
         }
         out
     }
@@ -427,12 +489,12 @@ impl Conn<'_> {
 impl std::ops::Deref for Conn<'_> {
     type Target = Client;
     fn deref(&self) -> &Client {
-        // Only `Drop` takes it out.
-        &self
-            .pooled
-            .as_ref()
-            .unwrap_or_else(|| unreachable!())
-            .client
+        // Only `Drop` takes it out; a held snapshot is never `None`.
+        match self.held.as_ref() {
+            Some(Held::Pooled(p)) => &p.client,
+            Some(Held::Snapshot(g)) => &g.as_ref().unwrap_or_else(|| unreachable!()).client,
+            None => unreachable!(),
+        }
     }
 }
 
@@ -444,8 +506,8 @@ impl std::ops::DerefMut for Conn<'_> {
 
 impl Drop for Conn<'_> {
     fn drop(&mut self) {
-        if let Some(p) = self.pooled.take() {
-            self.inner.give_back_pooled(p);
+        if let Some(Held::Pooled(p)) = self.held.take() {
+            self.inner.give_back_pooled(*p);
         }
     }
 }
@@ -496,5 +558,36 @@ mod tests {
         const BAD: &str = "SELECT 1 / $1::int";
         assert!(again.query_one(BAD, &[&0i32]).is_err());
         assert_eq!(again.query_one(BAD, &[&1i32]).unwrap().get::<_, i32>(0), 1);
+    }
+
+    /// Reads in one snapshot see the store as it was when it began, writes
+    /// go on beside it, and a failed read ends it.
+    #[test]
+    fn reads_in_one_snapshot_see_the_store_as_it_was_and_writes_go_on() {
+        use uwf_state::{NodeGuard, ThreadStore};
+        let Some(db) = uwf_pg_testing::database() else {
+            return;
+        };
+        let store = PgStore::connect(&db.url, None).unwrap();
+        let other = PgStore::connect(&db.url, None).unwrap();
+        let t = uwf_protocol::ThreadId::from_u128(1);
+        let h = uwf_protocol::Hash::from_u64;
+        let vouched = NodeGuard::vouched();
+        store.insert_thread(t, h(1), &vouched).unwrap();
+        ThreadStore::read_in_one_snapshot(&store).unwrap();
+        assert_eq!(store.thread_head(t).unwrap(), Some(h(1)));
+        other.swap_head(t, h(1), h(2), &vouched).unwrap();
+        assert_eq!(store.thread_head(t).unwrap(), Some(h(1)));
+        assert_eq!(store.threads().unwrap().get(&t), Some(&h(1)));
+        assert_eq!(other.thread_head(t).unwrap(), Some(h(2)));
+        // A write goes on outside the snapshot (it read the head anew).
+        store.swap_head(t, h(2), h(3), &vouched).unwrap();
+        assert_eq!(store.thread_head(t).unwrap(), Some(h(1)));
+        // A read that fails ends the snapshot: later reads see the store.
+        {
+            let mut c = store.read_conn().unwrap();
+            assert!(c.query_one("SELECT 1 / $1::int", &[&0i32]).is_err());
+        }
+        assert_eq!(store.thread_head(t).unwrap(), Some(h(3)));
     }
 }

@@ -274,7 +274,7 @@ impl RunQueue for PgStore {
 
     fn runs(&self) -> Result<Vec<Run>, StateError> {
         let rows = self
-            .conn()?
+            .read_conn()?
             .query(ALL_RUNS.as_str(), &[])
             .map_err(self.err("list the runs"))?;
         Ok(rows
@@ -284,7 +284,7 @@ impl RunQueue for PgStore {
     }
 
     fn run_of(&self, thread: ThreadId) -> Result<Option<Run>, StateError> {
-        Ok(self.run_in(&mut *self.conn()?, thread)?)
+        Ok(self.run_in(&mut *self.read_conn()?, thread)?)
     }
 
     fn claim(

@@ -85,7 +85,7 @@ impl PgStore {
     /// The configuration text as stored, `None` if there is none.
     pub fn config_text(&self) -> Result<Option<String>, PgError> {
         let row = self
-            .conn()?
+            .read_conn()?
             .query_opt("SELECT body FROM uwf_config", &[])
             .map_err(self.err("read the configuration"))?;
         Ok(row.map(|r| r.get(0)))
@@ -206,7 +206,7 @@ impl ThreadStore for PgStore {
 
     fn thread_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
         let row = self
-            .conn()?
+            .read_conn()?
             .query_opt(
                 "SELECT head FROM uwf_threads WHERE thread = $1",
                 &[&thread.to_string()],
@@ -223,9 +223,13 @@ impl ThreadStore for PgStore {
             .transpose()?)
     }
 
+    fn read_in_one_snapshot(&self) -> Result<(), StateError> {
+        Ok(PgStore::read_in_one_snapshot(self)?)
+    }
+
     fn epoch_and_head(&self, thread: ThreadId) -> Result<(GcEpoch, Option<Hash>), StateError> {
         let row = self
-            .conn()?
+            .read_conn()?
             .query_one(
                 "SELECT (SELECT epoch FROM uwf_gc), (SELECT head FROM uwf_threads WHERE thread = $1)",
                 &[&thread.to_string()],
@@ -254,7 +258,7 @@ impl ThreadStore for PgStore {
 
     fn threads(&self) -> Result<ThreadsIndex, StateError> {
         let rows = self
-            .conn()?
+            .read_conn()?
             .query("SELECT thread, head FROM uwf_threads", &[])
             .map_err(self.err("list the threads"))?;
         let mut out = ThreadsIndex::new();
@@ -380,7 +384,7 @@ impl ThreadStore for PgStore {
 
     fn history(&self) -> Result<Vec<HistoryEntry>, StateError> {
         let rows = self
-            .conn()?
+            .read_conn()?
             .query(
                 "SELECT thread, workflow, head, completed_at, reason FROM uwf_history ORDER BY seq",
                 &[],
@@ -394,7 +398,7 @@ impl ThreadStore for PgStore {
 
     fn find_archived(&self, thread: ThreadId) -> Result<Option<HistoryEntry>, StateError> {
         let row = self
-            .conn()?
+            .read_conn()?
             .query_opt(
                 "SELECT thread, workflow, head, completed_at, reason FROM uwf_history \
                  WHERE thread = $1 ORDER BY seq DESC LIMIT 1",
@@ -406,7 +410,7 @@ impl ThreadStore for PgStore {
 
     fn registry(&self) -> Result<WorkflowRegistry, StateError> {
         let rows = self
-            .conn()?
+            .read_conn()?
             .query("SELECT name, hash FROM uwf_registry", &[])
             .map_err(self.err("read the registry"))?;
         let mut out = WorkflowRegistry::new();
@@ -478,7 +482,7 @@ impl ThreadStore for PgStore {
 
     fn waiting(&self) -> Result<WaitingIndex, StateError> {
         let rows = self
-            .conn()?
+            .read_conn()?
             .query(
                 "SELECT w.thread, w.record FROM uwf_waiting w \
                  JOIN uwf_threads t ON t.thread = w.thread AND t.head = w.head",
@@ -497,7 +501,7 @@ impl ThreadStore for PgStore {
     fn waiting_of(&self, thread: ThreadId) -> Result<Option<WaitingRecord>, StateError> {
         let id = thread.to_string();
         let row = self
-            .conn()?
+            .read_conn()?
             .query_opt(
                 "SELECT w.record FROM uwf_waiting w \
                  JOIN uwf_threads t ON t.thread = w.thread AND t.head = w.head \
@@ -542,7 +546,7 @@ impl ThreadStore for PgStore {
 
     fn running_marker(&self, thread: ThreadId) -> Result<Option<String>, StateError> {
         let row = self
-            .conn()?
+            .read_conn()?
             .query_opt(
                 "SELECT marker FROM uwf_running WHERE thread = $1",
                 &[&thread.to_string()],
@@ -604,7 +608,7 @@ impl ThreadStore for PgStore {
 
     fn attempts(&self) -> Result<AttemptsIndex, StateError> {
         let rows = self
-            .conn()?
+            .read_conn()?
             .query("SELECT thread, record FROM uwf_attempts", &[])
             .map_err(self.err("read the attempts"))?;
         let mut out = AttemptsIndex::new();
@@ -622,7 +626,7 @@ impl ThreadStore for PgStore {
 
     fn attempt_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
         let row = self
-            .conn()?
+            .read_conn()?
             .query_opt(
                 "SELECT record FROM uwf_attempts WHERE thread = $1",
                 &[&thread.to_string()],
@@ -738,7 +742,7 @@ impl ThreadStore for PgStore {
     }
 
     fn gc_epoch(&self) -> Result<GcEpoch, StateError> {
-        let mut c = self.conn()?;
+        let mut c = self.read_conn()?;
         Ok(self.epoch_in(&mut *c)?)
     }
 
