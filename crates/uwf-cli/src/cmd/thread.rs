@@ -40,8 +40,8 @@ fn start(
 
 /// [`start`]; with `run_with` (the `--agent` of `thread run`, if any) the
 /// thread is started only if its first step's agent can run
-/// ([`engine::check_first_agent`]).
-fn start_for(
+/// ([`engine::check_first_agent`]). Also `uwf serve`'s start action.
+pub fn start_for(
     ctx: &Ctx,
     workflow_arg: &str,
     prompt: &str,
@@ -242,15 +242,8 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::Resume { thread, agent } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            let opts = StepOptions {
-                agent: agent.agent.as_deref(),
-                timeout: agent.timeout,
-                cancel: engine::cancel_token().clone(),
-                in_process: None,
-                resume: true,
-            };
             let progress: Arc<dyn Progress> = Arc::new(Plain);
-            let stepped = engine::step(ctx, id, &opts, &progress)?;
+            let stepped = resume(ctx, id, agent.agent.as_deref(), agent.timeout, &progress)?;
             if let Some(waiting) = stepped.waiting {
                 return waits(ctx, format, stepped.output, waiting);
             }
@@ -280,22 +273,8 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 },
                 (None, None) => return Err(engine::EngineError::EmptyPrompt.into()),
             };
-            if let Status::Archived(e) = engine::status(ctx, id)? {
-                // Run to the end, and it is there (an answer finished it,
-                // another run did): its final state, as a run that got
-                // there prints it. A killed or pruned thread is refused.
-                if e.reason.as_deref().unwrap_or("done") != "done" {
-                    return Err(engine::EngineError::ThreadFinished { thread: id }.into());
-                }
-                return output::print(
-                    format,
-                    &StepOutput {
-                        workflow: e.workflow,
-                        thread: id,
-                        head: e.head,
-                        done: true,
-                    },
-                );
+            if let Some(finished) = finished_run(ctx, id)? {
+                return output::print(format, &finished);
             }
             if detach {
                 let request = uwf_state::runs::RunRequest {
@@ -305,10 +284,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                         .timeout
                         .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
                 };
-                let workflow = workflow_of(ctx, engine::active_head(ctx, id)?)?;
-                let v = crate::cmd::worker::detach(ctx, id, workflow, request)
-                    .map_err(|e| e.in_thread(id))?;
-                return output::print(format, &v);
+                return output::print(format, &queue_run(ctx, id, request)?);
             }
             let opts = StepOptions {
                 agent: agent.agent.as_deref(),
@@ -457,17 +433,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             dry_run,
             older_than,
         } => output::print(format, &prune(ctx, dry_run, older_than)?),
-        ThreadCommand::Fork { node } => {
-            let hash = parse_hash(&node)?;
-            let forked = engine::fork(ctx, hash)?;
-            output::print(
-                format,
-                &ThreadForkOutput {
-                    thread: forked.thread,
-                    forked_from: ForkedFrom { step: hash },
-                },
-            )
-        }
+        ThreadCommand::Fork { node } => output::print(format, &fork(ctx, parse_hash(&node)?)?),
         ThreadCommand::View { thread, html } => {
             crate::cmd::view::thread(ctx, &thread, html, format)
         }
@@ -494,6 +460,67 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             )
         }
     }
+}
+
+/// `thread resume`: one step of suspended thread `id`, from `$START`'s
+/// `resume` route (docs/workflow.md, "Suspend and resume"); also `uwf
+/// serve`'s resume action.
+pub fn resume(
+    ctx: &Ctx,
+    id: ThreadId,
+    agent: Option<&str>,
+    timeout: Option<std::time::Duration>,
+    progress: &Arc<dyn Progress>,
+) -> Result<engine::Stepped, CliError> {
+    let opts = StepOptions {
+        agent,
+        timeout,
+        cancel: engine::cancel_token().clone(),
+        in_process: None,
+        resume: true,
+    };
+    Ok(engine::step(ctx, id, &opts, progress)?)
+}
+
+/// `thread fork <node>`: a new thread whose head is `node` (also `uwf
+/// serve`'s fork action).
+pub fn fork(ctx: &Ctx, node: Hash) -> Result<ThreadForkOutput, CliError> {
+    let forked = engine::fork(ctx, node)?;
+    Ok(ThreadForkOutput {
+        thread: forked.thread,
+        forked_from: ForkedFrom { step: node },
+    })
+}
+
+/// `thread run` on a thread that is archived already: run to the end and
+/// it is there (an answer finished it, another run did), so its final
+/// state, as a run that got there prints it; a killed or pruned thread is
+/// refused. `None` while the thread is active (also what `uwf serve`'s run
+/// action answers).
+pub fn finished_run(ctx: &Ctx, id: ThreadId) -> Result<Option<StepOutput>, CliError> {
+    let Status::Archived(e) = engine::status(ctx, id)? else {
+        return Ok(None);
+    };
+    if e.reason.as_deref().unwrap_or("done") != "done" {
+        return Err(engine::EngineError::ThreadFinished { thread: id }.into());
+    }
+    Ok(Some(StepOutput {
+        workflow: e.workflow,
+        thread: id,
+        head: e.head,
+        done: true,
+    }))
+}
+
+/// `thread run --detach` on active thread `id`: queued for a worker
+/// (also `uwf serve`'s run action).
+pub fn queue_run(
+    ctx: &Ctx,
+    id: ThreadId,
+    request: uwf_state::runs::RunRequest,
+) -> Result<Value, CliError> {
+    let workflow = workflow_of(ctx, engine::active_head(ctx, id)?)?;
+    crate::cmd::worker::detach(ctx, id, workflow, request).map_err(|e| e.in_thread(id))
 }
 
 /// The steps of `thread run` on thread `id`, until it is done, waits, fails
