@@ -804,40 +804,7 @@ impl App {
     fn runs(&self) -> Result<Value, Failure> {
         let queue = super::worker::queue(&self.ctx).map_err(Failure::from_cli)?;
         let runs = queue.runs().map_err(|e| Failure::from_cli(e.into()))?;
-        let now = uwf_state::state::now_ms();
-        let mut counts = serde_json::Map::new();
-        let mut workers: std::collections::BTreeMap<String, (u64, Vec<Value>)> =
-            std::collections::BTreeMap::new();
-        let mut rows = Vec::with_capacity(runs.len());
-        for run in &runs {
-            let mut v = super::worker::run_json(run, now);
-            v["thread"] = json!(run.thread);
-            v["workflow"] = json!(run.workflow);
-            if let Some(n) = run.request.max_steps {
-                v["maxSteps"] = json!(n);
-            }
-            if let Some(ms) = run.request.timeout_ms {
-                v["timeoutMs"] = json!(ms);
-            }
-            let state = v["state"].as_str().unwrap_or("unknown").to_string();
-            let n = counts.get(&state).and_then(Value::as_u64).unwrap_or(0);
-            counts.insert(state, json!(n + 1));
-            if let (Some(worker), uwf_state::runs::RunState::Claimed { lease_until, .. }) =
-                (run.holder(now), &run.state)
-            {
-                let entry = workers.entry(worker.to_string()).or_default();
-                entry.0 = entry.0.max(*lease_until);
-                entry.1.push(json!(run.thread));
-            }
-            rows.push(v);
-        }
-        let workers: Vec<Value> = workers
-            .into_iter()
-            .map(|(worker, (lease, threads))| {
-                json!({ "worker": worker, "leaseUntil": lease, "threads": threads })
-            })
-            .collect();
-        Ok(json!({ "runs": rows, "counts": counts, "workers": workers, "now": now }))
+        Ok(runs_json(&runs, uwf_state::state::now_ms()))
     }
 
     /// A thread id, unique prefix or `@last`, as the CLI resolves it; an
@@ -1253,6 +1220,46 @@ fn is_loopback_host(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// The answer of `GET /api/runs` for the queue's `runs` at `now` (the
+/// store's clock, ms): each run as `thread show` gives it, with its thread
+/// and workflow; counts per state; the workers holding a live lease, with
+/// their threads and the latest of their leases.
+fn runs_json(runs: &[uwf_state::runs::Run], now: u64) -> Value {
+    let mut counts = serde_json::Map::new();
+    let mut workers: std::collections::BTreeMap<String, (u64, Vec<Value>)> =
+        std::collections::BTreeMap::new();
+    let mut rows = Vec::with_capacity(runs.len());
+    for run in runs {
+        let mut v = super::worker::run_json(run, now);
+        v["thread"] = json!(run.thread);
+        v["workflow"] = json!(run.workflow);
+        if let Some(n) = run.request.max_steps {
+            v["maxSteps"] = json!(n);
+        }
+        if let Some(ms) = run.request.timeout_ms {
+            v["timeoutMs"] = json!(ms);
+        }
+        let state = v["state"].as_str().unwrap_or("unknown").to_string();
+        let n = counts.get(&state).and_then(Value::as_u64).unwrap_or(0);
+        counts.insert(state, json!(n + 1));
+        if let (Some(worker), uwf_state::runs::RunState::Claimed { lease_until, .. }) =
+            (run.holder(now), &run.state)
+        {
+            let entry = workers.entry(worker.to_string()).or_default();
+            entry.0 = entry.0.max(*lease_until);
+            entry.1.push(json!(run.thread));
+        }
+        rows.push(v);
+    }
+    let workers: Vec<Value> = workers
+            .into_iter()
+            .map(|(worker, (lease, threads))| {
+                json!({ "worker": worker, "leaseUntil": lease, "threads": threads })
+            })
+            .collect();
+    json!({ "runs": rows, "counts": counts, "workers": workers, "now": now })
+}
+
 /// Refuses a body that is not an object or has a key outside `allowed`:
 /// a typo is an error, not an option silently ignored, and no action
 /// takes an agent command line from a page.
@@ -1455,6 +1462,52 @@ mod tests {
         assert_eq!(usage(&codex), Some(json!({"tokens": 10})));
         assert_eq!(usage(&json!({"text": "no usage"})), None);
         assert_eq!(usage(&json!({"totalTokens": "many"})), None);
+    }
+
+    #[test]
+    fn the_queue_with_its_workers() {
+        use uwf_state::runs::{Run, RunRequest, RunState};
+        let run = |n: u8, state: RunState| Run {
+            thread: uwf_protocol::fixtures::thread(&format!("T{n}")),
+            workflow: "solve-issue".into(),
+            request: RunRequest::default(),
+            queued_at: u64::from(n),
+            claims: 1,
+            state,
+        };
+        let claimed = |worker: &str, lease_until| RunState::Claimed {
+            worker: worker.into(),
+            claim_id: "c".into(),
+            claimed_at: 10,
+            lease_until,
+        };
+        let runs = [
+            run(1, RunState::Queued),
+            run(2, claimed("w1", 2_000)),
+            run(3, claimed("w1", 3_000)),
+            run(4, claimed("w2", 500)),
+            run(
+                5,
+                RunState::Failed {
+                    worker: "w2".into(),
+                    error: "agent <missing>".into(),
+                    at: 900,
+                },
+            ),
+        ];
+        let v = runs_json(&runs, 1_000);
+        assert_eq!(
+            v["counts"],
+            json!({"queued": 1, "claimed": 2, "lease-expired": 1, "failed": 1})
+        );
+        // w2's lease ran out: it is presumed dead, so it is not listed.
+        assert_eq!(
+            v["workers"],
+            json!([{"worker": "w1", "leaseUntil": 3_000, "threads": [runs[1].thread, runs[2].thread]}])
+        );
+        assert_eq!(v["runs"][4]["error"], "agent <missing>");
+        assert_eq!(v["runs"][4]["workflow"], "solve-issue");
+        assert_eq!(v["runs"][0]["thread"], json!(runs[0].thread));
     }
 
     #[test]

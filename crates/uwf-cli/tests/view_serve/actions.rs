@@ -131,14 +131,17 @@ fn serve_acts_like_the_cli(backend: Backend) {
     // Resume: refused while the thread is not suspended, then the step
     // from `$START`'s resume route, with the configured agent.
     let resume = api(&format!("threads/{id}/resume"));
-    refused(
-        &resume,
-        &token,
-        &json!({}),
-        409,
-        "uwf::thread::not_suspended",
-        "next role is planner",
-    );
+    let not_suspended = |says: &str| {
+        refused(
+            &resume,
+            &token,
+            &json!({}),
+            409,
+            "uwf::thread::not_suspended",
+            says,
+        );
+    };
+    not_suspended("next role is planner");
     refused(
         &resume,
         &token,
@@ -173,14 +176,7 @@ fn serve_acts_like_the_cli(backend: Backend) {
         .map(|s| s["role"].as_str().unwrap())
         .collect();
     assert_eq!(roles, ["planner", "planner"]);
-    refused(
-        &resume,
-        &token,
-        &json!({}),
-        409,
-        "uwf::thread::not_suspended",
-        "next role is worker",
-    );
+    not_suspended("next role is worker");
 
     // Each step's input: the prompt the agent kit built, as `uwf agent
     // context` gives it for the same head (a fork of the start).
