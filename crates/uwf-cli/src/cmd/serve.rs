@@ -8,6 +8,7 @@
 //! loaded from the network.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use miette::Diagnostic as _;
 use serde_json::{Value, json};
 use tiny_http::{Header, Method, Request, Response};
-use uwf_protocol::ThreadId;
+use uwf_protocol::{Hash, ThreadId};
 use uwf_util::redact::Redactor;
 use uwf_view::escape;
 
@@ -135,11 +136,22 @@ pub fn run(ctx: Ctx, redactor: Redactor, args: &ServeArgs) -> Result<(), CliErro
     }
     crate::output::print_text(&hello.to_string())?;
     let app = Arc::new(App {
+        list_cache: std::sync::Mutex::new(ListCache::default()),
         ctx,
         token,
         redactor,
         loopback_only: args.listen.ip().is_loopback(),
     });
+    {
+        // Keeps the list's states fresh while someone looks at the list.
+        let app = Arc::clone(&app);
+        std::thread::spawn(move || {
+            while !engine::interrupted() {
+                app.refresh_list();
+                std::thread::sleep(POLL);
+            }
+        });
+    }
     while !engine::interrupted() {
         match server.recv_timeout(POLL) {
             Ok(Some(request)) => {
@@ -325,8 +337,50 @@ fn status_of(e: &CliError) -> u16 {
     }
 }
 
+/// How often, at most, the list's cache reads the states of the active
+/// threads again (docs/serve.md, "Many threads").
+const LIST_REFRESH: Duration = Duration::from_secs(5);
+
+/// The rows of `thread list` between two requests of `GET /api/threads`,
+/// so that a page of 50 does not read every thread (docs/serve.md, "Many
+/// threads"): counts and filters use them, the rows of the page are read
+/// afresh.
+#[derive(Default)]
+struct ListCache {
+    /// Per thread: its head and whether it was archived when its row was
+    /// read, and the row.
+    rows: HashMap<ThreadId, ((Hash, bool), Value)>,
+    /// When every active thread's row was last read.
+    at: Option<Instant>,
+    /// When the list was last asked for.
+    asked: Option<Instant>,
+}
+
+impl ListCache {
+    /// Whether the row of `e` is in the cache, read at the same head and
+    /// end (an archived thread keeps its head).
+    fn holds(&self, e: &super::thread::ListEntry) -> bool {
+        self.rows
+            .get(&e.thread)
+            .is_some_and(|(key, _)| *key == (e.head, e.archived.is_some()))
+    }
+
+    /// Keeps `rows`, read for `entries` (in the same order).
+    fn store(&mut self, entries: &[super::thread::ListEntry], rows: Vec<Value>) {
+        for (e, row) in entries.iter().zip(rows) {
+            self.rows
+                .insert(e.thread, ((e.head, e.archived.is_some()), row));
+        }
+        if self.at.is_none() && !entries.is_empty() {
+            self.at = Some(Instant::now());
+        }
+    }
+}
+
 /// What every request needs.
 struct App {
+    /// The rows of the list between requests.
+    list_cache: std::sync::Mutex<ListCache>,
     ctx: Ctx,
     /// The access token, when one is configured.
     token: Option<String>,
@@ -944,35 +998,114 @@ impl App {
         let state = target.get("state");
         let workflow = target.get("workflow");
         let q = target.get("q").map(str::to_lowercase);
-        let mut rows =
-            super::thread::list_values(&self.ctx, true, false).map_err(Failure::from_cli)?;
-        // ULIDs sort by creation time.
-        rows.sort_by(|a, b| b["thread"].as_str().cmp(&a["thread"].as_str()));
-        rows.retain(|r| {
-            workflow
+        let ctx = &self.ctx;
+        // The thread state alone (no node read): every id, newest first
+        // (ULIDs sort by creation time).
+        let mut entries = super::thread::list_entries(ctx, true).map_err(Failure::from_cli)?;
+        entries.sort_by(|a, b| b.thread.cmp(&a.thread));
+        // Rows of threads not seen before, or whose head or end changed,
+        // are read now; the others come from the cache.
+        let missing: Vec<_> = {
+            let mut cache = self.list_cache();
+            cache.asked = Some(Instant::now());
+            entries
+                .iter()
+                .filter(|e| !cache.holds(e))
+                .cloned()
+                .collect()
+        };
+        let read =
+            super::thread::list_rows_of(ctx, missing.clone(), false).map_err(Failure::from_cli)?;
+        let mut cache = self.list_cache();
+        cache.store(&missing, read);
+        let mut counts = serde_json::Map::new();
+        let mut matching = Vec::new();
+        for e in &entries {
+            let Some((_, r)) = cache.rows.get(&e.thread) else {
+                continue;
+            };
+            let keep = workflow
                 .is_none_or(|w| r["name"].as_str() == Some(w) || r["workflow"].as_str() == Some(w))
                 && q.as_deref().is_none_or(|q| {
                     r["task"]
                         .as_str()
                         .is_some_and(|t| t.to_lowercase().contains(q))
-                })
-        });
-        let mut counts = serde_json::Map::new();
-        for r in &rows {
+                });
+            if !keep {
+                continue;
+            }
             let s = r["state"].as_str().unwrap_or("unknown").to_string();
+            if state.is_none_or(|want| want == s) {
+                matching.push(e.clone());
+            }
             let n = counts.get(&s).and_then(Value::as_u64).unwrap_or(0);
             counts.insert(s, json!(n + 1));
         }
-        rows.retain(|r| state.is_none_or(|s| r["state"].as_str() == Some(s)));
-        let total = rows.len();
-        let page: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+        let states_age = cache.at.map_or(0, |at| {
+            u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX)
+        });
+        drop(cache);
+        let total = matching.len();
+        // The rows shown are read afresh (their states may have changed
+        // since the cache was filled).
+        let page: Vec<_> = matching.into_iter().skip(offset).take(limit).collect();
+        let rows =
+            super::thread::list_rows_of(ctx, page.clone(), false).map_err(Failure::from_cli)?;
+        self.list_cache().store(&page, rows.clone());
         Ok(json!({
-            "threads": page,
+            "threads": rows,
             "total": total,
             "counts": counts,
+            "statesAgeMs": states_age,
             "limit": limit,
             "offset": offset,
         }))
+    }
+
+    fn list_cache(&self) -> std::sync::MutexGuard<'_, ListCache> {
+        // A panic while the cache was held leaves rows that are still
+        // rows: go on with them.
+        self.list_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reads again the rows of every active thread, so that the states
+    /// the list counts and filters on are at most [`LIST_REFRESH`] (plus
+    /// one pass) old; archived threads do not change. Only while someone
+    /// asked for the list in the last minute.
+    fn refresh_list(&self) {
+        let (asked, at) = {
+            let cache = self.list_cache();
+            (cache.asked, cache.at)
+        };
+        let looking = asked.is_some_and(|a| a.elapsed() < Duration::from_secs(60));
+        if !looking || at.is_some_and(|at| at.elapsed() < LIST_REFRESH) {
+            return;
+        }
+        let entries = match super::thread::list_entries(&self.ctx, true) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!("uwf serve: cannot list the threads: {e}");
+                return;
+            }
+        };
+        let active: Vec<_> = entries
+            .iter()
+            .filter(|e| e.archived.is_none())
+            .cloned()
+            .collect();
+        match super::thread::list_rows_of(&self.ctx, active.clone(), false) {
+            Ok(rows) => {
+                let mut cache = self.list_cache();
+                let known: std::collections::HashSet<ThreadId> =
+                    entries.iter().map(|e| e.thread).collect();
+                cache.rows.retain(|id, _| known.contains(id));
+                cache.store(&active, rows);
+                cache.at = Some(Instant::now());
+            }
+            Err(e) => tracing::warn!("uwf serve: cannot list the threads: {e}"),
+        }
     }
 
     /// `GET /api/threads/{id}/events`: server-sent events, `state` when

@@ -141,36 +141,80 @@ pub fn show_value(ctx: &Ctx, id: ThreadId) -> Result<Value, CliError> {
 /// archived ones too, with `top_level` no child threads (also what `uwf
 /// serve`'s `GET /api/threads` filters and pages).
 pub fn list_values(ctx: &Ctx, all: bool, top_level: bool) -> Result<Vec<Value>, CliError> {
-    // A thread whose nodes are missing or damaged is listed as
-    // broken (with a warning), never the end of the list.
-    let mut items = Vec::new();
+    list_rows_of(ctx, list_entries(ctx, all)?, top_level)
+}
+
+/// A thread as the thread state lists it, before any of its nodes is read.
+#[derive(Debug, Clone)]
+pub struct ListEntry {
+    /// The thread.
+    pub thread: ThreadId,
+    /// Its head.
+    pub head: Hash,
+    /// Archived: its workflow and why (`None`: done).
+    pub archived: Option<(Hash, Option<String>)>,
+}
+
+/// The active threads (in the state's order), with `all` then the archived
+/// ones (newest archived first, the latest entry of each; an active thread
+/// is never also listed as archived). Reads the thread state only.
+pub fn list_entries(ctx: &Ctx, all: bool) -> Result<Vec<ListEntry>, CliError> {
     let active = ctx.state().threads()?;
-    for (&id, &head) in &active {
-        match workflow_of(ctx, head) {
-            Ok(workflow) => items.push(Listed::Thread(ThreadListItem {
-                thread: id,
-                workflow,
-                head,
-                done: false,
-            })),
-            Err(e) if e.is_thread_damage() => items.push(Listed::broken(id, head, false, &e)),
-            Err(e) => return Err(e),
+    let mut entries: Vec<ListEntry> = active
+        .iter()
+        .map(|(&thread, &head)| ListEntry {
+            thread,
+            head,
+            archived: None,
+        })
+        .collect();
+    if all {
+        let mut seen: BTreeSet<ThreadId> = active.keys().copied().collect();
+        for e in ctx.state().history()?.into_iter().rev() {
+            if seen.insert(e.thread) {
+                entries.push(ListEntry {
+                    thread: e.thread,
+                    head: e.head,
+                    archived: Some((e.workflow, e.reason)),
+                });
+            }
         }
     }
+    Ok(entries)
+}
+
+/// The `thread list` rows of `entries`, in their order, with `top_level`
+/// without child threads.
+pub fn list_rows_of(
+    ctx: &Ctx,
+    entries: Vec<ListEntry>,
+    top_level: bool,
+) -> Result<Vec<Value>, CliError> {
+    // A thread whose nodes are missing or damaged is listed as
+    // broken (with a warning), never the end of the list.
+    let mut items = Vec::with_capacity(entries.len());
     let mut reasons = HashMap::new();
-    if all {
-        // Latest entry per thread; an active thread is never also listed as archived.
-        let mut seen: BTreeSet<ThreadId> = active.keys().copied().collect();
-        let history = ctx.state().history()?;
-        for e in history.into_iter().rev() {
-            if seen.insert(e.thread) {
-                if let Some(r) = &e.reason {
-                    reasons.insert(e.thread, r.clone());
+    for entry in entries {
+        let (id, head) = (entry.thread, entry.head);
+        match entry.archived {
+            None => match workflow_of(ctx, head) {
+                Ok(workflow) => items.push(Listed::Thread(ThreadListItem {
+                    thread: id,
+                    workflow,
+                    head,
+                    done: false,
+                })),
+                Err(e) if e.is_thread_damage() => items.push(Listed::broken(id, head, false, &e)),
+                Err(e) => return Err(e),
+            },
+            Some((workflow, reason)) => {
+                if let Some(r) = reason {
+                    reasons.insert(id, r);
                 }
                 items.push(Listed::Thread(ThreadListItem {
-                    thread: e.thread,
-                    workflow: e.workflow,
-                    head: e.head,
+                    thread: id,
+                    workflow,
+                    head,
                     done: true,
                 }));
             }

@@ -294,6 +294,17 @@ fn serve_acts_like_the_cli(backend: Backend) {
     assert_eq!(v["usage"], json!({}), "uwf-mock reports no usage: {v:#}");
     assert!(v["elapsedMs"].as_u64().is_some(), "{v:#}");
 
+    // The list, once: its cache now holds the thread as idle.
+    let row_of = |listed: &Value| {
+        let rows = listed["threads"].as_array().unwrap();
+        rows.iter()
+            .find(|r| r["thread"] == id.as_str())
+            .unwrap()
+            .clone()
+    };
+    let (_, listed) = get_json(&api("threads?q=schema"));
+    assert_eq!(row_of(&listed)["state"], "idle", "{listed:#}");
+
     // Run: queued for the workers, as `thread run --detach` queues it.
     let run = api(&format!("threads/{id}/run"));
     refused(
@@ -323,8 +334,25 @@ fn serve_acts_like_the_cli(backend: Backend) {
     assert_eq!(runs["runs"][0]["workflow"], "up-suspend-edge");
     assert_eq!(runs["runs"][0]["maxSteps"], 10);
     assert_eq!(runs["workers"], json!([]));
-    let (_, row) = get_json(&api(&format!("threads?q=schema&state=queued")));
-    assert_eq!(row["total"], 1, "{row:#}");
+    // The rows shown are read afresh; the counts and the state filter
+    // catch up within the cache's refresh.
+    let (_, listed) = get_json(&api("threads?q=schema"));
+    assert_eq!(row_of(&listed)["state"], "queued", "{listed:#}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, v) = get_json(&api("threads?q=schema&state=queued"));
+        if v["total"] == 1 {
+            assert_eq!(v["counts"]["queued"], 1, "{v:#}");
+            assert_eq!(v["threads"][0]["thread"], id.as_str(), "{v:#}");
+            assert!(v["statesAgeMs"].as_u64().unwrap() < 60_000, "{v:#}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the counts never caught up: {v:#}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 
     // A worker takes it and runs it to the end; the queue empties.
     let mut worker = env
