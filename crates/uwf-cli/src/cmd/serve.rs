@@ -1002,7 +1002,7 @@ impl App {
         // The thread state alone (no node read): every id, newest first
         // (ULIDs sort by creation time).
         let mut entries = super::thread::list_entries(ctx, true).map_err(Failure::from_cli)?;
-        entries.sort_by(|a, b| b.thread.cmp(&a.thread));
+        entries.sort_by_key(|e| std::cmp::Reverse(e.thread));
         // Rows of threads not seen before, or whose head or end changed,
         // are read now; the others come from the cache.
         let missing: Vec<_> = {
