@@ -1644,6 +1644,40 @@ mod tests {
     }
 
     #[test]
+    fn statuses_fit_the_cli_errors() {
+        let thread = uwf_protocol::fixtures::thread("T");
+        let engine = |e: EngineError| status_of(&CliError::from(e));
+        assert_eq!(engine(EngineError::UnknownThread { thread }), 404);
+        assert_eq!(engine(EngineError::ThreadFinished { thread }), 409);
+        assert_eq!(
+            engine(EngineError::NotSuspended {
+                thread,
+                next: "worker".into()
+            }),
+            409
+        );
+        assert_eq!(engine(EngineError::EmptyPrompt), 400);
+        assert_eq!(
+            engine(EngineError::Unsupported {
+                store: "x".into(),
+                what: "run queue"
+            }),
+            501
+        );
+        let queued = uwf_state::StateError::AlreadyQueued {
+            thread,
+            state: "queued".into(),
+        };
+        assert_eq!(status_of(&CliError::from(queued).in_thread(thread)), 409);
+        let unknown = CliError::UnknownWorkflow {
+            name: "x".into(),
+            known: Vec::new(),
+        };
+        assert_eq!(status_of(&unknown), 404);
+        assert_eq!(status_of(&CliError::Output("x".into())), 500);
+    }
+
+    #[test]
     fn bodies_name_only_known_fields() {
         assert!(only_fields(&json!({}), &[]).is_ok());
         assert!(only_fields(&json!({"step": "X"}), &["step"]).is_ok());
