@@ -314,6 +314,22 @@ function timeline(t, fork) {
     more.appendChild(cellAll);
     rows.appendChild(more);
   });
+  // The attempts of the step still to come (failed at the current head).
+  const pending = (t.attempts || []).filter((a) => a.head === t.head);
+  if (pending.length) {
+    const tr = document.createElement("tr");
+    tr.className = "pending";
+    cell(tr, "next");
+    cell(tr, pending[0].role);
+    cell(tr, "");
+    cell(tr, "");
+    cell(tr, "");
+    const failed = cell(tr, "", "failed");
+    for (const a of pending) failed.appendChild(paragraph("attempt", "#" + a.attempt + " " + (a.agent || "") + ": " + (a.reason || "")));
+    cell(tr, "");
+    cell(tr, "");
+    rows.appendChild(tr);
+  }
   body.replaceChildren(rows);
   const totals = document.getElementById("totals");
   const u = t.usage || {};
