@@ -385,6 +385,20 @@ fn serve_in_a_browser(backend: Backend) {
     let last = steps["steps"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["output"], json!({"topic": "cache"}), "{last:#}");
 
+    // A failed attempt of the step still to come: the timeline's last row.
+    let out = env.output(&["thread", "step", &idle, "--agent", "false"]);
+    assert!(!out.status.success(), "{out:?}");
+    s.goto(&server.url(&format!("threads/{idle}")));
+    let pending = s.until("the failed attempt in the timeline", || {
+        s.find("#steps tr.pending")?;
+        s.text_of("#steps tr.pending")
+    });
+    assert!(pending.contains("writer"), "{pending}");
+    assert!(
+        pending.contains("#1 false: exited with status 1"),
+        "{pending}"
+    );
+
     // Kill a thread from its page; the token typed before is kept for the tab.
     s.goto(&server.url(&format!("threads/{killed}")));
     s.until("the kept token", || {
