@@ -398,6 +398,21 @@ fn serve_in_a_browser(backend: Backend) {
         pending.contains("#1 false: exited with status 1"),
         "{pending}"
     );
+    // Queue it for the workers from its page; the button then goes away.
+    s.until("the kept token", || {
+        (s.script("return document.getElementById('token').value", &[]) == json!(token))
+            .then_some(())
+    });
+    s.click(&s.until("the run button", || s.find("#run:not([hidden])")));
+    s.until("the run queued", || {
+        s.text_of("#action-status")
+            .filter(|t| t == "queued for the workers")
+    });
+    assert_eq!(
+        env.json(&["thread", "show", &idle])["run"]["state"],
+        "queued"
+    );
+    s.until("the run button hidden", || s.find("#run[hidden]"));
 
     // Kill a thread from its page; the token typed before is kept for the tab.
     s.goto(&server.url(&format!("threads/{killed}")));
