@@ -100,19 +100,7 @@ impl AgentContext {
         };
         let view = uwf_moderator::thread::load(&store, head)?;
 
-        let Some(role_definition) = view.workflow.roles.get(role).cloned() else {
-            return Err(KitError::UnknownRole {
-                role: role.to_owned(),
-                workflow: view.workflow.name.clone(),
-                roles: view
-                    .workflow
-                    .roles
-                    .keys()
-                    .map(String::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
-        };
+        let role_definition = role_of(&view, role)?;
         let output_schema_hash: Hash = role_definition.output_schema;
         let output_schema = store.schema(output_schema_hash)?;
         // uwf hands over its decision at this head; otherwise (an agent run
@@ -407,6 +395,60 @@ fn edge_prompt(view: &ThreadView, role: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// `role` of the thread's workflow, or [`KitError::UnknownRole`].
+fn role_of(view: &ThreadView, role: &str) -> Result<RoleDefinition, KitError> {
+    view.workflow
+        .roles
+        .get(role)
+        .cloned()
+        .ok_or_else(|| KitError::UnknownRole {
+            role: role.to_owned(),
+            workflow: view.workflow.name.clone(),
+            roles: view
+                .workflow
+                .roles
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// The whole prompt ([`AgentContext::prompt`]) that the kit builds for
+/// `role` on thread `thread` when its head is `view`'s: for a step
+/// already recorded, load `view` at that step's `prev` to see what its
+/// agent was given (with `history_quota`, the quota the agent ran with
+/// if it is known, else the one in force). The edge prompt is the
+/// moderator's at that head, as [`AgentContext::load`] takes it when uwf
+/// did not hand it over. `uwf serve` shows it as each step's input.
+///
+/// Errors: [`KitError::UnknownRole`]; the schema cannot be read.
+pub fn prompt_at(
+    store: &Cas,
+    thread: ThreadId,
+    view: &ThreadView,
+    role: &str,
+    history_quota: usize,
+) -> Result<String, KitError> {
+    let definition = role_of(view, role)?;
+    let schema = store.schema(definition.output_schema)?;
+    let edge = edge_prompt(view, role);
+    let steps = view.context().steps;
+    let hashes: Vec<Hash> = view.steps.iter().map(|s| s.hash).collect();
+    let thread = thread.to_string();
+    Ok(PromptParts {
+        schema: &schema,
+        role_prompt: &definition.system_prompt,
+        task: &view.start.prompt,
+        edge_prompt: edge.as_deref(),
+        thread: &thread,
+        steps: &steps,
+        step_hashes: &hashes,
+        history_quota,
+    }
+    .full())
 }
 
 /// The edge prompt uwf decided for the step at `head` (`UWF_EDGE_PROMPT`,

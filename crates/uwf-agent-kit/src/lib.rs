@@ -93,7 +93,7 @@ pub mod testing;
 
 pub use agent_run::AgentRun;
 pub use cli::{Invocation, Reply, Runner, conclude, execute, install_report_handler, run};
-pub use context::AgentContext;
+pub use context::{AgentContext, prompt_at};
 pub use error::KitError;
 pub use extract::{Extracted, Layer};
 pub use step::{

@@ -8,6 +8,7 @@
 //! loaded from the network.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use miette::Diagnostic as _;
 use serde_json::{Value, json};
 use tiny_http::{Header, Method, Request, Response};
-use uwf_protocol::ThreadId;
+use uwf_protocol::{Hash, ThreadId};
 use uwf_util::redact::Redactor;
 use uwf_view::escape;
 
@@ -135,11 +136,22 @@ pub fn run(ctx: Ctx, redactor: Redactor, args: &ServeArgs) -> Result<(), CliErro
     }
     crate::output::print_text(&hello.to_string())?;
     let app = Arc::new(App {
+        list_cache: std::sync::Mutex::new(ListCache::default()),
         ctx,
         token,
         redactor,
         loopback_only: args.listen.ip().is_loopback(),
     });
+    {
+        // Keeps the list's states fresh while someone looks at the list.
+        let app = Arc::clone(&app);
+        std::thread::spawn(move || {
+            while !engine::interrupted() {
+                app.refresh_list();
+                std::thread::sleep(POLL);
+            }
+        });
+    }
     while !engine::interrupted() {
         match server.recv_timeout(POLL) {
             Ok(Some(request)) => {
@@ -270,17 +282,7 @@ impl Failure {
     /// A command's error as the CLI reports it (its `uwf::…` code), with
     /// the HTTP status that fits it.
     fn from_cli(e: CliError) -> Self {
-        let status = match &e {
-            CliError::ThreadId(_) | CliError::AmbiguousThread { .. } => 400,
-            CliError::Engine(f) => match &f.0 {
-                EngineError::ThreadId(_) => 400,
-                EngineError::UnknownThread { .. } => 404,
-                EngineError::ThreadFinished { .. } => 409,
-                _ => 500,
-            },
-            CliError::UnknownPrefix { .. } | CliError::NoThreads => 404,
-            _ => 500,
-        };
+        let status = status_of(&e);
         let error = e.to_string();
         let shown = crate::report::Shown(e);
         let code = shown
@@ -296,8 +298,89 @@ impl Failure {
     }
 }
 
+/// The HTTP status that fits a command's error: the caller's mistake
+/// (400), something unknown (404), a thread not in the state the action
+/// needs (409), a store that cannot do it (501), the store unreachable
+/// (503), else 500.
+fn status_of(e: &CliError) -> u16 {
+    use uwf_state::ErrorKind;
+    match e {
+        CliError::InThread(t) => status_of(&t.error),
+        CliError::ThreadId(_) | CliError::AmbiguousThread { .. } | CliError::Json(_) => 400,
+        CliError::UnknownPrefix { .. } | CliError::NoThreads | CliError::UnknownWorkflow { .. } => {
+            404
+        }
+        CliError::NotWaiting { .. } => 409,
+        CliError::Engine(f) => match &f.0 {
+            EngineError::ThreadId(_) | EngineError::EmptyPrompt | EngineError::NotAStep { .. } => {
+                400
+            }
+            EngineError::UnknownThread { .. } => 404,
+            EngineError::ThreadFinished { .. }
+            | EngineError::FinishedMeanwhile { .. }
+            | EngineError::NotSuspended { .. }
+            | EngineError::HeadMoved { .. } => 409,
+            EngineError::Unsupported { .. } => 501,
+            EngineError::Cas(c) if c.kind() == uwf_cas::StoreErrorKind::NotFound => 404,
+            EngineError::State(s) => match s.kind() {
+                ErrorKind::Conflict => 409,
+                ErrorKind::NotFound => 404,
+                ErrorKind::Invalid => 400,
+                ErrorKind::Unavailable => 503,
+                ErrorKind::Corrupt | ErrorKind::Io => 500,
+            },
+            e if e.is_killed() => 409,
+            e if e.is_unavailable() => 503,
+            _ => 500,
+        },
+        _ => 500,
+    }
+}
+
+/// How often, at most, the list's cache reads the states of the active
+/// threads again (docs/serve.md, "Many threads").
+const LIST_REFRESH: Duration = Duration::from_secs(5);
+
+/// The rows of `thread list` between two requests of `GET /api/threads`,
+/// so that a page of 50 does not read every thread (docs/serve.md, "Many
+/// threads"): counts and filters use them, the rows of the page are read
+/// afresh.
+#[derive(Default)]
+struct ListCache {
+    /// Per thread: its head and whether it was archived when its row was
+    /// read, and the row.
+    rows: HashMap<ThreadId, ((Hash, bool), Value)>,
+    /// When every active thread's row was last read.
+    at: Option<Instant>,
+    /// When the list was last asked for.
+    asked: Option<Instant>,
+}
+
+impl ListCache {
+    /// Whether the row of `e` is in the cache, read at the same head and
+    /// end (an archived thread keeps its head).
+    fn holds(&self, e: &super::thread::ListEntry) -> bool {
+        self.rows
+            .get(&e.thread)
+            .is_some_and(|(key, _)| *key == (e.head, e.archived.is_some()))
+    }
+
+    /// Keeps `rows`, read for `entries` (in the same order).
+    fn store(&mut self, entries: &[super::thread::ListEntry], rows: Vec<Value>) {
+        for (e, row) in entries.iter().zip(rows) {
+            self.rows
+                .insert(e.thread, ((e.head, e.archived.is_some()), row));
+        }
+        if self.at.is_none() && !entries.is_empty() {
+            self.at = Some(Instant::now());
+        }
+    }
+}
+
 /// What every request needs.
 struct App {
+    /// The rows of the list between requests.
+    list_cache: std::sync::Mutex<ListCache>,
     ctx: Ctx,
     /// The access token, when one is configured.
     token: Option<String>,
@@ -524,6 +607,35 @@ impl App {
                 let id = self.thread(id)?;
                 Ok(json_reply(200, &self.answer(id, &body)?))
             }
+            (Method::Post, ["api", "threads", id, "resume"]) => {
+                let body = read_json_body(req)?;
+                only_fields(&body, &[])?;
+                let id = self.thread(id)?;
+                Ok(json_reply(200, &self.resume(id)?))
+            }
+            (Method::Post, ["api", "threads", id, "fork"]) => {
+                let body = read_json_body(req)?;
+                only_fields(&body, &["step"])?;
+                let id = self.thread(id)?;
+                Ok(json_reply(200, &self.fork(id, &body)?))
+            }
+            (Method::Post, ["api", "threads", id, "run"]) => {
+                let body = read_json_body(req)?;
+                only_fields(&body, &["maxSteps", "timeoutMs"])?;
+                let id = self.thread(id)?;
+                Ok(json_reply(200, &self.queue(id, &body)?))
+            }
+            (Method::Post, ["api", "threads"]) => {
+                let body = read_json_body(req)?;
+                only_fields(&body, &["workflow", "prompt", "run"])?;
+                Ok(json_reply(200, &self.start(&body)?))
+            }
+            (Method::Get, ["api", "threads", id, "steps", step, "input"]) => {
+                let id = self.thread(id)?;
+                Ok(json_reply(200, &self.input(id, step)?))
+            }
+            (Method::Get, ["api", "workflows"]) => Ok(json_reply(200, &self.workflows()?)),
+            (Method::Get, ["api", "runs"]) => Ok(json_reply(200, &self.runs()?)),
             (_, ["api", ..]) | (_, ["threads", ..]) | (_, [""]) => Err(Failure::new(
                 405,
                 "uwf::serve::method",
@@ -578,6 +690,177 @@ impl App {
         serde_json::to_value(&stepped).map_err(|e| Failure::new(500, "uwf::output", e.to_string()))
     }
 
+    /// `step` as a hash (a malformed one is 400, with the CLI's error),
+    /// and thread `id` loaded from its head, active or archived.
+    fn node_of(
+        &self,
+        id: ThreadId,
+        step: &str,
+    ) -> Result<(uwf_cas::Hash, uwf_moderator::thread::ThreadView), Failure> {
+        let hash = step.parse::<uwf_cas::Hash>().map_err(|e| {
+            let mut f = Failure::from_cli(e.into());
+            f.status = 400;
+            f
+        })?;
+        let head = engine::any_head(&self.ctx, id).map_err(|e| Failure::from_cli(e.into()))?;
+        let view = uwf_moderator::thread::load(self.ctx.cas(), head)
+            .map_err(|e| Failure::from_cli(e.into()))?;
+        Ok((hash, view))
+    }
+
+    /// The resume action: one step of a thread suspended at `$SUSPEND`,
+    /// through the same call as `uwf thread resume` (its configured agent;
+    /// the request returns once the step landed or was refused).
+    fn resume(&self, id: ThreadId) -> Result<Value, Failure> {
+        let progress: Arc<dyn engine::Progress> = Arc::new(engine::NoProgress);
+        let stepped = super::thread::resume(&self.ctx, id, None, None, &progress)
+            .map_err(Failure::from_cli)?;
+        let v = match stepped.waiting {
+            // It suspended again, or a person is asked next: the wait, as
+            // `thread resume` prints it.
+            Some(waiting) => serde_json::to_value(uwf_protocol::WaitingOutput {
+                head: stepped.output,
+                waiting,
+            }),
+            None => serde_json::to_value(stepped.output),
+        };
+        v.map_err(|e| Failure::new(500, "uwf::output", e.to_string()))
+    }
+
+    /// The fork action: `{step}`, the StartNode or a StepNode of thread
+    /// `id`, becomes the head of a new thread, through the same call as
+    /// `uwf thread fork`.
+    fn fork(&self, id: ThreadId, body: &Value) -> Result<Value, Failure> {
+        let Some(step) = body.get("step").and_then(Value::as_str) else {
+            return Err(Failure::new(
+                400,
+                "uwf::serve::body",
+                "the body must be {\"step\": \"HASH\"}: the thread's start or one of its steps",
+            ));
+        };
+        let (hash, view) = self.node_of(id, step)?;
+        if hash != view.start_hash && !view.steps.iter().any(|s| s.hash == hash) {
+            return Err(Failure::new(
+                404,
+                "uwf::serve::not_in_thread",
+                format!("{hash} is not the start or a step of thread {id}"),
+            )
+            .with_help(&format!(
+                "`uwf thread steps {id}` (or GET /api/threads/{id}) lists its nodes"
+            )));
+        }
+        let forked = super::thread::fork(&self.ctx, hash).map_err(Failure::from_cli)?;
+        serde_json::to_value(forked).map_err(|e| Failure::new(500, "uwf::output", e.to_string()))
+    }
+
+    /// The run action: thread `id` queued for the workers, as `uwf thread
+    /// run --detach` queues it (a thread an answer already finished
+    /// answers its final state). The agents are the workers' configured
+    /// ones: a page never names a command to run.
+    fn queue(&self, id: ThreadId, body: &Value) -> Result<Value, Failure> {
+        let request = uwf_state::runs::RunRequest {
+            agent: None,
+            max_steps: whole_number(body, "maxSteps")?,
+            timeout_ms: whole_number(body, "timeoutMs")?,
+        };
+        if let Some(finished) =
+            super::thread::finished_run(&self.ctx, id).map_err(Failure::from_cli)?
+        {
+            return serde_json::to_value(finished)
+                .map_err(|e| Failure::new(500, "uwf::output", e.to_string()));
+        }
+        super::thread::queue_run(&self.ctx, id, request).map_err(Failure::from_cli)
+    }
+
+    /// The start action: `{workflow, prompt, run?}` starts a thread of a
+    /// registered workflow (its name or hash) as `uwf thread start` does;
+    /// with `run: true` it is queued for the workers too, as `uwf thread
+    /// run --detach` does. Only registered workflows: a path would make
+    /// the server read a file of its own machine.
+    fn start(&self, body: &Value) -> Result<Value, Failure> {
+        let text = |key: &str| -> Result<&str, Failure> {
+            body.get(key).and_then(Value::as_str).ok_or_else(|| {
+                Failure::new(
+                    400,
+                    "uwf::serve::body",
+                    format!("the body must be {{\"workflow\": NAME, \"prompt\": TEXT, \"run\"?: BOOL}}: \"{key}\" is missing or not a string"),
+                )
+            })
+        };
+        let (workflow, prompt) = (text("workflow")?, text("prompt")?);
+        let run = match body.get("run") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(Failure::new(
+                    400,
+                    "uwf::serve::body",
+                    "\"run\" must be true or false",
+                ));
+            }
+        };
+        let registry = self
+            .ctx
+            .state()
+            .registry()
+            .map_err(|e| Failure::from_cli(e.into()))?;
+        let hash = registry
+            .get(workflow)
+            .copied()
+            .or_else(|| {
+                registry
+                    .values()
+                    .find(|h| h.to_string() == workflow)
+                    .copied()
+            })
+            .ok_or_else(|| {
+                Failure::from_cli(CliError::UnknownWorkflow {
+                    name: workflow.to_string(),
+                    known: registry.keys().cloned().collect(),
+                })
+            })?;
+        if run {
+            // Before anything is started: a store without a run queue
+            // refuses here, not after the thread exists.
+            super::worker::queue(&self.ctx).map_err(Failure::from_cli)?;
+        }
+        let started = super::thread::start_for(&self.ctx, &hash.to_string(), prompt, None, None)
+            .map_err(Failure::from_cli)?;
+        if run {
+            return super::thread::queue_run(
+                &self.ctx,
+                started.thread,
+                uwf_state::runs::RunRequest::default(),
+            )
+            .map_err(Failure::from_cli);
+        }
+        serde_json::to_value(started).map_err(|e| Failure::new(500, "uwf::output", e.to_string()))
+    }
+
+    /// `GET /api/workflows`: what `uwf workflow list` prints (the start
+    /// form offers these).
+    fn workflows(&self) -> Result<Value, Failure> {
+        let registry = self
+            .ctx
+            .state()
+            .registry()
+            .map_err(|e| Failure::from_cli(e.into()))?;
+        let list: Vec<Value> = registry
+            .into_iter()
+            .map(|(name, hash)| json!({ "name": name, "hash": hash }))
+            .collect();
+        Ok(json!({ "workflows": list }))
+    }
+
+    /// `GET /api/runs`: the run queue of `uwf worker` (docs/worker.md):
+    /// every run oldest first as `thread show` gives it, counts per state,
+    /// and the workers that hold a live lease with their runs.
+    fn runs(&self) -> Result<Value, Failure> {
+        let queue = super::worker::queue(&self.ctx).map_err(Failure::from_cli)?;
+        let runs = queue.runs().map_err(|e| Failure::from_cli(e.into()))?;
+        Ok(runs_json(&runs, uwf_state::state::now_ms()))
+    }
+
     /// A thread id, unique prefix or `@last`, as the CLI resolves it; an
     /// unknown one is 404.
     fn thread(&self, arg: &str) -> Result<ThreadId, Failure> {
@@ -593,10 +876,83 @@ impl App {
         let mut v = super::thread::show_value(&self.ctx, id).map_err(Failure::from_cli)?;
         let steps = super::thread::steps_value(&self.ctx, id).map_err(Failure::from_cli)?;
         v["steps"] = steps["steps"].clone();
+        self.add_usage(&mut v);
         if let Some(schema) = self.answer_schema(id, &v).map_err(Failure::from_cli)? {
             v["waiting"]["outputSchema"] = schema;
         }
         Ok(v)
+    }
+
+    /// `GET /api/threads/{id}/steps/{step}/input`: the whole prompt the
+    /// agent of that step was given, rebuilt as the agent kit builds it
+    /// from the thread as it was before the step ([`uwf_agent_kit::prompt_at`],
+    /// with the history quota in force now).
+    fn input(&self, id: ThreadId, step: &str) -> Result<Value, Failure> {
+        let (hash, view) = self.node_of(id, step)?;
+        let Some(i) = view.steps.iter().position(|s| s.hash == hash) else {
+            return Err(Failure::new(
+                404,
+                "uwf::serve::not_in_thread",
+                format!("{hash} is not a step of thread {id}"),
+            )
+            .with_help(&format!("`uwf thread steps {id}` lists its steps")));
+        };
+        let prev = if i == 0 {
+            view.start_hash
+        } else {
+            view.steps[i - 1].hash
+        };
+        let role = view.steps[i].payload.record.role.clone();
+        let before = uwf_moderator::thread::load(self.ctx.cas(), prev)
+            .map_err(|e| Failure::from_cli(e.into()))?;
+        let quota = uwf_agent_kit::prompt::history_quota_from_env();
+        let input = uwf_agent_kit::prompt_at(self.ctx.cas(), id, &before, &role, quota)
+            .map_err(|e| Failure::from_cli(CliError::kit(e)))?;
+        Ok(json!({ "thread": id, "step": hash, "role": role, "input": input }))
+    }
+
+    /// Adds to each step of `v["steps"]` the tokens and cost its agent
+    /// reported in its detail node ([`usage`]), and to `v` the totals:
+    /// `usage` (what the steps that report them add up to) and `elapsedMs`
+    /// (the steps' durations added up).
+    fn add_usage(&self, v: &mut Value) {
+        let (mut tokens, mut cost, mut elapsed) = (None::<u64>, None::<f64>, None::<u64>);
+        for entry in v["steps"].as_array_mut().into_iter().flatten() {
+            if let Some(ms) = entry["durationMs"].as_u64() {
+                elapsed = Some(elapsed.unwrap_or(0) + ms);
+            }
+            let Some(detail) = entry["detail"]
+                .as_str()
+                .and_then(|d| d.parse::<uwf_cas::Hash>().ok())
+            else {
+                continue;
+            };
+            // A detail that cannot be read has no usage to show; the
+            // thread's page does not fail for it.
+            let Ok(Some(node)) = self.ctx.cas().try_get(detail) else {
+                continue;
+            };
+            if let Some(u) = usage(&node.payload) {
+                if let Some(t) = u["tokens"].as_u64() {
+                    tokens = Some(tokens.unwrap_or(0) + t);
+                }
+                if let Some(c) = u["costUsd"].as_f64() {
+                    cost = Some(cost.unwrap_or(0.0) + c);
+                }
+                entry["usage"] = u;
+            }
+        }
+        let mut total = json!({});
+        if let Some(t) = tokens {
+            total["tokens"] = json!(t);
+        }
+        if let Some(c) = cost {
+            total["costUsd"] = json!(c);
+        }
+        v["usage"] = total;
+        if let Some(ms) = elapsed {
+            v["elapsedMs"] = json!(ms);
+        }
     }
 
     /// The outputSchema of the role thread `id` waits on, when a person
@@ -642,35 +998,114 @@ impl App {
         let state = target.get("state");
         let workflow = target.get("workflow");
         let q = target.get("q").map(str::to_lowercase);
-        let mut rows =
-            super::thread::list_values(&self.ctx, true, false).map_err(Failure::from_cli)?;
-        // ULIDs sort by creation time.
-        rows.sort_by(|a, b| b["thread"].as_str().cmp(&a["thread"].as_str()));
-        rows.retain(|r| {
-            workflow
+        let ctx = &self.ctx;
+        // The thread state alone (no node read): every id, newest first
+        // (ULIDs sort by creation time).
+        let mut entries = super::thread::list_entries(ctx, true).map_err(Failure::from_cli)?;
+        entries.sort_by_key(|e| std::cmp::Reverse(e.thread));
+        // Rows of threads not seen before, or whose head or end changed,
+        // are read now; the others come from the cache.
+        let missing: Vec<_> = {
+            let mut cache = self.list_cache();
+            cache.asked = Some(Instant::now());
+            entries
+                .iter()
+                .filter(|e| !cache.holds(e))
+                .cloned()
+                .collect()
+        };
+        let read =
+            super::thread::list_rows_of(ctx, missing.clone(), false).map_err(Failure::from_cli)?;
+        let mut cache = self.list_cache();
+        cache.store(&missing, read);
+        let mut counts = serde_json::Map::new();
+        let mut matching = Vec::new();
+        for e in &entries {
+            let Some((_, r)) = cache.rows.get(&e.thread) else {
+                continue;
+            };
+            let keep = workflow
                 .is_none_or(|w| r["name"].as_str() == Some(w) || r["workflow"].as_str() == Some(w))
                 && q.as_deref().is_none_or(|q| {
                     r["task"]
                         .as_str()
                         .is_some_and(|t| t.to_lowercase().contains(q))
-                })
-        });
-        let mut counts = serde_json::Map::new();
-        for r in &rows {
+                });
+            if !keep {
+                continue;
+            }
             let s = r["state"].as_str().unwrap_or("unknown").to_string();
+            if state.is_none_or(|want| want == s) {
+                matching.push(e.clone());
+            }
             let n = counts.get(&s).and_then(Value::as_u64).unwrap_or(0);
             counts.insert(s, json!(n + 1));
         }
-        rows.retain(|r| state.is_none_or(|s| r["state"].as_str() == Some(s)));
-        let total = rows.len();
-        let page: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+        let states_age = cache.at.map_or(0, |at| {
+            u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX)
+        });
+        drop(cache);
+        let total = matching.len();
+        // The rows shown are read afresh (their states may have changed
+        // since the cache was filled).
+        let page: Vec<_> = matching.into_iter().skip(offset).take(limit).collect();
+        let rows =
+            super::thread::list_rows_of(ctx, page.clone(), false).map_err(Failure::from_cli)?;
+        self.list_cache().store(&page, rows.clone());
         Ok(json!({
-            "threads": page,
+            "threads": rows,
             "total": total,
             "counts": counts,
+            "statesAgeMs": states_age,
             "limit": limit,
             "offset": offset,
         }))
+    }
+
+    fn list_cache(&self) -> std::sync::MutexGuard<'_, ListCache> {
+        // A panic while the cache was held leaves rows that are still
+        // rows: go on with them.
+        self.list_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reads again the rows of every active thread, so that the states
+    /// the list counts and filters on are at most [`LIST_REFRESH`] (plus
+    /// one pass) old; archived threads do not change. Only while someone
+    /// asked for the list in the last minute.
+    fn refresh_list(&self) {
+        let (asked, at) = {
+            let cache = self.list_cache();
+            (cache.asked, cache.at)
+        };
+        let looking = asked.is_some_and(|a| a.elapsed() < Duration::from_secs(60));
+        if !looking || at.is_some_and(|at| at.elapsed() < LIST_REFRESH) {
+            return;
+        }
+        let entries = match super::thread::list_entries(&self.ctx, true) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!("uwf serve: cannot list the threads: {e}");
+                return;
+            }
+        };
+        let active: Vec<_> = entries
+            .iter()
+            .filter(|e| e.archived.is_none())
+            .cloned()
+            .collect();
+        match super::thread::list_rows_of(&self.ctx, active.clone(), false) {
+            Ok(rows) => {
+                let mut cache = self.list_cache();
+                let known: std::collections::HashSet<ThreadId> =
+                    entries.iter().map(|e| e.thread).collect();
+                cache.rows.retain(|id, _| known.contains(id));
+                cache.store(&active, rows);
+                cache.at = Some(Instant::now());
+            }
+            Err(e) => tracing::warn!("uwf serve: cannot list the threads: {e}"),
+        }
     }
 
     /// `GET /api/threads/{id}/events`: server-sent events, `state` when
@@ -798,7 +1233,18 @@ impl App {
              <form method=\"get\" action=\"/\"><label>state <select name=\"state\" id=\"state\">{options}</select></label> \
              <button>filter</button></form><p id=\"total\">{} threads</p></header>\
              <table><thead><tr><th>thread</th><th>state</th><th>workflow</th><th>task</th><th>age</th></tr></thead>\
-             <tbody id=\"rows\">{rows}</tbody></table></body></html>\n",
+             <tbody id=\"rows\">{rows}</tbody></table>\
+             <section class=\"start\"><h2>Start a thread</h2><form id=\"start-form\">\
+             <p><label>workflow <select id=\"start-workflow\" required><option value=\"\">…</option></select></label> \
+             <label><input type=\"checkbox\" id=\"start-run\"> queue it for the workers</label></p>\
+             <p><label>task <textarea id=\"start-prompt\" rows=\"2\" cols=\"60\" required></textarea></label></p>\
+             <p><label>access token <input type=\"password\" id=\"token\" autocomplete=\"off\" spellcheck=\"false\" size=\"24\"></label> \
+             <button id=\"start-submit\">start</button></p>\
+             <div id=\"start-errors\" class=\"errors\" role=\"alert\"></div></form></section>\
+             <section class=\"queue\"><h2>Workers and queue</h2><p id=\"queue-note\" class=\"note\"></p>\
+             <ul id=\"workers\"></ul><table><thead><tr><th>thread</th><th>workflow</th><th>run</th><th>worker</th>\
+             <th>lease until / failed at</th><th>claims</th><th>error</th></tr></thead><tbody id=\"runs\"></tbody></table></section>\
+             </body></html>\n",
             listed["total"]
         ))
     }
@@ -825,11 +1271,16 @@ impl App {
              <link rel=\"stylesheet\" href=\"/app.css\"><script src=\"/app.js\" defer></script></head>\
              <body data-page=\"thread\" data-thread=\"{}\"><header><p><a href=\"/\">all threads</a></p>\
              <h1>{} · <span class=\"state\" id=\"state\">{}</span></h1><p class=\"task\">{}</p></header>\
-             <section id=\"actions\" class=\"actions\"{}>{token_note}\
-             <p><label>access token <input type=\"password\" id=\"token\" autocomplete=\"off\" spellcheck=\"false\" size=\"24\"></label> \
+             {token_note}<p class=\"token\"><label>access token <input type=\"password\" id=\"token\" autocomplete=\"off\" spellcheck=\"false\" size=\"24\"></label></p>\
+             <section id=\"actions\" class=\"actions\"{}>\
+             <p><button type=\"button\" id=\"run\" hidden>run (queue for the workers)</button> \
+             <button type=\"button\" id=\"resume\" hidden>resume</button> \
              <button type=\"button\" id=\"kill\">kill thread</button></p>\
-             <p id=\"action-status\" class=\"status\" role=\"status\"></p>\
              <div id=\"answer\"></div></section>\
+             <p id=\"action-status\" class=\"status\" role=\"status\"></p>\
+             <section class=\"timeline\"><h2>Timeline</h2><table id=\"timeline\"><thead><tr>\
+             <th>#</th><th>role</th><th>agent</th><th>landed</th><th>took</th><th>failed attempts</th><th>tokens · cost</th><th></th>\
+             </tr></thead><tbody id=\"steps\"></tbody></table><p id=\"totals\" class=\"note\"></p></section>\
              <ol id=\"events\" class=\"events\"></ol>\
              <iframe id=\"view\" title=\"thread view\" src=\"/threads/{}/view\"></iframe></body></html>\n",
             escape::attr(&id_text),
@@ -862,6 +1313,34 @@ fn row_html(r: &Value) -> String {
     )
 }
 
+/// The tokens and cost an agent reports in its detail node
+/// (docs/agents.md, "Detail nodes"): `totalTokens` (else `promptTokens` +
+/// `completionTokens`) and `costUsd` of uwf-agent and Claude Code, or a
+/// `usage` object with `total_tokens` (else `input_tokens` +
+/// `output_tokens`). `None` when it reports neither.
+fn usage(detail: &Value) -> Option<Value> {
+    let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
+    let sum = |v: &Value, a: &str, b: &str| Some(n(v, a)? + n(v, b)?);
+    let tokens = n(detail, "totalTokens")
+        .or_else(|| sum(detail, "promptTokens", "completionTokens"))
+        .or_else(|| {
+            let u = detail.get("usage")?;
+            n(u, "total_tokens").or_else(|| sum(u, "input_tokens", "output_tokens"))
+        });
+    let cost = detail.get("costUsd").and_then(Value::as_f64);
+    if tokens.is_none() && cost.is_none() {
+        return None;
+    }
+    let mut v = json!({});
+    if let Some(t) = tokens {
+        v["tokens"] = json!(t);
+    }
+    if let Some(c) = cost {
+        v["costUsd"] = json!(c);
+    }
+    Some(v)
+}
+
 /// `localhost`, `127.0.0.1`, `[::1]`, with or without a port.
 fn is_loopback_host(host: &str) -> bool {
     let name = match host.strip_prefix('[') {
@@ -872,6 +1351,96 @@ fn is_loopback_host(host: &str) -> bool {
         || name
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The answer of `GET /api/runs` for the queue's `runs` at `now` (the
+/// store's clock, ms): each run as `thread show` gives it, with its thread
+/// and workflow; counts per state; the workers holding a live lease, with
+/// their threads and the latest of their leases.
+fn runs_json(runs: &[uwf_state::runs::Run], now: u64) -> Value {
+    let mut counts = serde_json::Map::new();
+    let mut workers: std::collections::BTreeMap<String, (u64, Vec<Value>)> =
+        std::collections::BTreeMap::new();
+    let mut rows = Vec::with_capacity(runs.len());
+    for run in runs {
+        let mut v = super::worker::run_json(run, now);
+        v["thread"] = json!(run.thread);
+        v["workflow"] = json!(run.workflow);
+        if let Some(n) = run.request.max_steps {
+            v["maxSteps"] = json!(n);
+        }
+        if let Some(ms) = run.request.timeout_ms {
+            v["timeoutMs"] = json!(ms);
+        }
+        let state = v["state"].as_str().unwrap_or("unknown").to_string();
+        let n = counts.get(&state).and_then(Value::as_u64).unwrap_or(0);
+        counts.insert(state, json!(n + 1));
+        if let (Some(worker), uwf_state::runs::RunState::Claimed { lease_until, .. }) =
+            (run.holder(now), &run.state)
+        {
+            let entry = workers.entry(worker.to_string()).or_default();
+            entry.0 = entry.0.max(*lease_until);
+            entry.1.push(json!(run.thread));
+        }
+        rows.push(v);
+    }
+    let workers: Vec<Value> = workers
+            .into_iter()
+            .map(|(worker, (lease, threads))| {
+                json!({ "worker": worker, "leaseUntil": lease, "threads": threads })
+            })
+            .collect();
+    json!({ "runs": rows, "counts": counts, "workers": workers, "now": now })
+}
+
+/// Refuses a body that is not an object or has a key outside `allowed`:
+/// a typo is an error, not an option silently ignored, and no action
+/// takes an agent command line from a page.
+fn only_fields(body: &Value, allowed: &[&str]) -> Result<(), Failure> {
+    let Some(map) = body.as_object() else {
+        return Err(Failure::new(
+            400,
+            "uwf::serve::body",
+            "the body must be a JSON object",
+        ));
+    };
+    for key in map.keys() {
+        if key == "agent" {
+            return Err(Failure::new(
+                400,
+                "uwf::serve::body",
+                "\"agent\" is not accepted from a page: the agents are the ones configured for the store",
+            )
+            .with_help("configure agents in config.yaml (`uwf setup`, `uwf config show`)"));
+        }
+        if !allowed.contains(&key.as_str()) {
+            let expected = if allowed.is_empty() {
+                "none".to_string()
+            } else {
+                allowed.join(", ")
+            };
+            return Err(Failure::new(
+                400,
+                "uwf::serve::body",
+                format!("unknown field {key:?} in the body (expected: {expected})"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The positive whole number at `key` of `body`, if there is one.
+fn whole_number(body: &Value, key: &str) -> Result<Option<u64>, Failure> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().filter(|n| *n > 0).map(Some).ok_or_else(|| {
+            Failure::new(
+                400,
+                "uwf::serve::body",
+                format!("{key:?} must be a positive whole number, not {v}"),
+            )
+        }),
+    }
 }
 
 /// An action's body: JSON (a form cannot send it from another site
@@ -1008,6 +1577,130 @@ mod tests {
         assert_eq!(a.len(), 64);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn usage_from_detail_nodes() {
+        let agent = json!({"model": "m", "promptTokens": 4210, "completionTokens": 501,
+                           "totalTokens": 4711, "costUsd": 0.0201});
+        assert_eq!(
+            usage(&agent),
+            Some(json!({"tokens": 4711, "costUsd": 0.0201}))
+        );
+        let parts = json!({"promptTokens": 10, "completionTokens": 5, "costUsd": null});
+        assert_eq!(usage(&parts), Some(json!({"tokens": 15})));
+        let claude = json!({"sessionId": "s", "costUsd": 0.1096, "numTurns": 2});
+        assert_eq!(usage(&claude), Some(json!({"costUsd": 0.1096})));
+        let codex = json!({"usage": {"input_tokens": 7, "output_tokens": 3}});
+        assert_eq!(usage(&codex), Some(json!({"tokens": 10})));
+        assert_eq!(usage(&json!({"text": "no usage"})), None);
+        assert_eq!(usage(&json!({"totalTokens": "many"})), None);
+    }
+
+    #[test]
+    fn the_queue_with_its_workers() {
+        use uwf_state::runs::{Run, RunRequest, RunState};
+        let run = |n: u8, state: RunState| Run {
+            thread: uwf_protocol::fixtures::thread(&format!("T{n}")),
+            workflow: "solve-issue".into(),
+            request: RunRequest::default(),
+            queued_at: u64::from(n),
+            claims: 1,
+            state,
+        };
+        let claimed = |worker: &str, lease_until| RunState::Claimed {
+            worker: worker.into(),
+            claim_id: "c".into(),
+            claimed_at: 10,
+            lease_until,
+        };
+        let runs = [
+            run(1, RunState::Queued),
+            run(2, claimed("w1", 2_000)),
+            run(3, claimed("w1", 3_000)),
+            run(4, claimed("w2", 500)),
+            run(
+                5,
+                RunState::Failed {
+                    worker: "w2".into(),
+                    error: "agent <missing>".into(),
+                    at: 900,
+                },
+            ),
+        ];
+        let v = runs_json(&runs, 1_000);
+        assert_eq!(
+            v["counts"],
+            json!({"queued": 1, "claimed": 2, "lease-expired": 1, "failed": 1})
+        );
+        // w2's lease ran out: it is presumed dead, so it is not listed.
+        assert_eq!(
+            v["workers"],
+            json!([{"worker": "w1", "leaseUntil": 3_000, "threads": [runs[1].thread, runs[2].thread]}])
+        );
+        assert_eq!(v["runs"][4]["error"], "agent <missing>");
+        assert_eq!(v["runs"][4]["workflow"], "solve-issue");
+        assert_eq!(v["runs"][0]["thread"], json!(runs[0].thread));
+    }
+
+    #[test]
+    fn statuses_fit_the_cli_errors() {
+        let thread = uwf_protocol::fixtures::thread("T");
+        let engine = |e: EngineError| status_of(&CliError::from(e));
+        assert_eq!(engine(EngineError::UnknownThread { thread }), 404);
+        assert_eq!(engine(EngineError::ThreadFinished { thread }), 409);
+        assert_eq!(
+            engine(EngineError::NotSuspended {
+                thread,
+                next: "worker".into()
+            }),
+            409
+        );
+        assert_eq!(engine(EngineError::EmptyPrompt), 400);
+        assert_eq!(
+            engine(EngineError::Unsupported {
+                store: "x".into(),
+                what: "run queue"
+            }),
+            501
+        );
+        let queued = uwf_state::StateError::AlreadyQueued {
+            thread,
+            state: "queued".into(),
+        };
+        assert_eq!(status_of(&CliError::from(queued).in_thread(thread)), 409);
+        let unknown = CliError::UnknownWorkflow {
+            name: "x".into(),
+            known: Vec::new(),
+        };
+        assert_eq!(status_of(&unknown), 404);
+        assert_eq!(status_of(&CliError::Output("x".into())), 500);
+    }
+
+    #[test]
+    fn bodies_name_only_known_fields() {
+        assert!(only_fields(&json!({}), &[]).is_ok());
+        assert!(only_fields(&json!({"step": "X"}), &["step"]).is_ok());
+        let f = only_fields(&json!({"stpe": "X"}), &["step"])
+            .err()
+            .map(|f| f.error);
+        assert_eq!(
+            f.as_deref(),
+            Some("unknown field \"stpe\" in the body (expected: step)")
+        );
+        let f = only_fields(&json!({"agent": "sh -c evil"}), &["agent"])
+            .err()
+            .map(|f| f.status);
+        assert_eq!(
+            f,
+            Some(400),
+            "no command line from a page, whatever is allowed"
+        );
+        assert!(only_fields(&json!([]), &[]).is_err());
+        assert_eq!(whole_number(&json!({"n": 3}), "n").ok().flatten(), Some(3));
+        assert!(whole_number(&json!({"n": 0}), "n").is_err());
+        assert!(whole_number(&json!({"n": "3"}), "n").is_err());
+        assert_eq!(whole_number(&json!({}), "n").ok().flatten(), None);
     }
 
     #[test]

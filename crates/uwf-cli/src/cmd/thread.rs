@@ -40,8 +40,8 @@ fn start(
 
 /// [`start`]; with `run_with` (the `--agent` of `thread run`, if any) the
 /// thread is started only if its first step's agent can run
-/// ([`engine::check_first_agent`]).
-fn start_for(
+/// ([`engine::check_first_agent`]). Also `uwf serve`'s start action.
+pub fn start_for(
     ctx: &Ctx,
     workflow_arg: &str,
     prompt: &str,
@@ -141,36 +141,80 @@ pub fn show_value(ctx: &Ctx, id: ThreadId) -> Result<Value, CliError> {
 /// archived ones too, with `top_level` no child threads (also what `uwf
 /// serve`'s `GET /api/threads` filters and pages).
 pub fn list_values(ctx: &Ctx, all: bool, top_level: bool) -> Result<Vec<Value>, CliError> {
-    // A thread whose nodes are missing or damaged is listed as
-    // broken (with a warning), never the end of the list.
-    let mut items = Vec::new();
+    list_rows_of(ctx, list_entries(ctx, all)?, top_level)
+}
+
+/// A thread as the thread state lists it, before any of its nodes is read.
+#[derive(Debug, Clone)]
+pub struct ListEntry {
+    /// The thread.
+    pub thread: ThreadId,
+    /// Its head.
+    pub head: Hash,
+    /// Archived: its workflow and why (`None`: done).
+    pub archived: Option<(Hash, Option<String>)>,
+}
+
+/// The active threads (in the state's order), with `all` then the archived
+/// ones (newest archived first, the latest entry of each; an active thread
+/// is never also listed as archived). Reads the thread state only.
+pub fn list_entries(ctx: &Ctx, all: bool) -> Result<Vec<ListEntry>, CliError> {
     let active = ctx.state().threads()?;
-    for (&id, &head) in &active {
-        match workflow_of(ctx, head) {
-            Ok(workflow) => items.push(Listed::Thread(ThreadListItem {
-                thread: id,
-                workflow,
-                head,
-                done: false,
-            })),
-            Err(e) if e.is_thread_damage() => items.push(Listed::broken(id, head, false, &e)),
-            Err(e) => return Err(e),
+    let mut entries: Vec<ListEntry> = active
+        .iter()
+        .map(|(&thread, &head)| ListEntry {
+            thread,
+            head,
+            archived: None,
+        })
+        .collect();
+    if all {
+        let mut seen: BTreeSet<ThreadId> = active.keys().copied().collect();
+        for e in ctx.state().history()?.into_iter().rev() {
+            if seen.insert(e.thread) {
+                entries.push(ListEntry {
+                    thread: e.thread,
+                    head: e.head,
+                    archived: Some((e.workflow, e.reason)),
+                });
+            }
         }
     }
+    Ok(entries)
+}
+
+/// The `thread list` rows of `entries`, in their order, with `top_level`
+/// without child threads.
+pub fn list_rows_of(
+    ctx: &Ctx,
+    entries: Vec<ListEntry>,
+    top_level: bool,
+) -> Result<Vec<Value>, CliError> {
+    // A thread whose nodes are missing or damaged is listed as
+    // broken (with a warning), never the end of the list.
+    let mut items = Vec::with_capacity(entries.len());
     let mut reasons = HashMap::new();
-    if all {
-        // Latest entry per thread; an active thread is never also listed as archived.
-        let mut seen: BTreeSet<ThreadId> = active.keys().copied().collect();
-        let history = ctx.state().history()?;
-        for e in history.into_iter().rev() {
-            if seen.insert(e.thread) {
-                if let Some(r) = &e.reason {
-                    reasons.insert(e.thread, r.clone());
+    for entry in entries {
+        let (id, head) = (entry.thread, entry.head);
+        match entry.archived {
+            None => match workflow_of(ctx, head) {
+                Ok(workflow) => items.push(Listed::Thread(ThreadListItem {
+                    thread: id,
+                    workflow,
+                    head,
+                    done: false,
+                })),
+                Err(e) if e.is_thread_damage() => items.push(Listed::broken(id, head, false, &e)),
+                Err(e) => return Err(e),
+            },
+            Some((workflow, reason)) => {
+                if let Some(r) = reason {
+                    reasons.insert(id, r);
                 }
                 items.push(Listed::Thread(ThreadListItem {
-                    thread: e.thread,
-                    workflow: e.workflow,
-                    head: e.head,
+                    thread: id,
+                    workflow,
+                    head,
                     done: true,
                 }));
             }
@@ -242,15 +286,8 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
         }
         ThreadCommand::Resume { thread, agent } => {
             let id = crate::lookup::thread(ctx, &thread)?;
-            let opts = StepOptions {
-                agent: agent.agent.as_deref(),
-                timeout: agent.timeout,
-                cancel: engine::cancel_token().clone(),
-                in_process: None,
-                resume: true,
-            };
             let progress: Arc<dyn Progress> = Arc::new(Plain);
-            let stepped = engine::step(ctx, id, &opts, &progress)?;
+            let stepped = resume(ctx, id, agent.agent.as_deref(), agent.timeout, &progress)?;
             if let Some(waiting) = stepped.waiting {
                 return waits(ctx, format, stepped.output, waiting);
             }
@@ -280,22 +317,8 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                 },
                 (None, None) => return Err(engine::EngineError::EmptyPrompt.into()),
             };
-            if let Status::Archived(e) = engine::status(ctx, id)? {
-                // Run to the end, and it is there (an answer finished it,
-                // another run did): its final state, as a run that got
-                // there prints it. A killed or pruned thread is refused.
-                if e.reason.as_deref().unwrap_or("done") != "done" {
-                    return Err(engine::EngineError::ThreadFinished { thread: id }.into());
-                }
-                return output::print(
-                    format,
-                    &StepOutput {
-                        workflow: e.workflow,
-                        thread: id,
-                        head: e.head,
-                        done: true,
-                    },
-                );
+            if let Some(finished) = finished_run(ctx, id)? {
+                return output::print(format, &finished);
             }
             if detach {
                 let request = uwf_state::runs::RunRequest {
@@ -305,10 +328,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
                         .timeout
                         .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
                 };
-                let workflow = workflow_of(ctx, engine::active_head(ctx, id)?)?;
-                let v = crate::cmd::worker::detach(ctx, id, workflow, request)
-                    .map_err(|e| e.in_thread(id))?;
-                return output::print(format, &v);
+                return output::print(format, &queue_run(ctx, id, request)?);
             }
             let opts = StepOptions {
                 agent: agent.agent.as_deref(),
@@ -457,17 +477,7 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             dry_run,
             older_than,
         } => output::print(format, &prune(ctx, dry_run, older_than)?),
-        ThreadCommand::Fork { node } => {
-            let hash = parse_hash(&node)?;
-            let forked = engine::fork(ctx, hash)?;
-            output::print(
-                format,
-                &ThreadForkOutput {
-                    thread: forked.thread,
-                    forked_from: ForkedFrom { step: hash },
-                },
-            )
-        }
+        ThreadCommand::Fork { node } => output::print(format, &fork(ctx, parse_hash(&node)?)?),
         ThreadCommand::View { thread, html } => {
             crate::cmd::view::thread(ctx, &thread, html, format)
         }
@@ -494,6 +504,67 @@ pub fn run(ctx: &Ctx, cmd: ThreadCommand, format: Option<Format>) -> Result<(), 
             )
         }
     }
+}
+
+/// `thread resume`: one step of suspended thread `id`, from `$START`'s
+/// `resume` route (docs/workflow.md, "Suspend and resume"); also `uwf
+/// serve`'s resume action.
+pub fn resume(
+    ctx: &Ctx,
+    id: ThreadId,
+    agent: Option<&str>,
+    timeout: Option<std::time::Duration>,
+    progress: &Arc<dyn Progress>,
+) -> Result<engine::Stepped, CliError> {
+    let opts = StepOptions {
+        agent,
+        timeout,
+        cancel: engine::cancel_token().clone(),
+        in_process: None,
+        resume: true,
+    };
+    Ok(engine::step(ctx, id, &opts, progress)?)
+}
+
+/// `thread fork <node>`: a new thread whose head is `node` (also `uwf
+/// serve`'s fork action).
+pub fn fork(ctx: &Ctx, node: Hash) -> Result<ThreadForkOutput, CliError> {
+    let forked = engine::fork(ctx, node)?;
+    Ok(ThreadForkOutput {
+        thread: forked.thread,
+        forked_from: ForkedFrom { step: node },
+    })
+}
+
+/// `thread run` on a thread that is archived already: run to the end and
+/// it is there (an answer finished it, another run did), so its final
+/// state, as a run that got there prints it; a killed or pruned thread is
+/// refused. `None` while the thread is active (also what `uwf serve`'s run
+/// action answers).
+pub fn finished_run(ctx: &Ctx, id: ThreadId) -> Result<Option<StepOutput>, CliError> {
+    let Status::Archived(e) = engine::status(ctx, id)? else {
+        return Ok(None);
+    };
+    if e.reason.as_deref().unwrap_or("done") != "done" {
+        return Err(engine::EngineError::ThreadFinished { thread: id }.into());
+    }
+    Ok(Some(StepOutput {
+        workflow: e.workflow,
+        thread: id,
+        head: e.head,
+        done: true,
+    }))
+}
+
+/// `thread run --detach` on active thread `id`: queued for a worker
+/// (also `uwf serve`'s run action).
+pub fn queue_run(
+    ctx: &Ctx,
+    id: ThreadId,
+    request: uwf_state::runs::RunRequest,
+) -> Result<Value, CliError> {
+    let workflow = workflow_of(ctx, engine::active_head(ctx, id)?)?;
+    crate::cmd::worker::detach(ctx, id, workflow, request).map_err(|e| e.in_thread(id))
 }
 
 /// The steps of `thread run` on thread `id`, until it is done, waits, fails

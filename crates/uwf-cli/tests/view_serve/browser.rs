@@ -3,7 +3,8 @@
 //! both stores. What a person does: open the list, open a thread, watch
 //! a step land, answer the role that waits for them through the form
 //! (a refusal shown first; fields, and the JSON text area of a schema
-//! without properties), kill a thread.
+//! without properties), read the timeline and a step's input, fork from a
+//! step, kill a thread, start a thread from the list.
 //!
 //! Without `chromedriver` the test says loudly that it skipped; with `CI`
 //! set it fails (.ci/run installs it). With `UWF_SCREENSHOTS=1`, the
@@ -288,7 +289,7 @@ fn serve_in_a_browser(backend: Backend) {
         "a refused answer wrote a step"
     );
     assert_eq!(after["state"], "waiting");
-    keep_screenshot(&env, &s, "serve-refused.png", Some("header + .actions"));
+    keep_screenshot(&env, &s, "serve-refused.png", Some("#actions"));
 
     // The answer, fixed: the step lands and the thread ends.
     s.clear(&labels);
@@ -321,6 +322,39 @@ fn serve_in_a_browser(backend: Backend) {
         json!(true)
     );
 
+    // The timeline: each step with its agent and how long it took; a
+    // step's input, rebuilt as the agent kit built it, opened on demand.
+    let writer_hash = steps["steps"][1]["hash"].as_str().unwrap().to_string();
+    let writer_row = format!("#steps tr[data-hash=\"{writer_hash}\"]");
+    s.until("the timeline drawn to the last step", || {
+        s.text_of("#steps").filter(|t| t.contains("human:ann"))
+    });
+    let took = s.text_of(&format!("{writer_row} td.took")).unwrap();
+    assert!(took.ends_with(" s") || took.ends_with(" ms"), "{took:?}");
+    s.click(&s.wait_for(&format!("{writer_row} + tr.input summary")));
+    let input = s.until("the writer's input", || {
+        s.text_of(&format!("{writer_row} + tr.input pre"))
+            .filter(|t| t.contains("## Task"))
+    });
+    assert!(input.contains("Make <b>login</b> faster"), "{input}");
+    assert!(
+        input.contains("Write the change the task asks for."),
+        "{input}"
+    );
+    // Fork from the writer's step: a new thread whose head is that step,
+    // linked from the page.
+    s.click(&s.wait_for(&format!("{writer_row} button.fork")));
+    let forked = s.until("the fork's link", || {
+        s.find("#forked")?;
+        s.text_of("#forked")
+    });
+    assert_eq!(
+        env.json(&["thread", "show", &forked])["head"],
+        writer_hash.as_str(),
+        "the fork starts at the writer's step"
+    );
+    keep_screenshot(&env, &s, "serve-timeline.png", Some("body"));
+
     // A schema without properties: the whole output typed as JSON, which
     // must be an object before the browser sends it.
     s.goto(&server.url(&format!("threads/{free}")));
@@ -351,6 +385,35 @@ fn serve_in_a_browser(backend: Backend) {
     let last = steps["steps"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["output"], json!({"topic": "cache"}), "{last:#}");
 
+    // A failed attempt of the step still to come: the timeline's last row.
+    let out = env.output(&["thread", "step", &idle, "--agent", "false"]);
+    assert!(!out.status.success(), "{out:?}");
+    s.goto(&server.url(&format!("threads/{idle}")));
+    let pending = s.until("the failed attempt in the timeline", || {
+        s.find("#steps tr.pending")?;
+        s.text_of("#steps tr.pending")
+    });
+    assert!(pending.contains("writer"), "{pending}");
+    assert!(
+        pending.contains("#1 false: exited with status 1"),
+        "{pending}"
+    );
+    // Queue it for the workers from its page; the button then goes away.
+    s.until("the kept token", || {
+        (s.script("return document.getElementById('token').value", &[]) == json!(token))
+            .then_some(())
+    });
+    s.click(&s.until("the run button", || s.find("#run:not([hidden])")));
+    s.until("the run queued", || {
+        s.text_of("#action-status")
+            .filter(|t| t == "queued for the workers")
+    });
+    assert_eq!(
+        env.json(&["thread", "show", &idle])["run"]["state"],
+        "queued"
+    );
+    s.until("the run button hidden", || s.find("#run[hidden]"));
+
     // Kill a thread from its page; the token typed before is kept for the tab.
     s.goto(&server.url(&format!("threads/{killed}")));
     s.until("the kept token", || {
@@ -379,6 +442,29 @@ fn serve_in_a_browser(backend: Backend) {
         s.text_of("#rows").filter(|t| t.contains("killed"))
     });
     keep_screenshot(&env, &s, "serve-list.png", Some("body"));
+
+    // Start a thread of a registered workflow from the list page; the
+    // page then shows the new thread.
+    s.until("the registered workflows offered", || {
+        s.find("#start-workflow option[value=\"review-change\"]")
+    });
+    s.click(&s.wait_for("#start-workflow option[value=\"review-change\"]"));
+    s.type_into(&s.wait_for("#start-prompt"), "Speed up the <i>search</i>");
+    s.click(&s.wait_for("#start-submit"));
+    let known = [&reviewed, &killed, &idle, &free, &forked];
+    let started = s.until("the new thread's page", || {
+        let id = s.script("return document.body.dataset.thread || null", &[]);
+        id.as_str()
+            .filter(|id| !known.iter().any(|k| k.as_str() == *id))
+            .map(str::to_string)
+    });
+    let shown = env.json(&["thread", "show", &started]);
+    assert_eq!(shown["task"], "Speed up the <i>search</i>", "{shown:#}");
+    assert_eq!(shown["name"], "review-change");
+    assert_eq!(
+        s.text_of(".task").as_deref(),
+        Some("Speed up the <i>search</i>")
+    );
     drop(s);
     assert!(server.stop().success());
 }

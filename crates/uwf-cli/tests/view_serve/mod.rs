@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 use crate::common::{self, Backend, Env, example, mock_agent};
 use crate::per_backend;
 
+/// Start, resume, fork, run/queue, the queue, inputs and usage.
+mod actions;
 /// The pages in headless Chromium, over WebDriver.
 mod browser;
 /// The WebDriver client of [`browser`].

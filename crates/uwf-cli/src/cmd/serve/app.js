@@ -3,6 +3,19 @@
 // tasks are untrusted (docs/serve.md, "Security").
 "use strict";
 
+// A cell linking to a thread's page.
+function threadCell(row, id) {
+  const td = document.createElement("td");
+  const a = document.createElement("a");
+  a.href = "/threads/" + encodeURIComponent(id);
+  const code = document.createElement("code");
+  code.textContent = id;
+  a.appendChild(code);
+  td.appendChild(a);
+  row.appendChild(td);
+  return td;
+}
+
 function cell(row, text, cls) {
   const td = document.createElement("td");
   td.textContent = text == null ? "" : String(text);
@@ -21,14 +34,7 @@ function refreshList() {
       const rows = document.createDocumentFragment();
       for (const t of data.threads) {
         const tr = document.createElement("tr");
-        const td = document.createElement("td");
-        const a = document.createElement("a");
-        a.href = "/threads/" + encodeURIComponent(t.thread);
-        const code = document.createElement("code");
-        code.textContent = t.thread;
-        a.appendChild(code);
-        td.appendChild(a);
-        tr.appendChild(td);
+        threadCell(tr, t.thread);
         cell(tr, t.state, "state state-" + String(t.state).replace(/[^a-z]/g, ""));
         cell(tr, t.name);
         cell(tr, t.task);
@@ -135,6 +141,41 @@ function threadActions(id) {
       else explain(status, r.data);
     });
   });
+  const runButton = document.getElementById("run");
+  const resumeButton = document.getElementById("resume");
+  runButton.addEventListener("click", () => {
+    status.textContent = "queueing…";
+    post(base + "/run", {}).then((r) => {
+      if (r.ok) status.textContent = r.data.queued ? "queued for the workers" : "the thread is done";
+      else explain(status, r.data);
+      refresh();
+    });
+  });
+  resumeButton.addEventListener("click", () => {
+    status.textContent = "resuming… (the step runs now)";
+    resumeButton.disabled = true;
+    post(base + "/resume", {}).then((r) => {
+      resumeButton.disabled = false;
+      if (r.ok) status.textContent = "resumed: step " + r.data.head;
+      else explain(status, r.data);
+      refresh();
+    });
+  });
+  const fork = (step) => {
+    status.textContent = "forking…";
+    post(base + "/fork", { step: step }).then((r) => {
+      if (!r.ok) {
+        explain(status, r.data);
+        return;
+      }
+      status.replaceChildren(document.createTextNode("forked from " + step + ": "));
+      const a = document.createElement("a");
+      a.id = "forked";
+      a.href = "/threads/" + encodeURIComponent(r.data.thread);
+      a.textContent = r.data.thread;
+      status.appendChild(a);
+    });
+  };
   // What the form on the page answers ("" when there is none), so that a
   // refresh does not wipe what the person is typing.
   let shown = "";
@@ -157,6 +198,10 @@ function threadActions(id) {
       .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
       .then((t) => {
         done();
+        timeline(t, fork);
+        const queued = t.run && t.run.state !== "failed";
+        runButton.hidden = t.done || queued || !!t.waiting;
+        resumeButton.hidden = t.done || !(t.waiting && t.waiting.role === "$SUSPEND");
         if (t.done) {
           section.hidden = true;
           holder.replaceChildren();
@@ -169,7 +214,7 @@ function threadActions(id) {
         holder.replaceChildren();
         if (!w) return;
         if (w.role === "$SUSPEND") {
-          holder.appendChild(paragraph("note", "Suspended: continue it with `uwf thread resume " + id + "`. " + w.prompt));
+          holder.appendChild(paragraph("note", "Suspended: “resume” runs one step from $START's resume route (as `uwf thread resume " + id + "`). " + w.prompt));
         } else if (w.outputSchema !== undefined) {
           holder.appendChild(answerForm(base, w, status));
         } else {
@@ -186,6 +231,113 @@ function threadActions(id) {
   };
   refresh();
   return { refresh: refresh };
+}
+
+// The timeline of a thread (docs/serve.md, "The timeline"): each step with
+// its agent, when it landed, how long it took, the attempts that failed
+// before it, its tokens and cost where the agent reports them, its full
+// input, and a button to fork a new thread from it.
+function duration(ms) {
+  if (typeof ms !== "number") return "";
+  return ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s";
+}
+
+function usageText(u) {
+  if (!u) return "";
+  const parts = [];
+  if (typeof u.tokens === "number") parts.push(u.tokens + " tokens");
+  if (typeof u.costUsd === "number") parts.push("$" + u.costUsd.toFixed(4));
+  return parts.join(" · ");
+}
+
+function timeline(t, fork) {
+  const body = document.getElementById("steps");
+  if (!body || !Array.isArray(t.steps)) return;
+  // Drawn again only when something changed: an open input stays open.
+  const key = [t.head, t.steps.length, (t.attempts || []).length, t.state].join(" ");
+  if (body.dataset.key === key) return;
+  body.dataset.key = key;
+  const rows = document.createDocumentFragment();
+  t.steps.forEach((s, i) => {
+    const tr = document.createElement("tr");
+    tr.dataset.hash = s.hash;
+    cell(tr, i === 0 ? "start" : String(i));
+    cell(tr, i === 0 ? "$START" : s.role);
+    cell(tr, s.agent || "");
+    cell(tr, typeof s.timestamp === "number" ? new Date(s.timestamp).toLocaleString() : "");
+    cell(tr, duration(s.durationMs), "took");
+    const failed = cell(tr, "", "failed");
+    for (const a of s.failedAttempts || []) {
+      failed.appendChild(paragraph("attempt", "#" + a.attempt + " " + (a.agent || "") + ": " + (a.reason || "") + (a.durationMs != null ? " (" + duration(a.durationMs) + ")" : "")));
+    }
+    cell(tr, usageText(s.usage), "usage");
+    const td = document.createElement("td");
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "fork";
+    b.textContent = "fork from here";
+    b.title = "a new thread whose head is this node (uwf thread fork " + s.hash + ")";
+    b.addEventListener("click", () => fork(s.hash));
+    td.appendChild(b);
+    tr.appendChild(td);
+    rows.appendChild(tr);
+    // The task of the start; a step's whole input is read when opened.
+    const more = document.createElement("tr");
+    more.className = "input";
+    const cellAll = document.createElement("td");
+    cellAll.colSpan = 8;
+    const d = document.createElement("details");
+    const summary = document.createElement("summary");
+    summary.textContent = i === 0 ? "the task" : "the input " + s.role + " was given";
+    const pre = document.createElement("pre");
+    d.appendChild(summary);
+    d.appendChild(pre);
+    if (i === 0) {
+      pre.textContent = s.prompt;
+    } else {
+      d.addEventListener("toggle", () => {
+        if (!d.open || pre.dataset.loaded) return;
+        pre.textContent = "…";
+        const url = "/api/threads/" + encodeURIComponent(t.thread) + "/steps/" + encodeURIComponent(s.hash) + "/input";
+        fetch(url, { credentials: "same-origin" })
+          .then((r) => r.json().then((data) => ({ ok: r.ok, data: data })))
+          .then(({ ok, data }) => {
+            pre.dataset.loaded = "1";
+            pre.textContent = ok ? data.input : "cannot rebuild it: " + data.error;
+          })
+          .catch(() => {
+            pre.textContent = "cannot read it";
+          });
+      });
+    }
+    cellAll.appendChild(d);
+    more.appendChild(cellAll);
+    rows.appendChild(more);
+  });
+  // The attempts of the step still to come (failed at the current head).
+  const pending = (t.attempts || []).filter((a) => a.head === t.head);
+  if (pending.length) {
+    const tr = document.createElement("tr");
+    tr.className = "pending";
+    cell(tr, "next");
+    cell(tr, pending[0].role);
+    cell(tr, "");
+    cell(tr, "");
+    cell(tr, "");
+    const failed = cell(tr, "", "failed");
+    for (const a of pending) failed.appendChild(paragraph("attempt", "#" + a.attempt + " " + (a.agent || "") + ": " + (a.reason || "")));
+    cell(tr, "");
+    cell(tr, "");
+    rows.appendChild(tr);
+  }
+  body.replaceChildren(rows);
+  const totals = document.getElementById("totals");
+  const u = t.usage || {};
+  const parts = [];
+  if (typeof t.elapsedMs === "number") parts.push("steps took " + duration(t.elapsedMs) + " in all");
+  if (typeof u.tokens === "number") parts.push(u.tokens + " tokens");
+  if (typeof u.costUsd === "number") parts.push("$" + u.costUsd.toFixed(4));
+  totals.textContent = parts.join(" · ");
 }
 
 function paragraph(cls, text) {
@@ -424,12 +576,92 @@ function answerForm(base, waiting, status) {
   return form;
 }
 
+// ---------------------------------------------------------------------------
+// The list page's start form: a registered workflow and a task; "queue it"
+// also queues the new thread for the workers (as `uwf thread run --detach`).
+
+function startForm() {
+  const form = document.getElementById("start-form");
+  const select = document.getElementById("start-workflow");
+  const errors = document.getElementById("start-errors");
+  const token = document.getElementById("token");
+  token.value = sessionStorage.getItem(TOKEN_KEY) || "";
+  token.addEventListener("input", () => sessionStorage.setItem(TOKEN_KEY, token.value.trim()));
+  fetch("/api/workflows", { credentials: "same-origin" })
+    .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+    .then((data) => {
+      select.replaceChildren(new Option("choose…", ""));
+      for (const w of data.workflows) select.appendChild(new Option(w.name, w.name));
+    })
+    .catch(() => {});
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    errors.replaceChildren();
+    const body = {
+      workflow: select.value,
+      prompt: document.getElementById("start-prompt").value,
+      run: document.getElementById("start-run").checked,
+    };
+    post("/api/threads", body).then((r) => {
+      if (r.ok) window.location.href = "/threads/" + encodeURIComponent(r.data.thread);
+      else explain(errors, r.data);
+    });
+  });
+}
+
+// The run queue of `uwf worker`, refreshed with the list.
+function time(ms) {
+  return typeof ms === "number" ? new Date(ms).toLocaleTimeString() : "";
+}
+
+function refreshQueue() {
+  const note = document.getElementById("queue-note");
+  fetch("/api/runs", { credentials: "same-origin" })
+    .then((r) => r.json().then((data) => ({ ok: r.ok, data: data })))
+    .then(({ ok, data }) => {
+      const body = document.getElementById("runs");
+      const workers = document.getElementById("workers");
+      if (!ok) {
+        note.textContent = data.error || "no run queue";
+        body.replaceChildren();
+        workers.replaceChildren();
+        return;
+      }
+      const counts = Object.entries(data.counts).map(([k, n]) => n + " " + k);
+      note.textContent = data.runs.length ? counts.join(" · ") : "nothing queued";
+      const rows = document.createDocumentFragment();
+      for (const r of data.runs) {
+        const tr = document.createElement("tr");
+        threadCell(tr, r.thread);
+        cell(tr, r.workflow);
+        cell(tr, r.state, "state state-" + String(r.state).replace(/[^a-z]/g, ""));
+        cell(tr, r.worker || "");
+        cell(tr, r.state === "failed" ? time(r.failedAt) : time(r.leaseUntil));
+        cell(tr, r.claims);
+        cell(tr, r.error || "", "error");
+        rows.appendChild(tr);
+      }
+      body.replaceChildren(rows);
+      const items = document.createDocumentFragment();
+      for (const w of data.workers) {
+        const li = document.createElement("li");
+        li.textContent = w.worker + ": " + w.threads.length + " run(s), lease until " + time(w.leaseUntil);
+        items.appendChild(li);
+      }
+      workers.replaceChildren(items);
+    })
+    .catch(() => {});
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   const page = document.body.dataset.page;
   if (page === "list") {
     const select = document.getElementById("state");
     select.addEventListener("change", () => select.form.submit());
+    startForm();
+    refreshQueue();
     setInterval(refreshList, 2000);
+    setInterval(refreshQueue, 2000);
   } else if (page === "thread") {
     followThread(document.body.dataset.thread);
   }
