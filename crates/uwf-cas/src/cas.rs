@@ -617,12 +617,20 @@ impl<S: Store> Cas<S> {
         // (`Store::last_stored`): a writer that stored it is about to
         // reference it.
         let mut stale = Vec::new();
-        for h in unreachable {
-            match self.store.last_stored(h)? {
-                None => {} // removed meanwhile
-                Some(t) if t >= cutoff => report.recent += 1,
-                Some(_) => stale.push(h),
+        for (recent, chunk) in in_parallel(&unreachable, |chunk| {
+            let mut recent = 0;
+            let mut stale = Vec::new();
+            for &h in chunk {
+                match self.store.last_stored(h)? {
+                    None => {} // removed meanwhile
+                    Some(t) if t >= cutoff => recent += 1,
+                    Some(_) => stale.push(h),
+                }
             }
+            Ok((recent, stale))
+        })? {
+            report.recent += recent;
+            stale.extend(chunk);
         }
         Ok(GcPlan {
             report,
@@ -640,13 +648,27 @@ impl<S: Store> Cas<S> {
             stale,
             cutoff,
         } = plan;
-        for h in stale {
-            if !report.dry_run && !self.store.remove_if_stale(h, cutoff)? {
-                // Stored again since we looked (or removed meanwhile).
-                report.recent += 1;
-                continue;
+        if report.dry_run {
+            report.swept = stale;
+            return Ok(report);
+        }
+        // Removals are independent of each other: on every core, in the
+        // order of the plan.
+        for (recent, swept) in in_parallel(&stale, |chunk| {
+            let mut recent = 0;
+            let mut swept = Vec::new();
+            for &h in chunk {
+                if self.store.remove_if_stale(h, cutoff)? {
+                    swept.push(h);
+                } else {
+                    // Stored again since we looked (or removed meanwhile).
+                    recent += 1;
+                }
             }
-            report.swept.push(h);
+            Ok((recent, swept))
+        })? {
+            report.recent += recent;
+            report.swept.extend(swept);
         }
         Ok(report)
     }
