@@ -652,9 +652,10 @@ impl<S: Store> Cas<S> {
             report.swept = stale;
             return Ok(report);
         }
-        // Removals are independent of each other: on every core, in the
-        // order of the plan.
-        for (recent, swept) in in_parallel(&stale, |chunk| {
+        // Removals are independent of each other, and on the filesystem
+        // they wait on the disk's journal more than on a core: several per
+        // core at once, reported in the order of the plan.
+        for (recent, swept) in in_parallel_on(&stale, threads() * DISK_WAITS_PER_CORE, |chunk| {
             let mut recent = 0;
             let mut swept = Vec::new();
             for &h in chunk {
@@ -822,6 +823,18 @@ impl SchemaCache {
 /// Items a worker of [`in_parallel`] takes at a time.
 const CHUNK: usize = 512;
 
+/// Threads per core for work that mostly waits on the disk (removing
+/// files): more removals in flight let one journal commit carry them
+/// (docs/performance.md, "Store at scale").
+const DISK_WAITS_PER_CORE: usize = 4;
+
+/// Threads for work bound by the CPU: the machine's cores, at most 8.
+fn threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(8)
+}
+
 /// Runs `f` over `items` cut into chunks of [`CHUNK`], on as many threads as
 /// the machine has cores (at most 8), and returns the results in the order
 /// of the chunks. A chunk's error is returned (the first in order) once
@@ -831,10 +844,16 @@ fn in_parallel<T: Sync, R: Send>(
     items: &[T],
     f: impl Fn(&[T]) -> Result<R> + Sync,
 ) -> Result<Vec<R>> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .min(8)
-        .min(items.len().div_ceil(CHUNK));
+    in_parallel_on(items, threads(), f)
+}
+
+/// [`in_parallel`] on at most `threads` threads.
+fn in_parallel_on<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&[T]) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    let threads = threads.min(items.len().div_ceil(CHUNK));
     if threads <= 1 {
         return Ok(vec![f(items)?]);
     }
@@ -904,6 +923,9 @@ mod tests {
     fn in_parallel_keeps_the_order_of_the_chunks_and_reports_the_first_error() {
         let items: Vec<usize> = (0..10 * CHUNK + 7).collect();
         let sums = ok(in_parallel(&items, |chunk| Ok(chunk.to_vec())));
+        assert_eq!(sums.into_iter().flatten().collect::<Vec<_>>(), items);
+        // More threads than chunks, as the sweep may ask for.
+        let sums = ok(in_parallel_on(&items, 64, |chunk| Ok(chunk.to_vec())));
         assert_eq!(sums.into_iter().flatten().collect::<Vec<_>>(), items);
         // Few items: one chunk, on the calling thread.
         assert_eq!(ok(in_parallel(&items[..3], |c| Ok(c.len()))), vec![3]);

@@ -662,17 +662,19 @@ struct TypeOnly {
     type_hash: Hash,
 }
 
-/// Reads a whole file; `Ok(None)` if it is not there. Unlike `fs::read`, it
-/// does not ask the file's size first (node files are small): one system
-/// call less for every node read.
+/// Reads a whole file; `Ok(None)` if it is not there. Unlike `fs::read` (and
+/// `File`'s own `read_to_end`), it does not ask the file's size first: node
+/// files are small, and that is one system call less for every node read.
 fn read_small(path: &Path) -> Result<Option<Vec<u8>>> {
-    let mut file = match fs::File::open(path) {
+    let file = match fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(CasError::io("read", path, e)),
     };
     let mut bytes = Vec::with_capacity(READ_GUESS);
-    std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| CasError::io("read", path, e))?;
+    // Through `take`, reading to the end uses no size hint (no `statx`).
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, u64::MAX), &mut bytes)
+        .map_err(|e| CasError::io("read", path, e))?;
     Ok(Some(bytes))
 }
 
