@@ -45,6 +45,13 @@ bench-workers:
     cargo build --release --locked -p uwf-cli -p uwf-mock
     cargo bench --locked -p uwf-cli --bench workers
 
+# `uwf cas verify` and `uwf cas gc` on a large filesystem store
+# (docs/performance.md "Store at scale"); UWF_BENCH_NODES=1000000 for a
+# million nodes, UWF_BENCH_DIR to keep the store between runs.
+bench-store:
+    cargo build --release --locked -p uwf-cli
+    cargo bench --locked -p uwf-engine --bench store
+
 # uwf side by side with LangGraph and DBOS Transact, the same workloads in
 # the same run (docs/performance.md "Side by side with LangGraph and DBOS"):
 # a Python venv in target/peers-venv from benches/peers/requirements.txt

@@ -391,6 +391,12 @@ impl<S: Store> Cas<S> {
 
     fn validator(&self, type_hash: Hash) -> Result<(Arc<Validator>, Value)> {
         let schema = self.schema(type_hash)?;
+        Ok((self.compiled(type_hash, &schema)?, schema))
+    }
+
+    /// The compiled validator of the schema `type_hash`, whose payload is
+    /// `schema`: compiled once, kept for the life of this `Cas`.
+    fn compiled(&self, type_hash: Hash, schema: &Value) -> Result<Arc<Validator>> {
         let cached = self
             .validators
             .lock()
@@ -398,18 +404,18 @@ impl<S: Store> Cas<S> {
             .get(&type_hash)
             .cloned();
         if let Some(v) = cached {
-            return Ok((v, schema));
+            return Ok(v);
         }
         // Stored schemas passed check_subset, but a store can be written by
         // older or foreign code: report instead of trusting.
-        let v = schema::compile(&schema).map_err(|reason| CasError::UnsupportedSchema {
+        let v = schema::compile(schema).map_err(|reason| CasError::UnsupportedSchema {
             reason: format!("stored schema {type_hash} does not compile: {reason}"),
         })?;
         self.validators
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(type_hash, v.clone());
-        Ok((v, schema))
+        Ok(v)
     }
 
     /// Validates `payload` against the schema `type_hash`.
@@ -418,13 +424,32 @@ impl<S: Store> Cas<S> {
             return schema::check_subset(self.meta_validator()?, payload);
         }
         let (v, schema) = self.validator(type_hash)?;
-        let violations = schema::violations(&v, payload);
+        Self::check_against(type_hash, &v, &schema, payload)
+    }
+
+    /// [`validate`](Self::validate) with the schema read through `cache`.
+    fn validate_cached(&self, cache: &SchemaCache, type_hash: Hash, payload: &Value) -> Result<()> {
+        if type_hash == self.types.meta {
+            return schema::check_subset(self.meta_validator()?, payload);
+        }
+        let schema = self.schema_cached(cache, type_hash)?;
+        let v = self.compiled(type_hash, &schema)?;
+        Self::check_against(type_hash, &v, &schema, payload)
+    }
+
+    fn check_against(
+        type_hash: Hash,
+        v: &Validator,
+        schema: &Value,
+        payload: &Value,
+    ) -> Result<()> {
+        let violations = schema::violations(v, payload);
         if violations.is_empty() {
             Ok(())
         } else {
             Err(CasError::Invalid {
                 type_hash,
-                title: schema::title_of(&schema)
+                title: schema::title_of(schema)
                     .map_or_else(|| type_hash.to_string(), str::to_string),
                 violations,
             })
@@ -446,6 +471,26 @@ impl<S: Store> Cas<S> {
             self.schema(node.type_hash)?
         };
         refs::collect(&schema, &node.payload).map_err(|_| CasError::RefCycle(node.type_hash))
+    }
+
+    /// [`refs_of`](Self::refs_of) with the schema read through `cache`.
+    fn refs_cached(&self, cache: &SchemaCache, node: &Node) -> Result<Vec<Ref>> {
+        let schema = self.schema_cached(cache, node.type_hash)?;
+        refs::collect(&schema, &node.payload).map_err(|_| CasError::RefCycle(node.type_hash))
+    }
+
+    /// The payload of the schema `type_hash` (the meta-schema's for the
+    /// meta-schema), read from the store the first time `cache` is asked.
+    fn schema_cached(&self, cache: &SchemaCache, type_hash: Hash) -> Result<Arc<Value>> {
+        if let Some(s) = cache.get(type_hash) {
+            return Ok(s);
+        }
+        let payload = if type_hash == self.types.meta {
+            schema::meta_schema()
+        } else {
+            self.schema(type_hash)?
+        };
+        Ok(cache.insert(type_hash, payload))
     }
 
     /// Breadth-first traversal of everything reachable from `root` through
@@ -537,25 +582,34 @@ impl<S: Store> Cas<S> {
             .saturating_sub(opts.grace_ms)
             .saturating_add(1);
         let mut marked: HashSet<Hash> = HashSet::new();
-        let mut queue: VecDeque<Hash> = VecDeque::new();
+        let mut frontier: Vec<Hash> = Vec::new();
         let schemas = self.list_by_type(self.types.meta)?;
         for h in roots.into_iter().chain(schemas).chain([self.types.meta]) {
             if marked.insert(h) {
-                queue.push_back(h);
+                frontier.push(h);
             }
         }
-        while let Some(h) = queue.pop_front() {
-            let Some(node) = self.store.get(h)? else {
-                continue;
-            };
-            if marked.insert(node.type_hash) {
-                queue.push_back(node.type_hash);
-            }
-            for r in self.refs_of(&node)? {
-                if marked.insert(r.hash) {
-                    queue.push_back(r.hash);
+        // Breadth first, one level at a time: the nodes of a level are read
+        // (and checked) on every core, then what they link to that is not
+        // marked yet is the next level. Each node is read once.
+        let cache = SchemaCache::default();
+        while !frontier.is_empty() {
+            let links = in_parallel(&frontier, |chunk| {
+                let mut out = Vec::new();
+                for &h in chunk {
+                    let Some(node) = self.store.get(h)? else {
+                        continue;
+                    };
+                    out.push(node.type_hash);
+                    out.extend(self.refs_cached(&cache, &node)?.into_iter().map(|r| r.hash));
                 }
-            }
+                Ok(out)
+            })?;
+            frontier = links
+                .into_iter()
+                .flatten()
+                .filter(|h| marked.insert(*h))
+                .collect();
         }
         let mut report = GcReport {
             dry_run: opts.dry_run,
@@ -577,12 +631,20 @@ impl<S: Store> Cas<S> {
         // (`Store::last_stored`): a writer that stored it is about to
         // reference it.
         let mut stale = Vec::new();
-        for h in unreachable {
-            match self.store.last_stored(h)? {
-                None => {} // removed meanwhile
-                Some(t) if t >= cutoff => report.recent += 1,
-                Some(_) => stale.push(h),
+        for (recent, chunk) in in_parallel(&unreachable, |chunk| {
+            let mut recent = 0;
+            let mut stale = Vec::new();
+            for &h in chunk {
+                match self.store.last_stored(h)? {
+                    None => {} // removed meanwhile
+                    Some(t) if t >= cutoff => recent += 1,
+                    Some(_) => stale.push(h),
+                }
             }
+            Ok((recent, stale))
+        })? {
+            report.recent += recent;
+            stale.extend(chunk);
         }
         Ok(GcPlan {
             report,
@@ -600,13 +662,28 @@ impl<S: Store> Cas<S> {
             stale,
             cutoff,
         } = plan;
-        for h in stale {
-            if !report.dry_run && !self.store.remove_if_stale(h, cutoff)? {
-                // Stored again since we looked (or removed meanwhile).
-                report.recent += 1;
-                continue;
+        if report.dry_run {
+            report.swept = stale;
+            return Ok(report);
+        }
+        // Removals are independent of each other, and on the filesystem
+        // they wait on the disk's journal more than on a core: several per
+        // core at once, reported in the order of the plan.
+        for (recent, swept) in in_parallel_on(&stale, threads() * DISK_WAITS_PER_CORE, |chunk| {
+            let mut recent = 0;
+            let mut swept = Vec::new();
+            for &h in chunk {
+                if self.store.remove_if_stale(h, cutoff)? {
+                    swept.push(h);
+                } else {
+                    // Stored again since we looked (or removed meanwhile).
+                    recent += 1;
+                }
             }
-            report.swept.push(h);
+            Ok((recent, swept))
+        })? {
+            report.recent += recent;
+            report.swept.extend(swept);
         }
         Ok(report)
     }
@@ -659,71 +736,180 @@ impl<S: Store> Cas<S> {
             let Stray { id, reason } = stray?;
             report.issues.push(VerifyIssue::Stray { id, reason });
         }
-        for hash in self.store.hashes() {
-            let hash = hash?;
-            report.nodes += 1;
-            let node = match self.store.get(hash) {
-                Ok(Some(n)) => n,
-                Ok(None) => continue, // removed while we ran
-                Err(CasError::Corrupt {
+        let hashes = self.store.hashes().collect::<Result<Vec<_>>>()?;
+        report.nodes = hashes.len();
+        // A reference to a listed node needs no look-up; one to a node
+        // stored after the listing is looked up, so it is not dangling.
+        let listed: HashSet<Hash> = hashes.iter().copied().collect();
+        let cache = SchemaCache::default();
+        let issues = in_parallel(&hashes, |chunk| {
+            let mut issues = Vec::new();
+            for &hash in chunk {
+                self.verify_node(hash, &listed, &cache, &mut issues)?;
+            }
+            Ok(issues)
+        })?;
+        report.issues.extend(issues.into_iter().flatten());
+        Ok(report)
+    }
+
+    /// [`verify`](Self::verify) of one node: its problems go to `issues`.
+    fn verify_node(
+        &self,
+        hash: Hash,
+        listed: &HashSet<Hash>,
+        cache: &SchemaCache,
+        issues: &mut Vec<VerifyIssue>,
+    ) -> Result<()> {
+        let node = match self.store.get(hash) {
+            Ok(Some(n)) => n,
+            Ok(None) => return Ok(()), // removed while we ran
+            Err(CasError::Corrupt {
+                hash,
+                location,
+                reason,
+            }) => {
+                issues.push(VerifyIssue::Corrupt {
                     hash,
                     location,
                     reason,
-                }) => {
-                    report.issues.push(VerifyIssue::Corrupt {
-                        hash,
-                        location,
-                        reason,
-                    });
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let invalid = |reason: String| VerifyIssue::Invalid { hash, reason };
-            if node.is_self_typed() {
-                if hash != self.types.meta {
-                    report
-                        .issues
-                        .push(invalid("self-typed node other than the meta-schema".into()));
-                }
-                continue;
+                });
+                return Ok(());
             }
-            match self.validate(node.type_hash, &node.payload) {
-                Ok(()) => {}
-                Err(
-                    e @ (CasError::Invalid { .. }
-                    | CasError::UnknownType(_)
-                    | CasError::NotASchema(_)
-                    | CasError::UnsupportedSchema { .. }),
-                ) => {
-                    report.issues.push(invalid(e.to_string()));
-                    continue;
-                }
-                Err(CasError::Corrupt { .. }) => {
-                    report
-                        .issues
-                        .push(invalid(format!("its type {} is corrupt", node.type_hash)));
-                    continue;
-                }
-                Err(e) => return Err(e),
+            Err(e) => return Err(e),
+        };
+        let invalid = |reason: String| VerifyIssue::Invalid { hash, reason };
+        // The node hashes to its name (`get` checked), and a node is
+        // self-typed exactly when that hash is its type (docs/cas.md §2):
+        // no need to hash it again.
+        if node.type_hash == hash {
+            if hash != self.types.meta {
+                issues.push(invalid("self-typed node other than the meta-schema".into()));
             }
-            match self.refs_of(&node) {
-                Ok(found) => {
-                    for r in found {
-                        if !self.store.has(r.hash)? {
-                            report.issues.push(VerifyIssue::Dangling {
-                                from: hash,
-                                path: r.path,
-                                hash: r.hash,
-                            });
-                        }
+            return Ok(());
+        }
+        match self.validate_cached(cache, node.type_hash, &node.payload) {
+            Ok(()) => {}
+            Err(
+                e @ (CasError::Invalid { .. }
+                | CasError::UnknownType(_)
+                | CasError::NotASchema(_)
+                | CasError::UnsupportedSchema { .. }),
+            ) => {
+                issues.push(invalid(e.to_string()));
+                return Ok(());
+            }
+            Err(CasError::Corrupt { .. }) => {
+                issues.push(invalid(format!("its type {} is corrupt", node.type_hash)));
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+        match self.refs_cached(cache, &node) {
+            Ok(found) => {
+                for r in found {
+                    if !listed.contains(&r.hash) && !self.store.has(r.hash)? {
+                        issues.push(VerifyIssue::Dangling {
+                            from: hash,
+                            path: r.path,
+                            hash: r.hash,
+                        });
                     }
                 }
-                Err(e) => report.issues.push(invalid(e.to_string())),
             }
+            Err(e) => issues.push(invalid(e.to_string())),
         }
-        Ok(report)
+        Ok(())
     }
+}
+
+/// Schema payloads read once per pass over many nodes ([`Cas::verify`],
+/// [`Cas::gc_plan`]) instead of once per node: a schema is named by the hash
+/// of its content, so what was read stays right for the whole pass.
+#[derive(Default)]
+struct SchemaCache(Mutex<HashMap<Hash, Arc<Value>>>);
+
+impl SchemaCache {
+    fn get(&self, hash: Hash) -> Option<Arc<Value>> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&hash)
+            .cloned()
+    }
+
+    fn insert(&self, hash: Hash, payload: Value) -> Arc<Value> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(hash)
+            .or_insert_with(|| Arc::new(payload))
+            .clone()
+    }
+}
+
+/// Items a worker of [`in_parallel`] takes at a time.
+const CHUNK: usize = 512;
+
+/// Threads per core for work that mostly waits on the disk (removing
+/// files): more removals in flight let one journal commit carry them
+/// (docs/performance.md, "Store at scale").
+const DISK_WAITS_PER_CORE: usize = 4;
+
+/// Threads for work bound by the CPU: the machine's cores, at most 8.
+fn threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(8)
+}
+
+/// Runs `f` over `items` cut into chunks of [`CHUNK`], on as many threads as
+/// the machine has cores (at most 8), and returns the results in the order
+/// of the chunks. A chunk's error is returned (the first in order) once
+/// every thread has stopped; the others stop taking chunks when one fails.
+/// Few items are done on the calling thread.
+fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(&[T]) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    in_parallel_on(items, threads(), f)
+}
+
+/// [`in_parallel`] on at most `threads` threads.
+fn in_parallel_on<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&[T]) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    let threads = threads.min(items.len().div_ceil(CHUNK));
+    if threads <= 1 {
+        return Ok(vec![f(items)?]);
+    }
+    let chunks: Vec<&[T]> = items.chunks(CHUNK).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let mut done: Vec<(usize, Result<R>)> = std::thread::scope(|s| {
+        let work = || {
+            let mut out = Vec::new();
+            while !failed.load(std::sync::atomic::Ordering::Relaxed) {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(chunk) = chunks.get(i) else { break };
+                let r = f(chunk);
+                if r.is_err() {
+                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                out.push((i, r));
+            }
+            out
+        };
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Redacts every string of `value`, however deep, object keys included
@@ -756,6 +942,144 @@ mod tests {
     use super::*;
     use crate::MemStore;
     use serde_json::json;
+
+    fn ok<T, E: std::fmt::Display>(r: std::result::Result<T, E>) -> T {
+        r.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn in_parallel_keeps_the_order_of_the_chunks_and_reports_the_first_error() {
+        let items: Vec<usize> = (0..10 * CHUNK + 7).collect();
+        let sums = ok(in_parallel(&items, |chunk| Ok(chunk.to_vec())));
+        assert_eq!(sums.into_iter().flatten().collect::<Vec<_>>(), items);
+        // More threads than chunks, as the sweep may ask for.
+        let sums = ok(in_parallel_on(&items, 64, |chunk| Ok(chunk.to_vec())));
+        assert_eq!(sums.into_iter().flatten().collect::<Vec<_>>(), items);
+        // Few items: one chunk, on the calling thread.
+        assert_eq!(ok(in_parallel(&items[..3], |c| Ok(c.len()))), vec![3]);
+        let failed = in_parallel(&items, |chunk| {
+            if chunk.contains(&(3 * CHUNK)) || chunk.contains(&(7 * CHUNK)) {
+                Err(CasError::NotFound(Hash::from_u64(chunk[0] as u64)))
+            } else {
+                Ok(())
+            }
+        });
+        assert!(
+            matches!(failed, Err(CasError::NotFound(h)) if h == Hash::from_u64(3 * CHUNK as u64)),
+            "{failed:?}"
+        );
+    }
+
+    /// A store big enough for `verify` and `gc` to cut it into many chunks:
+    /// a linked list of `n` nodes (one level of the marking per node) and
+    /// `n` nodes that each point at the list's head (one wide level).
+    fn big_store(n: usize) -> (Cas<MemStore>, Hash, Vec<Hash>, Vec<Hash>) {
+        let cas = ok(Cas::new(MemStore::new()));
+        let t = ok(cas.put_schema(json!({
+            "type": "object",
+            "properties": { "next": { "type": ["string", "null"], "format": "cas_ref" }, "n": { "type": "integer" } },
+            "required": ["n"]
+        })))
+        .hash;
+        let mut next: Option<Hash> = None;
+        let mut list = Vec::new();
+        for i in 0..n {
+            let h = ok(cas.put(t, json!({ "next": next.map(|h| h.to_string()), "n": i }))).hash;
+            list.push(h);
+            next = Some(h);
+        }
+        let head = next.unwrap_or_else(|| panic!("empty list"));
+        let fans = (0..n)
+            .map(|i| ok(cas.put(t, json!({ "next": head.to_string(), "n": n + i }))).hash)
+            .collect();
+        (cas, t, list, fans)
+    }
+
+    #[test]
+    fn verify_of_many_nodes_finds_every_problem_in_listing_order() {
+        let (cas, t, list, _) = big_store(3 * CHUNK);
+        assert!(ok(cas.verify()).is_ok());
+        // Problems spread over several chunks: dangling references, a node
+        // failing its schema, a node of an unknown type, a stray self-typed one.
+        let missing = Hash::from_u64(7);
+        let mut want = Vec::new();
+        for i in [5, 2 * CHUNK, 5 * CHUNK + 1] {
+            let h = ok(cas.put(t, json!({ "next": missing.to_string(), "n": 100_000 + i }))).hash;
+            want.push((h, "dangling"));
+        }
+        let mut raw = |type_hash: Hash, payload: Value, what: &'static str| {
+            let hash = node::hash_node(type_hash, &payload);
+            let n = Node {
+                type_hash,
+                payload,
+                timestamp: 0,
+            };
+            ok(cas.store().insert(hash, &n));
+            want.push((hash, what));
+        };
+        raw(t, json!({ "next": null }), "invalid");
+        raw(Hash::from_u64(99), json!({ "n": 1 }), "invalid");
+        let own = json!({ "title": "not the meta-schema" });
+        raw(node::self_hash(&own), own, "invalid");
+        want.sort();
+        let report = ok(cas.verify());
+        assert_eq!(
+            report.nodes,
+            ok(cas.store().hashes().collect::<Result<Vec<_>>>()).len()
+        );
+        let got: Vec<(Hash, &str)> = report
+            .issues
+            .iter()
+            .map(|i| match i {
+                VerifyIssue::Dangling { from, hash, .. } => {
+                    assert_eq!(*hash, missing);
+                    (*from, "dangling")
+                }
+                VerifyIssue::Invalid { hash, .. } => (*hash, "invalid"),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(got, want, "{:#?}", report.issues);
+        assert!(list.iter().all(|h| !got.iter().any(|(g, _)| g == h)));
+    }
+
+    #[test]
+    fn gc_of_many_nodes_marks_long_chains_and_wide_levels() {
+        let (cas, t, list, fans) = big_store(3 * CHUNK);
+        // Garbage: a second list that no root reaches.
+        let mut next: Option<Hash> = None;
+        let mut garbage = Vec::new();
+        for i in 0..CHUNK + 3 {
+            let h = ok(cas.put(
+                t,
+                json!({ "next": next.map(|h| h.to_string()), "n": -1 - i as i64 }),
+            ))
+            .hash;
+            garbage.push(h);
+            next = Some(h);
+        }
+        let opts = GcOptions {
+            dry_run: false,
+            grace_ms: 0,
+        };
+        // The fans reach the whole list through its head.
+        let report = ok(cas.gc(fans.clone(), opts));
+        let mut swept = report.swept.clone();
+        swept.sort();
+        garbage.sort();
+        assert_eq!(swept, garbage);
+        // Every fan, every list node, the two schemas of this store's types
+        // and the built-in ones.
+        let schemas = ok(cas.list_by_type(cas.types().meta)).len();
+        assert_eq!(report.reachable, fans.len() + list.len() + schemas);
+        assert!(list.iter().chain(&fans).all(|h| ok(cas.has(*h))));
+        assert!(garbage.iter().all(|h| !ok(cas.has(*h))));
+        // Rooted at the list's tail only: the list goes but its last node.
+        let tail = list[0];
+        let report = ok(cas.gc([tail], opts));
+        assert_eq!(report.swept.len(), list.len() - 1 + fans.len());
+        assert!(ok(cas.has(tail)));
+    }
 
     #[test]
     fn a_redactor_cuts_secrets_out_of_every_string_before_hashing() {

@@ -30,35 +30,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use uwf_cas::Hash;
+mod common;
+
+use common::{REVIEW_LOOP as WORKFLOW, Types, env_number, uwf_binary, write_thread};
 use uwf_engine::Engine;
 use uwf_moderator::definition;
-use uwf_protocol::{HistoryEntry, StartNodePayload, StepNodePayload, StepRecord, ThreadId};
-
-const WORKFLOW: &str = r#"name: review-loop
-roles:
-  writer:
-    systemPrompt: "Write the change."
-    outputSchema: { type: object, properties: { summary: { type: string }, files: { type: array, items: { type: string } } }, required: [summary] }
-  reviewer:
-    systemPrompt: "Review the change."
-    outputSchema: { type: object, properties: { approved: { type: boolean }, comments: { type: string } }, required: [approved, comments] }
-conditions:
-  rejected: "steps[-1].output.approved = false"
-graph:
-  $START: [{ role: writer, condition: null }]
-  writer: [{ role: reviewer, condition: null }]
-  reviewer:
-    - { role: writer, condition: rejected, prompt: "Address the review: {{comments}}" }
-    - { role: $END, condition: null }
-"#;
-
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
+use uwf_protocol::{HistoryEntry, ThreadId};
 
 /// Writes `threads` finished threads of `steps` steps each, in parallel.
 fn populate(root: &Path, threads: usize, steps: usize) {
@@ -81,45 +58,17 @@ fn populate(root: &Path, threads: usize, steps: usize) {
                     let cas = engine.cas();
                     let mut out = Vec::new();
                     for t in (w..threads).step_by(workers) {
-                        let start = cas
-                            .put_value(
-                                cas.types().start_node,
-                                &StartNodePayload {
-                                    workflow: wf,
-                                    prompt: format!("Fix issue #{t}"),
-                                    parent_state: None,
-                                },
-                            )
-                            .unwrap()
-                            .hash;
-                        let mut prev: Option<Hash> = None;
-                        for i in 0..steps {
-                            let last = i + 1 == steps;
-                            let (role, schema, output) = if i % 2 == 0 {
-                                let o = serde_json::json!({ "summary": format!("round {i} of #{t}"), "files": ["src/lib.rs"] });
-                                ("writer", writer, o)
-                            } else {
-                                let o = serde_json::json!({ "approved": last, "comments": format!("review {i} of #{t}") });
-                                ("reviewer", reviewer, o)
-                            };
-                            let output = cas.put(schema, output).unwrap().hash;
-                            let step = StepNodePayload {
-                                start,
-                                prev,
-                                record: StepRecord {
-                                    role: role.into(),
-                                    output,
-                                    detail: output,
-                                    agent: "bench".into(),
-                                },
-                                child_thread: None,
-                            };
-                            prev = Some(cas.put_value(cas.types().step_node, &step).unwrap().hash);
-                        }
+                        let ty = Types {
+                            workflow: wf,
+                            writer,
+                            reviewer,
+                            detail: None,
+                        };
+                        let head = write_thread(cas, ty, &format!("issue #{t}"), steps);
                         out.push(HistoryEntry {
                             thread: ThreadId::new(),
                             workflow: wf,
-                            head: prev.unwrap_or(start),
+                            head,
                             completed_at: 0,
                             reason: Some("done".into()),
                         });
@@ -143,15 +92,7 @@ fn main() {
     let threads = env_number("UWF_BENCH_THREADS", 10_000);
     let steps = env_number("UWF_BENCH_STEPS", 20).max(2);
     let samples = env_number("UWF_BENCH_SAMPLES", 3).max(1);
-    let bin = std::env::var_os("UWF_BENCH_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release"));
-    let uwf = bin.join("uwf");
-    assert!(
-        uwf.is_file(),
-        "{} is missing: cargo build --release -p uwf-cli",
-        uwf.display()
-    );
+    let uwf = uwf_binary();
     let tmp = tempfile::tempdir().unwrap();
     let dir =
         std::env::var_os("UWF_BENCH_DIR").map_or_else(|| tmp.path().to_path_buf(), PathBuf::from);
