@@ -2373,6 +2373,136 @@ judges:
         }
     }
 
+    /// The detail nodes as the workspace's agents record them
+    /// (docs/agents.md, "Detail nodes").
+    #[test]
+    fn usage_of_each_agents_detail() {
+        let u = |v: Value| usage_of(&v);
+        // uwf-agent-detail: totalTokens and costUsd.
+        assert_eq!(
+            u(
+                json!({ "promptTokens": 4210, "completionTokens": 501, "totalTokens": 4711, "costUsd": 0.0201 })
+            ),
+            Usage {
+                tokens: Some(4711),
+                cost_usd: Some(0.0201)
+            }
+        );
+        // llm-call without a total; a provider that reported nothing.
+        assert_eq!(
+            u(json!({ "promptTokens": 10, "completionTokens": 5, "totalTokens": null })),
+            Usage {
+                tokens: Some(15),
+                cost_usd: None
+            }
+        );
+        assert_eq!(
+            u(json!({ "promptTokens": null, "completionTokens": null, "totalTokens": null })),
+            Usage::default()
+        );
+        // codex-detail's usage; claude-detail's cost.
+        assert_eq!(
+            u(
+                json!({ "usage": { "input_tokens": 20150, "cached_input_tokens": 0, "output_tokens": 56 } })
+            ),
+            Usage {
+                tokens: Some(20206),
+                cost_usd: None
+            }
+        );
+        assert_eq!(
+            u(json!({ "sessionId": "s", "costUsd": 0.1096 })),
+            Usage {
+                tokens: None,
+                cost_usd: Some(0.1096)
+            }
+        );
+        // A mock's text, a negative cost: nothing.
+        assert_eq!(u(json!({ "text": "raw" })), Usage::default());
+        assert_eq!(u(json!({ "costUsd": -1.0 })), Usage::default());
+    }
+
+    fn record(case: &str, tokens: Option<u64>, cost_usd: Option<f64>) -> RunRecord {
+        RunRecord {
+            case: case.into(),
+            repetition: 1,
+            thread: None,
+            head: None,
+            done: true,
+            steps: 3,
+            failed_attempts: 0,
+            duration_ms: 1,
+            tokens,
+            cost_usd,
+            error: None,
+            judges: Vec::new(),
+            total: None,
+        }
+    }
+
+    fn suite_run(runs: Vec<RunRecord>) -> SuiteRun {
+        SuiteRun {
+            suite: "s".into(),
+            workflow: Hash::from_u64(7),
+            repetitions: 2,
+            started_at: 0,
+            judges: Vec::new(),
+            runs,
+            queued: None,
+        }
+    }
+
+    #[test]
+    fn tokens_and_cost_are_figures_of_the_runs_that_report_them() {
+        let a = suite_run(vec![
+            record("c", Some(100), Some(0.5)),
+            record("c", Some(300), None),
+            record("c", None, None),
+        ]);
+        let r = report(&a);
+        let get = |j: &str| r.cases[0].judges.iter().find(|s| s.judge == j).cloned();
+        let tokens = get(TOKENS).unwrap_or_else(|| panic!("no {TOKENS}"));
+        assert_eq!((tokens.n, tokens.errors, tokens.mean), (2, 0, Some(200.0)));
+        let cost = get(COST).unwrap_or_else(|| panic!("no {COST}"));
+        assert_eq!((cost.n, cost.errors, cost.mean), (1, 0, Some(0.5)));
+        let b = suite_run(vec![
+            record("c", Some(50), Some(0.1)),
+            record("c", Some(70), Some(0.1)),
+        ]);
+        let d = diff(&a, &b);
+        let change = |j: &str| {
+            d.cases[0]
+                .judges
+                .iter()
+                .find(|c| c.judge == j)
+                .cloned()
+                .unwrap_or_else(|| panic!("no {j}"))
+        };
+        let t = change(TOKENS);
+        assert_eq!((t.change, t.verdict), (Some(-140.0), Verdict::None));
+        let c = change(COST);
+        assert_eq!(c.verdict, Verdict::None);
+        assert!(c.change.is_some_and(|x| (x + 0.4).abs() < 1e-9), "{c:?}");
+    }
+
+    #[test]
+    fn a_finished_thread_is_one_no_worker_moves_on() {
+        assert!(!ThreadState::Queued.finished());
+        assert!(!ThreadState::Running { worker: "w".into() }.finished());
+        for s in [
+            ThreadState::Done,
+            ThreadState::Stopped,
+            ThreadState::Missing,
+            ThreadState::Failed { error: "e".into() },
+            ThreadState::Ended {
+                reason: "killed".into(),
+            },
+        ] {
+            assert!(s.finished(), "{s:?}");
+            assert_eq!(s.error().is_none(), s == ThreadState::Done, "{s:?}");
+        }
+    }
+
     #[test]
     fn unknown_keys_are_refused() {
         let bad = "workflow: w\ncases: [{name: a, prompt: p, promt: q}]\n";
