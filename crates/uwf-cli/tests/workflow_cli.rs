@@ -992,6 +992,16 @@ const APPROVED_AT_ONCE_JUDGE: &str = r#"  - kind: jsonata
     expression: "$count(steps[role='reviewer' and output.approved=false]) = 0"
 "#;
 
+/// The row of `judge` in a case of a report or a diff.
+fn judge_row<'a>(case: &'a Value, judge: &str) -> &'a Value {
+    case["judges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["judge"] == judge)
+        .unwrap_or_else(|| panic!("no {judge} in {case}"))
+}
+
 /// `uwf suite run FILE`: its JSON (it must succeed).
 fn suite_run(env: &Env, file: &std::path::Path) -> Value {
     env.json(&["-q", "suite", "run", file.to_str().unwrap()])
@@ -1016,15 +1026,8 @@ fn suite_diff_says_better_when_the_scenario_improves(backend: Backend) {
         (Some(4), Some(0)),
         "{a}"
     );
-    let mean = |v: &Value, case: usize, judge: &str| {
-        v["cases"][case]["judges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["judge"] == judge)
-            .unwrap()["mean"]
-            .as_f64()
-    };
+    let mean =
+        |v: &Value, case: usize, judge: &str| judge_row(&v["cases"][case], judge)["mean"].as_f64();
     assert_eq!(mean(&a, 0, "approved-at-once"), Some(0.0), "{a}");
     assert_eq!(mean(&b, 0, "approved-at-once"), Some(1.0), "{b}");
     assert_eq!(mean(&a, 0, "$steps"), Some(5.0), "{a}");
@@ -1057,12 +1060,7 @@ fn suite_diff_says_better_when_the_scenario_improves(backend: Backend) {
         assert_eq!(j["judge"], "approved-at-once");
         assert_eq!(j["change"], 1.0, "{d}");
         assert_eq!(j["verdict"], "better", "{d}");
-        let steps = case["judges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["judge"] == "$steps")
-            .unwrap();
+        let steps = judge_row(case, "$steps");
         assert_eq!(
             (steps["change"].as_f64(), &steps["verdict"]),
             (Some(-2.0), &json!("none"))
@@ -1144,15 +1142,7 @@ fn judges_of_every_kind_and_failing_ones_are_recorded(backend: Backend) {
     let node = env.json(&["cas", "get", v["run"].as_str().unwrap()]);
     let run = &node["payload"]["runs"][0];
     assert_eq!(run["done"], true);
-    let score = |name: &str| {
-        run["judges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["judge"] == name)
-            .unwrap()
-            .clone()
-    };
+    let score = |name: &str| judge_row(run, name).clone();
     let thread = run["thread"].as_str().unwrap();
     assert_eq!(score("half")["score"], 0.5);
     assert_eq!(score("half")["data"]["thread"], thread);
@@ -1684,22 +1674,12 @@ fn tokens_reported_by_the_agents_are_built_in_figures(backend: Backend) {
     // Summarised per case in the report (and in `suite run`'s cases).
     let report = env.json(&["-q", "suite", "report", run]);
     for (case, sum) in report["cases"].as_array().unwrap().iter().zip(&sums) {
-        let tokens = case["judges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["judge"] == "$tokens")
-            .unwrap();
+        let tokens = judge_row(case, "$tokens");
         assert_eq!(
             (tokens["n"].as_u64(), tokens["mean"].as_f64()),
             (Some(1), Some(*sum as f64))
         );
-        let cost = case["judges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["judge"] == "$costUsd")
-            .unwrap();
+        let cost = judge_row(case, "$costUsd");
         assert_eq!(
             (&cost["n"], &cost["errors"], &cost["mean"]),
             (&json!(0), &json!(0), &Value::Null)
@@ -1707,12 +1687,7 @@ fn tokens_reported_by_the_agents_are_built_in_figures(backend: Backend) {
     }
     // A diff shows the change of a figure with no verdict.
     let d = env.json(&["-q", "suite", "diff", run, run]);
-    let tokens = d["cases"][0]["judges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|j| j["judge"] == "$tokens")
-        .unwrap();
+    let tokens = judge_row(&d["cases"][0], "$tokens");
     assert_eq!(
         (&tokens["change"], &tokens["verdict"]),
         (&json!(0.0), &json!("none")),

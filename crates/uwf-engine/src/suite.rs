@@ -579,7 +579,11 @@ pub fn run_schema() -> Value {
 /// The hash of the [`RUN_TITLE`] schema node in `cas` (whether or not it
 /// is stored yet): computed, so that reading runs writes nothing.
 pub fn run_type<S: uwf_cas::Store>(cas: &Cas<S>) -> Hash {
-    let mut schema = run_schema();
+    type_of(cas, run_schema())
+}
+
+/// The hash `schema` has as a schema node of `cas`.
+fn type_of<S: uwf_cas::Store>(cas: &Cas<S>, mut schema: Value) -> Hash {
     uwf_cas::cbor::canonicalize(&mut schema);
     uwf_cas::node::hash_typed(cas.types().meta, &schema)
 }
@@ -662,6 +666,27 @@ pub struct RunRecord {
     /// `None` when no judge has weight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<f64>,
+}
+
+impl RunRecord {
+    /// Repetition `repetition` of `case`, before it ran: nothing known yet.
+    fn new(case: &str, repetition: u32) -> Self {
+        Self {
+            case: case.to_string(),
+            repetition,
+            thread: None,
+            head: None,
+            done: false,
+            steps: 0,
+            failed_attempts: 0,
+            duration_ms: 0,
+            tokens: None,
+            cost_usd: None,
+            error: None,
+            judges: Vec::new(),
+            total: None,
+        }
+    }
 }
 
 /// A stored suite run (the payload of a [`RUN_TITLE`] node).
@@ -800,21 +825,7 @@ fn run_case(
     if let Some(f) = &case.fixture {
         copy_dir(&suite.dir.join(f), workdir.path()).map_err(SuiteError::Workdir)?;
     }
-    let mut record = RunRecord {
-        case: case.name.clone(),
-        repetition,
-        thread: None,
-        head: None,
-        done: false,
-        steps: 0,
-        failed_attempts: 0,
-        duration_ms: 0,
-        tokens: None,
-        cost_usd: None,
-        error: None,
-        judges: Vec::new(),
-        total: None,
-    };
+    let mut record = RunRecord::new(&case.name, repetition);
     let begun = Instant::now();
     let child = |args: &[&str], timeout: Duration| {
         let mut cmd = Command::new(&opts.uwf);
@@ -1404,14 +1415,10 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
 
 /// Reads the stored suite run `hash`.
 pub fn load_run(cas: &Cas, hash: Hash) -> Result<SuiteRun, SuiteError> {
-    let node = cas.get(hash)?;
-    if node.type_hash != run_type(cas) {
-        return Err(SuiteError::NotARun { hash });
+    match load_any(cas, hash)? {
+        Stored::Judged(run) => Ok(run),
+        Stored::Queued(_) => Err(SuiteError::NotARun { hash }),
     }
-    serde_json::from_value(node.payload).map_err(|e| SuiteError::BadRun {
-        hash,
-        message: e.to_string(),
-    })
 }
 
 // ---------------------------------------------------------------------------
@@ -1472,9 +1479,7 @@ pub fn queued_schema() -> Value {
 
 /// The hash of the [`QUEUED_TITLE`] schema node (stored or not).
 pub fn queued_type<S: uwf_cas::Store>(cas: &Cas<S>) -> Hash {
-    let mut schema = queued_schema();
-    uwf_cas::cbor::canonicalize(&mut schema);
-    uwf_cas::node::hash_typed(cas.types().meta, &schema)
+    type_of(cas, queued_schema())
 }
 
 /// Every stored queued run: gc roots like [`stored_runs`], so that a run
@@ -1715,18 +1720,6 @@ pub fn thread_states(engine: &Engine, queued: &QueuedRun) -> Result<Vec<ThreadSt
         .collect()
 }
 
-/// Reads the queued suite run `hash`.
-pub fn load_queued(cas: &Cas, hash: Hash) -> Result<QueuedRun, SuiteError> {
-    let node = cas.get(hash)?;
-    if node.type_hash != queued_type(cas) {
-        return Err(SuiteError::NotARun { hash });
-    }
-    serde_json::from_value(node.payload).map_err(|e| SuiteError::BadRun {
-        hash,
-        message: e.to_string(),
-    })
-}
-
 /// A stored run: judged, or queued and not judged yet.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stored {
@@ -1879,21 +1872,9 @@ fn judge_queued(
                     t.thread, t.case
                 ),
             })?;
-        let mut record = RunRecord {
-            case: t.case.clone(),
-            repetition: t.repetition,
-            thread: Some(t.thread),
-            head: None,
-            done: false,
-            steps: 0,
-            failed_attempts: 0,
-            duration_ms: 0,
-            tokens: None,
-            cost_usd: None,
-            error: state.error(),
-            judges: Vec::new(),
-            total: None,
-        };
+        let mut record = RunRecord::new(&t.case, t.repetition);
+        record.thread = Some(t.thread);
+        record.error = state.error();
         if *state == ThreadState::Missing {
             no_thread_to_judge(&suite, &mut record);
         } else {
@@ -2424,19 +2405,9 @@ judges:
 
     fn record(case: &str, tokens: Option<u64>, cost_usd: Option<f64>) -> RunRecord {
         RunRecord {
-            case: case.into(),
-            repetition: 1,
-            thread: None,
-            head: None,
-            done: true,
-            steps: 3,
-            failed_attempts: 0,
-            duration_ms: 1,
             tokens,
             cost_usd,
-            error: None,
-            judges: Vec::new(),
-            total: None,
+            ..RunRecord::new(case, 1)
         }
     }
 
