@@ -98,7 +98,7 @@ pub fn run(global: &Global, cmd: SuiteCommand, format: Option<Format>) -> Result
                     "run": hash, "suite": r.suite, "state": "judged", "total": r.runs.len(),
                     "finished": r.runs.len(), "judged": hash, "threads": r.runs.iter().map(|x| json!({
                         "case": x.case, "repetition": x.repetition, "thread": x.thread,
-                        "state": if x.done { "done" } else { "judged" },
+                        "done": x.done,
                     })).collect::<Vec<_>>(),
                 }),
                 suite::Stored::Queued(q) => status_json(&ctx, hash, &q)?,
