@@ -480,21 +480,72 @@ cases}. Progress and a table go to stderr (not with --quiet). A run or judge
 that fails is recorded with its error and the suite goes on; the exit status
 is 0 once the result is stored. The suite file is described in docs/eval.md.
 
+On a terminal, a progress bar on stderr shows the runs done, the failures and
+the time so far; otherwise one line per finished run.
+
+With --detach, every case × repetition is started as a thread and queued for
+`uwf worker`s (as `uwf thread run --detach` does), the queued run is stored,
+and stdout is {run, suite, workflow, queued: true, threads}. Nothing is
+judged yet: `uwf suite wait RUN` waits until every thread is finished, judges
+them and stores the result; `uwf suite status RUN` shows where each thread is.
+A case with a fixture cannot be queued (a worker runs in its own directory).
+
 Examples:
   uwf suite run examples/suites/solve-issue.suite.yaml
-  uwf suite run my.suite.yaml --repetitions 5")]
+  uwf suite run my.suite.yaml --repetitions 5
+  run=$(uwf suite run my.suite.yaml --detach | jq -r .run); uwf suite wait \"$run\" --timeout 1h")]
     Run {
         /// The suite file (YAML).
         suite: PathBuf,
         /// Run each case this many times (instead of the suite's `repetitions`).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         repetitions: Option<u32>,
+        /// Queue the runs for `uwf worker`s and return at once; `uwf suite wait RUN` judges them.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Wait until every thread of a run queued with --detach is finished, then judge them once: {run, …}.
+    #[command(after_help = "\
+A thread is finished when no worker will move it on: done, killed, failed
+(the worker gave up), or stopped (it waits for a person). The result is
+stored as a SuiteRun that names the queued run; stdout is that of `uwf suite
+run` plus `queued`. Waiting again prints the stored result (it is judged
+once). Past --timeout: exit 1, nothing on stdout, nothing stored (the
+threads go on). On a terminal a progress bar shows the threads finished.
+
+Examples:
+  uwf suite wait 4KNM2PXR3B1QW
+  uwf suite wait 4KNM2PXR3B1QW --timeout 30m --format yaml")]
+    Wait {
+        /// The run: the hash `uwf suite run --detach` printed.
+        run: String,
+        /// Give up after this long (90s, 10m, 2h); by default wait as long as it takes.
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        timeout: Option<std::time::Duration>,
+        /// How often to look at the threads, in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(10..))]
+        poll_ms: u64,
+    },
+    /// Where each thread of a run queued with --detach is: {run, state, total, finished, counts, judged, threads}.
+    #[command(after_help = "\
+`state` is `running` while a thread is queued or held by a worker, `finished`
+once all are (`uwf suite wait` judges them), `judged` once a result is stored
+(`judged` is its hash). Each thread's state: queued, running (with its
+worker), done, ended (killed, pruned), failed (with the worker's error),
+stopped (waits for a person), missing. Reading writes nothing.
+
+Example: uwf suite status 4KNM2PXR3B1QW")]
+    Status {
+        /// The run: the hash `uwf suite run --detach` printed.
+        run: String,
     },
     /// Per case and judge: mean, min, max and spread over the repetitions of a stored run.
     #[command(after_help = "\
 `$total` is the weighted mean of the judges (a failed judge counts 0),
 `$done` the fraction of runs that reached $END, `$steps` the step count,
-`$failedAttempts` the agents' failed attempts.
+`$failedAttempts` the agents' failed attempts, `$tokens` and `$costUsd` what
+the agents reported (runs whose agents report nothing are left out). A run
+queued with --detach is reported once `uwf suite wait` judged it.
 
 Examples:
   uwf suite report 4KNM2PXR3B1QW

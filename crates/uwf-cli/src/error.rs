@@ -392,6 +392,26 @@ fn suite_help(e: &uwf_engine::suite::SuiteError) -> &'static str {
             "see docs/eval.md for the suite file; `uwf suite schema` prints its JSON Schema; nothing was run or stored"
         }
         S::NotARun { .. } | S::BadRun { .. } => "give the hash `uwf suite run` printed as `run`",
+        S::Queue(q) => {
+            use uwf_engine::suite::QueueError as Q;
+            match q {
+                Q::Fixture { .. } => {
+                    "run this suite without --detach, or drop the case's fixture; nothing was queued or stored"
+                }
+                Q::NoQueue { .. } => {
+                    "use a store with a run queue (see docs/worker.md), or run without --detach"
+                }
+                Q::Partly { .. } => {
+                    "the threads listed run on workers (`uwf thread list`); fix the cause and queue the suite again"
+                }
+                Q::Unfinished { .. } => {
+                    "`uwf suite wait RUN` waits for the threads and judges them; `uwf suite status RUN` shows where each thread is"
+                }
+                Q::TimedOut { .. } => {
+                    "the threads go on; `uwf suite status RUN` shows where each is, `uwf suite wait RUN` waits again; nothing was stored"
+                }
+            }
+        }
         _ => {
             "the runs finished so far are threads of the store (`uwf thread list`); no suite result was stored"
         }

@@ -45,7 +45,11 @@ per_backend!(
     bad_suite_files_are_refused_and_write_nothing,
     the_example_suite_runs_offline,
     an_interrupted_suite_stops_its_run_and_stores_nothing,
-    an_llm_judge_asks_the_configured_model
+    an_llm_judge_asks_the_configured_model,
+    a_detached_suite_is_judged_once_its_threads_finish_on_a_worker,
+    a_detached_suite_with_a_fixture_is_refused_and_writes_nothing,
+    tokens_reported_by_the_agents_are_built_in_figures,
+    suite_progress_is_a_bar_on_a_terminal_and_lines_otherwise
 );
 
 /// A small valid workflow; the bad inputs below are variations of it.
@@ -988,6 +992,16 @@ const APPROVED_AT_ONCE_JUDGE: &str = r#"  - kind: jsonata
     expression: "$count(steps[role='reviewer' and output.approved=false]) = 0"
 "#;
 
+/// The row of `judge` in a case of a report or a diff.
+fn judge_row<'a>(case: &'a Value, judge: &str) -> &'a Value {
+    case["judges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["judge"] == judge)
+        .unwrap_or_else(|| panic!("no {judge} in {case}"))
+}
+
 /// `uwf suite run FILE`: its JSON (it must succeed).
 fn suite_run(env: &Env, file: &std::path::Path) -> Value {
     env.json(&["-q", "suite", "run", file.to_str().unwrap()])
@@ -1012,15 +1026,8 @@ fn suite_diff_says_better_when_the_scenario_improves(backend: Backend) {
         (Some(4), Some(0)),
         "{a}"
     );
-    let mean = |v: &Value, case: usize, judge: &str| {
-        v["cases"][case]["judges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["judge"] == judge)
-            .unwrap()["mean"]
-            .as_f64()
-    };
+    let mean =
+        |v: &Value, case: usize, judge: &str| judge_row(&v["cases"][case], judge)["mean"].as_f64();
     assert_eq!(mean(&a, 0, "approved-at-once"), Some(0.0), "{a}");
     assert_eq!(mean(&b, 0, "approved-at-once"), Some(1.0), "{b}");
     assert_eq!(mean(&a, 0, "$steps"), Some(5.0), "{a}");
@@ -1053,12 +1060,7 @@ fn suite_diff_says_better_when_the_scenario_improves(backend: Backend) {
         assert_eq!(j["judge"], "approved-at-once");
         assert_eq!(j["change"], 1.0, "{d}");
         assert_eq!(j["verdict"], "better", "{d}");
-        let steps = case["judges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["judge"] == "$steps")
-            .unwrap();
+        let steps = judge_row(case, "$steps");
         assert_eq!(
             (steps["change"].as_f64(), &steps["verdict"]),
             (Some(-2.0), &json!("none"))
@@ -1140,15 +1142,7 @@ fn judges_of_every_kind_and_failing_ones_are_recorded(backend: Backend) {
     let node = env.json(&["cas", "get", v["run"].as_str().unwrap()]);
     let run = &node["payload"]["runs"][0];
     assert_eq!(run["done"], true);
-    let score = |name: &str| {
-        run["judges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["judge"] == name)
-            .unwrap()
-            .clone()
-    };
+    let score = |name: &str| judge_row(run, name).clone();
     let thread = run["thread"].as_str().unwrap();
     assert_eq!(score("half")["score"], 0.5);
     assert_eq!(score("half")["data"]["thread"], thread);
@@ -1415,4 +1409,328 @@ fn an_llm_judge_asks_the_configured_model(backend: Backend) {
             .to_string()
             .contains("second task")
     );
+}
+
+// ---------------------------------------------------------------------------
+// `uwf suite run --detach`, `suite wait`, `suite status`
+
+/// A `uwf worker` in the background, killed when dropped.
+struct Worker(std::process::Child);
+
+impl Worker {
+    fn start(env: &Env) -> Worker {
+        let child = env
+            .uwf_process()
+            .args([
+                "worker",
+                "--lease",
+                "5",
+                "--poll-ms",
+                "50",
+                "--concurrency",
+                "2",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        Worker(child)
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `uwf args` and returns (exit code, stdout, stderr).
+fn outcome(env: &Env, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = env.output(args);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn a_detached_suite_is_judged_once_its_threads_finish_on_a_worker(backend: Backend) {
+    let Some(env) = Env::on(backend) else { return };
+    let approving = mock_agent(&env.file("approves.yaml", APPROVES_AT_ONCE));
+    // Beside the suite file, where command judges run: it sees the thread id.
+    env.file(
+        "thread-judge.sh",
+        "printf '{\"score\": 1, \"data\": {\"thread\": \"%s\"}}' \"$2\"\n",
+    );
+    let judges = format!(
+        "{APPROVED_AT_ONCE_JUDGE}  - {{ kind: command, name: sees-thread, command: \"sh thread-judge.sh\" }}\n"
+    );
+    // Case `two` runs an agent that fails: its worker gives the run up.
+    let yaml = suite_yaml(&approving, &judges, 2).replace(
+        "{ name: two, prompt: \"second task\" }",
+        "{ name: two, prompt: \"second task\", agent: \"sh -c 'exit 3'\" }",
+    );
+    let file = env.file("d.suite.yaml", &yaml);
+    let file = file.to_str().unwrap();
+
+    let queued = env.json(&["-q", "suite", "run", file, "--detach"]);
+    assert_eq!(queued["queued"], true, "{queued}");
+    let run = queued["run"].as_str().unwrap().to_string();
+    let threads = queued["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 4, "{queued}");
+    assert_eq!(
+        threads
+            .iter()
+            .map(|t| (
+                t["case"].as_str().unwrap(),
+                t["repetition"].as_u64().unwrap()
+            ))
+            .collect::<Vec<_>>(),
+        [("one", 1), ("one", 2), ("two", 1), ("two", 2)]
+    );
+    // Ordinary queued threads.
+    for t in threads {
+        let shown = env.json(&["thread", "show", t["thread"].as_str().unwrap()]);
+        assert_eq!(shown["run"]["state"], "queued", "{shown}");
+    }
+
+    // Before any worker: every thread queued, nothing to report, and a
+    // bounded wait gives up without storing anything.
+    let status = env.json(&["-q", "suite", "status", &run]);
+    assert_eq!(
+        (
+            &status["state"],
+            &status["counts"],
+            &status["finished"],
+            &status["judged"]
+        ),
+        (
+            &json!("running"),
+            &json!({ "queued": 4 }),
+            &json!(0),
+            &Value::Null
+        ),
+        "{status}"
+    );
+    let (code, out, err) = outcome(&env, &["suite", "report", &run]);
+    assert_eq!((code, out.as_str()), (Some(1), ""), "{err}");
+    assert!(
+        err.contains("4 of the 4 threads of the suite run") && err.contains("uwf suite wait"),
+        "{err}"
+    );
+    let before = env.snapshot();
+    let (code, out, err) = outcome(&env, &["suite", "wait", &run, "--timeout", "200ms"]);
+    assert_eq!((code, out.as_str()), (Some(1), ""), "{err}");
+    assert!(err.contains("did not finish within 200ms"), "{err}");
+    assert_eq!(
+        env.snapshot(),
+        before,
+        "a wait that gave up wrote something"
+    );
+
+    let _worker = Worker::start(&env);
+    let judged = env.json(&[
+        "-q",
+        "suite",
+        "wait",
+        &run,
+        "--timeout",
+        "120s",
+        "--poll-ms",
+        "50",
+    ]);
+    assert_eq!(judged["queued"], run.as_str(), "{judged}");
+    assert_eq!(
+        (judged["runs"].as_u64(), judged["runErrors"].as_u64()),
+        (Some(4), Some(2)),
+        "{judged}"
+    );
+    let result = judged["run"].as_str().unwrap().to_string();
+    let node = env.json(&["cas", "get", &result]);
+    let runs = node["payload"]["runs"].as_array().unwrap();
+    for (r, t) in runs.iter().zip(threads) {
+        assert_eq!(r["thread"], t["thread"], "{r}");
+        // The command judge was given the run's thread.
+        assert_eq!(r["judges"][1]["data"]["thread"], t["thread"], "{r}");
+    }
+    let one = &runs[0];
+    assert_eq!(
+        (one["done"].as_bool(), one["steps"].as_u64()),
+        (Some(true), Some(3)),
+        "{one}"
+    );
+    assert_eq!(one["judges"][0]["score"], 1.0, "{one}");
+    assert!(one.get("error").is_none(), "{one}");
+    let two = &runs[2];
+    assert_eq!(two["done"], false, "{two}");
+    assert!(
+        two["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("the worker gave up"),
+        "{two}"
+    );
+    // Judged once: waiting again, status and report all give that result.
+    let again = env.json(&["-q", "suite", "wait", &run]);
+    assert_eq!(again["run"], result.as_str());
+    let status = env.json(&["-q", "suite", "status", &run]);
+    assert_eq!(
+        (&status["state"], &status["counts"], &status["judged"]),
+        (
+            &json!("judged"),
+            &json!({ "done": 2, "failed": 2 }),
+            &json!(result)
+        ),
+        "{status}"
+    );
+    assert_eq!(
+        env.json(&["-q", "suite", "report", &run]),
+        env.json(&["-q", "suite", "report", &result])
+    );
+    // The queued run is a gc root, and so is its result.
+    env.json(&["cas", "gc"]);
+    assert_eq!(
+        env.json(&["-q", "suite", "status", &run])["judged"],
+        result.as_str()
+    );
+    // Diff takes the queued run as its result.
+    let d = env.json(&["-q", "suite", "diff", &run, &result]);
+    assert_eq!(d["a"], result.as_str(), "{d}");
+}
+
+fn a_detached_suite_with_a_fixture_is_refused_and_writes_nothing(backend: Backend) {
+    let Some(env) = populated(backend) else {
+        return;
+    };
+    let agent = mock_agent(&common::examples().join("solve-issue.mock.yaml"));
+    std::fs::create_dir_all(env.dir.path().join("fx")).unwrap();
+    let yaml = suite_yaml(&agent, APPROVED_AT_ONCE_JUDGE, 1)
+        .replace("vars: { file: a.rs }", "fixture: fx");
+    let file = env.file("f.suite.yaml", &yaml);
+    let before = env.snapshot();
+    let err = env.fails(&["suite", "run", file.to_str().unwrap(), "--detach"]);
+    assert!(
+        err.contains("the case one has a fixture") && err.contains("without --detach"),
+        "{err}"
+    );
+    assert_eq!(
+        env.snapshot(),
+        before,
+        "a refused --detach changed the store"
+    );
+    // Not a run at all.
+    let wf = env.json(&["workflow", "show", "solve-issue"]);
+    for cmd in ["wait", "status"] {
+        let err = env.fails(&["suite", cmd, wf["hash"].as_str().unwrap()]);
+        assert!(err.contains("is not a suite run"), "{cmd}: {err}");
+    }
+}
+
+fn tokens_reported_by_the_agents_are_built_in_figures(backend: Backend) {
+    use uwf_agent_kit::testing::MockLlm;
+    let Some(env) = Env::on(backend) else { return };
+    let mock = MockLlm::start().unwrap();
+    env.set_config(&serde_yaml::to_string(&mock.config()).unwrap());
+    // uwf-llm asks the mock model once per step; the mock reports usage.
+    for _ in 0..2 {
+        mock.reply_text("---\nplan: p\nsteps: [a]\n---\n");
+        mock.reply_text("---\nfilesChanged: [a.rs]\nsummary: done\n---\n");
+        mock.reply_text("---\napproved: true\ncomments: ok\n---\n");
+    }
+    let agent = format!("'{}'", common::llm_bin().display());
+    let judges = r#"  - { kind: jsonata, name: few-tokens, expression: "metrics.tokens < 100000" }
+"#;
+    let file = env.file("t.suite.yaml", &suite_yaml(&agent, judges, 1));
+    let v = suite_run(&env, &file);
+    let run = v["run"].as_str().unwrap();
+    let node = env.json(&["cas", "get", run]);
+    assert_eq!(
+        (v["runErrors"].as_u64(), v["judgeErrors"].as_u64()),
+        (Some(0), Some(0)),
+        "{node}"
+    );
+    let mut sums = Vec::new();
+    for r in node["payload"]["runs"].as_array().unwrap() {
+        // The sum of the llm-call nodes of its steps, walked from the head.
+        let mut sum = 0;
+        let mut at = r["head"].as_str().map(str::to_string);
+        while let Some(h) = at {
+            let step = env.json(&["cas", "get", &h])["payload"].clone();
+            let Some(detail) = step["detail"].as_str() else {
+                break;
+            };
+            let call = env.json(&["cas", "get", detail])["payload"].clone();
+            sum += call["totalTokens"].as_u64().unwrap();
+            at = step["prev"].as_str().map(str::to_string);
+        }
+        assert!(sum > 0, "{r}");
+        assert_eq!(r["tokens"].as_u64(), Some(sum), "{r}");
+        // uwf-llm reports no cost.
+        assert!(r.get("costUsd").is_none(), "{r}");
+        assert_eq!(r["judges"][0]["score"], 1.0, "{r}");
+        sums.push(sum);
+    }
+    // Summarised per case in the report (and in `suite run`'s cases).
+    let report = env.json(&["-q", "suite", "report", run]);
+    for (case, sum) in report["cases"].as_array().unwrap().iter().zip(&sums) {
+        let tokens = judge_row(case, "$tokens");
+        assert_eq!(
+            (tokens["n"].as_u64(), tokens["mean"].as_f64()),
+            (Some(1), Some(*sum as f64))
+        );
+        let cost = judge_row(case, "$costUsd");
+        assert_eq!(
+            (&cost["n"], &cost["errors"], &cost["mean"]),
+            (&json!(0), &json!(0), &Value::Null)
+        );
+    }
+    // A diff shows the change of a figure with no verdict.
+    let d = env.json(&["-q", "suite", "diff", run, run]);
+    let tokens = judge_row(&d["cases"][0], "$tokens");
+    assert_eq!(
+        (&tokens["change"], &tokens["verdict"]),
+        (&json!(0.0), &json!("none")),
+        "{tokens}"
+    );
+}
+
+fn suite_progress_is_a_bar_on_a_terminal_and_lines_otherwise(backend: Backend) {
+    let Some(env) = Env::on(backend) else { return };
+    let approving = mock_agent(&env.file("approves.yaml", APPROVES_AT_ONCE));
+    let file = env.file(
+        "p.suite.yaml",
+        &suite_yaml(&approving, APPROVED_AT_ONCE_JUDGE, 1),
+    );
+    let file = file.to_str().unwrap();
+    // Not a terminal: one line per finished run, no bar; JSON on stdout.
+    let (code, out, err) = outcome(&env, &["suite", "run", file]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(serde_json::from_str::<Value>(&out).is_ok(), "{out}");
+    assert!(
+        err.contains("[1/2] one #1: thread") && err.contains("[2/2] two #1"),
+        "{err}"
+    );
+    assert!(!err.contains("runs ·"), "a bar without a terminal:\n{err}");
+    // A terminal: the bar (runs done / total, failures, time), the
+    // finished runs printed above it.
+    #[cfg(unix)]
+    {
+        let mut cmd = env.command();
+        cmd.args(["suite", "run", file]).env("TERM", "xterm");
+        let options = rexpect::reader::Options::new()
+            .timeout_ms(Some(60_000))
+            .strip_ansi_escape_codes(true);
+        let mut pty = rexpect::spawn_with_options(cmd, options).unwrap();
+        // rexpect reads bytes as Latin-1: ASCII needles only.
+        let seen = pty.exp_string("0/2 runs").unwrap();
+        let failures = pty.exp_string("0 failed").unwrap();
+        let running = pty.exp_string("running one #1").unwrap();
+        let rest = pty.exp_string("[2/2] two #1").unwrap();
+        let end = pty.exp_eof().unwrap();
+        let screen = format!("{seen}{failures}{running}{rest}{end}");
+        assert!(screen.contains("2/2 runs"), "{screen}");
+        assert!(screen.contains("[1/2] one #1"), "{screen}");
+        assert!(screen.contains("\"runErrors\""), "{screen}");
+    }
 }

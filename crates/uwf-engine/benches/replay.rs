@@ -4,10 +4,15 @@
 //! cargo build --release --locked -p uwf-cli
 //! cargo bench --locked -p uwf-engine --bench replay
 //! UWF_BENCH_THREADS=1000 UWF_BENCH_STEPS=20 cargo bench -p uwf-engine --bench replay
+//! UWF_BENCH_STORE=postgresql cargo bench -p uwf-engine --bench replay
 //! ```
 //!
 //! The store (the filesystem store, in `$UWF_BENCH_DIR` or a temporary
-//! directory) is written with the libraries, untimed: `UWF_BENCH_THREADS`
+//! directory; with `UWF_BENCH_STORE=postgresql`, a fresh database of a
+//! throw-away PostgreSQL server started from the server binaries as the
+//! tests start it, see uwf-pg-testing; with `UWF_BENCH_STORE=<URL>`, that
+//! database, written only while it holds no finished thread) is written
+//! with the libraries, untimed: `UWF_BENCH_THREADS`
 //! (default 10,000) finished threads of a writer/reviewer loop, each of
 //! `UWF_BENCH_STEPS` steps (default 20; the reviewer rejects until the last
 //! review), every output its own node. Then `uwf workflow replay` (from
@@ -38,8 +43,7 @@ use uwf_moderator::definition;
 use uwf_protocol::{HistoryEntry, ThreadId};
 
 /// Writes `threads` finished threads of `steps` steps each, in parallel.
-fn populate(root: &Path, threads: usize, steps: usize) {
-    let engine = Engine::open(root).unwrap();
+fn populate(engine: &Engine, threads: usize, steps: usize) {
     let def = definition::parse_yaml(WORKFLOW, "review-loop.yaml").unwrap();
     let registered = definition::register(engine.cas(), &def).unwrap();
     let wf = registered.hash;
@@ -53,7 +57,6 @@ fn populate(root: &Path, threads: usize, steps: usize) {
     let entries: Vec<HistoryEntry> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
-                let engine = &engine;
                 s.spawn(move || {
                     let cas = engine.cas();
                     let mut out = Vec::new();
@@ -97,13 +100,44 @@ fn main() {
     let dir =
         std::env::var_os("UWF_BENCH_DIR").map_or_else(|| tmp.path().to_path_buf(), PathBuf::from);
     let root = dir.join("root");
-    if !root.join("history.jsonl").is_file() {
+    std::fs::create_dir_all(&root).unwrap();
+    // The store the replays read, and the environment that names it.
+    let store = std::env::var("UWF_BENCH_STORE").ok();
+    let (engine, store_env) = match store.as_deref() {
+        None | Some("" | "files") => (Engine::open(&root).unwrap(), Vec::new()),
+        Some(s) => {
+            // The replays get the URL without its password, and the
+            // password apart, as a user's shell would give them.
+            let (url, env) = if s == "postgresql" {
+                let db = uwf_pg_testing::database()
+                    .expect("no PostgreSQL server binaries (see uwf-pg-testing)");
+                // The database lives as long as the server, which this
+                // process stops on exit.
+                let env = vec![
+                    ("UWF_STORE".to_string(), db.url_without_password.clone()),
+                    (
+                        "UWF_STORE_PASSWORD".to_string(),
+                        uwf_pg_testing::PASSWORD.to_string(),
+                    ),
+                ];
+                (db.url, env)
+            } else {
+                (
+                    s.to_string(),
+                    vec![("UWF_STORE".to_string(), s.to_string())],
+                )
+            };
+            let engine = uwf_engine::location::open_resolved(Some(&url), &root).unwrap();
+            (engine, env)
+        }
+    };
+    if engine.state().history().unwrap().is_empty() {
         eprintln!(
             "writing {threads} threads of {steps} steps into {}",
-            root.display()
+            engine.state().describe()
         );
         let t = Instant::now();
-        populate(&root, threads, steps);
+        populate(&engine, threads, steps);
         eprintln!("  written in {:.1} s", t.elapsed().as_secs_f64());
     }
     let variants = [
@@ -119,8 +153,13 @@ fn main() {
             ),
         ),
     ];
-    println!("| workflow replayed | threads × steps | first run | median of {samples} |");
-    println!("|---|---|---|---|");
+    let store_name = if store_env.is_empty() {
+        "files"
+    } else {
+        "postgresql"
+    };
+    println!("| store | workflow replayed | threads × steps | first run | median of {samples} |");
+    println!("|---|---|---|---|---|");
     for (name, yaml) in variants {
         let file = dir.join(format!("{name}.yaml"));
         std::fs::write(&file, yaml).unwrap();
@@ -133,6 +172,8 @@ fn main() {
                 .arg(&file)
                 .env("UNCAGED_WORKFLOW_STORAGE_ROOT", &root)
                 .env_remove("UWF_STORE")
+                .env_remove("UWF_STORE_PASSWORD")
+                .envs(store_env.iter().map(|(k, v)| (k, v)))
                 .output()
                 .unwrap();
             times.push(t.elapsed());
@@ -152,7 +193,7 @@ fn main() {
         let median: Duration = times[times.len() / 2];
         eprintln!("  {name}: {summary}");
         println!(
-            "| {name} | {threads} × {steps} | {:.2} s | {:.2} s |",
+            "| {store_name} | {name} | {threads} × {steps} | {:.2} s | {:.2} s |",
             first.as_secs_f64(),
             median.as_secs_f64()
         );

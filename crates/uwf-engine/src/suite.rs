@@ -257,6 +257,9 @@ pub enum SuiteError {
     /// child was stopped and no result was stored.
     #[error("the suite was interrupted; no result was stored")]
     Interrupted,
+    /// Queuing a suite, or judging a queued one, is not possible.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
     /// Preparing a run's working directory failed.
     #[error("cannot prepare a working directory: {0}")]
     Workdir(std::io::Error),
@@ -313,6 +316,31 @@ impl Suite {
             .unwrap_or(Path::new("."))
             .to_path_buf();
         let dir = dir.canonicalize().unwrap_or(dir);
+        let name = file.name.clone().unwrap_or_else(|| {
+            let f = path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            f.trim_end_matches(".yaml")
+                .trim_end_matches(".yml")
+                .trim_end_matches(".suite")
+                .to_string()
+        });
+        Self::checked(file, name, dir, path)
+    }
+
+    /// Checks `file` (whose directory is `dir`, read from `path`, named
+    /// `name`) as [`Suite::load`] does.
+    fn checked(
+        file: SuiteFile,
+        name: String,
+        dir: PathBuf,
+        path: &Path,
+    ) -> Result<Self, SuiteError> {
+        let invalid = |message: String| SuiteError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
         if file.cases.is_empty() {
             return Err(invalid(
                 "`cases` is empty: a suite needs at least one case".into(),
@@ -415,16 +443,6 @@ impl Suite {
                 }
             }
         }
-        let name = file.name.clone().unwrap_or_else(|| {
-            let f = path
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            f.trim_end_matches(".yaml")
-                .trim_end_matches(".yml")
-                .trim_end_matches(".suite")
-                .to_string()
-        });
         Ok(Self {
             file,
             name,
@@ -561,7 +579,11 @@ pub fn run_schema() -> Value {
 /// The hash of the [`RUN_TITLE`] schema node in `cas` (whether or not it
 /// is stored yet): computed, so that reading runs writes nothing.
 pub fn run_type<S: uwf_cas::Store>(cas: &Cas<S>) -> Hash {
-    let mut schema = run_schema();
+    type_of(cas, run_schema())
+}
+
+/// The hash `schema` has as a schema node of `cas`.
+fn type_of<S: uwf_cas::Store>(cas: &Cas<S>, mut schema: Value) -> Hash {
     uwf_cas::cbor::canonicalize(&mut schema);
     uwf_cas::node::hash_typed(cas.types().meta, &schema)
 }
@@ -624,8 +646,17 @@ pub struct RunRecord {
     /// the thread's attempt records list them.
     #[serde(default)]
     pub failed_attempts: usize,
-    /// Wall-clock time of the run (not the judges), ms.
+    /// Wall-clock time of the run (not the judges), ms. For a run queued
+    /// with `--detach`: from the thread's start to its last step.
     pub duration_ms: u64,
+    /// Tokens its agents reported, summed over the steps that report any
+    /// ([`usage_of`]); `None` when no step does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Dollars its agents reported, summed likewise; `None` when no step
+    /// reports a cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     /// Why the run did not finish cleanly (the child's exit, a timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -635,6 +666,27 @@ pub struct RunRecord {
     /// `None` when no judge has weight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<f64>,
+}
+
+impl RunRecord {
+    /// Repetition `repetition` of `case`, before it ran: nothing known yet.
+    fn new(case: &str, repetition: u32) -> Self {
+        Self {
+            case: case.to_string(),
+            repetition,
+            thread: None,
+            head: None,
+            done: false,
+            steps: 0,
+            failed_attempts: 0,
+            duration_ms: 0,
+            tokens: None,
+            cost_usd: None,
+            error: None,
+            judges: Vec::new(),
+            total: None,
+        }
+    }
 }
 
 /// A stored suite run (the payload of a [`RUN_TITLE`] node).
@@ -653,6 +705,10 @@ pub struct SuiteRun {
     pub judges: Vec<JudgeInfo>,
     /// Every case × repetition, in order.
     pub runs: Vec<RunRecord>,
+    /// For a run queued with `--detach`: the [`QUEUED_TITLE`] node whose
+    /// threads this judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<Hash>,
 }
 
 /// A question for a model, from an `llm` judge.
@@ -683,8 +739,10 @@ pub struct RunOptions<'a> {
     pub uwf: PathBuf,
     /// Overrides the suite's `repetitions`.
     pub repetitions: Option<u32>,
-    /// Told each run as it ends.
+    /// Told each run as it ends (or, for a queued run, is judged).
     pub progress: &'a dyn Fn(&RunRecord),
+    /// Told each case and repetition as its run begins.
+    pub started: &'a dyn Fn(&CaseSpec, u32),
     /// Once set, the running child and judge are stopped and the suite
     /// ends with [`SuiteError::Interrupted`], storing nothing (the threads
     /// run so far stay in the store).
@@ -708,6 +766,7 @@ pub fn run(
     let mut runs = Vec::new();
     for case in &suite.file.cases {
         for repetition in 1..=repetitions {
+            (opts.started)(case, repetition);
             let record = run_case(engine, suite, workflow, case, repetition, opts)?;
             if opts.cancel.is_cancelled() {
                 return Err(SuiteError::Interrupted);
@@ -721,21 +780,26 @@ pub fn run(
         workflow,
         repetitions,
         started_at,
-        judges: suite
-            .file
-            .judges
-            .iter()
-            .map(|j| JudgeInfo {
-                name: j.name().to_string(),
-                kind: j.kind().to_string(),
-                weight: j.weight(),
-            })
-            .collect(),
+        judges: judge_infos(suite),
         runs,
+        queued: None,
     };
     let ty = engine.cas.put_schema(run_schema())?.hash;
     let stored = engine.cas.put_value(ty, &result)?;
     Ok((stored.hash, result))
+}
+
+fn judge_infos(suite: &Suite) -> Vec<JudgeInfo> {
+    suite
+        .file
+        .judges
+        .iter()
+        .map(|j| JudgeInfo {
+            name: j.name().to_string(),
+            kind: j.kind().to_string(),
+            weight: j.weight(),
+        })
+        .collect()
 }
 
 fn now_ms() -> u64 {
@@ -761,19 +825,7 @@ fn run_case(
     if let Some(f) = &case.fixture {
         copy_dir(&suite.dir.join(f), workdir.path()).map_err(SuiteError::Workdir)?;
     }
-    let mut record = RunRecord {
-        case: case.name.clone(),
-        repetition,
-        thread: None,
-        head: None,
-        done: false,
-        steps: 0,
-        failed_attempts: 0,
-        duration_ms: 0,
-        error: None,
-        judges: Vec::new(),
-        total: None,
-    };
+    let mut record = RunRecord::new(&case.name, repetition);
     let begun = Instant::now();
     let child = |args: &[&str], timeout: Duration| {
         let mut cmd = Command::new(&opts.uwf);
@@ -805,18 +857,7 @@ fn run_case(
             .error
             .get_or_insert_with(|| "`uwf thread start` printed no thread".into());
         record.duration_ms = ms(begun.elapsed());
-        record.judges = suite
-            .file
-            .judges
-            .iter()
-            .map(|j| Score {
-                judge: j.name().to_string(),
-                score: None,
-                data: None,
-                error: Some("no thread to judge".into()),
-            })
-            .collect();
-        record.total = total(suite, &record.judges);
+        no_thread_to_judge(suite, &mut record);
         return Ok(record);
     };
     record.thread = Some(thread);
@@ -837,22 +878,77 @@ fn run_case(
     if opts.cancel.is_cancelled() {
         return Err(SuiteError::Interrupted);
     }
+    let view = measure(engine, thread, &mut record)?;
+    judge_record(
+        engine,
+        suite,
+        case,
+        &mut record,
+        &view,
+        workdir.path(),
+        opts,
+    );
+    Ok(record)
+}
+
+/// A run without a thread: every judge fails with "no thread to judge".
+fn no_thread_to_judge(suite: &Suite, record: &mut RunRecord) {
+    record.judges = suite
+        .file
+        .judges
+        .iter()
+        .map(|j| Score {
+            judge: j.name().to_string(),
+            score: None,
+            data: None,
+            error: Some("no thread to judge".into()),
+        })
+        .collect();
+    record.total = total(suite, &record.judges);
+}
+
+/// Fills in the built-in figures of `record` from thread `thread` as it
+/// stands (head, done, steps, failed attempts, tokens and cost); returns
+/// the thread for the judges.
+fn measure(
+    engine: &Engine,
+    thread: ThreadId,
+    record: &mut RunRecord,
+) -> Result<ThreadView, SuiteError> {
     let (head, done) = match status(engine, thread)? {
         Status::Active { head } => (head, false),
         Status::Archived(e) => (e.head, e.reason.as_deref().is_none_or(|r| r == "done")),
     };
+    record.thread = Some(thread);
     record.head = Some(head);
     record.done = done;
     let view = thread::load(&engine.cas, head).map_err(EngineError::from)?;
     record.steps = view.steps.len();
     record.failed_attempts = crate::retry::attempts(engine, thread, usize::MAX)?.len();
+    let usage = thread_usage(&engine.cas, &view)?;
+    record.tokens = usage.tokens;
+    record.cost_usd = usage.cost_usd;
+    Ok(view)
+}
+
+/// Every judge of `suite` scores `record` (its thread is `view`, its
+/// working directory `workdir`); then its total.
+fn judge_record(
+    engine: &Engine,
+    suite: &Suite,
+    case: &CaseSpec,
+    record: &mut RunRecord,
+    view: &ThreadView,
+    workdir: &Path,
+    opts: &RunOptions<'_>,
+) {
     let judging = Judging {
         engine,
         suite,
         case,
-        record: &record,
-        view: &view,
-        workdir: workdir.path(),
+        record,
+        view,
+        workdir,
         cancel: &opts.cancel,
         llm: opts.llm,
     };
@@ -864,7 +960,60 @@ fn run_case(
         .collect();
     record.judges = judges;
     record.total = total(suite, &record.judges);
-    Ok(record)
+}
+
+/// Tokens and dollars a thread's agents reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
+    /// Tokens, summed over the steps that report them.
+    pub tokens: Option<u64>,
+    /// Dollars, summed over the steps that report them.
+    pub cost_usd: Option<f64>,
+}
+
+/// What one step's detail node says it cost, as the agents of this
+/// workspace record it (docs/agents.md, "Detail nodes"): `totalTokens`
+/// (else `promptTokens + completionTokens`) of `uwf-agent-detail` and
+/// `llm-call`; `usage.input_tokens + usage.output_tokens` of
+/// `codex-detail`; `costUsd` of `uwf-agent-detail` and `claude-detail`.
+/// A detail without these (a mock's text, a child thread's StepNode)
+/// reports nothing.
+pub fn usage_of(detail: &Value) -> Usage {
+    let int = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
+    let tokens = int(detail, "totalTokens")
+        .or_else(|| {
+            let p = int(detail, "promptTokens");
+            let c = int(detail, "completionTokens");
+            (p.is_some() || c.is_some()).then(|| p.unwrap_or(0) + c.unwrap_or(0))
+        })
+        .or_else(|| {
+            let u = detail.get("usage").filter(|u| u.is_object())?;
+            let i = int(u, "input_tokens");
+            let o = int(u, "output_tokens");
+            (i.is_some() || o.is_some()).then(|| i.unwrap_or(0) + o.unwrap_or(0))
+        });
+    let cost_usd = detail
+        .get("costUsd")
+        .and_then(Value::as_f64)
+        .filter(|c| c.is_finite() && *c >= 0.0);
+    Usage { tokens, cost_usd }
+}
+
+/// The sum of [`usage_of`] over the details of `view`'s steps (one read
+/// of all of them: a PostgreSQL store answers it in one query).
+pub fn thread_usage(cas: &Cas, view: &ThreadView) -> Result<Usage, SuiteError> {
+    let hashes: Vec<Hash> = view.steps.iter().map(|s| s.payload.record.detail).collect();
+    let mut sum = Usage::default();
+    for node in cas.store().get_many(&hashes)?.into_iter().flatten() {
+        let u = usage_of(&node.payload);
+        if let Some(t) = u.tokens {
+            sum.tokens = Some(sum.tokens.unwrap_or(0).saturating_add(t));
+        }
+        if let Some(c) = u.cost_usd {
+            sum.cost_usd = Some(sum.cost_usd.unwrap_or(0.0) + c);
+        }
+    }
+    Ok(sum)
 }
 
 fn ms(d: Duration) -> u64 {
@@ -1013,6 +1162,8 @@ fn jsonata_judge(
                 "failedAttempts": record.failed_attempts,
                 "done": record.done,
                 "durationMs": record.duration_ms,
+                "tokens": record.tokens,
+                "costUsd": record.cost_usd,
             }),
         );
     }
@@ -1264,14 +1415,503 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
 
 /// Reads the stored suite run `hash`.
 pub fn load_run(cas: &Cas, hash: Hash) -> Result<SuiteRun, SuiteError> {
-    let node = cas.get(hash)?;
-    if node.type_hash != run_type(cas) {
-        return Err(SuiteError::NotARun { hash });
+    match load_any(cas, hash)? {
+        Stored::Judged(run) => Ok(run),
+        Stored::Queued(_) => Err(SuiteError::NotARun { hash }),
     }
-    serde_json::from_value(node.payload).map_err(|e| SuiteError::BadRun {
+}
+
+// ---------------------------------------------------------------------------
+// `uwf suite run --detach`: the runs go to the run queue, judged later.
+
+/// The title of the JSON Schema of a suite run queued with `--detach`.
+pub const QUEUED_TITLE: &str = "SuiteQueued";
+
+/// One case × repetition of a queued suite run: its thread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedThread {
+    /// The case.
+    pub case: String,
+    /// 1-based.
+    pub repetition: u32,
+    /// The thread queued for it.
+    pub thread: ThreadId,
+}
+
+/// A suite run queued with `--detach` (the payload of a [`QUEUED_TITLE`]
+/// node): what judging its threads later needs, the judges included, so
+/// that the suite file may change meanwhile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedRun {
+    /// The suite's name.
+    pub suite: String,
+    /// The suite file as it was when queued.
+    pub file: SuiteFile,
+    /// The suite file's directory when queued: command judges run there.
+    pub dir: PathBuf,
+    /// The Workflow node the threads run.
+    pub workflow: Hash,
+    /// Repetitions per case.
+    pub repetitions: u32,
+    /// When the threads were queued (ms since the Unix epoch).
+    pub queued_at: u64,
+    /// Every case × repetition, in order.
+    pub threads: Vec<QueuedThread>,
+}
+
+/// The CAS type of a queued suite run; `workflow` is a `cas_ref`.
+pub fn queued_schema() -> Value {
+    json!({
+        "title": QUEUED_TITLE,
+        "type": "object",
+        "required": ["suite", "file", "dir", "workflow", "threads"],
+        "properties": {
+            "suite": { "type": "string" },
+            "file": { "type": "object" },
+            "dir": { "type": "string" },
+            "workflow": { "type": "string", "format": "cas_ref" },
+            "threads": { "type": "array" }
+        }
+    })
+}
+
+/// The hash of the [`QUEUED_TITLE`] schema node (stored or not).
+pub fn queued_type<S: uwf_cas::Store>(cas: &Cas<S>) -> Hash {
+    type_of(cas, queued_schema())
+}
+
+/// Every stored queued run: gc roots like [`stored_runs`], so that a run
+/// can be judged however long its threads take.
+pub fn queued_runs(cas: &Cas) -> Result<Vec<Hash>, SuiteError> {
+    Ok(cas.list_by_type(queued_type(cas))?)
+}
+
+/// Why a suite cannot be queued, or a queued run not judged.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// A case has a fixture: a worker runs agents in its own working
+    /// directory, which the suite cannot fill.
+    #[error(
+        "the case {case} has a fixture, and a run queued for a worker has no working directory of its own to copy it into"
+    )]
+    Fixture {
+        /// The case.
+        case: String,
+    },
+    /// The store has no run queue.
+    #[error("the store {store} has no run queue")]
+    NoQueue {
+        /// The store.
+        store: String,
+    },
+    /// Queuing stopped part-way: the threads queued so far run on workers,
+    /// but no suite run records them.
+    #[error("queuing the suite failed after {} thread(s) were queued ({}): {message}", queued.len(), list(queued))]
+    Partly {
+        /// The threads queued.
+        queued: Vec<ThreadId>,
+        /// Why.
+        message: String,
+    },
+    /// A queued run is judged only once every thread is finished.
+    #[error("{unfinished} of the {total} threads of the suite run {hash} are not finished")]
+    Unfinished {
+        /// The queued run.
+        hash: Hash,
+        /// Threads not finished.
+        unfinished: usize,
+        /// Threads in all.
+        total: usize,
+    },
+    /// The threads did not all finish in time.
+    #[error(
+        "{unfinished} of the {total} threads of the suite run {hash} did not finish within {}",
+        humantime::format_duration(*timeout)
+    )]
+    TimedOut {
+        /// The queued run.
+        hash: Hash,
+        /// Threads not finished.
+        unfinished: usize,
+        /// Threads in all.
+        total: usize,
+        /// How long it waited.
+        timeout: Duration,
+    },
+}
+
+fn list(ids: &[ThreadId]) -> String {
+    let shown: Vec<String> = ids.iter().take(5).map(ToString::to_string).collect();
+    let more = ids.len().saturating_sub(5);
+    if more > 0 {
+        format!("{} and {more} more", shown.join(", "))
+    } else if shown.is_empty() {
+        "none".into()
+    } else {
+        shown.join(", ")
+    }
+}
+
+/// Starts every case × repetition of `suite` as a thread of `workflow` (a
+/// registered Workflow node named `workflow_name`) and queues it for `uwf
+/// worker`s, as `uwf thread run --detach` does (the request: the case's
+/// agent, `limits.maxSteps`, and `limits.timeout` as each agent's
+/// timeout); then stores the [`QueuedRun`] and returns its hash. A suite
+/// whose cases have fixtures is refused before anything is written.
+pub fn detach(
+    engine: &Engine,
+    suite: &Suite,
+    workflow: Hash,
+    workflow_name: &str,
+    repetitions: Option<u32>,
+) -> Result<(Hash, QueuedRun), SuiteError> {
+    if let Some(c) = suite.file.cases.iter().find(|c| c.fixture.is_some()) {
+        return Err(QueueError::Fixture {
+            case: c.name.clone(),
+        }
+        .into());
+    }
+    let queue = engine.run_queue().ok_or_else(|| QueueError::NoQueue {
+        store: engine.state.describe(),
+    })?;
+    let repetitions = repetitions.unwrap_or(suite.file.repetitions).max(1);
+    let queued_at = now_ms();
+    let mut threads = Vec::new();
+    let partly = |threads: &[QueuedThread], message: String| -> SuiteError {
+        QueueError::Partly {
+            queued: threads.iter().map(|t| t.thread).collect(),
+            message,
+        }
+        .into()
+    };
+    for case in &suite.file.cases {
+        for repetition in 1..=repetitions {
+            let started = crate::ops::start(engine, workflow, &case.prompt, None)
+                .map_err(|e| partly(&threads, e.to_string()))?;
+            let request = uwf_state::runs::RunRequest {
+                agent: suite.agent_of(case),
+                max_steps: u64::try_from(suite.file.limits.max_steps).ok(),
+                timeout_ms: Some(ms(suite.timeout)),
+            };
+            queue
+                .enqueue(started.thread, workflow_name, request)
+                .map_err(|e| partly(&threads, e.to_string()))?;
+            threads.push(QueuedThread {
+                case: case.name.clone(),
+                repetition,
+                thread: started.thread,
+            });
+        }
+    }
+    let queued = QueuedRun {
+        suite: suite.name.clone(),
+        file: suite.file.clone(),
+        dir: suite.dir.clone(),
+        workflow,
+        repetitions,
+        queued_at,
+        threads,
+    };
+    let stored = engine
+        .cas
+        .put_schema(queued_schema())
+        .and_then(|ty| engine.cas.put_value(ty.hash, &queued))
+        .map_err(|e| partly(&queued.threads, e.to_string()))?;
+    Ok((stored.hash, queued))
+}
+
+/// Where one thread of a queued run stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum ThreadState {
+    /// In the queue, no worker has it yet.
+    Queued,
+    /// A worker runs it (or its lease ran out and another will take it).
+    Running {
+        /// The worker holding it.
+        worker: String,
+    },
+    /// It reached `$END`.
+    Done,
+    /// It was archived without reaching `$END` (killed, pruned).
+    Ended {
+        /// The reason its history entry gives.
+        reason: String,
+    },
+    /// A worker gave up on it (it stays in the queue as failed).
+    Failed {
+        /// Why, as the worker said.
+        error: String,
+    },
+    /// Active and out of the queue: it waits for a person (`uwf thread
+    /// answer`), or was taken out of the queue; no worker moves it on.
+    Stopped,
+    /// The store does not know the thread (any more).
+    Missing,
+}
+
+impl ThreadState {
+    /// Whether no worker will move the thread on by itself: the run can
+    /// be judged as the thread stands.
+    pub fn finished(&self) -> bool {
+        !matches!(self, Self::Queued | Self::Running { .. })
+    }
+
+    /// Why the thread did not end cleanly, for its [`RunRecord::error`].
+    fn error(&self) -> Option<String> {
+        match self {
+            Self::Done | Self::Queued | Self::Running { .. } => None,
+            Self::Ended { reason } => Some(format!("the thread ended as {reason}")),
+            Self::Failed { error } => Some(format!("the worker gave up: {error}")),
+            Self::Stopped => Some(
+                "the thread stopped before $END (it waits for a person, or left the queue)".into(),
+            ),
+            Self::Missing => Some("the store does not know the thread".into()),
+        }
+    }
+}
+
+/// The state of every thread of `queued`, in its order.
+pub fn thread_states(engine: &Engine, queued: &QueuedRun) -> Result<Vec<ThreadState>, SuiteError> {
+    let queue = engine.run_queue();
+    let now = uwf_state::state::now_ms();
+    queued
+        .threads
+        .iter()
+        .map(|t| {
+            let state = match status(engine, t.thread) {
+                Err(EngineError::UnknownThread { .. }) => ThreadState::Missing,
+                Err(e) => return Err(e.into()),
+                Ok(Status::Archived(e)) => match e.reason.as_deref() {
+                    None | Some("done") => ThreadState::Done,
+                    Some(r) => ThreadState::Ended {
+                        reason: r.to_string(),
+                    },
+                },
+                Ok(Status::Active { .. }) => {
+                    let run = match queue {
+                        Some(q) => q.run_of(t.thread).map_err(EngineError::from)?,
+                        None => None,
+                    };
+                    match run.map(|r| r.state) {
+                        None => ThreadState::Stopped,
+                        Some(uwf_state::runs::RunState::Queued) => ThreadState::Queued,
+                        Some(uwf_state::runs::RunState::Claimed {
+                            worker,
+                            lease_until,
+                            ..
+                        }) => ThreadState::Running {
+                            worker: if lease_until < now {
+                                format!("{worker} (lease expired)")
+                            } else {
+                                worker
+                            },
+                        },
+                        Some(uwf_state::runs::RunState::Failed { error, .. }) => {
+                            ThreadState::Failed { error }
+                        }
+                    }
+                }
+            };
+            Ok(state)
+        })
+        .collect()
+}
+
+/// A stored run: judged, or queued and not judged yet.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stored {
+    /// A [`SuiteRun`].
+    Judged(SuiteRun),
+    /// A [`QueuedRun`].
+    Queued(QueuedRun),
+}
+
+/// Reads the stored run `hash`, judged or queued.
+pub fn load_any(cas: &Cas, hash: Hash) -> Result<Stored, SuiteError> {
+    let node = cas.get(hash)?;
+    let payload = if node.type_hash == run_type(cas) {
+        serde_json::from_value(node.payload).map(Stored::Judged)
+    } else if node.type_hash == queued_type(cas) {
+        serde_json::from_value(node.payload).map(Stored::Queued)
+    } else {
+        return Err(SuiteError::NotARun { hash });
+    };
+    payload.map_err(|e| SuiteError::BadRun {
         hash,
         message: e.to_string(),
     })
+}
+
+/// The judged result of the queued run `queued`, if one is stored (the
+/// newest when two `suite wait`s judged it at once).
+pub fn judged(cas: &Cas, queued: Hash) -> Result<Option<(Hash, SuiteRun)>, SuiteError> {
+    let mut best: Option<(Hash, SuiteRun)> = None;
+    for h in stored_runs(cas)? {
+        let run = load_run(cas, h)?;
+        if run.queued == Some(queued)
+            && best
+                .as_ref()
+                .is_none_or(|(_, b)| b.started_at < run.started_at)
+        {
+            best = Some((h, run));
+        }
+    }
+    Ok(best)
+}
+
+/// A stored run as a judged one: itself, or the judged result of a queued
+/// run; a queued run not judged yet is [`QueueError::Unfinished`] (with
+/// how far its threads are) — [`wait`] judges it.
+pub fn load_judged(engine: &Engine, hash: Hash) -> Result<(Hash, SuiteRun), SuiteError> {
+    match load_any(&engine.cas, hash)? {
+        Stored::Judged(run) => Ok((hash, run)),
+        Stored::Queued(q) => {
+            if let Some(found) = judged(&engine.cas, hash)? {
+                return Ok(found);
+            }
+            let states = thread_states(engine, &q)?;
+            Err(QueueError::Unfinished {
+                hash,
+                unfinished: states.iter().filter(|s| !s.finished()).count(),
+                total: states.len(),
+            }
+            .into())
+        }
+    }
+}
+
+/// Waits (polling every `poll`, at most `timeout` when given) until every
+/// thread of the queued run `hash` is finished, telling `progress` the
+/// states each time they change; then judges them as they stand (once:
+/// a result already stored is returned as it is) and stores the
+/// [`SuiteRun`], which names `hash` as `queued`. Returns its hash, the run
+/// and whether it was judged now.
+///
+/// The judges are those of the suite file as queued; command judges run
+/// in its directory as it was then, with an empty temporary directory as
+/// their working directory (the run's was the worker's).
+pub fn wait(
+    engine: &Engine,
+    hash: Hash,
+    timeout: Option<Duration>,
+    poll: Duration,
+    progress: &dyn Fn(&[ThreadState]),
+    opts: &RunOptions<'_>,
+) -> Result<(Hash, SuiteRun, bool), SuiteError> {
+    let queued = match load_any(&engine.cas, hash)? {
+        Stored::Judged(run) => return Ok((hash, run, false)),
+        Stored::Queued(q) => q,
+    };
+    if let Some((h, run)) = judged(&engine.cas, hash)? {
+        return Ok((h, run, false));
+    }
+    let begun = Instant::now();
+    let mut last: Option<Vec<ThreadState>> = None;
+    loop {
+        let states = thread_states(engine, &queued)?;
+        if last.as_ref() != Some(&states) {
+            progress(&states);
+        }
+        let unfinished = states.iter().filter(|s| !s.finished()).count();
+        if unfinished == 0 {
+            break;
+        }
+        if opts.cancel.is_cancelled() {
+            return Err(SuiteError::Interrupted);
+        }
+        if let Some(t) = timeout
+            && begun.elapsed() >= t
+        {
+            return Err(QueueError::TimedOut {
+                hash,
+                unfinished,
+                total: states.len(),
+                timeout: t,
+            }
+            .into());
+        }
+        last = Some(states);
+        std::thread::sleep(poll);
+    }
+    let (h, run) = judge_queued(engine, hash, &queued, opts)?;
+    Ok((h, run, true))
+}
+
+/// Judges the threads of `queued` (stored as `hash`; all finished) and
+/// stores the result.
+fn judge_queued(
+    engine: &Engine,
+    hash: Hash,
+    queued: &QueuedRun,
+    opts: &RunOptions<'_>,
+) -> Result<(Hash, SuiteRun), SuiteError> {
+    let suite = Suite::checked(
+        queued.file.clone(),
+        queued.suite.clone(),
+        queued.dir.clone(),
+        &queued.dir,
+    )?;
+    let states = thread_states(engine, queued)?;
+    let mut runs = Vec::new();
+    for (t, state) in queued.threads.iter().zip(&states) {
+        if opts.cancel.is_cancelled() {
+            return Err(SuiteError::Interrupted);
+        }
+        let case = suite
+            .file
+            .cases
+            .iter()
+            .find(|c| c.name == t.case)
+            .ok_or_else(|| SuiteError::BadRun {
+                hash,
+                message: format!(
+                    "the thread {} is of no case of the suite ({})",
+                    t.thread, t.case
+                ),
+            })?;
+        let mut record = RunRecord::new(&t.case, t.repetition);
+        record.thread = Some(t.thread);
+        record.error = state.error();
+        if *state == ThreadState::Missing {
+            no_thread_to_judge(&suite, &mut record);
+        } else {
+            let view = measure(engine, t.thread, &mut record)?;
+            record.duration_ms = view
+                .steps
+                .last()
+                .map_or(0, |s| s.timestamp.saturating_sub(view.start_timestamp));
+            let workdir = tempfile::Builder::new()
+                .prefix("uwf-suite-")
+                .tempdir()
+                .map_err(SuiteError::Workdir)?;
+            judge_record(
+                engine,
+                &suite,
+                case,
+                &mut record,
+                &view,
+                workdir.path(),
+                opts,
+            );
+        }
+        (opts.progress)(&record);
+        runs.push(record);
+    }
+    let result = SuiteRun {
+        suite: queued.suite.clone(),
+        workflow: queued.workflow,
+        repetitions: queued.repetitions,
+        started_at: queued.queued_at,
+        judges: judge_infos(&suite),
+        runs,
+        queued: Some(hash),
+    };
+    let ty = engine.cas.put_schema(run_schema())?.hash;
+    let stored = engine.cas.put_value(ty, &result)?;
+    Ok((stored.hash, result))
 }
 
 /// The pseudo-judge of a run's weighted total in reports and diffs.
@@ -1282,12 +1922,22 @@ pub const DONE: &str = "$done";
 pub const STEPS: &str = "$steps";
 /// The pseudo-judge of a run's failed attempts (not a score either).
 pub const FAILED_ATTEMPTS: &str = "$failedAttempts";
+/// The pseudo-judge of the tokens a run's agents reported (runs whose
+/// agents report none are left out, not counted as failures).
+pub const TOKENS: &str = "$tokens";
+/// The pseudo-judge of the dollars a run's agents reported (likewise).
+pub const COST: &str = "$costUsd";
+
+/// Pseudo-judges that are figures, not scores: a diff shows their change
+/// and gives no verdict (fewer steps or tokens is not always better).
+const FIGURES: [&str; 4] = [STEPS, FAILED_ATTEMPTS, TOKENS, COST];
 
 /// Mean, extremes and spread of one judge over one case's repetitions.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Stat {
-    /// The judge (or `$total`, `$done`, `$steps`, `$failedAttempts`).
+    /// The judge (or `$total`, `$done`, `$steps`, `$failedAttempts`,
+    /// `$tokens`, `$costUsd`).
     pub judge: String,
     /// Repetitions that have a score.
     pub n: usize,
@@ -1311,7 +1961,8 @@ pub struct CaseReport {
     pub case: String,
     /// Its repetitions.
     pub runs: usize,
-    /// Per judge, then `$total`, `$done`, `$steps`, `$failedAttempts`.
+    /// Per judge, then `$total`, `$done`, `$steps`, `$failedAttempts`,
+    /// `$tokens`, `$costUsd`.
     pub judges: Vec<Stat>,
 }
 
@@ -1330,15 +1981,24 @@ pub struct Report {
 /// The scores of `judge` in `runs` (`None`: the judge failed there).
 fn samples(judge: &str, runs: &[&RunRecord]) -> Vec<Option<f64>> {
     #[allow(clippy::cast_precision_loss)]
-    runs.iter()
-        .map(|r| match judge {
-            TOTAL => r.total,
-            DONE => Some(if r.done { 1.0 } else { 0.0 }),
-            STEPS => Some(r.steps as f64),
-            FAILED_ATTEMPTS => Some(r.failed_attempts as f64),
-            j => r.judges.iter().find(|s| s.judge == j).and_then(|s| s.score),
-        })
-        .collect()
+    match judge {
+        // Not reported is no failure: such runs are not samples.
+        TOKENS => runs
+            .iter()
+            .filter_map(|r| r.tokens.map(|t| Some(t as f64)))
+            .collect(),
+        COST => runs.iter().filter_map(|r| r.cost_usd.map(Some)).collect(),
+        _ => runs
+            .iter()
+            .map(|r| match judge {
+                TOTAL => r.total,
+                DONE => Some(if r.done { 1.0 } else { 0.0 }),
+                STEPS => Some(r.steps as f64),
+                FAILED_ATTEMPTS => Some(r.failed_attempts as f64),
+                j => r.judges.iter().find(|s| s.judge == j).and_then(|s| s.score),
+            })
+            .collect(),
+    }
 }
 
 /// The cases of `run` in order, each with its runs.
@@ -1357,7 +2017,7 @@ fn judge_names(run: &SuiteRun) -> Vec<String> {
     run.judges
         .iter()
         .map(|j| j.name.clone())
-        .chain([TOTAL, DONE, STEPS, FAILED_ATTEMPTS].map(String::from))
+        .chain([TOTAL, DONE, STEPS, FAILED_ATTEMPTS, TOKENS, COST].map(String::from))
         .collect()
 }
 
@@ -1418,7 +2078,8 @@ pub enum Verdict {
     Worse,
     /// The interval contains 0, or there are fewer than two scores on a side.
     Unclear,
-    /// Not a score (`$steps`, `$failedAttempts`): the change is shown, no verdict.
+    /// Not a score (`$steps`, `$failedAttempts`, `$tokens`, `$costUsd`):
+    /// the change is shown, no verdict.
     None,
 }
 
@@ -1485,7 +2146,7 @@ pub fn diff(a: &SuiteRun, b: &SuiteRun) -> Diff {
                 let xb: Vec<f64> = samples(j, rb).into_iter().flatten().collect();
                 let (mean_a, mean_b) = (mean(&xa), mean(&xb));
                 let interval = bootstrap(&xa, &xb, RESAMPLES, seed_for(case, j));
-                let verdict = if j == STEPS || j == FAILED_ATTEMPTS {
+                let verdict = if FIGURES.contains(&j.as_str()) {
                     Verdict::None
                 } else {
                     verdict(xa.len(), xb.len(), interval)
@@ -1690,6 +2351,126 @@ judges:
                 .find(|v| v["properties"]["kind"]["const"] == judge["kind"]);
             let variant = variant.unwrap_or_else(|| panic!("no schema for {judge}"));
             assert_eq!(keys(judge), keys(&variant["properties"]), "{judge}");
+        }
+    }
+
+    /// The detail nodes as the workspace's agents record them
+    /// (docs/agents.md, "Detail nodes").
+    #[test]
+    fn usage_of_each_agents_detail() {
+        let u = |v: Value| usage_of(&v);
+        // uwf-agent-detail: totalTokens and costUsd.
+        assert_eq!(
+            u(
+                json!({ "promptTokens": 4210, "completionTokens": 501, "totalTokens": 4711, "costUsd": 0.0201 })
+            ),
+            Usage {
+                tokens: Some(4711),
+                cost_usd: Some(0.0201)
+            }
+        );
+        // llm-call without a total; a provider that reported nothing.
+        assert_eq!(
+            u(json!({ "promptTokens": 10, "completionTokens": 5, "totalTokens": null })),
+            Usage {
+                tokens: Some(15),
+                cost_usd: None
+            }
+        );
+        assert_eq!(
+            u(json!({ "promptTokens": null, "completionTokens": null, "totalTokens": null })),
+            Usage::default()
+        );
+        // codex-detail's usage; claude-detail's cost.
+        assert_eq!(
+            u(
+                json!({ "usage": { "input_tokens": 20150, "cached_input_tokens": 0, "output_tokens": 56 } })
+            ),
+            Usage {
+                tokens: Some(20206),
+                cost_usd: None
+            }
+        );
+        assert_eq!(
+            u(json!({ "sessionId": "s", "costUsd": 0.1096 })),
+            Usage {
+                tokens: None,
+                cost_usd: Some(0.1096)
+            }
+        );
+        // A mock's text, a negative cost: nothing.
+        assert_eq!(u(json!({ "text": "raw" })), Usage::default());
+        assert_eq!(u(json!({ "costUsd": -1.0 })), Usage::default());
+    }
+
+    fn record(case: &str, tokens: Option<u64>, cost_usd: Option<f64>) -> RunRecord {
+        RunRecord {
+            tokens,
+            cost_usd,
+            ..RunRecord::new(case, 1)
+        }
+    }
+
+    fn suite_run(runs: Vec<RunRecord>) -> SuiteRun {
+        SuiteRun {
+            suite: "s".into(),
+            workflow: Hash::from_u64(7),
+            repetitions: 2,
+            started_at: 0,
+            judges: Vec::new(),
+            runs,
+            queued: None,
+        }
+    }
+
+    #[test]
+    fn tokens_and_cost_are_figures_of_the_runs_that_report_them() {
+        let a = suite_run(vec![
+            record("c", Some(100), Some(0.5)),
+            record("c", Some(300), None),
+            record("c", None, None),
+        ]);
+        let r = report(&a);
+        let get = |j: &str| r.cases[0].judges.iter().find(|s| s.judge == j).cloned();
+        let tokens = get(TOKENS).unwrap_or_else(|| panic!("no {TOKENS}"));
+        assert_eq!((tokens.n, tokens.errors, tokens.mean), (2, 0, Some(200.0)));
+        let cost = get(COST).unwrap_or_else(|| panic!("no {COST}"));
+        assert_eq!((cost.n, cost.errors, cost.mean), (1, 0, Some(0.5)));
+        let b = suite_run(vec![
+            record("c", Some(50), Some(0.1)),
+            record("c", Some(70), Some(0.1)),
+        ]);
+        let d = diff(&a, &b);
+        let change = |j: &str| {
+            d.cases[0]
+                .judges
+                .iter()
+                .find(|c| c.judge == j)
+                .cloned()
+                .unwrap_or_else(|| panic!("no {j}"))
+        };
+        let t = change(TOKENS);
+        assert_eq!((t.change, t.verdict), (Some(-140.0), Verdict::None));
+        let c = change(COST);
+        assert_eq!(c.verdict, Verdict::None);
+        assert!(c.change.is_some_and(|x| (x + 0.4).abs() < 1e-9), "{c:?}");
+    }
+
+    #[test]
+    fn a_finished_thread_is_one_no_worker_moves_on() {
+        assert!(!ThreadState::Queued.finished());
+        assert!(!ThreadState::Running { worker: "w".into() }.finished());
+        for s in [
+            ThreadState::Done,
+            ThreadState::Stopped,
+            ThreadState::Missing,
+            ThreadState::Failed { error: "e".into() },
+            ThreadState::Ended {
+                reason: "killed".into(),
+            },
+        ] {
+            assert!(s.finished(), "{s:?}");
+            assert_eq!(s.error().is_none(), s == ThreadState::Done, "{s:?}");
         }
     }
 

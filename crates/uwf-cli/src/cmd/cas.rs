@@ -98,6 +98,8 @@ pub fn run(ctx: &Ctx, cmd: CasCommand) -> Result<Outcome, CliError> {
                 roots.extend(state.side_table_roots_locked(!dry_run)?);
                 // Stored suite results (docs/eval.md): kept like threads.
                 roots.extend(uwf_engine::suite::stored_runs(cas)?);
+                // Runs queued with `suite run --detach`, judged or not.
+                roots.extend(uwf_engine::suite::queued_runs(cas)?);
                 let plan = cas.gc_plan(roots, opts)?;
                 if !plan.dry_run() && !plan.stale().is_empty() {
                     // Before the first removal: writers now check their nodes.

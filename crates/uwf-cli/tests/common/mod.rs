@@ -326,6 +326,13 @@ pub fn mock_bin() -> PathBuf {
     agent_bin("uwf-mock", &BUILD_MOCK)
 }
 
+static BUILD_LLM: std::sync::Once = std::sync::Once::new();
+
+/// The `uwf-llm` agent binary, built beside `uwf` like [`mock_bin`].
+pub fn llm_bin() -> PathBuf {
+    agent_bin("uwf-llm", &BUILD_LLM)
+}
+
 /// The `uwf-workflow` binary, built beside `uwf` like [`mock_bin`].
 pub fn workflow_bin() -> PathBuf {
     agent_bin("uwf-workflow", &BUILD_WORKFLOW)
