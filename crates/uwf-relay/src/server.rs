@@ -2,6 +2,7 @@
 //! from the store the engine has open.
 
 use std::io::{self, BufReader, BufWriter};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -27,6 +28,8 @@ pub struct Relay {
     stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<UnixStream>>>,
     accept: Option<JoinHandle<()>>,
+    /// The listening socket, to shut down when the relay stops.
+    listening: UnixListener,
 }
 
 impl std::fmt::Debug for Relay {
@@ -60,6 +63,13 @@ impl Relay {
                 return Err(e);
             }
         };
+        let listening = match listener.try_clone() {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let conns = Arc::new(Mutex::new(Vec::new()));
         let accept = {
@@ -75,6 +85,7 @@ impl Relay {
             stop,
             conns,
             accept: Some(accept),
+            listening,
         })
     }
 
@@ -88,7 +99,14 @@ impl Relay {
 impl Drop for Relay {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wakes the accept loop, which then sees `stop`.
+        // Wakes the accept loop, which then sees `stop`: shutting the
+        // listening socket down ends a waiting `accept` (on Linux), and a
+        // connection wakes it where that does not; either alone would do
+        // unless the socket file was removed under us.
+        let _ = nix::sys::socket::shutdown(
+            self.listening.as_raw_fd(),
+            nix::sys::socket::Shutdown::Both,
+        );
         let _ = UnixStream::connect(&self.path);
         for c in self
             .conns
@@ -121,6 +139,8 @@ fn accept_loop(
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!("relay: accept failed: {e}");
+                // Out of descriptors, say: not a busy loop.
+                std::thread::sleep(std::time::Duration::from_millis(10));
                 continue;
             }
         };

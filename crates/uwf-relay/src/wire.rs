@@ -99,6 +99,27 @@ pub(crate) enum Kind {
     Io,
 }
 
+/// The conversions between [`Kind`] and a store's own kind of error, both
+/// ways (every kind has the same name on both sides).
+macro_rules! kinds {
+    ($($other:ty),*) => {$(
+        impl From<Kind> for $other {
+            fn from(k: Kind) -> Self {
+                match k {
+                    Kind::NotFound => Self::NotFound,
+                    Kind::Invalid => Self::Invalid,
+                    Kind::Conflict => Self::Conflict,
+                    Kind::Unavailable => Self::Unavailable,
+                    Kind::Corrupt => Self::Corrupt,
+                    Kind::Io => Self::Io,
+                }
+            }
+        }
+    )*};
+}
+
+kinds!(uwf_cas::StoreErrorKind, uwf_state::ErrorKind);
+
 impl From<uwf_cas::StoreErrorKind> for Kind {
     fn from(k: uwf_cas::StoreErrorKind) -> Self {
         use uwf_cas::StoreErrorKind as K;
@@ -108,6 +129,7 @@ impl From<uwf_cas::StoreErrorKind> for Kind {
             K::Conflict => Kind::Conflict,
             K::Unavailable => Kind::Unavailable,
             K::Corrupt => Kind::Corrupt,
+            K::Io => Kind::Io,
             // A kind added later: nothing to retry on that we know of.
             _ => Kind::Io,
         }
@@ -124,34 +146,6 @@ impl From<uwf_state::ErrorKind> for Kind {
             K::Unavailable => Kind::Unavailable,
             K::Corrupt => Kind::Corrupt,
             K::Io => Kind::Io,
-        }
-    }
-}
-
-impl From<Kind> for uwf_cas::StoreErrorKind {
-    fn from(k: Kind) -> Self {
-        use uwf_cas::StoreErrorKind as K;
-        match k {
-            Kind::NotFound => K::NotFound,
-            Kind::Invalid => K::Invalid,
-            Kind::Conflict => K::Conflict,
-            Kind::Unavailable => K::Unavailable,
-            Kind::Corrupt => K::Corrupt,
-            Kind::Io => K::Io,
-        }
-    }
-}
-
-impl From<Kind> for uwf_state::ErrorKind {
-    fn from(k: Kind) -> Self {
-        use uwf_state::ErrorKind as K;
-        match k {
-            Kind::NotFound => K::NotFound,
-            Kind::Invalid => K::Invalid,
-            Kind::Conflict => K::Conflict,
-            Kind::Unavailable => K::Unavailable,
-            Kind::Corrupt => K::Corrupt,
-            Kind::Io => K::Io,
         }
     }
 }

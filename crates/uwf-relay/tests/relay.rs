@@ -56,6 +56,19 @@ mod state_contract {
     });
 }
 
+/// A relay over a fresh memory store and filesystem state, with the root
+/// it lives in.
+fn bare_relay() -> (Relay, tempfile::TempDir) {
+    let root = tempfile::tempdir().unwrap();
+    let relay = Relay::start_in(
+        root.path(),
+        Arc::new(MemStore::new()),
+        Arc::new(StateDir::new(root.path())),
+    )
+    .unwrap();
+    (relay, root)
+}
+
 fn node(n: u64) -> Node {
     Node {
         type_hash: uwf_cas::Hash::from_u64(1),
@@ -66,13 +79,7 @@ fn node(n: u64) -> Node {
 
 #[test]
 fn the_socket_is_private_and_gone_when_the_relay_stops() {
-    let root = tempfile::tempdir().unwrap();
-    let relay = Relay::start_in(
-        root.path(),
-        Arc::new(MemStore::new()),
-        Arc::new(StateDir::new(root.path())),
-    )
-    .unwrap();
+    let (relay, _root) = bare_relay();
     let dir = relay.path().parent().unwrap().to_path_buf();
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
@@ -105,13 +112,7 @@ fn the_stores_errors_keep_their_kind_and_a_forged_node_is_refused() {
     assert_eq!(listed, vec![a.hash()]);
     assert_eq!(state.threads().unwrap().len(), 0);
     // The fallback that cannot open says so, as unavailable.
-    let root = tempfile::tempdir().unwrap();
-    let relay = Relay::start_in(
-        root.path(),
-        Arc::new(MemStore::new()),
-        Arc::new(StateDir::new(root.path())),
-    )
-    .unwrap();
+    let (relay, _root) = bare_relay();
     let client = RelayClient::connect(relay.path()).unwrap();
     let state = RelayState::new(
         client,
@@ -129,14 +130,16 @@ fn the_stores_errors_keep_their_kind_and_a_forged_node_is_refused() {
 }
 
 #[test]
+fn a_relay_whose_socket_file_was_removed_still_stops() {
+    let (relay, root) = bare_relay();
+    // A temporary-directory cleaner, say.
+    drop(root);
+    drop(relay); // returns
+}
+
+#[test]
 fn a_leftover_connection_does_not_keep_the_relay_serving() {
-    let root = tempfile::tempdir().unwrap();
-    let relay = Relay::start_in(
-        root.path(),
-        Arc::new(MemStore::new()),
-        Arc::new(StateDir::new(root.path())),
-    )
-    .unwrap();
+    let (relay, _root) = bare_relay();
     // A connection that never says anything (an agent's child holding it).
     let idle = std::os::unix::net::UnixStream::connect(relay.path()).unwrap();
     drop(relay); // returns: the idle connection is closed, not waited for
