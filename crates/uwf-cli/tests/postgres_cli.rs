@@ -37,8 +37,14 @@ fn pg_env(url: &str) -> Env {
 
 /// Runs solve-issue to its end with uwf-mock, returns the thread id.
 fn solve(env: &Env, task: &str) -> String {
+    solve_with(env, task, &[])
+}
+
+/// [`solve`] with more variables in `uwf`'s environment.
+fn solve_with(env: &Env, task: &str, vars: &[(&str, &str)]) -> String {
     let agent = mock_agent(std::path::Path::new(&example("solve-issue.mock.yaml")));
-    let out = env.json(&[
+    let mut run = env.uwf();
+    run.envs(vars.iter().copied()).args([
         "thread",
         "run",
         &example("solve-issue.yaml"),
@@ -47,6 +53,13 @@ fn solve(env: &Env, task: &str) -> String {
         "--agent",
         &agent,
     ]);
+    let out = run.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(out["done"], true, "{out}");
     out["thread"].as_str().unwrap().to_string()
 }
@@ -419,37 +432,13 @@ fn agents_reach_the_store_through_their_engine_not_a_connection_each() {
         return;
     };
     let server = uwf_pg_testing::server().unwrap();
-    let agent = mock_agent(std::path::Path::new(&example("solve-issue.mock.yaml")));
     let mut opened = Vec::new();
-    for relay in [true, false] {
+    for vars in [&[][..], &[("UWF_NO_RELAY", "1")][..]] {
         let (port, proxy) = server.proxy();
         let env = pg_env(&db.url_through(port, false));
-        let mut run = env.uwf();
-        if !relay {
-            run.env("UWF_NO_RELAY", "1");
-        }
-        let out = run
-            .args([
-                "thread",
-                "run",
-                &example("solve-issue.yaml"),
-                "-p",
-                "Fix the login bug",
-                "--agent",
-                &agent,
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let done: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(done["done"], true, "{done}");
+        let thread = solve_with(&env, "Fix the login bug", vars);
         opened.push(proxy.accepted());
-        let thread = done["thread"].as_str().unwrap();
-        assert_eq!(env.roles(thread), SOLVED);
+        assert_eq!(env.roles(&thread), SOLVED);
         let verify = env.json(&["cas", "verify"]);
         assert_eq!(verify["issues"], serde_json::json!([]), "{verify}");
     }
