@@ -691,6 +691,10 @@ fn read_small(path: &Path) -> Result<Option<Vec<u8>>> {
 /// Bytes [`read_small`] reserves before it reads: most nodes fit.
 const READ_GUESS: usize = 8192;
 
+/// How many times [`FsStore::insert`] tries to store a node whose file
+/// another process keeps creating and removing.
+const INSERT_TRIES: usize = 64;
+
 /// Removes a file; `Ok(false)` if it was not there.
 fn remove_if_present(path: &Path) -> Result<bool> {
     match fs::remove_file(path) {
@@ -716,39 +720,51 @@ impl Store for FsStore {
 
     fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)> {
         let path = self.object_path(hash);
-        let stored = match self.read_node(hash, &path) {
-            Ok(Some(existing)) => Some(existing),
-            Ok(None) => None,
-            Err(CasError::Corrupt { reason, .. }) => {
-                // Same name, same content by definition: replacing it repairs the store.
-                tracing::warn!(%hash, path = %path.display(), %reason, "replacing a corrupt node file");
-                atomic::write_atomic(&path, &Self::encode_file(node)?)?;
+        let mut created_dir = false;
+        // A node seen here can vanish before it is read again: a collection
+        // with a short grace may remove it at any moment while no root
+        // reaches it (docs/state.md, "Collecting beside running work").
+        // Then it is simply absent again, and this writer stores it; the
+        // epoch protocol, not this loop, decides whether a root may point
+        // at it. Bounded so that a collector sweeping in a tight loop cannot
+        // hold a writer forever.
+        for _ in 0..INSERT_TRIES {
+            match self.read_node(hash, &path) {
+                Ok(Some(existing)) => {
+                    // Heal an index entry lost to a crash between the two writes.
+                    self.ensure_marker(existing.type_hash, hash)?;
+                    freshen(&path);
+                    return Ok((existing, false));
+                }
+                Ok(None) => {}
+                Err(CasError::Corrupt { reason, .. }) => {
+                    // Same name, same content by definition: replacing it repairs the store.
+                    tracing::warn!(%hash, path = %path.display(), %reason, "replacing a corrupt node file");
+                    atomic::write_atomic(&path, &Self::encode_file(node)?)?;
+                    self.ensure_marker(node.type_hash, hash)?;
+                    return Ok((node.clone(), true));
+                }
+                Err(e) => return Err(e),
+            }
+            if !created_dir && let Some(parent) = path.parent() {
+                private::create_dir_all(parent)
+                    .map_err(|e| CasError::io("create directory", parent, e))?;
+                created_dir = true;
+            }
+            if atomic::create_new_atomic(&path, &Self::encode_file(node)?)? {
                 self.ensure_marker(node.type_hash, hash)?;
                 return Ok((node.clone(), true));
             }
-            Err(e) => return Err(e),
-        };
-        if let Some(existing) = stored {
-            // Heal an index entry lost to a crash between the two writes.
-            self.ensure_marker(existing.type_hash, hash)?;
-            freshen(&path);
-            return Ok((existing, false));
+            // Lost a race with another writer: the next turn reports the
+            // winner's node, or stores ours if the winner's is gone already.
         }
-        if let Some(parent) = path.parent() {
-            private::create_dir_all(parent)
-                .map_err(|e| CasError::io("create directory", parent, e))?;
-        }
-        let created = atomic::create_new_atomic(&path, &Self::encode_file(node)?)?;
-        let result = if created {
-            node.clone()
-        } else {
-            // Lost a race with another writer: report the winner's node.
-            self.read_node(hash, &path)?.ok_or_else(|| {
-                CasError::io("read", &path, std::io::Error::from(ErrorKind::NotFound))
-            })?
-        };
-        self.ensure_marker(result.type_hash, hash)?;
-        Ok((result, created))
+        Err(CasError::io(
+            "store",
+            &path,
+            std::io::Error::other(format!(
+                "the node file kept disappearing while it was stored ({INSERT_TRIES} tries): is something removing files under the store?"
+            )),
+        ))
     }
 
     fn hashes(&self) -> HashIter<'_> {

@@ -619,6 +619,58 @@ fn many_writers_agree() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
+/// Writers storing one node while something removes its file again and
+/// again (a collection with `--grace 0s` beside answers that store equal
+/// outputs: `cas_cli`'s `gc_beside_running_work_never_leaves_a_broken_root`)
+/// never fail: a file that vanishes between losing the race to create it
+/// and reading the winner's is stored again.
+#[test]
+fn a_node_removed_while_writers_race_to_store_it_is_stored_again() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const WRITERS: usize = 3;
+    const PUTS: usize = 400;
+    let dir = tempfile::tempdir().unwrap();
+    let cas = open(&dir);
+    let ty = note(&cas);
+    let payload = json!({ "text": "the same answer" });
+    let hash = cas.put(ty, payload.clone()).unwrap().hash;
+    let path = object_path(&dir, hash);
+    let stop = AtomicBool::new(false);
+    let barrier = Barrier::new(WRITERS + 1);
+    std::thread::scope(|s| {
+        let remover = s.spawn(|| {
+            barrier.wait();
+            let mut removed = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                removed += usize::from(fs::remove_file(&path).is_ok());
+                std::thread::yield_now();
+            }
+            removed
+        });
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|_| {
+                s.spawn(|| {
+                    let cas = open(&dir);
+                    barrier.wait();
+                    for _ in 0..PUTS {
+                        let stored = cas.put(ty, payload.clone());
+                        assert_eq!(stored.map(|s| s.hash).ok(), Some(hash));
+                    }
+                })
+            })
+            .collect();
+        let outcome: Vec<_> = writers.into_iter().map(|w| w.join()).collect();
+        stop.store(true, Ordering::Relaxed);
+        let removed = remover.join().unwrap();
+        assert!(removed > 0, "the race was not exercised");
+        for o in outcome {
+            o.unwrap();
+        }
+    });
+    cas.put(ty, payload).unwrap();
+    assert!(cas.verify().unwrap().is_ok());
+}
+
 #[test]
 fn malformed_hashes_are_rejected_by_parsing() {
     for bad in [
