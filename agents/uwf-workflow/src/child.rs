@@ -42,7 +42,7 @@ impl Child {
         depth: usize,
         cancel: CancelToken,
     ) -> Result<Self, WorkflowAgentError> {
-        let mut engine = uwf_engine::location::open_resolved(None, root)
+        let mut engine = Engine::open_resolved(uwf_agent_kit::backends(), None, root)
             .map_err(Box::new)?
             .with_agent_env(CALL_DEPTH_ENV, OsString::from(depth.to_string()));
         // Agents installed beside this binary (as uwf does for its own).

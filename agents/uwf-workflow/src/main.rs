@@ -95,6 +95,8 @@ struct Args {
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
     uwf_agent_kit::install_report_handler();
+    #[cfg(feature = "postgres")]
+    uwf_agent_kit::use_backends(uwf_engine::backend::Backends::new().with(uwf_store_pg::PgBackend));
     if argv.len() == 1 {
         // Not a protocol call (uwf always passes the thread and the role).
         let mut cmd = <Args as clap::CommandFactory>::command();

@@ -259,7 +259,7 @@ impl Cli {
         cmd.env("NO_COLOR", "1")
             // The store relay is this agent's way into the store, not the
             // wrapped tool's (docs/postgres.md, "The store relay").
-            .env_remove(uwf_engine::RELAY_ENV);
+            .env_remove(uwf_protocol::agent_env::RELAY);
         cmd
     }
 

@@ -64,8 +64,9 @@ impl std::fmt::Debug for AgentContext {
 impl AgentContext {
     /// Loads the context of `role` on `thread` from the store of the
     /// storage root `root`: the root itself, or the store that
-    /// [`UWF_STORE`](uwf_engine::location::STORE_ENV) or `store:` in its
-    /// `config.yaml` names (uwf sets `UWF_STORE` for its agents).
+    /// [`UWF_STORE`](uwf_backend::STORE_ENV) or `store:` in its
+    /// `config.yaml` names (uwf sets `UWF_STORE` for its agents), opened with
+    /// the [backends this program registered](crate::use_backends).
     ///
     /// Validates the thread id, reads the thread's head from the thread state
     /// ([`KitError::NotActive`] when absent), loads the chain, checks the
@@ -74,19 +75,21 @@ impl AgentContext {
     /// this role; otherwise a warning is logged and the agent runs without.
     pub fn load(root: &Path, thread: &str, role: &str) -> Result<Self, KitError> {
         let thread_id: ThreadId = thread.parse()?;
+        let opened = crate::backends()
+            .open_resolved(None, root)
+            .map_err(|e| KitError::Store(Box::new(e)))?;
         // Every node the agent stores through the context has the store's
         // secrets cut out (docs/state.md, "Secrets and file modes").
-        let (store, state) = uwf_engine::location::open_resolved(None, root)
-            .and_then(uwf_engine::Engine::redacting)
-            .map_err(|e| KitError::Store(Box::new(e)))?
-            .into_stores();
+        let state = opened.stores.state;
+        let redactor = uwf_backend::secrets::redactor(&state.secrets()?, &opened.secrets);
+        let store = Cas::new(opened.stores.objects)?.with_redactor(std::sync::Arc::new(redactor));
         // Run by an engine that relays the store to us, the head it gave
         // is the one it just read: reading it again would cost a round
         // trip to the database and could only find a thread killed
         // meanwhile, which the engine's kill flag reports.
         let given = (std::env::var_os(crate::RELAY_ENV).is_some_and(|v| !v.is_empty()))
             .then(|| {
-                std::env::var(uwf_engine::HEAD_ENV)
+                std::env::var(uwf_protocol::agent_env::HEAD)
                     .ok()?
                     .parse::<uwf_cas::Hash>()
                     .ok()
@@ -455,10 +458,10 @@ pub fn prompt_at(
 /// empty for none), when uwf started this agent for that very head
 /// (`UWF_HEAD`); `None` when the agent has to decide itself.
 fn decided_by_uwf(head: Hash) -> Option<Option<String>> {
-    let from = std::env::var(uwf_engine::HEAD_ENV).ok()?;
+    let from = std::env::var(uwf_protocol::agent_env::HEAD).ok()?;
     if from != head.to_string() {
         return None;
     }
-    let prompt = std::env::var(uwf_engine::EDGE_PROMPT_ENV).ok()?;
+    let prompt = std::env::var(uwf_protocol::agent_env::EDGE_PROMPT).ok()?;
     Some((!prompt.is_empty()).then_some(prompt))
 }

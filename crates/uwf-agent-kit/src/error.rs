@@ -107,7 +107,7 @@ pub enum KitError {
     /// reached, a bad `UWF_STORE`, …).
     #[error(transparent)]
     #[diagnostic(transparent)]
-    Store(Box<uwf_engine::EngineError>),
+    Store(Box<uwf_backend::BackendError>),
 
     /// `config.yaml` is missing, and something needs a model.
     #[error("no configuration file {}", path.display())]
@@ -335,7 +335,7 @@ impl KitError {
     pub fn exit_code(&self) -> u8 {
         match self {
             KitError::Usage { .. } => 2,
-            e if e.is_unavailable() => uwf_engine::EXIT_UNAVAILABLE,
+            e if e.is_unavailable() => uwf_protocol::agent_env::EXIT_UNAVAILABLE,
             _ => 1,
         }
     }

@@ -103,9 +103,28 @@ pub use step::{
 /// The environment variable naming the store relay an agent reaches its
 /// store through (docs/postgres.md, "The store relay"): a tool an agent
 /// runs for the model must not inherit it.
-pub use uwf_engine::RELAY_ENV;
+pub use uwf_protocol::agent_env::RELAY as RELAY_ENV;
 /// The id types of the protocol, so an agent needs no direct dependency for them.
 pub use uwf_protocol::{Hash, ThreadId};
+
+/// The store backends [`AgentContext::load`] opens stores with: set once,
+/// early, by a program that links more than the filesystem store.
+static BACKENDS: std::sync::OnceLock<uwf_backend::Backends> = std::sync::OnceLock::new();
+
+/// Makes [`AgentContext::load`] open stores with `backends` (the `uwf`
+/// binary registers PostgreSQL here). Without it an agent opens the
+/// filesystem store itself and reaches any other store through the relay
+/// of the engine that runs it (docs/postgres.md, "The store relay"), so an
+/// agent links no database client. Returns `false`, changing nothing, if
+/// backends were set (or used) already.
+pub fn use_backends(backends: uwf_backend::Backends) -> bool {
+    BACKENDS.set(backends).is_ok()
+}
+
+/// The backends [`AgentContext::load`] uses ([`use_backends`]).
+pub fn backends() -> &'static uwf_backend::Backends {
+    BACKENDS.get_or_init(uwf_backend::Backends::new)
+}
 
 /// The error an agent's closure returns. Any error converts into it with
 /// `?`, and a closure that only returns `Ok(..)` needs no annotation.

@@ -106,7 +106,7 @@ pub fn finish(ctx: &AgentContext, agent: &str, run: AgentRun) -> Result<Hash, Ki
     let detail = put_detail(ctx, &run)?;
     if let Some(child) = run.child_thread {
         // The engine's own check, so a step it would refuse is never written.
-        uwf_engine::check::check_child(ctx.store(), ctx.view(), child).map_err(|problem| {
+        uwf_moderator::child::check_child(ctx.store(), ctx.view(), child).map_err(|problem| {
             KitError::BadChildThread {
                 hash: child,
                 reason: problem.to_string(),

@@ -8,6 +8,51 @@ pub use uwf_engine::*;
 
 use crate::error::CliError;
 
+/// The store backends `uwf` opens: the filesystem store, and PostgreSQL
+/// with the `postgres` feature (on by default). docs/architecture.md, "The
+/// storage seam".
+pub fn backends() -> &'static backend::Backends {
+    static BACKENDS: OnceLock<backend::Backends> = OnceLock::new();
+    BACKENDS.get_or_init(|| {
+        let backends = backend::Backends::new();
+        #[cfg(feature = "postgres")]
+        let backends = backends.with(uwf_store_pg::PgBackend);
+        backends
+    })
+}
+
+/// Where a store lives, over [`backends`]: [`backend::location`] with the
+/// opening done by `uwf`'s registry.
+pub mod location {
+    use std::path::Path;
+
+    pub use uwf_engine::backend::location::*;
+    use uwf_engine::backend::{BackendError, SchemaChange};
+    use uwf_engine::{Engine, EngineError};
+
+    /// The engine over the store at `location`, for a command on the
+    /// storage root `root`.
+    pub fn open(root: &Path, location: &StoreLocation) -> Result<Engine, EngineError> {
+        Engine::from_opened(super::backends().open(root, location)?)
+    }
+
+    /// Prepares the store at `location` ([`uwf_engine::backend::Backends::init`]).
+    pub fn init(
+        root: &Path,
+        location: &StoreLocation,
+    ) -> Result<Option<SchemaChange>, BackendError> {
+        super::backends().init(root, location)
+    }
+
+    /// What `location` is: `filesystem`, or its backend's name.
+    pub fn kind(
+        location: &StoreLocation,
+        source: LocationSource,
+    ) -> Result<&'static str, BackendError> {
+        super::backends().kind(location, source)
+    }
+}
+
 /// The engine a command runs on, over the filesystem store at `root`.
 pub struct Ctx {
     engine: Engine,
@@ -39,7 +84,7 @@ impl Ctx {
 /// `--store`; see [`location::resolve`]). Agents installed beside `uwf` are
 /// found first.
 pub fn open(root: &Path, store: Option<&str>) -> Result<Ctx, CliError> {
-    let engine = location::open_resolved(store, root)?;
+    let engine = Engine::open_resolved(backends(), store, root)?;
     let engine = match std::env::current_exe()
         .ok()
         .as_deref()

@@ -481,9 +481,9 @@ impl From<EngineError> for CliError {
     }
 }
 
-impl From<uwf_engine::location::LocationError> for CliError {
-    fn from(e: uwf_engine::location::LocationError) -> Self {
-        EngineError::Location(e).into()
+impl From<uwf_engine::backend::BackendError> for CliError {
+    fn from(e: uwf_engine::backend::BackendError) -> Self {
+        EngineError::Backend(e).into()
     }
 }
 
@@ -589,6 +589,19 @@ fn hint(e: &EngineError) -> Option<String> {
             "another uwf process won the race and the thread is over; `uwf thread show {thread}` shows how it ended, `uwf thread fork <hash>` continues from any of its steps"
         ),
         EngineError::Interrupted => "the thread is unchanged; step it again to retry".into(),
+        EngineError::Backend(uwf_engine::backend::BackendError::UnknownScheme { .. }) => format!(
+            "give a directory, or postgres://USER@HOST:PORT/DATABASE (password in {} or .env){}",
+            uwf_engine::backend::STORE_PASSWORD_ENV,
+            if cfg!(feature = "postgres") {
+                ""
+            } else {
+                "; this uwf was built without its `postgres` feature"
+            }
+        ),
+        EngineError::Backend(uwf_engine::backend::BackendError::Empty { .. }) => {
+            "remove the setting to use the storage root, or give a directory or a postgres:// URL"
+                .into()
+        }
         EngineError::EmptyPrompt => {
             "give the task with -p \"…\", -p - (stdin) or --prompt-file FILE".into()
         }

@@ -33,6 +33,9 @@ fn main() -> ExitCode {
     // Ctrl-C / SIGTERM become a flag: a running agent's process group is
     // stopped instead of orphaned, and `setup` restores the terminal.
     engine::forward_interrupts();
+    // `uwf agent context/submit` and `thread answer` load an agent's
+    // context through the kit: it opens what `uwf` opens.
+    uwf_agent_kit::use_backends(engine::backends().clone());
     let (root, store) = (cli.global.root.clone(), cli.global.store.clone());
     match run(cli) {
         Ok(code) => code,

@@ -1,14 +1,15 @@
 //! The layer rule of the workspace, enforced.
 //!
 //! ```text
-//! uwf-protocol ← uwf-util ← (uwf-cas, uwf-state) ← uwf-moderator ← uwf-engine ← uwf-agent-kit ← (agents/*, uwf-cli)
-//! (uwf-cas, uwf-state) ← uwf-store-pg ← uwf-engine
-//! (uwf-cas, uwf-state) ← uwf-relay ← uwf-engine
+//! uwf-protocol ← uwf-util ← (uwf-cas, uwf-state) ← uwf-moderator ← uwf-engine ← (agents/*, uwf-cli)
+//! (uwf-cas, uwf-state) ← uwf-relay ← uwf-backend ← (uwf-engine, uwf-agent-kit)
+//! uwf-backend ← uwf-store-pg ← (uwf-cli, agents/uwf-workflow; uwf-engine's tests)
+//! uwf-moderator ← uwf-agent-kit ← (agents/*, uwf-cli)
 //! uwf-picture ← uwf-jsonata ← uwf-moderator
 //! uwf-moderator ← uwf-view ← uwf-cli
 //! ```
 //!
-//! Every workspace package has a layer ([`LAYERS`], or 5 for any package whose
+//! Every workspace package has a layer ([`LAYERS`], or 8 for any package whose
 //! manifest lives under `agents/`). Normal, build and dev dependencies on
 //! other workspace packages must point to a strictly lower layer: agents
 //! cannot use the CLI (nor the CLI an agent), the CAS cannot use the
@@ -36,17 +37,23 @@ const LAYERS: &[(&str, u8)] = &[
     ("uwf-cas", 2),
     ("uwf-state", 2),
     ("uwf-moderator", 3),
-    // The PostgreSQL backend of both storage traits.
-    ("uwf-store-pg", 3),
+    // The store relay: an engine serves its store to the agent it runs.
     ("uwf-relay", 3),
-    ("uwf-engine", 4),
+    // Opening a store from where it lives: the registry of backends.
+    ("uwf-backend", 4),
     ("uwf-view", 4),
-    ("uwf-agent-kit", 5),
-    ("uwf-cli", 6),
+    // The PostgreSQL backend of both storage traits, registered by the
+    // programs that link it.
+    ("uwf-store-pg", 5),
+    // Above uwf-store-pg only for its own tests on a real server.
+    ("uwf-engine", 6),
+    // Knows no engine (its `testing` feature runs threads with one).
+    ("uwf-agent-kit", 7),
+    ("uwf-cli", 8),
 ];
 
 /// The layer of every package whose manifest lives under `agents/`.
-const AGENT_LAYER: u8 = 6;
+const AGENT_LAYER: u8 = 8;
 
 /// The directory (relative to the workspace root) whose packages are agents.
 const AGENTS_DIR: &str = "agents";

@@ -127,7 +127,8 @@ fn main() {
                     vec![("UWF_STORE".to_string(), s.to_string())],
                 )
             };
-            let engine = uwf_engine::location::open_resolved(Some(&url), &root).unwrap();
+            let backends = uwf_engine::backend::Backends::new().with(uwf_store_pg::PgBackend);
+            let engine = uwf_engine::Engine::open_resolved(&backends, Some(&url), &root).unwrap();
             (engine, env)
         }
     };

@@ -42,15 +42,11 @@ pub enum EngineError {
     #[diagnostic(transparent)]
     ThreadId(#[from] uwf_protocol::ThreadIdError),
 
-    /// The store setting cannot be used.
+    /// The store cannot be opened: its setting, or its backend (connecting,
+    /// migrating, …).
     #[error(transparent)]
     #[diagnostic(transparent)]
-    Location(#[from] crate::location::LocationError),
-
-    /// The PostgreSQL store failed (connecting, migrating, …).
-    #[error(transparent)]
-    #[diagnostic(transparent)]
-    Postgres(Box<uwf_store_pg::PgError>),
+    Backend(#[from] uwf_backend::BackendError),
 
     /// A command needs something the store does not have.
     #[error("the store {store} has no {what}")]
@@ -300,7 +296,7 @@ impl EngineError {
         match self {
             EngineError::State(e) => e.kind() == uwf_state::ErrorKind::Unavailable,
             EngineError::Cas(e) => e.kind() == StoreErrorKind::Unavailable,
-            EngineError::Postgres(e) => e.kind() == uwf_state::ErrorKind::Unavailable,
+            EngineError::Backend(e) => e.is_unavailable(),
             EngineError::Thread(uwf_moderator::thread::ThreadError::Cas(e)) => {
                 e.kind() == StoreErrorKind::Unavailable
             }
@@ -322,10 +318,9 @@ fn finished_meanwhile(thread: &ThreadId, reason: &str) -> String {
     }
 }
 
-/// The exit status of an agent that could not reach the store (BSD's
-/// `EX_TEMPFAIL`): the step failed for a reason that passes, and nothing
-/// was written.
-pub const EXIT_UNAVAILABLE: u8 = 75;
+/// The exit status of an agent that could not reach the store
+/// ([`uwf_protocol::agent_env::EXIT_UNAVAILABLE`]).
+pub const EXIT_UNAVAILABLE: u8 = uwf_protocol::agent_env::EXIT_UNAVAILABLE;
 
 /// An agent failed or produced something unusable.
 #[derive(Debug, Error, Diagnostic)]

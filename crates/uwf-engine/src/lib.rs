@@ -24,7 +24,6 @@ pub mod copy;
 mod error;
 pub mod human;
 pub mod keep;
-pub mod location;
 pub mod nested;
 mod ops;
 mod progress;
@@ -57,22 +56,23 @@ pub use step::*;
 use uwf_cas::Cas;
 use uwf_state::{RunQueue, StateDir, ThreadStore};
 
-/// Environment variable telling an agent how uwf names it (its alias or
-/// command line); the StepNode records it as `agent`.
-pub const AGENT_ENV: &str = "UWF_AGENT";
+/// Environment variable telling an agent how uwf names it
+/// ([`uwf_protocol::agent_env::AGENT`]).
+pub const AGENT_ENV: &str = uwf_protocol::agent_env::AGENT;
 
 /// Environment variable naming the store relay an agent reaches its store
 /// through ([`uwf_relay`]; docs/postgres.md, "The store relay").
-pub const RELAY_ENV: &str = uwf_relay::RELAY_ENV;
+pub const RELAY_ENV: &str = uwf_protocol::agent_env::RELAY;
 
-/// Environment variable giving an agent the head its step starts from, so
-/// it needs no lookup of the thread's head.
-pub const HEAD_ENV: &str = "UWF_HEAD";
+pub use uwf_backend as backend;
+
+/// Environment variable giving an agent the head its step starts from
+/// ([`uwf_protocol::agent_env::HEAD`]).
+pub const HEAD_ENV: &str = uwf_protocol::agent_env::HEAD;
 
 /// Environment variable giving an agent the edge prompt of the moderator's
-/// decision at [`HEAD_ENV`] (empty: the transition has none), so it need
-/// not evaluate the workflow's conditions again.
-pub const EDGE_PROMPT_ENV: &str = "UWF_EDGE_PROMPT";
+/// decision at [`HEAD_ENV`] ([`uwf_protocol::agent_env::EDGE_PROMPT`]).
+pub const EDGE_PROMPT_ENV: &str = uwf_protocol::agent_env::EDGE_PROMPT;
 
 /// A cancellation flag the caller owns: set it (from a signal handler,
 /// another thread, a shutdown path) and the running step stops its agent,
@@ -222,5 +222,37 @@ impl Engine {
     /// The run queue of the store, if it has one.
     pub fn run_queue(&self) -> Option<&Arc<dyn RunQueue>> {
         self.runs.as_ref()
+    }
+
+    /// The engine over a store [`uwf_backend::Backends`] opened: its
+    /// agents get what they need to reach the same store, its secrets are
+    /// cut out of what it writes, and on a networked store it serves its
+    /// agents the store over a relay.
+    pub fn from_opened(opened: uwf_backend::Opened) -> Result<Self, EngineError> {
+        let uwf_backend::Opened {
+            stores,
+            agent_env,
+            secrets,
+            run_dir,
+            serve_relay,
+            relayed: _,
+        } = opened;
+        let mut engine = Engine::with_stores(Cas::new(stores.objects)?, stores.state, agent_env)
+            .with_run_dir(run_dir);
+        engine.runs = stores.runs;
+        engine.serves_relay = serve_relay;
+        engine.secrets = secrets;
+        Ok(engine)
+    }
+
+    /// [`uwf_backend::Backends::open_resolved`] then [`from_opened`](Self::from_opened):
+    /// the engine a command (or an agent, with `flag` `None`) uses on the
+    /// storage root `root`.
+    pub fn open_resolved(
+        backends: &uwf_backend::Backends,
+        flag: Option<&str>,
+        root: &Path,
+    ) -> Result<Self, EngineError> {
+        Self::from_opened(backends.open_resolved(flag, root)?)
     }
 }

@@ -1035,7 +1035,7 @@ fn total(suite: &Suite, scores: &[Score]) -> Option<f64> {
 /// environment, with a `UWF_STORE` of the caller's removed unless the
 /// engine sets one.
 fn child_env(engine: &Engine, cmd: &mut Command) {
-    cmd.env_remove(crate::location::STORE_ENV);
+    cmd.env_remove(uwf_backend::STORE_ENV);
     for (k, v) in &engine.store_env {
         cmd.env(k, v);
     }

@@ -74,6 +74,7 @@
 /// continues it from `$START` ([`evaluate_resume`]).
 pub const SUSPEND: &str = "$SUSPEND";
 
+pub mod child;
 pub mod definition;
 pub mod diagram;
 pub mod diff;

@@ -60,6 +60,7 @@ macro_rules! text_id {
 }
 pub(crate) use text_id;
 
+pub mod agent_env;
 pub mod base32;
 pub mod fixtures;
 pub mod schemas;

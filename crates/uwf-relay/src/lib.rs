@@ -8,7 +8,7 @@
 //! rest of the step's database work (docs/performance.md). The engine now
 //! starts a [`Relay`] beside each agent it runs and names its socket in
 //! [`RELAY_ENV`]; a program that opens the store through
-//! `uwf_engine::location` (every agent built on the kit, `uwf agent
+//! `uwf_backend::Backends` (every agent built on the kit, `uwf agent
 //! context` and `submit`) finds it there and uses [`RelayStore`] and
 //! [`RelayState`]. Only the calls a step makes go over the relay (nodes,
 //! the derived cache, a head, the configuration, the secrets); every
@@ -32,7 +32,7 @@ pub use server::Relay;
 
 /// The environment variable naming the relay's socket in an agent's
 /// environment. Unset (or empty): open the store as usual.
-pub const RELAY_ENV: &str = "UWF_RELAY";
+pub const RELAY_ENV: &str = uwf_protocol::agent_env::RELAY;
 
 /// Why a relay could not be used.
 #[derive(Debug, thiserror::Error)]

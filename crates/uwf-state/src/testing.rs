@@ -39,11 +39,19 @@ use crate::{ErrorKind, NodeGuard, StateError, ThreadStore};
 /// `$make` is an expression evaluated anew in each test, giving a tuple
 /// `(store, guard)`: a fresh, empty backend and anything that must stay
 /// alive while it is used (use `()` if nothing). It may `return` to skip
-/// the test. Invoke it inside a module of its own, once per backend.
+/// the test. Invoke it inside a module of its own, once per backend; with
+/// `dyn` first, the store is an `Arc<dyn ThreadStore>` (as
+/// `uwf_backend::Backends` opens one).
 #[macro_export]
 macro_rules! thread_store_contract_tests {
+    (dyn $make:expr) => {
+        $crate::thread_store_contract_tests!(@all $crate::testing::shared; $make);
+    };
     ($make:expr) => {
-        $crate::thread_store_contract_tests!(@each $make;
+        $crate::thread_store_contract_tests!(@all $crate::testing::itself; $make);
+    };
+    (@all $view:path; $make:expr) => {
+        $crate::thread_store_contract_tests!(@each $view; $make;
             absent_threads_have_no_head,
             insert_refuses_an_active_id,
             heads_move_by_compare_and_swap,
@@ -66,15 +74,26 @@ macro_rules! thread_store_contract_tests {
             waiting_can_be_cancelled,
         );
     };
-    (@each $make:expr; $($name:ident),* $(,)?) => {
+    (@each $view:path; $make:expr; $($name:ident),* $(,)?) => {
         $(
             #[test]
             fn $name() {
                 let (store, _guard) = $make;
-                $crate::testing::$name(&store);
+                $crate::testing::$name($view(&store));
             }
         )*
     };
+}
+
+/// The store as the contract tests take it, for a concrete backend.
+pub fn itself<S: ?Sized>(store: &S) -> &S {
+    store
+}
+
+/// The store as the contract tests take it, for one opened at run time
+/// (`thread_store_contract_tests!(dyn …)`).
+pub fn shared(store: &std::sync::Arc<dyn ThreadStore>) -> &dyn ThreadStore {
+    store.as_ref()
 }
 
 /// Runs every contract test of the [`RunQueue`] trait (the run queue of
@@ -85,7 +104,7 @@ macro_rules! thread_store_contract_tests {
 #[macro_export]
 macro_rules! run_queue_contract_tests {
     ($make:expr) => {
-        $crate::thread_store_contract_tests!(@each $make;
+        $crate::thread_store_contract_tests!(@each $crate::testing::itself; $make;
             enqueue_needs_an_active_thread_and_refuses_a_second_time,
             runs_are_listed_oldest_first_and_keep_their_request,
             racing_claimers_get_each_run_exactly_once,

@@ -27,6 +27,7 @@
 
 mod cas;
 mod error;
+mod factory;
 mod memo;
 mod notices;
 mod runs;
@@ -47,6 +48,7 @@ use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement};
 
 pub use error::{BACKEND, PgError};
+pub use factory::PgBackend;
 pub use schema::InitReport;
 pub use slots::PgSlot;
 

@@ -124,7 +124,7 @@ fn show(root: &ResolvedRoot, store: Option<&str>, quiet: bool) -> Result<Shown, 
     // keeps the configuration, and secrets (`.env`) stay in the root.
     let state = match &loc {
         StoreLocation::Dir(dir) => StateDir::new(dir),
-        StoreLocation::Postgres(_) => StateDir::new(&root.path),
+        StoreLocation::Url(_) => StateDir::new(&root.path),
     };
     let (config, config_source, hint) = match &loc {
         StoreLocation::Dir(_) => {
@@ -132,7 +132,7 @@ fn show(root: &ResolvedRoot, store: Option<&str>, quiet: bool) -> Result<Shown, 
             let hint = format!("no {} yet; run `uwf setup` to create it", path.display());
             (state.config()?, path.display().to_string(), hint)
         }
-        StoreLocation::Postgres(_) => {
+        StoreLocation::Url(_) => {
             let engine = location::open(&root.path, &loc)?;
             let source = engine.state().config_name();
             let hint = format!(

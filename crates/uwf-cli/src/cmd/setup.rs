@@ -445,7 +445,7 @@ pub fn run_at(root: &Path, store: Option<&str>, args: SetupArgs) -> Result<Repor
     let (location, _) = location::resolve(store, root)?;
     match &location {
         StoreLocation::Dir(dir) => run(&StateDir::new(dir), &Target::Root, args),
-        StoreLocation::Postgres(_) => {
+        StoreLocation::Url(_) => {
             let engine = location::open(root, &location)?;
             let target = Target::Shared {
                 store: engine.state(),

@@ -10,14 +10,6 @@ use crate::engine::copy::copy_store;
 use crate::engine::location::{self, LocationSource, StoreLocation};
 use crate::error::CliError;
 
-fn kind(location: &StoreLocation) -> &'static str {
-    if location.is_dir() {
-        "filesystem"
-    } else {
-        "postgres"
-    }
-}
-
 /// A store named on the command line (`--from`, `--to`).
 fn named(text: &str) -> Result<StoreLocation, CliError> {
     let cwd = std::env::current_dir().unwrap_or_default();
@@ -46,13 +38,14 @@ pub fn run(root: &Path, flag: Option<&str>, cmd: StoreCommand) -> Result<Outcome
             let (loc, source) = location::resolve(flag, root)?;
             value(json!({
                 "store": loc.display(),
-                "kind": kind(&loc),
+                "kind": location::kind(&loc, source)?,
                 "from": source.to_string(),
                 "root": root,
             }))
         }
         StoreCommand::Init { config } => {
-            let (loc, _) = location::resolve(flag, root)?;
+            let (loc, source) = location::resolve(flag, root)?;
+            let kind = location::kind(&loc, source)?;
             // Read and checked before anything is written: a missing or
             // invalid file changes nothing, and a configuration every
             // machine would fail to read or use is never shared.
@@ -67,7 +60,7 @@ pub fn run(root: &Path, flag: Option<&str>, cmd: StoreCommand) -> Result<Outcome
                 })
                 .transpose()?;
             let report = location::init(root, &loc)?;
-            let mut v = json!({ "store": loc.display(), "kind": kind(&loc) });
+            let mut v = json!({ "store": loc.display(), "kind": kind });
             if let Some(r) = report {
                 v["schemaVersion"] = json!(r.to);
                 v["previousVersion"] = json!(r.from);

@@ -90,7 +90,6 @@ impl Env {
             .env_remove("UWF_STORE")
             .env_remove("UWF_STORE_PASSWORD")
             .env_remove("UWF_RELAY")
-            .env_remove("UWF_NO_RELAY")
             .env("NO_COLOR", "1")
             .env("COLUMNS", "200");
         if let Some(db) = &self.db {

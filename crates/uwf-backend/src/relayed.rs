@@ -1,0 +1,61 @@
+//! The stores of an agent whose engine serves it the store over a relay
+//! ([`uwf_relay`]; docs/postgres.md, "The store relay").
+
+use std::path::Path;
+use std::sync::Arc;
+
+use uwf_cas::Store;
+use uwf_state::ThreadStore;
+
+use crate::{BackendError, BackendFactory, Connect, Stores};
+
+/// The stores through the relay named in this process's environment:
+/// node reads and writes, the derived cache, a head, the configuration and
+/// the secrets go through it; anything else opens the store itself with
+/// `factory`, once, when first needed (and fails then, saying so, when this
+/// program has no backend for the URL). `None` when no relay is named or it
+/// cannot be reached (then the store is opened as usual).
+pub(crate) fn open(
+    url: &str,
+    root: &Path,
+    password: Option<String>,
+    factory: Option<Arc<dyn BackendFactory>>,
+) -> Result<Option<Stores>, BackendError> {
+    let Some(path) = uwf_relay::from_env() else {
+        return Ok(None);
+    };
+    let client = match uwf_relay::RelayClient::connect(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!("opening the store itself: {e}");
+            return Ok(None);
+        }
+    };
+    tracing::debug!(relay = %path.display(), store = client.describe(), "store through the relay");
+    let (url, root) = (url.to_owned(), root.to_path_buf());
+    let fallback = uwf_relay::Fallback::new(Box::new(move || {
+        let Some(factory) = &factory else {
+            return Err(format!(
+                "{} is reached through the relay of the engine that runs this program, and this \
+                 call needs the store itself, but this program has no backend for it",
+                crate::location::redact(&url)
+            ));
+        };
+        let connect = Connect {
+            root: &root,
+            password: password.as_deref(),
+        };
+        let stores = factory.open(&url, connect).map_err(|e| e.to_string())?;
+        Ok((stores.objects, stores.state))
+    }));
+    let objects: Arc<dyn Store> = Arc::new(uwf_relay::RelayStore::new(
+        Arc::clone(&client),
+        Arc::clone(&fallback),
+    ));
+    let state: Arc<dyn ThreadStore> = Arc::new(uwf_relay::RelayState::new(client, fallback));
+    Ok(Some(Stores {
+        objects,
+        state,
+        runs: None,
+    }))
+}
