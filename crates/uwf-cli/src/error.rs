@@ -450,6 +450,8 @@ impl CliError {
             CliError::Engine(e) if e.0.is_killed() => EXIT_KILLED,
             CliError::Waiting { .. } | CliError::Suspended { .. } => EXIT_WAITING,
             CliError::InThread(e) => e.error.exit_code(),
+            // The status of a SIGINT, as a shell reports one.
+            CliError::Setup(e) if matches!(**e, crate::cmd::setup::SetupError::Interrupted) => 130,
             _ => EXIT_FAILURE,
         }
     }
