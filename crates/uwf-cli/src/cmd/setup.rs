@@ -1408,7 +1408,9 @@ fn ask_interruptibly(
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(SetupError::Prompt("the questions ended without an answer".into()).into());
+                return Err(
+                    SetupError::Prompt("the questions ended without an answer".into()).into(),
+                );
             }
         }
     }
