@@ -8,11 +8,16 @@
 //! [`ThreadStore`] trait; [`StateDir`] is the embedded filesystem backend
 //! (the layout documented in `docs/state.md`).
 
+mod agents;
+mod config;
+mod config_files;
 pub mod env;
+mod error;
 mod fs_runs;
 mod fs_store;
 pub mod guard;
 pub mod heads;
+mod history;
 pub mod policy;
 pub mod runs;
 pub mod side;
