@@ -41,18 +41,15 @@
 
 use std::borrow::Cow;
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, ErrorKind, Write};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, Once, PoisonError};
-use std::time::{Duration, Instant};
+use std::io::{ErrorKind, Write};
+use std::process::{Command, ExitStatus};
+use std::sync::{Once, OnceLock};
+use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde_json::{Map, Value};
 use uwf_cas::{Cas, CasError, Hash, Store};
 use uwf_state::state::{SplitError, StateDir, split_command_line};
+use uwf_util::supervise::{self, CancelToken, Keep, Supervise};
 
 use crate::{AgentContext, AgentRun, Invocation};
 
@@ -62,15 +59,6 @@ pub const MAX_ARG_BYTES: usize = 32 * 4096;
 
 /// How much of a CLI's output an error message quotes.
 pub const QUOTE_CHARS: usize = 4000;
-
-/// Time between SIGTERM and SIGKILL when a run is stopped.
-const GRACE: Duration = Duration::from_secs(2);
-
-/// How long an exited CLI's leftovers may hold its pipes open.
-const LINGER: Duration = Duration::from_secs(2);
-
-/// Set when this process got SIGINT/SIGTERM/SIGHUP while a CLI ran.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// What can go wrong running an agent CLI. Every variant leaves the thread
 /// unchanged (the wrapper writes no StepNode).
@@ -299,182 +287,65 @@ impl Cli {
     ///
     /// A non-zero exit is not an error here: look at
     /// [`Output::status`] (and [`Output::failed`]).
-    pub fn run(&self, mut cmd: Command, options: RunOptions<'_>) -> Result<Output, CliError> {
+    pub fn run(&self, cmd: Command, options: RunOptions<'_>) -> Result<Output, CliError> {
         forward_interrupts();
         let prompt_bytes = cmd.get_args().map(|a| a.len()).max().unwrap_or(0);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
         // Arguments only: the environment may hold API keys.
         tracing::debug!(program = %self.program(), args = ?cmd.get_args().collect::<Vec<_>>(), "running");
-        let started = Instant::now();
-        let mut child = cmd.spawn().map_err(|e| self.spawn_error(e, prompt_bytes))?;
-        let io_err = |source| CliError::Io {
-            tool: self.tool.clone(),
-            source,
-        };
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
         let RunOptions {
             timeout,
-            mut on_line,
+            on_line,
             echo_stderr,
             capture_limit,
         } = options;
-        let out_text = Mutex::new(String::new());
-        let err_text = Mutex::new(String::new());
-        let ending = std::thread::scope(|scope| {
-            let out_reader = stdout.map(|pipe| {
-                let out_text = &out_text;
-                let on_line = &mut on_line;
-                scope.spawn(move || {
-                    let mut reader = BufReader::new(pipe);
-                    let mut buf = Vec::new();
-                    let mut kept = Kept::new(capture_limit);
-                    while matches!(reader.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
-                        let line = String::from_utf8_lossy(&buf);
-                        if let Some(f) = on_line.as_mut() {
-                            f(line.trim_end_matches(['\n', '\r']));
-                        }
-                        kept.push(&mut lock(out_text), &line);
-                        buf.clear();
-                    }
-                    kept.finish(&mut lock(out_text));
-                })
+        let keep = capture_limit.map_or(Keep::All, Keep::UpTo);
+        let mut supervise = Supervise::new()
+            .timeout(timeout)
+            .cancel(interrupt_token().clone())
+            .keep_stdout(keep)
+            .keep_stderr(keep);
+        if let Some(on_line) = on_line {
+            supervise = supervise.on_stdout(on_line);
+        }
+        if echo_stderr {
+            supervise = supervise.on_stderr(|line| {
+                let _ = writeln!(std::io::stderr().lock(), "{line}");
             });
-            let err_reader = stderr.map(|pipe| {
-                let err_text = &err_text;
-                scope.spawn(move || {
-                    let mut reader = BufReader::new(pipe);
-                    let mut buf = Vec::new();
-                    let mut kept = Kept::new(capture_limit);
-                    while matches!(reader.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
-                        let line = String::from_utf8_lossy(&buf);
-                        if echo_stderr {
-                            let _ = std::io::stderr().lock().write_all(line.as_bytes());
-                        }
-                        kept.push(&mut lock(err_text), &line);
-                        buf.clear();
-                    }
-                    kept.finish(&mut lock(err_text));
-                })
-            });
-            let ending = wait(&mut child, pgid, timeout, started);
-            // The CLI is gone, but something it started may still hold its
-            // pipes open: give it a moment, then end the group.
-            let deadline = Instant::now() + LINGER;
-            let readers: Vec<_> = out_reader.into_iter().chain(err_reader).collect();
-            while readers.iter().any(|r| !r.is_finished()) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if readers.iter().any(|r| !r.is_finished()) {
-                tracing::warn!(
-                    "{} exited but a process it started kept its output open; stopping its process group",
-                    self.tool
-                );
-                let _ = killpg(pgid, Signal::SIGKILL);
-            }
-            ending
-        });
-        let duration = started.elapsed();
-        let stdout = out_text
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner);
-        let stderr = err_text
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner);
+        }
+        let done = supervise::run(cmd, supervise).map_err(|e| match e {
+            supervise::SuperviseError::Spawn(e) => self.spawn_error(e, prompt_bytes),
+            supervise::SuperviseError::Wait(source) => CliError::Io {
+                tool: self.tool.clone(),
+                source,
+            },
+        })?;
         let output = Output {
             status: ExitStatus::default(),
-            stdout,
-            stderr,
-            duration,
+            stdout: done.stdout,
+            stderr: done.stderr,
+            duration: done.elapsed,
         };
-        match ending.map_err(io_err)? {
-            Ending::Exited(status) => Ok(Output { status, ..output }),
-            Ending::TimedOut(after) => Err(CliError::TimedOut {
+        match done.ending {
+            supervise::Ending::Exited(status) => Ok(Output { status, ..output }),
+            supervise::Ending::TimedOut(after) => Err(CliError::TimedOut {
                 tool: self.tool.clone(),
                 after: humantime::format_duration(after).to_string(),
                 output: output.quote(),
             }),
-            Ending::Interrupted => Err(CliError::Interrupted {
-                tool: self.tool.clone(),
-            }),
+            supervise::Ending::Interrupted | supervise::Ending::Stopped => {
+                Err(CliError::Interrupted {
+                    tool: self.tool.clone(),
+                })
+            }
         }
     }
 }
 
-/// How much of one output stream is kept ([`RunOptions::capture_limit`]).
-struct Kept {
-    limit: Option<usize>,
-    dropped: usize,
-}
-
-impl Kept {
-    fn new(limit: Option<usize>) -> Self {
-        Self { limit, dropped: 0 }
-    }
-
-    fn push(&mut self, text: &mut String, line: &str) {
-        match self.limit {
-            Some(limit) if text.len() + line.len() > limit => self.dropped += line.len(),
-            _ => text.push_str(line),
-        }
-    }
-
-    fn finish(&self, text: &mut String) {
-        if self.dropped > 0 {
-            text.push_str(&format!("[… {} more bytes not kept]\n", self.dropped));
-        }
-    }
-}
-
-fn lock(m: &Mutex<String>) -> std::sync::MutexGuard<'_, String> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-enum Ending {
-    Exited(ExitStatus),
-    TimedOut(Duration),
-    Interrupted,
-}
-
-fn wait(
-    child: &mut Child,
-    pgid: Pid,
-    timeout: Option<Duration>,
-    started: Instant,
-) -> std::io::Result<Ending> {
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(Ending::Exited(status));
-        }
-        if let Some(t) = timeout.filter(|t| started.elapsed() >= *t) {
-            stop(child, pgid);
-            return Ok(Ending::TimedOut(t));
-        }
-        if INTERRUPTED.load(Ordering::SeqCst) {
-            stop(child, pgid);
-            return Ok(Ending::Interrupted);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// SIGTERM to the whole group, SIGKILL after a grace period.
-fn stop(child: &mut Child, pgid: Pid) {
-    let _ = killpg(pgid, Signal::SIGTERM);
-    let deadline = Instant::now() + GRACE;
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Whatever the leader left behind goes too.
-    let _ = killpg(pgid, Signal::SIGKILL);
-    let _ = child.wait();
+/// Cancelled when this process gets SIGINT, SIGTERM or SIGHUP while a CLI
+/// runs ([`forward_interrupts`]).
+fn interrupt_token() -> &'static CancelToken {
+    static TOKEN: OnceLock<CancelToken> = OnceLock::new();
+    TOKEN.get_or_init(CancelToken::new)
 }
 
 /// Whether this process was asked to stop (SIGINT, SIGTERM, SIGHUP) since
@@ -483,7 +354,7 @@ fn stop(child: &mut Child, pgid: Pid) {
 /// by themselves: an agent that goes on working between runs (a loop of
 /// model calls and commands) checks this and stops.
 pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
+    interrupt_token().is_cancelled()
 }
 
 /// Makes SIGINT/SIGTERM/SIGHUP to this process stop a running CLI (which
@@ -492,7 +363,7 @@ fn forward_interrupts() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // Fails only if a handler is already installed: then keep that one.
-        let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
+        let _ = ctrlc::set_handler(|| interrupt_token().cancel());
     });
 }
 

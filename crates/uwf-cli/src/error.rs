@@ -450,6 +450,8 @@ impl CliError {
             CliError::Engine(e) if e.0.is_killed() => EXIT_KILLED,
             CliError::Waiting { .. } | CliError::Suspended { .. } => EXIT_WAITING,
             CliError::InThread(e) => e.error.exit_code(),
+            // The status of a SIGINT, as a shell reports one.
+            CliError::Setup(e) if matches!(**e, crate::cmd::setup::SetupError::Interrupted) => 130,
             _ => EXIT_FAILURE,
         }
     }
@@ -589,6 +591,23 @@ fn hint(e: &EngineError) -> Option<String> {
             "another uwf process won the race and the thread is over; `uwf thread show {thread}` shows how it ended, `uwf thread fork <hash>` continues from any of its steps"
         ),
         EngineError::Interrupted => "the thread is unchanged; step it again to retry".into(),
+        // The libraries say what is wrong; which `uwf` command helps is the
+        // CLI's to say (docs/architecture.md, "Errors and output").
+        EngineError::State(uwf_state::StateError::StoredConfig { .. }) => {
+            "write a valid one with `uwf store init --config <file>`; every machine on the store shares it".into()
+        }
+        EngineError::State(uwf_state::StateError::AlreadyQueued { thread, .. }) => {
+            format!("a worker runs it; `uwf thread show {thread}` says which")
+        }
+        EngineError::Moderator(uwf_moderator::ModeratorError::NoTransitions { role, .. }) => format!(
+            "add `graph.{role}` with at least one transition (end with `{{role: $END, condition: null}}`); `uwf workflow put` validates this"
+        ),
+        EngineError::Moderator(uwf_moderator::ModeratorError::Syntax(_)) => {
+            "fix the expression (see https://docs.jsonata.org); `uwf workflow put` checks every expression".into()
+        }
+        EngineError::Moderator(uwf_moderator::ModeratorError::Evaluation(_)) => {
+            "the expression runs against {start, steps} (a condition) or the last output (an edge prompt); check the types it assumes, e.g. with `uwf thread steps`".into()
+        }
         EngineError::Backend(uwf_engine::backend::BackendError::UnknownScheme { .. }) => format!(
             "give a directory, or postgres://USER@HOST:PORT/DATABASE (password in {} or .env){}",
             uwf_engine::backend::STORE_PASSWORD_ENV,
@@ -667,6 +686,35 @@ pub fn state_hint(e: &uwf_state::StateError) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The libraries' help says what is wrong; the `uwf` command that helps
+    /// is added here, and only here.
+    #[test]
+    fn library_errors_get_their_uwf_hint_from_the_cli() {
+        let thread = uwf_protocol::fixtures::thread("T");
+        let queued = EngineError::State(uwf_state::StateError::AlreadyQueued {
+            thread,
+            state: "queued".into(),
+        });
+        let library = miette::Diagnostic::help(&queued).map(|h| h.to_string());
+        assert!(library.is_some_and(|h| !h.contains("`uwf ")));
+        let shown = EngineFailure(queued);
+        let help = miette::Diagnostic::help(&shown).map(|h| h.to_string());
+        assert_eq!(
+            help,
+            Some(format!(
+                "a worker runs it; `uwf thread show {thread}` says which"
+            ))
+        );
+        let no_way = EngineError::Moderator(uwf_moderator::ModeratorError::NoTransitions {
+            workflow: "w".into(),
+            role: "planner".into(),
+        });
+        let library = miette::Diagnostic::help(&no_way).map(|h| h.to_string());
+        assert!(library.is_some_and(|h| h.contains("graph.planner") && !h.contains("`uwf ")));
+        let help = miette::Diagnostic::help(&EngineFailure(no_way)).map(|h| h.to_string());
+        assert!(help.is_some_and(|h| h.contains("`uwf workflow put`")));
+    }
 
     #[test]
     fn exit_codes_tell_no_slot_and_killed_apart() {

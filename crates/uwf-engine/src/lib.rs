@@ -44,7 +44,6 @@ pub mod worker;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use error::{AgentFailure, EXIT_UNAVAILABLE, EngineError};
 pub use ops::{
@@ -77,25 +76,7 @@ pub const EDGE_PROMPT_ENV: &str = uwf_protocol::agent_env::EDGE_PROMPT;
 /// A cancellation flag the caller owns: set it (from a signal handler,
 /// another thread, a shutdown path) and the running step stops its agent,
 /// applies nothing and returns [`EngineError::Interrupted`].
-#[derive(Debug, Clone, Default)]
-pub struct CancelToken(Arc<AtomicBool>);
-
-impl CancelToken {
-    /// A token that is not cancelled.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Cancels every step that holds a clone of this token.
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-
-    /// Whether [`cancel`](Self::cancel) was called.
-    pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
+pub use uwf_util::supervise::CancelToken;
 
 /// An engine over one store: the object store and the thread state.
 pub struct Engine {

@@ -2,16 +2,12 @@
 //! and stop it (its whole process group) on timeout, on cancellation, or
 //! when the thread is killed by another process.
 
-use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use uwf_util::supervise::{self, Keep, Supervise};
 
 use crate::CancelToken;
 
@@ -19,15 +15,6 @@ use crate::CancelToken;
 const TAIL_LINES: usize = 20;
 /// Largest stdout we keep: the protocol needs one line.
 const STDOUT_CAP: usize = 1 << 20;
-/// Time between SIGTERM and SIGKILL.
-const GRACE: Duration = Duration::from_secs(2);
-/// How long an exited agent's leftovers may hold its pipes open.
-const LINGER: Duration = Duration::from_secs(2);
-/// How often a running agent is checked for cancellation and its timeout
-/// (its exit is noticed at once).
-const TICK: Duration = Duration::from_millis(50);
-/// How often the kill flag is read while an agent runs.
-const KILL_FLAG_POLL: Duration = Duration::from_millis(200);
 
 /// How a finished agent ended.
 #[derive(Debug)]
@@ -73,155 +60,59 @@ pub struct Spawn<'a> {
     pub on_start: Option<&'a (dyn Fn(u32) + Sync)>,
 }
 
-/// Runs an agent to completion. `on_stderr` receives each stderr line as it
-/// arrives (to stream it to the user); `cancel` stops it at once;
-/// `should_stop` is polled a few times a second and stops the agent when it
-/// returns true.
+/// Runs an agent to completion under the supervisor every child of uwf
+/// runs under ([`uwf_util::supervise`]). `on_stderr` receives each stderr
+/// line as it arrives (to stream it to the user); `cancel` stops it at
+/// once; `should_stop` is polled a few times a second and stops the agent
+/// when it returns true.
 pub fn run(
     spec: &Spawn<'_>,
     on_stderr: impl Fn(&str) + Send + Sync + 'static,
     cancel: &CancelToken,
-    mut should_stop: impl FnMut() -> bool,
+    should_stop: impl FnMut() -> bool,
 ) -> std::io::Result<Finished> {
-    let started = Instant::now();
     let mut cmd = Command::new(program(spec.command, &spec.env));
     // argv[0] stays the name as configured, as execvp would pass it.
     cmd.arg0(spec.command)
         .args(spec.args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group, so a timeout or kill reaches its children too.
-        .process_group(0)
         // A relay this process was given is its own engine's, not one for
         // the agent: the agent gets one only through `spec.env`.
         .env_remove(uwf_relay::RELAY_ENV);
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn()?;
-    let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    let mut tail = std::collections::VecDeque::with_capacity(TAIL_LINES + 1);
+    let mut options = Supervise::new()
+        .timeout(spec.timeout)
+        .cancel(cancel.clone())
+        .should_stop(should_stop)
+        .keep_stdout(Keep::UpTo(STDOUT_CAP))
+        .keep_stderr(Keep::Nothing)
+        .on_stderr(|line| {
+            on_stderr(line);
+            tail.push_back(line.to_owned());
+            if tail.len() > TAIL_LINES {
+                tail.pop_front();
+            }
+        });
     if let Some(on_start) = spec.on_start {
-        on_start(child.id());
+        options = options.on_start(on_start);
     }
-
-    let tail = Arc::new(Mutex::new(Vec::<String>::new()));
-    let (stderr_done_tx, stderr_done) = mpsc::channel::<()>();
-    if let Some(err) = child.stderr.take() {
-        let tail = Arc::clone(&tail);
-        thread::spawn(move || {
-            // Split on bytes, not `lines()`: a line that is not UTF-8 would
-            // end `lines()`, and an agent still writing would then block on
-            // a full pipe until its timeout.
-            for line in BufReader::new(err).split(b'\n').map_while(Result::ok) {
-                let line = line.strip_suffix(b"\r").unwrap_or(&line);
-                let line = String::from_utf8_lossy(line).into_owned();
-                on_stderr(&line);
-                let mut t = tail
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                t.push(line);
-                if t.len() > TAIL_LINES {
-                    t.remove(0);
-                }
-            }
-            let _ = stderr_done_tx.send(());
-        });
-    } else {
-        let _ = stderr_done_tx.send(());
-    }
-    let (stdout_tx, stdout_rx) = mpsc::channel::<String>();
-    if let Some(out) = child.stdout.take() {
-        thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = out.take(STDOUT_CAP as u64).read_to_end(&mut buf);
-            let _ = stdout_tx.send(String::from_utf8_lossy(&buf).into_owned());
-        });
-    }
-    // The exit is waited for on its own thread, so it is noticed at once
-    // (no polling delay); stopping goes through the process group.
-    let (exit_tx, exit_rx) = mpsc::channel::<std::io::Result<std::process::ExitStatus>>();
-    thread::spawn(move || {
-        let _ = exit_tx.send(child.wait());
-    });
-
-    let mut last_check = Instant::now();
-    let ending = loop {
-        let mut tick = TICK;
-        if let Some(t) = spec.timeout {
-            tick = tick.min(t.saturating_sub(started.elapsed()));
-        }
-        match exit_rx.recv_timeout(tick) {
-            Ok(status) => {
-                break Ending::Exited {
-                    code: status?.code(),
-                    stdout: String::new(),
-                };
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                break Ending::Exited {
-                    code: None,
-                    stdout: String::new(),
-                };
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-        if spec.timeout.is_some_and(|t| started.elapsed() >= t) {
-            stop(pgid, &exit_rx);
-            break Ending::TimedOut;
-        }
-        if cancel.is_cancelled() {
-            stop(pgid, &exit_rx);
-            break Ending::Interrupted;
-        }
-        if last_check.elapsed() >= KILL_FLAG_POLL {
-            last_check = Instant::now();
-            if should_stop() {
-                stop(pgid, &exit_rx);
-                break Ending::Stopped;
-            }
-        }
+    let done = supervise::run(cmd, options).map_err(supervise::SuperviseError::into_io)?;
+    let ending = match done.ending {
+        supervise::Ending::Exited(status) => Ending::Exited {
+            code: status.code(),
+            stdout: done.stdout,
+        },
+        supervise::Ending::TimedOut(_) => Ending::TimedOut,
+        supervise::Ending::Stopped => Ending::Stopped,
+        supervise::Ending::Interrupted => Ending::Interrupted,
     };
-    if !matches!(ending, Ending::Exited { .. }) {
-        let _ = killpg(pgid, Signal::SIGKILL);
-    }
-    // The agent is gone, but something it started may still hold its stdout
-    // open: give it a moment, then end the group rather than wait forever.
-    let stdout = match stdout_rx.recv_timeout(LINGER) {
-        Ok(s) => s,
-        Err(_) => {
-            tracing::warn!(
-                "the agent exited but a process it started kept its stdout open; stopping its process group"
-            );
-            let _ = killpg(pgid, Signal::SIGKILL);
-            stdout_rx.recv_timeout(LINGER).unwrap_or_default()
-        }
-    };
-    if stderr_done.recv_timeout(LINGER).is_err() {
-        // Ends as soon as the group is gone; no need to wait for it.
-        let _ = killpg(pgid, Signal::SIGKILL);
-    }
-    let ending = match ending {
-        Ending::Exited { code, .. } => Ending::Exited { code, stdout },
-        other => other,
-    };
-    let stderr_tail = tail
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
     Ok(Finished {
         ending,
-        stderr_tail,
-        elapsed: started.elapsed(),
+        stderr_tail: tail.into(),
+        elapsed: done.elapsed,
     })
-}
-
-/// SIGTERM to the whole group, SIGKILL after a grace period (or as soon as
-/// the leader is gone, so nothing it started survives).
-fn stop(pgid: Pid, exit: &mpsc::Receiver<std::io::Result<std::process::ExitStatus>>) {
-    let _ = killpg(pgid, Signal::SIGTERM);
-    let _ = exit.recv_timeout(GRACE);
-    let _ = killpg(pgid, Signal::SIGKILL);
 }
 
 /// The last non-empty line of an agent's stdout: the protocol's answer.
@@ -293,6 +184,7 @@ pub fn path_with(dir: &Path) -> std::ffi::OsString {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     fn sh(script: &str, timeout: Option<Duration>) -> Finished {
         let args = vec!["-c".to_string(), script.to_string()];

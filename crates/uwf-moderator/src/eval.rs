@@ -135,8 +135,7 @@ pub enum ModeratorError {
     #[diagnostic(
         code(uwf::moderator::no_transitions),
         help(
-            "add `graph.{role}` with at least one transition (end with `{{role: $END, condition: null}}`); \
-             `uwf workflow put` validates this"
+            "add `graph.{role}` with at least one transition (end with `{{role: $END, condition: null}}`)"
         )
     )]
     NoTransitions {
@@ -169,9 +168,7 @@ pub enum ModeratorError {
     #[error("{}{} is not valid JSONata: {}\n  expression: {}{}", site(&.0.workflow, &.0.role), .0.subject, .0.message, .0.expression, caret(&.0.expression, .0.offset))]
     #[diagnostic(
         code(uwf::moderator::syntax),
-        help(
-            "fix the expression (see https://docs.jsonata.org); `uwf workflow put` checks every expression"
-        )
+        help("fix the expression (see https://docs.jsonata.org)")
     )]
     Syntax(Box<ExpressionError>),
 
@@ -181,7 +178,7 @@ pub enum ModeratorError {
         code(uwf::moderator::evaluation),
         help(
             "the expression runs against {{start, steps}} (a condition) or the last output (an edge prompt); \
-             check the types it assumes, e.g. with `uwf thread steps`"
+             check the types it assumes against the recorded steps"
         )
     )]
     Evaluation(Box<ExpressionError>),

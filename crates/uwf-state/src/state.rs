@@ -91,7 +91,7 @@ pub enum StateError {
     /// be parsed: fixing it means writing a new one, not editing a file.
     #[error("cannot parse {origin} at {}: {message}", Position(*line, *column))]
     #[diagnostic(help(
-        "write a valid one with `uwf store init --config <file>`; every machine on the store shares it"
+        "write a valid one and share it again; every machine on the store reads it"
     ))]
     StoredConfig {
         /// Where it is kept, e.g. `<url> (table uwf_config)`.
@@ -202,7 +202,7 @@ pub enum StateError {
     /// [`RunQueue::enqueue`](crate::runs::RunQueue::enqueue) of a thread
     /// whose run is queued or claimed already.
     #[error("thread {thread} is already queued to run ({state})")]
-    #[diagnostic(help("a worker runs it; `uwf thread show` says which"))]
+    #[diagnostic(help("a worker runs it; the thread's run says which"))]
     AlreadyQueued {
         /// The thread id.
         thread: ThreadId,

@@ -2,7 +2,8 @@
 //!
 //! Everything here is small, dependency-light and free of uwf domain logic:
 //! storage-root resolution, crash-safe file writes, private file modes, advisory locks,
-//! secret redaction, tracing set-up, the frontmatter-markdown parser used by agents, and
+//! secret redaction, tracing set-up, the frontmatter-markdown parser used by agents, the
+//! supervisor of child processes (`supervise`), and
 //! error text about a person's files that quotes no more than the line at
 //! fault.
 
@@ -12,5 +13,7 @@ pub mod lock;
 pub mod private;
 pub mod redact;
 pub mod root;
+#[cfg(unix)]
+pub mod supervise;
 pub mod text;
 pub mod trace;

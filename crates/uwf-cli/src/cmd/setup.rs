@@ -24,15 +24,13 @@
 use std::fmt;
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use dialoguer::console::Term;
 use dialoguer::theme::ColorfulTheme;
 use dialoguer::{Input, Password, Select};
 use miette::Diagnostic;
-use nix::sys::termios::{SetArg, Termios, tcgetattr, tcsetattr};
+use nix::sys::termios::{SetArg, tcgetattr, tcsetattr};
 use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 use uwf_protocol::WorkflowConfig;
@@ -223,6 +221,10 @@ pub enum SetupError {
     #[error("setup cancelled; nothing was written")]
     #[diagnostic(code(uwf::setup::cancelled))]
     Cancelled,
+    /// Ctrl-C (or SIGTERM, SIGHUP) while the questions were open.
+    #[error("setup cancelled by an interrupt; nothing was written")]
+    #[diagnostic(code(uwf::setup::interrupted))]
+    Interrupted,
     /// Reading an answer from the terminal failed.
     #[error("cannot ask on the terminal: {0}")]
     #[diagnostic(code(uwf::setup::prompt))]
@@ -477,7 +479,11 @@ pub fn run(state: &StateDir, target: &Target<'_>, args: SetupArgs) -> Result<Rep
         if let Target::Shared { store, origin } = target {
             files.config = shared_text(*store, origin)?;
         }
-        ask(state, target, &files)?
+        let config_path = match target {
+            Target::Root => state.config_path(),
+            Target::Shared { origin, .. } => origin.clone(),
+        };
+        ask_interruptibly(state.clone(), config_path, files)?
     } else {
         request_from_args(args)?
     };
@@ -1167,24 +1173,19 @@ fn set_env_var(
 // ----- asking ----------------------------------------------------------------
 
 /// Asks for a provider, base URL, model, key (hidden) and default agent.
-fn ask(state: &StateDir, target: &Target<'_>, files: &ConfigFiles) -> Result<Request, CliError> {
-    let config_path = match target {
-        Target::Root => state.config_path(),
-        Target::Shared { origin, .. } => origin.clone(),
-    };
+fn ask(state: &StateDir, config_path: &Path, files: &ConfigFiles) -> Result<Request, CliError> {
     // Checked when `files` was read.
     let config: WorkflowConfig = match &files.config {
-        Some(text) => uwf_state::parse_config(&config_path, text)?,
+        Some(text) => uwf_state::parse_config(config_path, text)?,
         None => WorkflowConfig::default(),
     };
     let theme = ColorfulTheme::default();
     let term = Term::stderr();
-    let _cancel = CancelOnInterrupt::start();
     let prompt_err = |e: dialoguer::Error| {
         // Ctrl-C in a menu arrives as a read error (the flag may lag).
         let dialoguer::Error::IO(io) = &e;
         if io.kind() == std::io::ErrorKind::Interrupted || crate::engine::interrupted() {
-            cancel();
+            return SetupError::Interrupted;
         }
         SetupError::Prompt(e.to_string())
     };
@@ -1369,66 +1370,49 @@ fn ask(state: &StateDir, target: &Target<'_>, files: &ConfigFiles) -> Result<Req
     })
 }
 
-/// Makes Ctrl-C cancel the questions.
+/// Asks the questions ([`ask`]) on a thread of their own, so that Ctrl-C
+/// can end them.
 ///
 /// uwf's SIGINT handler (installed for agents by
 /// [`crate::engine::forward_interrupts`]) only raises a flag, and the read at
-/// the hidden key prompt would simply restart. So while the questions are
-/// open a watcher turns the flag into [`cancel`]; dropping the guard ends
-/// the watch before anything is written.
-struct CancelOnInterrupt {
-    asking: Arc<AtomicBool>,
-}
-
-/// The terminal settings from before the questions, restored by [`cancel`].
-static SAVED_TERMINAL: Mutex<Option<Termios>> = Mutex::new(None);
-/// Makes [`cancel`] run once.
-static CANCEL: Once = Once::new();
-
-impl CancelOnInterrupt {
-    fn start() -> Self {
-        if let (Ok(termios), Ok(mut saved)) = (tcgetattr(std::io::stdin()), SAVED_TERMINAL.lock()) {
-            *saved = Some(termios);
-        }
-        let asking = Arc::new(AtomicBool::new(true));
-        let watching = Arc::clone(&asking);
-        let watcher = std::thread::Builder::new()
-            .name("uwf-setup-interrupt".to_owned())
-            .spawn(move || {
-                while watching.load(Ordering::SeqCst) {
-                    if crate::engine::interrupted() {
-                        cancel();
-                    }
-                    std::thread::sleep(Duration::from_millis(25));
-                }
-            });
-        if let Err(e) = watcher {
-            tracing::debug!("no Ctrl-C watcher for the questions: {e}");
-        }
-        CancelOnInterrupt { asking }
+/// a prompt would simply restart. So this thread watches the flag while the
+/// questions are open; on an interrupt it restores the terminal (echo, the
+/// cursor) and returns [`SetupError::Interrupted`], which `main` turns into
+/// exit status 130 after saying that nothing was written. The thread still
+/// blocked in its read ends with the process.
+fn ask_interruptibly(
+    state: StateDir,
+    config_path: PathBuf,
+    files: ConfigFiles,
+) -> Result<Request, CliError> {
+    let saved = tcgetattr(std::io::stdin()).ok();
+    let (answer, answered) = std::sync::mpsc::channel();
+    let asking = std::thread::Builder::new()
+        .name("uwf-setup-questions".to_owned())
+        .spawn(move || {
+            // The receiver is gone only after an interrupt: nobody listens.
+            let _ = answer.send(ask(&state, &config_path, &files));
+        });
+    if let Err(e) = asking {
+        return Err(SetupError::Prompt(format!("cannot start the questions: {e}")).into());
     }
-}
-
-impl Drop for CancelOnInterrupt {
-    fn drop(&mut self) {
-        self.asking.store(false, Ordering::SeqCst);
-    }
-}
-
-/// Restores the terminal (echo, cursor), says nothing was written and exits
-/// with 130, the status of a SIGINT. Runs once; later callers wait for the
-/// exit.
-fn cancel() -> ! {
-    CANCEL.call_once(|| {
-        if let Some(termios) = SAVED_TERMINAL.lock().ok().and_then(|t| t.clone()) {
-            let _ = tcsetattr(std::io::stdin(), SetArg::TCSANOW, &termios);
-        }
-        let _ = Term::stderr().show_cursor();
-        eprintln!("\nuwf setup: cancelled; nothing was written");
-        std::process::exit(130);
-    });
     loop {
-        std::thread::park();
+        match answered.recv_timeout(Duration::from_millis(25)) {
+            Ok(request) => return request,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if crate::engine::interrupted() => {
+                if let Some(termios) = &saved {
+                    let _ = tcsetattr(std::io::stdin(), SetArg::TCSANOW, termios);
+                }
+                let _ = Term::stderr().show_cursor();
+                return Err(SetupError::Interrupted.into());
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(
+                    SetupError::Prompt("the questions ended without an answer".into()).into(),
+                );
+            }
+        }
     }
 }
 

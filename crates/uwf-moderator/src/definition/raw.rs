@@ -364,7 +364,7 @@ fn dialect(
                 format!(
                     "the edge prompts read the same as mustache and as JSONata templates except for values that are not \
                      strings (a list is `a,b` in mustache, `[\"a\",\"b\"]` in JSONata); they are read as mustache because \
-                     the workflow routes on status maps (upstream's seed-003 form); {pin}"
+                     the workflow routes on status maps (docs/workflow.md, \"Status maps\"); {pin}"
                 )
             });
             Ok((Dialect::Mustache, Choice::StatusMaps, note))
@@ -407,7 +407,7 @@ impl FromRaw for WorkflowDefinition {
             Some(n) if n.trim().is_empty() => {
                 return Err(with_help(
                     "`name` is empty",
-                    "the name is how `uwf thread start <name>` finds the workflow; give it one",
+                    "the name is how the registry finds the workflow; give it one",
                 ));
             }
             Some(n) => n,
@@ -460,7 +460,7 @@ impl FromRaw for WorkflowDefinition {
             .map(|(k, v)| (k, v.0.draft))
             .collect();
         // `$status: "$SUSPEND"` came with upstream's later syntax
-        // (2026-06-08), after the seed-003 status maps.
+        // (2026-06-08), after its status maps (docs/workflow.md).
         if dialect != Dialect::Jsonata
             && choice != Choice::StatusMaps
             && choice != Choice::PlainlyMustache
