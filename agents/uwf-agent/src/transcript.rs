@@ -9,7 +9,7 @@
 //! a model call adds its model, token counts, cost and duration.
 
 use serde_json::{Map, Value, json};
-use uwf_agent_kit::cli_agent::{self, TranscriptSchemas};
+use uwf_agent_kit::cli_agent::{self, ToolCall, TranscriptSchemas, Turn};
 use uwf_cas::{Cas, CasError, Hash, Store};
 
 use crate::wire::{Call, Reply, ToolResult};
@@ -19,37 +19,31 @@ pub const TURN_TITLE: &str = "uwf-agent-turn";
 /// Title of the schema of a step's detail.
 pub const DETAIL_TITLE: &str = "uwf-agent-detail";
 
-/// Schema of a `uwf-agent-turn` node.
+/// Schema of a `uwf-agent-turn` node: the [`Turn`] every agent writes,
+/// with what a model call adds (its model, token counts, cost, duration
+/// and stop reason).
 pub fn turn_schema() -> Value {
     let tokens = json!({ "type": ["integer", "null"], "minimum": 0 });
-    json!({
-        "title": TURN_TITLE,
-        "description": "One message of a uwf-agent step: the prompt, a model call (its text and tool calls) or a tool result.",
-        "type": "object",
-        "required": ["index", "role", "text", "toolCalls", "toolResults"],
-        "additionalProperties": false,
-        "properties": {
-            "index": { "type": "integer", "minimum": 0, "description": "Position in the step, from 0." },
-            "role": { "type": "string", "enum": ["system", "user", "assistant", "tool"] },
-            "text": { "type": "string" },
-            "toolCalls": {
-                "type": "array",
-                "description": "Tool calls of a model turn: {id, name, input}.",
-                "items": { "type": "object", "required": ["id", "name", "input"] }
-            },
-            "toolResults": {
-                "type": "array",
-                "description": "A tool's result: {toolUseId, name, content, isError, durationMs}.",
-                "items": { "type": "object", "required": ["toolUseId", "content", "isError"] }
-            },
-            "model": { "type": "string", "description": "The model that answered a model call." },
-            "promptTokens": tokens,
-            "completionTokens": tokens,
-            "costUsd": { "type": ["number", "null"], "description": "The call's cost, for a model with a price." },
-            "durationMs": { "type": "integer", "minimum": 0, "description": "Time of the model call, retries included." },
-            "stopReason": { "type": ["string", "null"] }
-        }
-    })
+    let mut extra = Map::new();
+    extra.insert("promptTokens".into(), tokens.clone());
+    extra.insert("completionTokens".into(), tokens);
+    extra.insert(
+        "costUsd".into(),
+        json!({ "type": ["number", "null"], "description": "The call's cost, for a model with a price." }),
+    );
+    extra.insert(
+        "durationMs".into(),
+        json!({ "type": "integer", "minimum": 0, "description": "Time of the model call, retries included." }),
+    );
+    extra.insert("stopReason".into(), json!({ "type": ["string", "null"] }));
+    let mut schema = Turn::schema(
+        TURN_TITLE,
+        "One message of a uwf-agent step: the prompt, a model call (its text and tool calls) or a tool result.",
+        extra,
+    );
+    schema["properties"]["role"] =
+        json!({ "type": "string", "enum": ["system", "user", "assistant", "tool"] });
+    schema
 }
 
 /// Schema of a `uwf-agent-detail` node. `turns` are `cas_ref`s.
@@ -87,64 +81,60 @@ pub fn detail_schema() -> Value {
 /// The turns of a step, recorded as it goes.
 #[derive(Debug, Default)]
 pub struct Recorder {
-    turns: Vec<Value>,
+    turns: Vec<Turn>,
 }
 
-fn call_value(c: &Call) -> Value {
+fn call_of(c: &Call) -> ToolCall {
     let input = match &c.input {
         Ok(v) => v.clone(),
         Err(text) => Value::String(text.clone()),
     };
-    json!({ "id": c.id, "name": c.name, "input": input })
+    ToolCall {
+        id: Some(c.id.clone()),
+        name: c.name.clone(),
+        input,
+    }
 }
 
 impl Recorder {
-    fn push(&mut self, mut turn: Map<String, Value>) {
-        turn.insert("index".into(), self.turns.len().into());
-        turn.entry("toolCalls").or_insert_with(|| json!([]));
-        turn.entry("toolResults").or_insert_with(|| json!([]));
-        self.turns.push(Value::Object(turn));
+    fn push(&mut self, mut turn: Turn) {
+        turn.index = self.turns.len();
+        self.turns.push(turn);
     }
 
     /// A prompt message (`system` or `user`).
     pub fn message(&mut self, role: &str, text: &str) {
-        let mut t = Map::new();
-        t.insert("role".into(), role.into());
-        t.insert("text".into(), text.into());
-        self.push(t);
+        self.push(Turn::new(role, text));
     }
 
     /// A model call.
     pub fn model_call(&mut self, reply: &Reply, model: &str, cost: Option<f64>, duration_ms: u64) {
-        let mut t = Map::new();
-        t.insert("role".into(), "assistant".into());
-        t.insert("text".into(), reply.text.clone().into());
-        t.insert(
-            "toolCalls".into(),
-            reply.calls.iter().map(call_value).collect(),
-        );
-        t.insert(
-            "model".into(),
-            reply.model.as_deref().unwrap_or(model).into(),
-        );
-        t.insert("promptTokens".into(), reply.input_tokens.into());
-        t.insert("completionTokens".into(), reply.output_tokens.into());
-        t.insert("costUsd".into(), cost.into());
-        t.insert("durationMs".into(), duration_ms.into());
-        t.insert("stopReason".into(), reply.stop.clone().into());
+        let mut t = Turn::new("assistant", reply.text.clone());
+        t.tool_calls = reply.calls.iter().map(call_of).collect();
+        t.model = Some(reply.model.as_deref().unwrap_or(model).to_owned());
+        t.extra
+            .insert("promptTokens".into(), reply.input_tokens.into());
+        t.extra
+            .insert("completionTokens".into(), reply.output_tokens.into());
+        t.extra.insert("costUsd".into(), cost.into());
+        t.extra.insert("durationMs".into(), duration_ms.into());
+        t.extra
+            .insert("stopReason".into(), reply.stop.clone().into());
         self.push(t);
     }
 
     /// A tool's result.
     pub fn tool_result(&mut self, r: &ToolResult, duration_ms: u64) {
-        let mut t = Map::new();
-        t.insert("role".into(), "tool".into());
-        t.insert("text".into(), "".into());
-        t.insert(
-            "toolResults".into(),
-            json!([{ "toolUseId": r.id, "name": r.name, "content": r.content,
-                     "isError": r.is_error, "durationMs": duration_ms }]),
-        );
+        let mut t = Turn::new("tool", "");
+        let mut result = cli_agent::ToolResult {
+            tool_use_id: Some(r.id.clone()),
+            name: Some(r.name.clone()),
+            content: r.content.clone(),
+            is_error: r.is_error,
+            ..cli_agent::ToolResult::default()
+        };
+        result.extra.insert("durationMs".into(), duration_ms.into());
+        t.tool_results.push(result);
         self.push(t);
     }
 

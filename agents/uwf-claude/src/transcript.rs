@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
-use uwf_agent_kit::cli_agent::{self, TranscriptSchemas};
+use uwf_agent_kit::cli_agent::{self, ToolCall, ToolResult, TranscriptSchemas, Turn};
 use uwf_cas::{Cas, CasError, Hash, Store};
 
 /// Title of the schema of one transcript message.
@@ -61,32 +61,34 @@ fn block_text(content: Option<&Value>) -> String {
 }
 
 /// One message being assembled.
-struct Turn {
+struct Assembling {
     id: Option<String>,
     role: String,
     text: Vec<String>,
     thinking: Vec<String>,
-    tool_calls: Vec<Value>,
-    tool_results: Vec<Value>,
+    tool_calls: Vec<ToolCall>,
+    tool_results: Vec<ToolResult>,
     model: Option<String>,
 }
 
-impl Turn {
-    fn payload(self, index: usize) -> Value {
-        let mut m = Map::new();
-        m.insert("index".into(), index.into());
-        m.insert("role".into(), self.role.into());
-        m.insert("text".into(), self.text.join("\n\n").into());
-        m.insert("toolCalls".into(), Value::Array(self.tool_calls));
-        m.insert("toolResults".into(), Value::Array(self.tool_results));
-        if !self.thinking.is_empty() {
-            m.insert("thinking".into(), self.thinking.join("\n\n").into());
+impl Assembling {
+    fn into_turn(self, index: usize) -> Turn {
+        Turn {
+            index,
+            role: self.role,
+            text: self.text.join("\n\n"),
+            thinking: (!self.thinking.is_empty()).then(|| self.thinking.join("\n\n")),
+            model: self.model,
+            tool_calls: self.tool_calls,
+            tool_results: self.tool_results,
+            extra: Map::new(),
         }
-        if let Some(model) = self.model {
-            m.insert("model".into(), model.into());
-        }
-        Value::Object(m)
     }
+}
+
+/// A string field of a content block.
+fn field(block: &Value, key: &str) -> Option<String> {
+    block.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// The conversation in transcript (or `stream-json`) lines: one turn per
@@ -97,8 +99,8 @@ impl Turn {
 /// messages are dropped; the content blocks of one API message, which
 /// Claude Code writes as several lines with the same message id, make one
 /// turn.
-pub fn turns(lines: impl IntoIterator<Item = Map<String, Value>>) -> Vec<Value> {
-    let mut out: Vec<Turn> = Vec::new();
+pub fn turns(lines: impl IntoIterator<Item = Map<String, Value>>) -> Vec<Turn> {
+    let mut out: Vec<Assembling> = Vec::new();
     for line in lines {
         let kind = line.get("type").and_then(Value::as_str).unwrap_or_default();
         if !matches!(kind, "user" | "assistant")
@@ -117,7 +119,7 @@ pub fn turns(lines: impl IntoIterator<Item = Map<String, Value>>) -> Vec<Value> 
         let id = message.get("id").and_then(Value::as_str).map(str::to_owned);
         let same = matches!(out.last(), Some(t) if t.role == role && id.is_some() && t.id == id);
         if !same {
-            out.push(Turn {
+            out.push(Assembling {
                 id,
                 role,
                 text: Vec::new(),
@@ -145,16 +147,17 @@ pub fn turns(lines: impl IntoIterator<Item = Map<String, Value>>) -> Vec<Value> 
                                 .unwrap_or("")
                                 .into(),
                         ),
-                        Some("tool_use") => turn.tool_calls.push(json!({
-                            "id": b.get("id").cloned().unwrap_or(Value::Null),
-                            "name": b.get("name").cloned().unwrap_or(Value::Null),
-                            "input": b.get("input").cloned().unwrap_or(Value::Null),
-                        })),
-                        Some("tool_result") => turn.tool_results.push(json!({
-                            "toolUseId": b.get("tool_use_id").cloned().unwrap_or(Value::Null),
-                            "content": block_text(b.get("content")),
-                            "isError": b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
-                        })),
+                        Some("tool_use") => turn.tool_calls.push(ToolCall {
+                            id: field(b, "id"),
+                            name: field(b, "name").unwrap_or_default(),
+                            input: b.get("input").cloned().unwrap_or(Value::Null),
+                        }),
+                        Some("tool_result") => turn.tool_results.push(ToolResult {
+                            tool_use_id: field(b, "tool_use_id"),
+                            content: block_text(b.get("content")),
+                            is_error: b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+                            ..ToolResult::default()
+                        }),
                         _ => {}
                     }
                 }
@@ -164,36 +167,17 @@ pub fn turns(lines: impl IntoIterator<Item = Map<String, Value>>) -> Vec<Value> 
     }
     out.into_iter()
         .enumerate()
-        .map(|(i, t)| t.payload(i))
+        .map(|(i, t)| t.into_turn(i))
         .collect()
 }
 
-/// Schema of a `claude-turn` node.
+/// Schema of a `claude-turn` node: the [`Turn`] every agent writes.
 pub fn turn_schema() -> Value {
-    json!({
-        "title": TURN_TITLE,
-        "description": "One message of a Claude Code session: its text, tool calls and tool results.",
-        "type": "object",
-        "required": ["index", "role", "text", "toolCalls", "toolResults"],
-        "additionalProperties": false,
-        "properties": {
-            "index": { "type": "integer", "minimum": 0, "description": "Position in the session, from 0." },
-            "role": { "type": "string", "description": "user or assistant (tool results come back as user messages)." },
-            "text": { "type": "string", "description": "The text blocks, joined by blank lines." },
-            "thinking": { "type": "string", "description": "The model's thinking blocks, if any." },
-            "model": { "type": "string", "description": "The model that wrote an assistant message." },
-            "toolCalls": {
-                "type": "array",
-                "description": "Tool calls: {id, name, input}.",
-                "items": { "type": "object", "required": ["name", "input"] }
-            },
-            "toolResults": {
-                "type": "array",
-                "description": "Tool results: {toolUseId, content, isError}.",
-                "items": { "type": "object", "required": ["toolUseId", "content", "isError"] }
-            }
-        }
-    })
+    Turn::schema(
+        TURN_TITLE,
+        "One message of a Claude Code session: its text, tool calls and tool results.",
+        Map::new(),
+    )
 }
 
 /// Schema of a `claude-detail` node. `turns` are `cas_ref`s.
@@ -246,7 +230,7 @@ pub struct Detail {
 
 /// Stores `turns` as `claude-turn` nodes and the `claude-detail` node;
 /// returns the detail's hash.
-pub fn store<S: Store>(cas: &Cas<S>, detail: &Detail, turns: &[Value]) -> Result<Hash, CasError> {
+pub fn store<S: Store>(cas: &Cas<S>, detail: &Detail, turns: &[Turn]) -> Result<Hash, CasError> {
     let schemas = TranscriptSchemas {
         detail: detail_schema(),
         turn: turn_schema(),
@@ -290,7 +274,10 @@ mod tests {
 
     #[test]
     fn turns_of_a_recorded_session() {
-        let t = turns(json_lines(SESSION));
+        let t: Vec<Value> = turns(json_lines(SESSION))
+            .iter()
+            .map(Turn::to_payload)
+            .collect();
         let roles: Vec<&str> = t.iter().map(|t| t["role"].as_str().unwrap_or("")).collect();
         assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
         assert_eq!(t[0]["text"], "do it");
@@ -323,7 +310,10 @@ mod tests {
                  "content": [{"type": "text", "text": "no such file"}]}]}}),
             json!({"type": "assistant"}),
         ];
-        let t = turns(lines.into_iter().filter_map(|v| v.as_object().cloned()));
+        let t: Vec<Value> = turns(lines.into_iter().filter_map(|v| v.as_object().cloned()))
+            .iter()
+            .map(Turn::to_payload)
+            .collect();
         assert_eq!(t.len(), 2);
         assert_eq!(t[0]["thinking"], "hmm");
         assert_eq!(t[0]["text"], "a");

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
-use uwf_agent_kit::cli_agent::{self, TranscriptSchemas};
+use uwf_agent_kit::cli_agent::{self, ToolCall, ToolResult, TranscriptSchemas, Turn};
 use uwf_cas::{Cas, CasError, Hash, Store};
 
 /// Title of the schema of one transcript item.
@@ -70,15 +70,6 @@ fn text_of(content: Option<&Value>) -> String {
         .join("\n\n")
 }
 
-fn turn(role: &str, text: String) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("role".into(), role.into());
-    m.insert("text".into(), text.into());
-    m.insert("toolCalls".into(), json!([]));
-    m.insert("toolResults".into(), json!([]));
-    m
-}
-
 /// The conversation of a rollout: one turn per `response_item` — user and
 /// assistant messages (developer instructions and Codex's own context
 /// messages dropped), tool calls (`{id, name, input}`, the input parsed
@@ -86,8 +77,8 @@ fn turn(role: &str, text: String) -> Map<String, Value> {
 /// content, isError}`) as `tool` turns, reasoning summaries as
 /// `thinking`. Every other line (`session_meta`, `event_msg`,
 /// `turn_context`, …) is bookkeeping and dropped.
-pub fn turns(lines: &[Map<String, Value>]) -> Vec<Value> {
-    let mut out: Vec<Map<String, Value>> = Vec::new();
+pub fn turns(lines: &[Map<String, Value>]) -> Vec<Turn> {
+    let mut out: Vec<Turn> = Vec::new();
     for line in lines {
         if line.get("type").and_then(Value::as_str) != Some("response_item") {
             continue;
@@ -108,7 +99,7 @@ pub fn turns(lines: &[Map<String, Value>]) -> Vec<Value> {
                 {
                     continue;
                 }
-                out.push(turn(role, text));
+                out.push(Turn::new(role, text));
             }
             "function_call" | "custom_tool_call" | "local_shell_call" => {
                 let raw = p
@@ -121,11 +112,12 @@ pub fn turns(lines: &[Map<String, Value>]) -> Vec<Value> {
                     Value::String(text) => serde_json::from_str(text).unwrap_or(raw.clone()),
                     _ => raw,
                 };
-                let mut t = turn("assistant", String::new());
-                t.insert(
-                    "toolCalls".into(),
-                    json!([{ "id": s("call_id"), "name": s("name"), "input": input }]),
-                );
+                let mut t = Turn::new("assistant", "");
+                t.tool_calls.push(ToolCall {
+                    id: Some(s("call_id").to_owned()),
+                    name: s("name").to_owned(),
+                    input,
+                });
                 out.push(t);
             }
             "function_call_output" | "custom_tool_call_output" => {
@@ -143,58 +135,39 @@ pub fn turns(lines: &[Map<String, Value>]) -> Vec<Value> {
                     .and_then(|o| o.get("success"))
                     .and_then(Value::as_bool)
                     == Some(false);
-                let mut t = turn("tool", String::new());
-                t.insert(
-                    "toolResults".into(),
-                    json!([{ "toolUseId": s("call_id"), "content": content, "isError": failed }]),
-                );
+                let mut t = Turn::new("tool", "");
+                t.tool_results.push(ToolResult {
+                    tool_use_id: Some(s("call_id").to_owned()),
+                    content,
+                    is_error: failed,
+                    ..ToolResult::default()
+                });
                 out.push(t);
             }
             "reasoning" => {
                 let summary = text_of(p.get("summary"));
                 if !summary.is_empty() {
-                    let mut t = turn("assistant", String::new());
-                    t.insert("thinking".into(), summary.into());
+                    let mut t = Turn::new("assistant", "");
+                    t.thinking = Some(summary);
                     out.push(t);
                 }
             }
             _ => {}
         }
     }
-    out.into_iter()
-        .enumerate()
-        .map(|(i, mut t)| {
-            t.insert("index".into(), i.into());
-            Value::Object(t)
-        })
-        .collect()
+    for (i, t) in out.iter_mut().enumerate() {
+        t.index = i;
+    }
+    out
 }
 
-/// Schema of a `codex-turn` node.
+/// Schema of a `codex-turn` node: the [`Turn`] every agent writes.
 pub fn turn_schema() -> Value {
-    json!({
-        "title": TURN_TITLE,
-        "description": "One item of a Codex session: a message, a tool call or a tool output.",
-        "type": "object",
-        "required": ["index", "role", "text", "toolCalls", "toolResults"],
-        "additionalProperties": false,
-        "properties": {
-            "index": { "type": "integer", "minimum": 0, "description": "Position in the session, from 0." },
-            "role": { "type": "string", "description": "user, assistant or tool." },
-            "text": { "type": "string", "description": "The message text." },
-            "thinking": { "type": "string", "description": "A reasoning summary." },
-            "toolCalls": {
-                "type": "array",
-                "description": "Tool calls: {id, name, input}.",
-                "items": { "type": "object", "required": ["id", "name", "input"] }
-            },
-            "toolResults": {
-                "type": "array",
-                "description": "Tool outputs: {toolUseId, content, isError}.",
-                "items": { "type": "object", "required": ["toolUseId", "content", "isError"] }
-            }
-        }
-    })
+    Turn::schema(
+        TURN_TITLE,
+        "One item of a Codex session: a message, a tool call or a tool output.",
+        Map::new(),
+    )
 }
 
 /// Schema of a `codex-detail` node. `turns` are `cas_ref`s.
@@ -227,7 +200,7 @@ pub fn detail_schema() -> Value {
 pub fn store<S: Store>(
     cas: &Cas<S>,
     fields: Map<String, Value>,
-    turns: &[Value],
+    turns: &[Turn],
 ) -> Result<Hash, CasError> {
     let schemas = TranscriptSchemas {
         detail: detail_schema(),
@@ -252,7 +225,7 @@ mod tests {
 
     #[test]
     fn turns_of_a_recorded_rollout() {
-        let t = turns(&lines());
+        let t: Vec<Value> = turns(&lines()).iter().map(Turn::to_payload).collect();
         let roles: Vec<&str> = t.iter().map(|t| t["role"].as_str().unwrap_or("")).collect();
         assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
         assert_eq!(t[0]["text"], "say ok");
@@ -316,7 +289,7 @@ mod tests {
         .into_iter()
         .filter_map(|v| v.as_object().cloned())
         .collect();
-        let t = turns(&lines);
+        let t: Vec<Value> = turns(&lines).iter().map(Turn::to_payload).collect();
         assert_eq!(t.len(), 3);
         assert_eq!(t[0]["thinking"], "think");
         assert_eq!(t[1]["toolCalls"][0]["input"], "*** Begin Patch");

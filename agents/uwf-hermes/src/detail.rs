@@ -15,29 +15,15 @@ pub const DETAIL_TITLE: &str = "hermes-detail";
 /// Title of the schema of the fallback detail (hermes' stdout).
 pub const RAW_TITLE: &str = "hermes-raw-output";
 
-/// Schema of a `hermes-turn` node: `{index, role, content, toolCalls,
-/// reasoning}`, plus `toolCallId`/`toolName` on tool results.
+/// Schema of a `hermes-turn` node: the turn every agent writes
+/// ([`cli_agent::Turn`]), mapped from the messages of `hermes sessions
+/// export` ([`crate::transcript::Turn::stored`]).
 pub fn turn_schema() -> Value {
-    json!({
-        "title": TURN_TITLE,
-        "description": "One message of a hermes session, as `hermes sessions export` gives it.",
-        "type": "object",
-        "required": ["index", "role", "content", "toolCalls", "reasoning"],
-        "additionalProperties": false,
-        "properties": {
-            "index": { "type": "integer", "minimum": 0, "description": "Position in the session, from 0." },
-            "role": { "type": "string", "description": "user, assistant or tool." },
-            "content": { "type": "string", "description": "The message text (empty for a bare tool call)." },
-            "toolCalls": {
-                "type": ["array", "null"],
-                "items": { "type": "object" },
-                "description": "Tool calls of an assistant message, OpenAI shape (function.arguments is a JSON string)."
-            },
-            "reasoning": { "type": ["string", "null"], "description": "The model's reasoning, if it gave any." },
-            "toolCallId": { "type": "string", "description": "On a tool result: the call it answers." },
-            "toolName": { "type": "string", "description": "On a tool result: the tool." }
-        }
-    })
+    cli_agent::Turn::schema(
+        TURN_TITLE,
+        "One message of a hermes session: its text, reasoning, tool calls and tool results.",
+        Map::new(),
+    )
 }
 
 /// Schema of a `hermes-detail` node. `turns` are `cas_ref`s, so `uwf cas
@@ -82,9 +68,9 @@ pub fn store_session<S: Store>(
         detail: detail_schema(),
         turn: turn_schema(),
     };
-    let turns: Vec<Value> = turns(&session.messages)
+    let turns: Vec<cli_agent::Turn> = turns(&session.messages)
         .iter()
-        .map(|t| t.payload())
+        .map(crate::transcript::Turn::stored)
         .collect();
     let mut detail = Map::new();
     detail.insert("sessionId".into(), session.id.clone().into());
@@ -143,7 +129,7 @@ mod tests {
         let last = cas.get(turns[3]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(last.payload["role"], "assistant");
         assert!(
-            last.payload["content"]
+            last.payload["text"]
                 .as_str()
                 .unwrap_or_default()
                 .starts_with("---\nplan: Fix it")

@@ -5,7 +5,8 @@
 //! Everything here is pure text processing, tested against output recorded
 //! from hermes-agent 0.19.0 (`src/testdata/`).
 
-use serde_json::{Map, Value};
+use serde_json::Value;
+use uwf_agent_kit::cli_agent::{ToolCall, ToolResult, Turn as StoredTurn};
 
 /// The session id in hermes' stderr: the last line `session_id: <id>`.
 ///
@@ -147,27 +148,43 @@ pub struct Turn {
 }
 
 impl Turn {
-    /// The payload of the turn's `hermes-turn` node.
-    pub fn payload(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("index".into(), self.index.into());
-        m.insert("role".into(), self.role.clone().into());
-        m.insert("content".into(), self.content.clone().into());
-        m.insert(
-            "toolCalls".into(),
-            self.tool_calls.clone().map_or(Value::Null, Value::Array),
-        );
-        m.insert(
-            "reasoning".into(),
-            self.reasoning.clone().map_or(Value::Null, Value::String),
-        );
-        if let Some(id) = &self.tool_call_id {
-            m.insert("toolCallId".into(), id.clone().into());
+    /// The message as the turn every agent stores
+    /// ([`cli_agent::Turn`](uwf_agent_kit::cli_agent::Turn)): `content` is
+    /// the text, `reasoning` the thinking, each OpenAI tool call `{id,
+    /// function: {name, arguments}}` a tool call whose input is the parsed
+    /// arguments, and a `tool` message a tool result.
+    pub fn stored(&self) -> StoredTurn {
+        let mut turn = StoredTurn::new(self.role.clone(), self.content.clone());
+        turn.index = usize::try_from(self.index).unwrap_or(usize::MAX);
+        turn.thinking = self.reasoning.clone();
+        turn.tool_calls =
+            self.tool_calls
+                .iter()
+                .flatten()
+                .filter_map(|c| {
+                    let function = c.get("function")?;
+                    let input = match function.get("arguments") {
+                        Some(Value::String(text)) => serde_json::from_str(text)
+                            .unwrap_or_else(|_| Value::String(text.clone())),
+                        Some(other) => other.clone(),
+                        None => Value::Null,
+                    };
+                    Some(ToolCall {
+                        id: c.get("id").and_then(Value::as_str).map(str::to_owned),
+                        name: function.get("name")?.as_str()?.to_owned(),
+                        input,
+                    })
+                })
+                .collect();
+        if self.role == "tool" {
+            turn.tool_results.push(ToolResult {
+                tool_use_id: self.tool_call_id.clone(),
+                name: self.tool_name.clone(),
+                content: std::mem::take(&mut turn.text),
+                ..ToolResult::default()
+            });
         }
-        if let Some(name) = &self.tool_name {
-            m.insert("toolName".into(), name.clone().into());
-        }
-        Value::Object(m)
+        turn
     }
 }
 
@@ -366,18 +383,29 @@ mod tests {
     }
 
     #[test]
-    fn turn_payloads() {
+    fn stored_turns() {
         let s = session(TOOL_CALL, TOOL_CALL_ID);
-        let t = turns(&s.messages);
+        let t: Vec<Value> = turns(&s.messages)
+            .iter()
+            .map(|t| t.stored().to_payload())
+            .collect();
         assert_eq!(
-            t[0].payload(),
-            json!({"index": 0, "role": "user", "content": "Plan it", "toolCalls": null, "reasoning": null})
+            t[0],
+            json!({"index": 0, "role": "user", "text": "Plan it", "toolCalls": [], "toolResults": []})
         );
-        let tool = t[2].payload();
-        assert_eq!(tool["toolCallId"], "call_echo_1");
-        assert_eq!(tool["toolName"], "terminal");
-        assert_eq!(tool["toolCalls"], Value::Null);
-        assert!(t[1].payload()["toolCalls"].is_array());
+        let call = &t[1]["toolCalls"][0];
+        assert_eq!(call["name"], "terminal");
+        assert!(call["input"].is_object(), "{call}");
+        let tool = &t[2];
+        assert_eq!(tool["text"], "");
+        assert_eq!(tool["toolResults"][0]["toolUseId"], "call_echo_1");
+        assert_eq!(tool["toolResults"][0]["name"], "terminal");
+        assert!(
+            tool["toolResults"][0]["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("\"exit_code\": 0"))
+        );
+        assert_eq!(t[3]["thinking"], "done now");
     }
 
     #[test]

@@ -247,10 +247,14 @@ fn runs_hermes_and_stores_the_transcript() -> TestResult {
         ]
     );
     let call = c.fx.cas().get(turns[1])?.payload;
-    assert_eq!(call["toolCalls"][0]["function"]["name"], "terminal");
+    // Stored as the turn every agent writes: OpenAI's `function` call
+    // becomes a named tool call, `content` the text, `reasoning` thinking.
+    assert_eq!(call["toolCalls"][0]["name"], "terminal");
+    let result = c.fx.cas().get(turns[2])?.payload;
+    assert_eq!(result["toolResults"][0]["name"], "terminal");
     let last = c.fx.cas().get(turns[3])?.payload;
-    assert_eq!(last["content"], PLAN);
-    assert_eq!(last["reasoning"], "easy");
+    assert_eq!(last["text"], PLAN);
+    assert_eq!(last["thinking"], "easy");
     // The store's reference walk reaches the turns.
     let walked: Vec<Hash> = c.fx.cas().walk(detail)?.iter().map(|e| e.hash).collect();
     assert!(turns.iter().all(|t| walked.contains(t)));

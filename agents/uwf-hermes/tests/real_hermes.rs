@@ -303,12 +303,12 @@ fn solve_issue_with_every_role_on_real_hermes() -> TestResult {
         let (_, first) = &step.turns[0];
         assert_eq!(first["role"], "user");
         assert_eq!(first["index"], 0);
-        let prompt = first["content"].as_str().unwrap_or_default();
+        let prompt = first["text"].as_str().unwrap_or_default();
         assert!(prompt.contains(TASK), "{prompt}");
         assert!(prompt.contains("Deliverable format"), "{prompt}");
         let (_, last) = step.turns.last().ok_or("no turns")?;
         assert_eq!(last["role"], "assistant");
-        assert_eq!(last["content"], answer);
+        assert_eq!(last["text"], answer);
         for (i, (_, t)) in step.turns.iter().enumerate() {
             assert_eq!(t["index"], i);
         }
@@ -324,15 +324,15 @@ fn solve_issue_with_every_role_on_real_hermes() -> TestResult {
         .map(|(_, t)| t["role"].as_str().unwrap_or(""))
         .collect();
     assert_eq!(kinds, ["user", "assistant", "tool", "assistant"]);
-    let call = &dev[1].1["toolCalls"][0]["function"];
+    let call = &dev[1].1["toolCalls"][0];
     assert_eq!(call["name"], "terminal");
-    let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap_or("null"))?;
-    assert_eq!(args["command"], ECHO);
-    let result_text = dev[2].1["content"].as_str().unwrap_or_default();
+    assert_eq!(call["input"]["command"], ECHO);
+    let result = &dev[2].1["toolResults"][0];
+    let result_text = result["content"].as_str().unwrap_or_default();
     assert!(result_text.contains("uwf-hermes-was-here"), "{result_text}");
-    assert_eq!(dev[2].1["toolName"], "terminal");
+    assert_eq!(result["name"], "terminal");
     // The second developer run saw the review in its history.
-    let prompt = steps[3].turns[0].1["content"].as_str().unwrap_or_default();
+    let prompt = steps[3].turns[0].1["text"].as_str().unwrap_or_default();
     assert!(prompt.contains("Add a test for port 0"), "{prompt}");
 
     // `uwf cas walk` from the head reaches every turn node.

@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use uwf_agent_kit::cli_agent::{self, Cli, RunOptions, TranscriptSchemas};
+use uwf_agent_kit::cli_agent::{self, Cli, RunOptions, TranscriptSchemas, Turn};
 use uwf_agent_kit::{AgentContext, AgentRun, BoxError, Runner};
 
 /// The detail: the stats and the two turns of the exchange.
@@ -33,12 +33,12 @@ fn schemas() -> TranscriptSchemas {
                 "turns": { "type": "array", "items": { "type": "string", "format": "cas_ref" } }
             }
         }),
-        turn: json!({
-            "title": "gemini-turn",
-            "type": "object",
-            "required": ["role", "text"],
-            "properties": { "role": { "type": "string" }, "text": { "type": "string" } }
-        }),
+        // The turn every agent writes (`Turn`), under this agent's title.
+        turn: Turn::schema(
+            "gemini-turn",
+            "One message of a Gemini CLI step.",
+            Map::new(),
+        ),
     }
 }
 
@@ -80,10 +80,11 @@ fn work(ctx: &AgentContext, model: Option<&str>) -> Result<AgentRun, BoxError> {
     }
     cli_agent::progress("gemini", &format!("answered in {} ms", out.duration_ms()));
     // 5. The transcript as detail nodes: the prompt and the answer.
-    let turns = [
-        json!({ "role": "user", "text": prompt.as_ref() }),
-        json!({ "role": "assistant", "text": answer }),
+    let mut turns = [
+        Turn::new("user", prompt.as_ref()),
+        Turn::new("assistant", answer),
     ];
+    turns[1].index = 1;
     let stats = result.get("stats").cloned().unwrap_or(Value::Null);
     let mut detail = Map::new();
     detail.insert("model".into(), model.map_or(Value::Null, Value::from));

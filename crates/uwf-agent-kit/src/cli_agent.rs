@@ -51,6 +51,8 @@ use uwf_cas::{Cas, CasError, Hash, Store};
 use uwf_state::state::{SplitError, StateDir, split_command_line};
 use uwf_util::supervise::{self, CancelToken, Keep, Supervise};
 
+pub use uwf_protocol::transcript::{ToolCall, ToolResult, Turn};
+
 use crate::{AgentContext, AgentRun, Invocation};
 
 /// Linux's limit for one command-line argument (`MAX_ARG_STRLEN`, 32
@@ -610,7 +612,7 @@ pub fn store_transcript<S: Store>(
     cas: &Cas<S>,
     schemas: &TranscriptSchemas,
     mut detail: Map<String, Value>,
-    turns: &[Value],
+    turns: &[Turn],
 ) -> Result<Hash, CasError> {
     let turn_type = cas.put_schema(schemas.turn.clone())?.hash;
     let detail_type = cas.put_schema(schemas.detail.clone())?.hash;
@@ -618,7 +620,7 @@ pub fn store_transcript<S: Store>(
         .iter()
         .map(|t| {
             Ok(Value::String(
-                cas.put(turn_type, t.clone())?.hash.to_string(),
+                cas.put(turn_type, t.to_payload())?.hash.to_string(),
             ))
         })
         .collect::<Result<Vec<_>, CasError>>()?;
@@ -816,14 +818,14 @@ mod tests {
         };
         let mut detail = Map::new();
         detail.insert("sessionId".into(), "s1".into());
-        let h =
-            store_transcript(&cas, &schemas, detail, &[json!({"i": 0}), json!({"i": 1})]).unwrap();
+        let turns = [Turn::new("user", "hi"), Turn::new("assistant", "hello")];
+        let h = store_transcript(&cas, &schemas, detail, &turns).unwrap();
         let node = cas.get(h).unwrap();
         assert_eq!(node.payload["turnCount"], 2);
         assert_eq!(node.payload["sessionId"], "s1");
         let refs: Vec<Hash> = cas.refs(h).unwrap().iter().map(|r| r.hash).collect();
         assert_eq!(refs.len(), 2);
-        assert_eq!(cas.get(refs[1]).unwrap().payload, json!({"i": 1}));
+        assert_eq!(cas.get(refs[1]).unwrap().payload, turns[1].to_payload());
         let raw = store_raw(&cas, &raw_schema("t-raw", "raw"), "x").unwrap();
         assert_eq!(cas.get(raw).unwrap().payload, json!({"text": "x"}));
     }

@@ -506,7 +506,10 @@ fn what_an_agent_stores_has_the_secrets_of_env_cut_out() {
             ctx.store(),
             &schemas,
             fields,
-            &[json!({"role": "tool", "text": format!("401 for key {key}")})],
+            &[crate::cli_agent::Turn::new(
+                "tool",
+                format!("401 for key {key}"),
+            )],
         )?;
         transcript = Some(detail);
         Ok(

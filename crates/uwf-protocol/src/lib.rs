@@ -64,6 +64,7 @@ pub mod agent_env;
 pub mod base32;
 pub mod fixtures;
 pub mod schemas;
+pub mod transcript;
 
 mod config;
 mod hash;

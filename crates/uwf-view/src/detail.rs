@@ -3,14 +3,15 @@
 //!
 //! Transcripts are detail nodes whose `turns` are `cas_ref`s to turn nodes
 //! (`uwf-agent`, `uwf-claude`, `uwf-codex`, `uwf-hermes`; see
-//! `uwf_agent_kit::cli_agent::store_transcript`). Two turn shapes are read:
-//! `{role, text, thinking, toolCalls: [{name, input}], toolResults:
-//! [{toolUseId, name?, content, isError}]}` (uwf-agent, Claude Code,
-//! Codex) and hermes' OpenAI-style `{role, content, reasoning, toolCalls:
-//! [{function: {name, arguments}}], toolName}`.
+//! `uwf_agent_kit::cli_agent::store_transcript`). A turn is the
+//! [`uwf_protocol::transcript::Turn`] the agents write (uwf-agent, Claude
+//! Code, Codex); hermes' OpenAI-style turns `{role, content, reasoning,
+//! toolCalls: [{function: {name, arguments}}], toolName}` are mapped onto it
+//! ([`stored_turn`]).
 
 use serde_json::Value;
 use uwf_cas::{Cas, Hash, Store};
+use uwf_protocol::transcript;
 
 /// Most turns read from one transcript.
 pub const MAX_TURNS: usize = 500;
@@ -184,8 +185,17 @@ fn non_empty(s: String) -> Option<String> {
     (!s.trim().is_empty()).then_some(s)
 }
 
-/// A turn node's payload, in either shape.
-pub fn turn(p: &Value) -> Turn {
+/// A turn node's payload as the [`transcript::Turn`] every agent writes.
+/// A node in another shape — hermes' turns keep OpenAI's message shape
+/// (`{role, content, reasoning, toolCalls: [{function: {name,
+/// arguments}}], toolName}`), and older nodes may hold content blocks — is
+/// mapped onto it field by field.
+pub fn stored_turn(p: &Value) -> transcript::Turn {
+    if p.get("text").is_some()
+        && let Some(t) = transcript::Turn::from_payload(p)
+    {
+        return t;
+    }
     let role = p
         .get("role")
         .and_then(Value::as_str)
@@ -193,48 +203,85 @@ pub fn turn(p: &Value) -> Turn {
         .to_string();
     let text = text_of(p.get("text").or_else(|| p.get("content")));
     let thinking = non_empty(text_of(p.get("thinking").or_else(|| p.get("reasoning"))));
-    let calls = p
+    let tool_calls = p
         .get("toolCalls")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(call)
+        .filter_map(|c| {
+            let (name, input) = call_parts(c)?;
+            Some(transcript::ToolCall {
+                id: c.get("id").and_then(Value::as_str).map(str::to_string),
+                name: name.to_string(),
+                input,
+            })
+        })
         .collect();
-    let mut results: Vec<ToolResult> = p
+    let mut tool_results: Vec<transcript::ToolResult> = p
         .get("toolResults")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .map(|r| ToolResult {
+        .map(|r| transcript::ToolResult {
+            tool_use_id: r
+                .get("toolUseId")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             name: r.get("name").and_then(Value::as_str).map(str::to_string),
             content: text_of(r.get("content")),
             is_error: r.get("isError").and_then(Value::as_bool).unwrap_or(false),
+            ..transcript::ToolResult::default()
         })
         .collect();
+    let mut text = text;
     // hermes: a tool result is a message of its own.
-    if role == "tool" && results.is_empty() {
-        return Turn {
-            role,
-            text: String::new(),
-            thinking,
-            calls,
-            results: vec![ToolResult {
-                name: p
-                    .get("toolName")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                content: text,
-                is_error: false,
-            }],
-        };
+    if role == "tool" && tool_results.is_empty() {
+        tool_results.push(transcript::ToolResult {
+            tool_use_id: p
+                .get("toolCallId")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            name: p
+                .get("toolName")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            content: std::mem::take(&mut text),
+            ..transcript::ToolResult::default()
+        });
     }
-    results.shrink_to_fit();
-    Turn {
+    transcript::Turn {
+        index: p
+            .get("index")
+            .and_then(Value::as_u64)
+            .and_then(|i| usize::try_from(i).ok())
+            .unwrap_or_default(),
         role,
         text,
         thinking,
-        calls,
-        results,
+        tool_calls,
+        tool_results,
+        ..transcript::Turn::default()
+    }
+}
+
+/// A turn node's payload, shaped for reading ([`stored_turn`], then each
+/// tool call's input as the one field a person wants to see).
+pub fn turn(p: &Value) -> Turn {
+    let t = stored_turn(p);
+    Turn {
+        role: t.role,
+        text: t.text,
+        thinking: t.thinking.and_then(non_empty),
+        calls: t.tool_calls.iter().map(shown_call).collect(),
+        results: t
+            .tool_results
+            .into_iter()
+            .map(|r| ToolResult {
+                name: r.name,
+                content: r.content,
+                is_error: r.is_error,
+            })
+            .collect(),
     }
 }
 
@@ -287,17 +334,16 @@ pub fn main_input(input: &Value) -> Option<String> {
     })
 }
 
-fn call(c: &Value) -> Option<ToolCall> {
-    let (name, input) = call_parts(c)?;
-    let shown = main_input(&input).unwrap_or_else(|| match &input {
+fn shown_call(c: &transcript::ToolCall) -> ToolCall {
+    let shown = main_input(&c.input).unwrap_or_else(|| match &c.input {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
         other => serde_json::to_string_pretty(other).unwrap_or_default(),
     });
-    Some(ToolCall {
-        name: name.to_string(),
+    ToolCall {
+        name: c.name.clone(),
         input: shown,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -306,6 +352,31 @@ mod tests {
     use uwf_cas::MemStore;
 
     use super::*;
+
+    /// What a writer stores is what the reader gets back, field for field;
+    /// hermes' OpenAI-style tool message becomes a tool result.
+    #[test]
+    fn the_writers_turn_is_the_readers_turn() {
+        let mut written = transcript::Turn::new("assistant", "done");
+        written.index = 2;
+        written.tool_calls.push(transcript::ToolCall {
+            id: Some("c1".into()),
+            name: "Bash".into(),
+            input: json!({"command": "make"}),
+        });
+        written.extra.insert("durationMs".into(), json!(5));
+        assert_eq!(stored_turn(&written.to_payload()), written);
+        let hermes = stored_turn(&json!({"index": 4, "role": "tool", "content": "ok",
+            "toolCalls": null, "reasoning": null, "toolCallId": "call_1", "toolName": "terminal"}));
+        assert_eq!(hermes.index, 4);
+        assert_eq!(hermes.text, "");
+        assert_eq!(
+            hermes.tool_results[0].tool_use_id.as_deref(),
+            Some("call_1")
+        );
+        assert_eq!(hermes.tool_results[0].name.as_deref(), Some("terminal"));
+        assert_eq!(hermes.tool_results[0].content, "ok");
+    }
 
     #[test]
     fn claude_and_codex_turns() {
