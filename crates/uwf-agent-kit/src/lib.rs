@@ -5,7 +5,17 @@
 //! storage root, does the role's work, writes a StepNode to the CAS and
 //! prints the StepNode's hash on stdout — one line, nothing else. It never
 //! moves the thread's head: that is `uwf`'s job. This crate does all of
-//! that except the work itself:
+//! that except the work itself. In the agent's `Cargo.toml`:
+//!
+//! ```toml
+//! [dependencies]
+//! uwf-agent-kit = { version = "0.1", features = ["fancy"] }
+//!
+//! [dev-dependencies]
+//! uwf-agent-kit = { version = "0.1", features = ["fancy", "testing"] }
+//! ```
+//!
+//! and its `main.rs`:
 //!
 //! ```rust
 //! use uwf_agent_kit::{AgentContext, AgentRun};
@@ -72,8 +82,10 @@
 //! storage root with a small workflow and threads, and `testing::MockLlm` a
 //! scripted OpenAI-compatible server on loopback (also as the
 //! `uwf-mock-llm` binary). With the `fancy` feature (for agent binaries),
-//! errors are reported graphically. The guide is `docs/writing-agents.md`;
-//! the raw protocol, for agents in other languages, `docs/agent-protocol.md`.
+//! errors are reported graphically. The guide is
+//! [docs/writing-agents.md](https://github.com/uncaged/uwf/blob/main/docs/writing-agents.md);
+//! the raw protocol, for agents in other languages,
+//! [docs/agent-protocol.md](https://github.com/uncaged/uwf/blob/main/docs/agent-protocol.md).
 
 mod agent_run;
 mod cli;
