@@ -77,7 +77,12 @@ impl AgentContext {
         let thread_id: ThreadId = thread.parse()?;
         let opened = crate::backends()
             .open_resolved(None, root)
-            .map_err(|e| KitError::Store(Box::new(e)))?;
+            .map_err(|e| match e {
+                uwf_backend::BackendError::UnknownScheme { given, .. } => {
+                    KitError::NoBackend { store: given }
+                }
+                other => KitError::Store(Box::new(other)),
+            })?;
         // Every node the agent stores through the context has the store's
         // secrets cut out (docs/state.md, "Secrets and file modes").
         let state = opened.stores.state;

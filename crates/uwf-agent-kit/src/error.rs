@@ -109,6 +109,20 @@ pub enum KitError {
     #[diagnostic(transparent)]
     Store(Box<uwf_backend::BackendError>),
 
+    /// The store is named by a URL this agent has no backend for, and no
+    /// engine relays it (the agent was run by hand).
+    #[error("{store} is not a store this agent can open by itself")]
+    #[diagnostic(
+        code(uwf::agent::no_backend),
+        help(
+            "agents reach a store named by URL through the relay of the `uwf` that runs them: run the step with `uwf thread step`, or point UWF_STORE at a directory"
+        )
+    )]
+    NoBackend {
+        /// The store, without its password.
+        store: String,
+    },
+
     /// `config.yaml` is missing, and something needs a model.
     #[error("no configuration file {}", path.display())]
     #[diagnostic(

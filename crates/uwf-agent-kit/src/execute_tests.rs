@@ -276,6 +276,28 @@ fn inactive_and_malformed_threads() {
     assert!(matches!(err, KitError::BadThreadId(_)), "{err:?}");
 }
 
+/// An agent has no database client: a store named by URL, with no engine
+/// relaying it, is refused saying how to run the agent, the password cut.
+#[test]
+fn a_store_url_without_a_relay_is_refused_with_how_to_run_the_agent() {
+    if std::env::var_os(uwf_backend::STORE_ENV).is_some() {
+        return;
+    }
+    let (fx, thread, _) = fixture();
+    std::fs::write(
+        fx.root().join("config.yaml"),
+        "store: postgres://u:s3cret@db.example/uwf\n",
+    )
+    .unwrap();
+    let err = AgentContext::load(fx.root(), &thread.to_string(), "planner").unwrap_err();
+    assert!(matches!(&err, KitError::NoBackend { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("postgres://u:***@db.example/uwf"), "{text}");
+    assert!(!text.contains("s3cret"), "{text}");
+    let help = miette::Diagnostic::help(&err).map(|h| h.to_string());
+    assert!(help.is_some_and(|h| h.contains("uwf thread step")));
+}
+
 #[test]
 fn lower_case_thread_ids_are_accepted() {
     let (fx, thread, _) = fixture();
