@@ -6,7 +6,7 @@
 //! uwf thread step <thread-id> --agent "target/debug/examples/echo_agent"
 //! ```
 //!
-//! `tests/third_party.rs` runs the same closure through `execute`.
+//! `tests/it/third_party.rs` runs the same closure through `execute`.
 
 use uwf_agent_kit::{AgentContext, AgentRun};
 

@@ -9,7 +9,7 @@
 //! UWF_GEMINI_MODEL=gemini-2.5-pro uwf thread step <thread-id> --agent target/debug/examples/gemini_agent
 //! ```
 //!
-//! `tests/gemini_example.rs` runs it against a stand-in `gemini` script.
+//! `tests/it/gemini_example.rs` runs it against a stand-in `gemini` script.
 //! docs/writing-agents.md walks through it.
 
 use std::time::Duration;

@@ -14,7 +14,7 @@
 //!
 //! # Conformance
 //!
-//! `tests/suite.rs` runs all 1,602 cases of the official JSONata test suite
+//! `tests/it/suite.rs` runs all 1,602 cases of the official JSONata test suite
 //! (shipped in the `jsonata-rs` crate package, a dev-dependency); all pass
 //! except those listed with a reason in `tests/exclusions.txt` (lone UTF-16
 //! surrogates in string literals, which Rust strings cannot hold).
@@ -28,7 +28,7 @@
 //! - Functions in a JSON result ([`Value::to_json`]) become `""`, as `$string`
 //!   renders them.
 //! - Error positions are byte offsets of the offending token's start.
-//! - `tests/differential.rs` compares evaluation with the reference
+//! - `tests/it/differential.rs` compares evaluation with the reference
 //!   implementation (jsonata-js 2.2.2) on generated expressions and data.
 //!   Six divergences are deliberate: a `/` right after the `)` of an
 //!   order-by (`x^(k) / 2`) divides here, while jsonata-js lexes it as the

@@ -21,10 +21,11 @@
 //! (fast shutdown) and start it again on the same data directory and
 //! socket; a [`Proxy`] in front of its socket lets a test cut the network
 //! between a client and the server ([`ProxyHandle::cut`]) and heal it
-//! ([`TestDb::url_through`] gives the URL through a proxy). The server is
-//! one per test binary: a test that restarts it disturbs every other test
-//! of its binary, so keep such tests in a binary of their own (or
-//! serialise them).
+//! ([`TestDb::url_through`] gives the URL through a proxy). A restart
+//! disturbs every test on that server, and a crate's integration tests are
+//! one binary (one process), so the tests that shut a server down or restart
+//! it use [`fault_server`], a second server of the binary, and take turns
+//! on it; the other tests use [`server`] (or [`database`]) undisturbed.
 //!
 //! When the binaries are missing, [`database`] prints a loud `SKIPPED:`
 //! line to stderr and returns `None` (the test returns early), unless the
@@ -110,12 +111,25 @@ impl TestDb {
 }
 
 static SERVER: OnceLock<Result<PgServer, String>> = OnceLock::new();
+static FAULT_SERVER: OnceLock<Result<PgServer, String>> = OnceLock::new();
 
 /// The server of this test binary, started on first use; `None` (after a
 /// loud `SKIPPED:` line) when the server binaries are missing and `CI` is
 /// not `true`.
 pub fn server() -> Option<&'static PgServer> {
-    match SERVER.get_or_init(start) {
+    started(&SERVER)
+}
+
+/// A second server of this test binary, started on first use, for the tests
+/// that shut it down or restart it ([`PgServer::shut_down`],
+/// [`PgServer::restart`]): they disturb each other (serialise them), not the
+/// tests on [`server`] in the same process. `None` as for [`server`].
+pub fn fault_server() -> Option<&'static PgServer> {
+    started(&FAULT_SERVER)
+}
+
+fn started(cell: &'static OnceLock<Result<PgServer, String>>) -> Option<&'static PgServer> {
+    match cell.get_or_init(start) {
         Ok(s) => Some(s),
         Err(missing) => {
             if std::env::var("CI").is_ok_and(|v| v == "true") {

@@ -51,7 +51,7 @@
 //!   parsed years beyond ±1,000,000 give no instant.
 //!
 //! All functions are total: any picture, text or number gives a value or a
-//! [`PictureError`], never a panic (see `tests/robustness.rs`).
+//! [`PictureError`], never a panic (see `tests/it/robustness.rs`).
 
 mod datetime;
 mod decimal;
