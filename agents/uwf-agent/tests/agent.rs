@@ -476,10 +476,13 @@ fn a_command_that_runs_too_long_is_stopped() -> TestResult {
         "agentPolicy:\n  default: { commandTimeout: 300ms }\n",
     )?;
     let marker = c.work.path().join("late.txt");
+    // The marker's full path names this test's processes for
+    // `wait_no_process`.
+    let late = format!("touch '{}'", marker.display());
     c.script(vec![
         MockReply::tool_call(
             "run_command",
-            json!({"command": "(sleep 1.5; touch late.txt) & sleep 30", "timeout_secs": 60}),
+            json!({"command": format!("(sleep 1.5; {late}) & sleep 30"), "timeout_secs": 60}),
         ),
         submit_plan(),
     ]);
@@ -493,7 +496,7 @@ fn a_command_that_runs_too_long_is_stopped() -> TestResult {
     let result = tool_messages(&c.calls()[1]).remove(0).1;
     assert!(result.contains("stopped after 300ms"), "{result}");
     // The whole process group went: the background job never writes.
-    std::thread::sleep(Duration::from_secs(2));
+    wait_no_process(&late);
     assert!(!marker.exists(), "a process the command started survived");
     Ok(())
 }
@@ -501,9 +504,13 @@ fn a_command_that_runs_too_long_is_stopped() -> TestResult {
 #[test]
 fn stopping_the_agent_stops_its_command() -> TestResult {
     let c = Case::new("openai", "")?;
+    let marker = c.work.path().join("late.txt");
+    // The marker's full path names this test's processes for
+    // `wait_no_process`.
+    let late = format!("touch '{}'", marker.display());
     c.script(vec![MockReply::tool_call(
         "run_command",
-        json!({"command": "touch started; (sleep 1.5; touch late.txt) & sleep 30"}),
+        json!({"command": format!("touch started; (sleep 1.5; {late}) & sleep 30")}),
     )]);
     let child = Command::new(agent_bin())
         .env_clear()
@@ -535,11 +542,8 @@ fn stopping_the_agent_stops_its_command() -> TestResult {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("interrupted"), "{stderr}");
     assert!(out.stdout.is_empty());
-    std::thread::sleep(Duration::from_secs(2));
-    assert!(
-        !c.work.path().join("late.txt").exists(),
-        "the command outlived the agent"
-    );
+    wait_no_process(&late);
+    assert!(!marker.exists(), "the command outlived the agent");
     assert_eq!(c.calls().len(), 1);
     Ok(())
 }
@@ -697,6 +701,28 @@ fn usage_errors_and_a_missing_working_directory() -> TestResult {
 }
 
 /// Copies the files of `from` into `to`.
+/// Waits (up to a minute) until no process's command line contains
+/// `pattern` (`/proc/*/cmdline`): once the processes that could still act
+/// are gone, checking that they did not act needs no sleep.
+fn wait_no_process(pattern: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let running = || {
+        std::fs::read_dir("/proc").is_ok_and(|procs| {
+            procs.flatten().any(|p| {
+                std::fs::read(p.path().join("cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(pattern))
+            })
+        })
+    };
+    while running() {
+        assert!(
+            Instant::now() < deadline,
+            "a process running {pattern:?} survived"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;

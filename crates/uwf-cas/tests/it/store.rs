@@ -156,7 +156,15 @@ fn second_put_keeps_the_first_timestamp() {
     let cas = open(&dir);
     let t = note(&cas);
     let first = cas.put(t, json!({ "text": "once" })).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(5));
+    // A node stored again from now on would get a later timestamp.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while uwf_cas::node::now_ms() <= first.node.timestamp {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the clock stands still"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     let second = cas.put(t, json!({ "text": "once" })).unwrap();
     assert!(first.created);
     assert!(!second.created);

@@ -85,7 +85,8 @@ fn put_is_idempotent_and_keeps_the_first_timestamp(backend: Backend) {
     let first = env.json(&["cas", "put", &t, r#"{"text":"x"}"#]);
     assert_eq!(first["created"], true);
     let ts = env.json(&["cas", "get", &hash_of(&first), "--timestamp"])["timestamp"].clone();
-    std::thread::sleep(std::time::Duration::from_millis(5));
+    // A node stored again from now on would get a later timestamp.
+    common::wait_past_ms(ts.as_u64().unwrap());
     // Same content, other key order and spacing: same node.
     let again = env.json(&["cas", "put", &t, r#"{ "text" : "x" }"#]);
     assert_eq!(again["created"], false);

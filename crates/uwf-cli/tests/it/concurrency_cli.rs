@@ -12,7 +12,7 @@ use std::process::{Child, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Backend, Env, example, mock_bin, processes_matching, wait_no_process};
+use common::{Backend, Env, example, mock_bin, processes_matching, wait_no_process, wait_until};
 use serde_json::Value;
 
 per_backend!(
@@ -130,14 +130,6 @@ fn contains_all(text: &str, parts: &[&str]) {
     }
 }
 
-fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The queue directory of solve-issue's slots (filesystem store).
 fn queue_dir(env: &Env) -> PathBuf {
     env.root().join("slots/solve-issue/queue")
@@ -239,9 +231,9 @@ fn a_full_queue_pushes_out_its_oldest_waiter(backend: Backend) {
     let (a, b, c) = (start(&env), start(&env), start(&env));
     let b_head = env.json(&["thread", "show", &b])["head"].clone();
     let a_child = spawn_step(&env, &a, &logging_agent(&env, "1500ms"));
-    wait_for("a's agent", Duration::from_secs(10), || begun(&env) == 1);
+    wait_until("a's agent", Duration::from_secs(10), || begun(&env) == 1);
     let b_child = spawn_step(&env, &b, &logging_agent(&env, "0ms"));
-    wait_for("b in the queue", Duration::from_secs(10), || {
+    wait_until("b in the queue", Duration::from_secs(10), || {
         tickets(&env) == 1
     });
     let c_child = spawn_step(&env, &c, &logging_agent(&env, "0ms"));
@@ -347,7 +339,7 @@ fn a_slot_is_freed_when_its_uwf_is_killed_with_sigkill(backend: Backend) {
     let (a, b) = (start(&env), start(&env));
     let a_head = env.json(&["thread", "show", &a])["head"].clone();
     let mut a_child = spawn_step(&env, &a, &logging_agent(&env, "4s"));
-    wait_for("a's agent", Duration::from_secs(10), || begun(&env) == 1);
+    wait_until("a's agent", Duration::from_secs(10), || begun(&env) == 1);
     a_child.kill().unwrap(); // SIGKILL: no chance to free anything itself
     a_child.wait().unwrap();
 
@@ -390,7 +382,7 @@ fn a_thread_killed_while_its_agent_runs_exits_5(backend: Backend) {
     env.json(&["workflow", "put", &example("solve-issue.yaml")]);
     let id = start(&env);
     let child = spawn_step(&env, &id, &logging_agent(&env, "3s"));
-    wait_for("the agent", Duration::from_secs(10), || begun(&env) == 1);
+    wait_until("the agent", Duration::from_secs(10), || begun(&env) == 1);
     env.json(&["thread", "kill", &id]);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(EXIT_KILLED), "{}", stderr(&out));
@@ -412,9 +404,9 @@ fn a_thread_killed_while_queued_exits_5_and_never_runs_its_agent(backend: Backen
     };
     let (a, b) = (start(&env), start(&env));
     let a_child = spawn_step(&env, &a, &logging_agent(&env, "2s"));
-    wait_for("a's agent", Duration::from_secs(10), || begun(&env) == 1);
+    wait_until("a's agent", Duration::from_secs(10), || begun(&env) == 1);
     let b_child = spawn_step(&env, &b, &logging_agent(&env, "0ms"));
-    wait_for("b in the queue", Duration::from_secs(10), || {
+    wait_until("b in the queue", Duration::from_secs(10), || {
         tickets(&env) == 1
     });
     env.json(&["thread", "kill", &b]);

@@ -227,7 +227,8 @@ impl Trial {
         self.workers.push(w);
     }
 
-    /// Sleeps 0.5–1 s.
+    /// Sleeps 0.5–1 s: the faults come at random moments of the run (the
+    /// behaviour under test), not when something has happened.
     fn pause(&mut self) {
         assert!(Instant::now() < self.until, "the trial ran past its bound");
         std::thread::sleep(Duration::from_millis(500 + self.rng.next(500)));
@@ -356,6 +357,7 @@ fn the_database_restarted_mid_run_loses_no_step_and_applies_none_twice() {
             continue;
         }
         server.shut_down();
+        // Down for a while, with the workers retrying (the fault itself).
         std::thread::sleep(Duration::from_secs(1));
         server.start_again();
         restarts += 1;
@@ -388,6 +390,7 @@ fn a_network_cut_between_workers_and_database_loses_no_step_and_applies_none_twi
             continue;
         }
         proxy.cut();
+        // The cut must outlast the 2 s lease (the behaviour under test).
         std::thread::sleep(Duration::from_secs(3));
         proxy.heal();
         cuts += 1;

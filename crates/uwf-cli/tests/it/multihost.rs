@@ -284,6 +284,12 @@ impl Machine {
 }
 
 /// The most agents that ran at once, from the agents' own start/end lines.
+/// How many agent runs have started, as the agents' shared log says.
+fn starts(log: &Path) -> usize {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines().filter(|l| l.starts_with("start ")).count()
+}
+
 fn most_at_once(log: &Path) -> usize {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut events: Vec<(u128, i32)> = text
@@ -547,14 +553,18 @@ fn workers_ride_out_a_database_restart_and_a_network_cut() {
     };
     let threads = c.queue(8);
     let workers = c.workers();
-    std::thread::sleep(Duration::from_secs(2));
+    common::wait_until("an agent to start", BOUND, || starts(&c.log) > 0);
     // The database goes down (every session cut) and comes back.
+    let before_restart = starts(&c.log);
     c.server.restart();
-    std::thread::sleep(Duration::from_secs(2));
+    common::wait_until("work to go on after the restart", BOUND, || {
+        starts(&c.log) > before_restart
+    });
     // Host 1 loses the network for longer than a lease: its worker fences
     // its runs and host 2 takes them over; then host 1 comes back.
     let link = format!("uwa{}", c.hosts.tag);
     ip(&["-n", &c.hosts.w1, "link", "set", &link, "down"]);
+    // The cut must outlast the lease (the behaviour under test).
     std::thread::sleep(Duration::from_secs(9));
     ip(&["-n", &c.hosts.w1, "link", "set", &link, "up"]);
     c.until_done(threads.len());

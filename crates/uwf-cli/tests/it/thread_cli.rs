@@ -1523,6 +1523,7 @@ fn a_long_step_listens_for_its_kill_instead_of_polling(backend: Backend) {
     };
     let _ = client.execute("SELECT pg_stat_clear_snapshot()", &[]);
     let before = xacts(&mut client);
+    // The window the transactions are counted over (the behaviour under test).
     std::thread::sleep(Duration::from_secs(3));
     let _ = client.execute("SELECT pg_stat_clear_snapshot()", &[]);
     let during = xacts(&mut client) - before;
@@ -1553,8 +1554,9 @@ fn kill_while_a_step_runs_stops_it_and_keeps_the_thread_archived(backend: Backen
     let slow = solve_agent(&env, "3s");
     let started_at = Instant::now();
     let child = spawn(&env, &["thread", "step", &id, "--agent", &slow]);
-    // Let the agent get going.
-    std::thread::sleep(Duration::from_millis(700));
+    common::wait_until("the agent to start", Duration::from_secs(60), || {
+        common::has_child(child.id())
+    });
     assert_eq!(
         env.json(&["thread", "kill", &id]),
         json!({"thread": id, "archived": true})
@@ -1595,8 +1597,10 @@ fn kill_while_a_step_runs_stops_it_and_keeps_the_thread_archived(backend: Backen
 
 // ---------------------------------------------------------------- interrupted
 
-/// SIGKILLs `uwf thread run` after `after`, then checks the root is sound
-/// and the thread can be continued to the end.
+/// SIGKILLs `uwf thread run` `after` it was spawned or, if
+/// `must_have_started`, `after` its first agent started (the thread exists
+/// then), then checks the root is sound and the thread can be continued to
+/// the end.
 fn interrupted_run(backend: Backend, after: Duration, must_have_started: bool) {
     let Some(env) = Env::on(backend) else {
         return;
@@ -1614,6 +1618,12 @@ fn interrupted_run(backend: Backend, after: Duration, must_have_started: bool) {
             &slow,
         ],
     );
+    if must_have_started {
+        common::wait_until("the first agent to start", Duration::from_secs(60), || {
+            common::has_child(child.id())
+        });
+    }
+    // The moment of the fault is the test's parameter.
     std::thread::sleep(after);
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
@@ -1702,7 +1712,9 @@ fn interrupting_uwf_stops_the_agent_and_changes_nothing(backend: Backend) {
         .args(["thread", "step", &id, "--agent", &agent])
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    common::wait_until("the agent to start", Duration::from_secs(60), || {
+        common::has_child(child.id())
+    });
     let t = Instant::now();
     nix_kill(child.id(), "INT");
     let out = child.wait_with_output().unwrap();

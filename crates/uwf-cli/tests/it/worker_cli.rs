@@ -132,12 +132,8 @@ fn wait_exit(child: &mut Child) -> Option<i32> {
     }
 }
 
-fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
-    let until = Instant::now() + BOUND;
-    while !ok() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn wait_for(what: &str, ok: impl FnMut() -> bool) {
+    common::wait_until(what, BOUND, ok);
 }
 
 fn show(env: &Env, id: &str) -> Value {

@@ -52,6 +52,8 @@ fn two_machines_step_threads_to_the_end_within_the_workflow_limit() {
                     let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
                     calls.fetch_add(1, Ordering::SeqCst);
+                    // The agent works a little, so that agents overlap if the
+                    // limit lets them (the behaviour under test).
                     std::thread::sleep(Duration::from_millis(5));
                     let out = count(engine, call);
                     running.fetch_sub(1, Ordering::SeqCst);

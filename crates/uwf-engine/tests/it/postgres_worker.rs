@@ -126,6 +126,7 @@ fn two_workers_on_two_machines_run_twenty_threads_to_the_end() {
                     .unwrap_or_else(PoisonError::into_inner)
                     .entry(call.thread)
                     .or_default() += 1;
+                // The agent works a little, so that the machines' steps overlap.
                 std::thread::sleep(Duration::from_millis(5));
                 count(e, call)
             }) as Box<uwf_engine::worker::SharedInProcessAgent<'_>>

@@ -89,6 +89,7 @@ fn a_restarted_server_costs_at_most_one_failed_call() {
 
     // And a restart while the store is idle costs nothing.
     server.restart();
+    // Idle past the check interval (the behaviour under test, a lower bound).
     std::thread::sleep(uwf_store_pg::CHECK_IDLE_AFTER + Duration::from_millis(200));
     assert_eq!(store.thread_head(T1).unwrap(), Some(Hash::from_u64(1)));
 }

@@ -660,7 +660,8 @@ fn pooled_connections_cut_by_the_server_are_replaced() {
         .unwrap()
         .get(0);
     assert!(killed >= 1);
-    // Idle past the check interval (a lower bound, not a timing assertion).
+    // Idle past the check interval (the behaviour under test: a lower
+    // bound, not a timing assertion).
     std::thread::sleep(uwf_store_pg::CHECK_IDLE_AFTER + Duration::from_millis(200));
     for _ in 0..6 {
         assert_eq!(store.thread_head(T1).unwrap(), Some(Hash::from_u64(1)));

@@ -788,6 +788,42 @@ pub fn wait_no_process(pattern: &str, timeout: std::time::Duration) -> bool {
     }
 }
 
+/// Polls `cond` until it holds; panics naming `what` once `timeout` has
+/// passed. The timeout is a bound that only catches a hang, never a timing
+/// assertion: tests wait on a condition like this, not a fixed sleep.
+pub fn wait_until(what: &str, timeout: std::time::Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Whether process `pid` has a child process now (`/proc/PID/task/*/children`,
+/// Linux): for a background `uwf`, whether it has started its agent.
+pub fn has_child(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|task| {
+        std::fs::read_to_string(task.path().join("children"))
+            .is_ok_and(|children| !children.trim().is_empty())
+    })
+}
+
+/// Waits until the clock reads a later millisecond than `ms` (a node's
+/// timestamp), so that a node stored from now on would get a later one.
+pub fn wait_past_ms(ms: u64) {
+    wait_until(
+        "the clock to pass a timestamp",
+        std::time::Duration::from_secs(10),
+        || uwf_cas::node::now_ms() > ms,
+    );
+}
+
 /// solve-issue answers for uwf-mock, the reviewer approving at once; each
 /// entry waits `delay` (`"600ms"`, `"60s"`, …).
 pub fn solve_scenario(delay: &str) -> String {
