@@ -2,7 +2,7 @@
 //! depth limit, the child thread it starts and runs through the engine (its
 //! roles run by `uwf-mock` as config.yaml says), output mapping, and every
 //! failure leaving nothing on stdout. The real `uwf` drives it in
-//! crates/uwf-cli/tests/nested_cli.rs.
+//! crates/uwf-cli/tests/it/nested_cli.rs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

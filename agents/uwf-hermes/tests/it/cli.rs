@@ -2,7 +2,7 @@
 //! canned output), on the agent kit's test fixture: the command line hermes
 //! gets, the detail nodes, and every failure leaving the thread unchanged.
 //!
-//! The real hermes is exercised by `tests/real_hermes.rs`.
+//! The real hermes is exercised by `tests/it/real_hermes.rs`.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -1,5 +1,5 @@
 // The reference implementation as a line-oriented oracle for
-// tests/differential.rs: one JSON request per stdin line,
+// tests/it/differential.rs: one JSON request per stdin line,
 // {"expr": "...", "data": <json>} (data absent = undefined), one JSON answer
 // per stdout line: {"value": <json>} | {"undefined": true} | {"error": "<code>"}.
 // Only the `jsonata` npm package is needed (NODE_PATH or a node_modules

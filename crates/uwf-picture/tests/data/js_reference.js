@@ -1,5 +1,5 @@
 // Regenerates js_reference.tsv: JavaScript's own number and date text for
-// random doubles and instants, the reference tests/js_reference.rs checks.
+// random doubles and instants, the reference tests/it/js_reference.rs checks.
 // Usage: node tests/data/js_reference.js > tests/data/js_reference.tsv
 const view = new DataView(new ArrayBuffer(8));
 const bits = (x) => { view.setFloat64(0, x); return view.getBigUint64(0).toString(); };
