@@ -185,6 +185,34 @@ fn exit_code_is_propagated_and_nothing_is_written() {
     assert_eq!(env.step_count(), 0);
 }
 
+/// An agent links no database client: given a store by URL, it reaches it
+/// only through its engine's relay. With the relay gone (the `uwf` that ran
+/// it has ended) it says so and exits as "store unavailable" (75), writing
+/// nothing; run by hand with no relay at all, it says how to run it.
+#[test]
+fn a_store_url_is_reached_only_through_a_live_relay() {
+    let env = Env::new(SCENARIO);
+    let gone = env.fx.root().join("no-such-relay");
+    env.run("planner")
+        .env("UWF_STORE", "postgres://u:s3cret@db.example/uwf")
+        .env("UWF_RELAY", &gone)
+        .assert()
+        .code(75)
+        .stdout("")
+        .stderr(predicate::str::contains("uwf::store::relay_gone"))
+        .stderr(predicate::str::contains("postgres://u:***@db.example/uwf"))
+        .stderr(predicate::str::contains("s3cret").not());
+    env.run("planner")
+        .env("UWF_STORE", "postgres://u:s3cret@db.example/uwf")
+        .env_remove("UWF_RELAY")
+        .assert()
+        .code(1)
+        .stdout("")
+        .stderr(predicate::str::contains("uwf::agent::no_backend"))
+        .stderr(predicate::str::contains("uwf thread step"));
+    assert_eq!(env.step_count(), 0);
+}
+
 fn fault_env(fault: &str) -> Env {
     Env::new(&format!(
         "roles:\n  planner:\n    - fault: {fault}\n      output: {{ plan: p, steps: [] }}\n"

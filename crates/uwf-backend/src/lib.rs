@@ -191,6 +191,19 @@ pub enum BackendError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Cas(#[from] uwf_cas::CasError),
+    /// The store is reached only through the relay of the engine that ran
+    /// this program, and that relay is gone (the engine has ended).
+    #[error(
+        "{store} is reached through the relay of the engine that runs this program, which cannot be reached: {source}"
+    )]
+    #[diagnostic(code(uwf::store::relay_gone))]
+    RelayUnreachable {
+        /// The store, without its password.
+        store: String,
+        /// Why the relay could not be reached.
+        #[source]
+        source: uwf_relay::RelayError,
+    },
     /// A registered backend failed (connecting, migrating, …).
     #[error("{0}")]
     #[diagnostic(transparent)]
@@ -210,6 +223,10 @@ impl BackendError {
             BackendError::State(e) => e.kind() == uwf_state::ErrorKind::Unavailable,
             BackendError::Cas(e) => e.kind() == uwf_cas::StoreErrorKind::Unavailable,
             BackendError::Backend(e) => e.is_unavailable(),
+            // The engine that would apply this program's work is gone: no
+            // retry of this process can succeed, but the step may be run
+            // again by another.
+            BackendError::RelayUnreachable { .. } => true,
             _ => false,
         }
     }
@@ -347,8 +364,18 @@ impl Backends {
             relayed,
         };
         let usable = factory.as_ref().ok().map(|f| Arc::clone(f));
-        if let Some(stores) = relayed::open(url, root, password.clone(), usable)? {
-            return Ok(opened(stores, true, true));
+        match relayed::open(url, root, password.clone(), usable) {
+            relayed::Relayed::Open(stores) => return Ok(opened(stores, true, true)),
+            relayed::Relayed::NotNamed => {}
+            relayed::Relayed::Unreachable(e) if factory.is_ok() => {
+                tracing::debug!("opening the store itself: {e}");
+            }
+            relayed::Relayed::Unreachable(source) => {
+                return Err(BackendError::RelayUnreachable {
+                    store: location.display(),
+                    source,
+                });
+            }
         }
         let factory = factory?;
         let stores = factory.open(

@@ -7,29 +7,36 @@ use std::sync::Arc;
 use uwf_cas::Store;
 use uwf_state::ThreadStore;
 
-use crate::{BackendError, BackendFactory, Connect, Stores};
+use crate::{BackendFactory, Connect, Stores};
+
+/// What the relay named in this process's environment gave.
+pub(crate) enum Relayed {
+    /// No relay is named: open the store as usual.
+    NotNamed,
+    /// One is named but cannot be reached (the engine that ran this agent
+    /// has ended, say).
+    Unreachable(uwf_relay::RelayError),
+    /// The stores through it.
+    Open(Stores),
+}
 
 /// The stores through the relay named in this process's environment:
 /// node reads and writes, the derived cache, a head, the configuration and
 /// the secrets go through it; anything else opens the store itself with
 /// `factory`, once, when first needed (and fails then, saying so, when this
-/// program has no backend for the URL). `None` when no relay is named or it
-/// cannot be reached (then the store is opened as usual).
+/// program has no backend for the URL).
 pub(crate) fn open(
     url: &str,
     root: &Path,
     password: Option<String>,
     factory: Option<Arc<dyn BackendFactory>>,
-) -> Result<Option<Stores>, BackendError> {
+) -> Relayed {
     let Some(path) = uwf_relay::from_env() else {
-        return Ok(None);
+        return Relayed::NotNamed;
     };
     let client = match uwf_relay::RelayClient::connect(&path) {
         Ok(c) => c,
-        Err(e) => {
-            tracing::debug!("opening the store itself: {e}");
-            return Ok(None);
-        }
+        Err(e) => return Relayed::Unreachable(e),
     };
     tracing::debug!(relay = %path.display(), store = client.describe(), "store through the relay");
     let (url, root) = (url.to_owned(), root.to_path_buf());
@@ -53,9 +60,9 @@ pub(crate) fn open(
         Arc::clone(&fallback),
     ));
     let state: Arc<dyn ThreadStore> = Arc::new(uwf_relay::RelayState::new(client, fallback));
-    Ok(Some(Stores {
+    Relayed::Open(Stores {
         objects,
         state,
         runs: None,
-    }))
+    })
 }

@@ -714,6 +714,14 @@ mod tests {
         assert!(library.is_some_and(|h| h.contains("graph.planner") && !h.contains("`uwf ")));
         let help = miette::Diagnostic::help(&EngineFailure(no_way)).map(|h| h.to_string());
         assert!(help.is_some_and(|h| h.contains("`uwf workflow put`")));
+        let row = EngineError::State(uwf_state::StateError::StoredConfig {
+            origin: "postgres://h/db (table uwf_config)".into(),
+            line: 1,
+            column: 9,
+            message: "did not find expected node content".into(),
+        });
+        let help = miette::Diagnostic::help(&EngineFailure(row)).map(|h| h.to_string());
+        assert!(help.is_some_and(|h| h.contains("`uwf store init --config <file>`")));
     }
 
     #[test]

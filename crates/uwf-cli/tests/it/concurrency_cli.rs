@@ -52,6 +52,14 @@ fn limited(backend: Backend, limits: &str) -> Option<Env> {
 /// shell that appends `b <ns> <pid>` to `agents.log` before and
 /// `e <ns> <pid>` after.
 fn logging_agent(env: &Env, delay: &str) -> String {
+    logging_agent_after(env, "0", delay)
+}
+
+/// [`logging_agent`] whose shell first sleeps `secs` seconds, before
+/// uwf-mock starts: an agent process that lives on whether or not it could
+/// reach its store (an agent reaches a PostgreSQL store through the relay
+/// of its `uwf`, which is gone once that `uwf` is killed).
+fn logging_agent_after(env: &Env, secs: &str, delay: &str) -> String {
     let n = AGENTS.fetch_add(1, Ordering::Relaxed);
     let scenario = env.file(
         &format!("scenario-{n}.yaml"),
@@ -60,7 +68,7 @@ fn logging_agent(env: &Env, delay: &str) -> String {
     let (log, mock) = (log_path(env), mock_bin());
     let (log, mock, scenario) = (log.display(), mock.display(), scenario.display());
     let script = format!(
-        r#"echo "b $(date +%s%N) $$" >> "{log}"; "{mock}" "{scenario}" "$@"; r=$?; echo "e $(date +%s%N) $$" >> "{log}"; exit $r"#
+        r#"echo "b $(date +%s%N) $$" >> "{log}"; sleep {secs}; "{mock}" "{scenario}" "$@"; r=$?; echo "e $(date +%s%N) $$" >> "{log}"; exit $r"#
     );
     assert!(!script.contains('\''));
     format!("sh -c '{script}' agent")
@@ -338,7 +346,7 @@ fn a_slot_is_freed_when_its_uwf_is_killed_with_sigkill(backend: Backend) {
     };
     let (a, b) = (start(&env), start(&env));
     let a_head = env.json(&["thread", "show", &a])["head"].clone();
-    let mut a_child = spawn_step(&env, &a, &logging_agent(&env, "4s"));
+    let mut a_child = spawn_step(&env, &a, &logging_agent_after(&env, "4", "0ms"));
     wait_until("a's agent", Duration::from_secs(10), || begun(&env) == 1);
     a_child.kill().unwrap(); // SIGKILL: no chance to free anything itself
     a_child.wait().unwrap();

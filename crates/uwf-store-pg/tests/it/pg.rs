@@ -311,7 +311,9 @@ fn configuration_lives_in_the_database_and_secrets_in_a_local_env_file() {
         Err(e @ StateError::StoredConfig { line: 1.., .. }) => {
             let help = miette::Diagnostic::help(&e).map(|h| h.to_string());
             let help = help.unwrap_or_default();
-            assert!(help.contains("uwf store init --config"), "{help}");
+            // The `uwf` command that does it is the CLI's hint
+            // (uwf-cli's `library_errors_get_their_uwf_hint_from_the_cli`).
+            assert!(help.contains("share it again"), "{help}");
             assert!(!help.contains("file;") && !help.contains("move"), "{help}");
             assert!(e.to_string().contains("(table uwf_config)"), "{e}");
         }
