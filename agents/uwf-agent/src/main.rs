@@ -74,7 +74,7 @@ fn main() -> ExitCode {
 /// storage root's `.env` (uwf keeps secrets there), the model's key
 /// variable, and the store's password variables.
 fn hidden_env(ctx: &AgentContext, key_var: Option<&str>) -> Result<Vec<String>, AgentError> {
-    let mut names: Vec<String> = uwf_state::StateDir::new(ctx.root())
+    let mut names: Vec<String> = uwf_state::FsState::new(ctx.root())
         .env_vars()?
         .into_iter()
         .map(|(name, _)| name)

@@ -34,7 +34,7 @@ use uwf_agent_kit::{AgentContext, AgentRun, Invocation};
 use uwf_cas::Hash;
 use uwf_moderator::thread;
 use uwf_protocol::ThreadId;
-use uwf_state::state::StateDir;
+use uwf_state::state::FsState;
 
 use crate::error::WorkflowAgentError;
 
@@ -170,7 +170,7 @@ fn run(args: &Args) -> Result<Hash, WorkflowAgentError> {
     let root = uwf_util::root::resolve_root(None)?;
     // Before tracing and the limits, so RUST_LOG and UWF_MAX_CALL_DEPTH in
     // `.env` apply.
-    StateDir::new(&root.path).load_env()?;
+    FsState::new(&root.path).load_env()?;
     uwf_util::trace::init_tracing(0, false);
     let inv = Invocation::new(
         NAME,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use uwf_cas::Hash;
-use uwf_state::state::StateDir;
+use uwf_state::state::FsState;
 
 use crate::{AgentContext, AgentRun, BoxError, KitError, finish};
 
@@ -326,7 +326,7 @@ impl<'a> Runner<'a> {
     ) -> Result<Invocation, KitError> {
         let root = uwf_util::root::resolve_root(None)?;
         // Before tracing, so a RUST_LOG in `.env` applies.
-        StateDir::new(&root.path).load_env()?;
+        FsState::new(&root.path).load_env()?;
         uwf_util::trace::init_tracing(0, false);
         tracing::debug!(root = %root.path.display(), source = %root.source, "storage root");
         Ok(Invocation {

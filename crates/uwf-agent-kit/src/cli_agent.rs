@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 use uwf_cas::{Cas, CasError, Hash, Store};
-use uwf_state::state::{SplitError, StateDir, split_command_line};
+use uwf_state::state::{FsState, SplitError, split_command_line};
 use uwf_util::supervise::{self, CancelToken, Keep, Supervise};
 
 pub use uwf_protocol::transcript::{ToolCall, ToolResult, Turn};
@@ -693,7 +693,7 @@ where
 {
     let root = uwf_util::root::resolve_root(None)
         .map_err(|e| miette::Report::new(crate::KitError::from(e)))?;
-    StateDir::new(&root.path)
+    FsState::new(&root.path)
         .load_env()
         .map_err(|e| miette::Report::new(crate::KitError::from(e)))?;
     uwf_util::trace::init_tracing(0, false);

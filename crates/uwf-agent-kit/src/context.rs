@@ -10,7 +10,7 @@ use uwf_protocol::ThreadId;
 use uwf_protocol::{
     RoleDefinition, StartNodePayload, StepContext, WorkflowConfig, WorkflowPayload,
 };
-use uwf_state::state::StateDir;
+use uwf_state::state::FsState;
 
 use crate::KitError;
 use crate::llm::LlmClient;
@@ -326,7 +326,7 @@ impl AgentContext {
         self.state.config()?;
         Err(KitError::NoConfig {
             path: if self.state.describe() == self.root.display().to_string() {
-                StateDir::new(&self.root).config_path()
+                FsState::new(&self.root).config_path()
             } else {
                 PathBuf::from(self.state.describe())
             },

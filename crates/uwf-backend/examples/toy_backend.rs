@@ -20,7 +20,7 @@ use uwf_backend::{
     StoreLocation, Stores,
 };
 use uwf_cas::{Cas, MemStore, Store};
-use uwf_state::StateDir;
+use uwf_state::FsState;
 
 /// The toy's own error: a backend reports its failures as any diagnostic
 /// that says whether trying again could help.
@@ -89,7 +89,7 @@ impl BackendFactory for MemBackend {
                 .or_default()
                 .clone(),
         };
-        let state = Arc::new(StateDir::new(self.dir.join(name)));
+        let state = Arc::new(FsState::new(self.dir.join(name)));
         Ok(Stores {
             objects,
             state: state.clone(),

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use miette::Diagnostic;
 use thiserror::Error;
 use uwf_cas::Store;
-use uwf_state::{RunQueue, StateDir, ThreadStore};
+use uwf_state::{FsState, RunQueue, ThreadStore};
 
 pub mod location;
 mod relayed;
@@ -427,7 +427,7 @@ impl Backends {
 /// The filesystem store under `dir`; agents get `dir` as their root.
 fn open_dir(dir: &Path) -> Result<Opened, BackendError> {
     let objects: Arc<dyn Store> = Arc::new(uwf_cas::FsStore::open(dir.join("cas"))?);
-    let state = Arc::new(StateDir::new(dir));
+    let state = Arc::new(FsState::new(dir));
     Ok(Opened {
         stores: Stores {
             objects,

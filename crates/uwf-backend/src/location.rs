@@ -166,7 +166,7 @@ pub fn resolve(
 /// YAML is an error only if it seems to name a store, so a broken file
 /// never silently sends commands to the local store instead of a shared one.
 fn store_setting(root: &Path) -> Result<Option<String>, BackendError> {
-    let path = uwf_state::StateDir::new(root).config_path();
+    let path = uwf_state::FsState::new(root).config_path();
     let Ok(text) = std::fs::read_to_string(&path) else {
         return Ok(None);
     };
@@ -175,7 +175,7 @@ fn store_setting(root: &Path) -> Result<Option<String>, BackendError> {
         Err(_) if !text.lines().any(|l| l.trim_start().starts_with("store:")) => Ok(None),
         Err(_) => {
             // The state crate's reading gives the line and column.
-            uwf_state::StateDir::new(root).config()?;
+            uwf_state::FsState::new(root).config()?;
             Ok(None)
         }
     }
@@ -192,7 +192,7 @@ pub fn password(root: &Path, fallbacks: &[&str]) -> Result<Option<String>, Backe
     {
         return Ok(Some(p));
     }
-    let from_env_file = uwf_state::StateDir::new(root)
+    let from_env_file = uwf_state::FsState::new(root)
         .env_vars()?
         .into_iter()
         .find(|(k, v)| k == STORE_PASSWORD_ENV && !v.is_empty())

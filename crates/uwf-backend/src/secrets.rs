@@ -97,9 +97,7 @@ fn percent_decode(s: &str) -> String {
 /// `--store`), from whatever can be read. Nothing here fails: a secret
 /// that cannot be read is one the error cannot contain either.
 pub fn for_root(root: &Path, flag: Option<&str>) -> Redactor {
-    let env_file = uwf_state::StateDir::new(root)
-        .env_vars()
-        .unwrap_or_default();
+    let env_file = uwf_state::FsState::new(root).env_vars().unwrap_or_default();
     let mut store = Vec::new();
     if let Ok((StoreLocation::Url(url), _)) = location::resolve(flag, root) {
         for password in url_passwords(&url) {

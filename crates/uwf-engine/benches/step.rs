@@ -34,7 +34,7 @@ use uwf_cas::{Cas, Hash};
 use uwf_engine::Engine;
 use uwf_moderator::definition;
 use uwf_protocol::{StepNodePayload, StepRecord};
-use uwf_state::StateDir;
+use uwf_state::FsState;
 
 const WORKFLOW: &str = r#"name: loop
 description: endless loop for timing
@@ -209,7 +209,7 @@ fn output_schema(engine: &Engine, workflow: Hash) -> Hash {
 }
 
 /// Adds `n` active threads (forks of `node`) to `state`, several at once.
-fn add_threads(state: &Arc<StateDir>, node: Hash, n: usize) {
+fn add_threads(state: &Arc<FsState>, node: Hash, n: usize) {
     let workers = 8;
     std::thread::scope(|s| {
         for w in 0..workers {
@@ -350,7 +350,7 @@ fn main() {
         let started = uwf_engine::start(&engine, workflow, "timing", None).unwrap();
         let steps = chain(engine.cas(), started.head, schema, 10);
         let forked = uwf_engine::fork(&engine, steps[9]).unwrap();
-        let state = Arc::new(StateDir::new(&root));
+        let state = Arc::new(FsState::new(&root));
         // `started` and the fork are two; the rest are other threads.
         add_threads(&state, steps[9], n.saturating_sub(2));
         let (s, r, id) = (Arc::clone(&setup), root.clone(), forked.thread.to_string());
@@ -404,7 +404,7 @@ fn main() {
                 continue;
             }
             let mut yaml = String::new();
-            for (id, head) in StateDir::new(&root).threads().unwrap() {
+            for (id, head) in FsState::new(&root).threads().unwrap() {
                 yaml.push_str(&format!("{id}: {head}\n"));
             }
             std::fs::write(root.join("threads.yaml"), yaml).unwrap();

@@ -53,7 +53,7 @@ pub use ops::{
 pub use progress::{NoProgress, Progress};
 pub use step::*;
 use uwf_cas::Cas;
-use uwf_state::{RunQueue, StateDir, ThreadStore};
+use uwf_state::{FsState, RunQueue, ThreadStore};
 
 /// Environment variable telling an agent how uwf names it
 /// ([`uwf_protocol::agent_env::AGENT`]).
@@ -109,8 +109,8 @@ impl Engine {
     pub fn open(root: &Path) -> Result<Self, EngineError> {
         Ok(Self {
             cas: Cas::open(root)?,
-            state: Arc::new(StateDir::new(root)),
-            runs: Some(Arc::new(StateDir::new(root))),
+            state: Arc::new(FsState::new(root)),
+            runs: Some(Arc::new(FsState::new(root))),
             store_env: vec![(
                 uwf_util::root::ENV_ROOT.to_string(),
                 root.as_os_str().to_owned(),

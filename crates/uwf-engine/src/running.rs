@@ -475,7 +475,7 @@ mod tests {
 
     /// The filesystem store of `root`, which keeps markers in files only.
     fn local(root: &Path) -> Arc<dyn ThreadStore> {
-        Arc::new(uwf_state::StateDir::new(root))
+        Arc::new(uwf_state::FsState::new(root))
     }
 
     #[test]

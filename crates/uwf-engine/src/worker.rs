@@ -798,7 +798,7 @@ impl Progress for StepLog {
 mod tests {
     use std::path::PathBuf;
 
-    use uwf_state::StateDir;
+    use uwf_state::FsState;
     use uwf_state::runs::{Run, RunRequest};
 
     use super::*;
@@ -819,7 +819,7 @@ graph:
     /// The filesystem queue, except that renewals fail with `error`.
     #[derive(Debug)]
     struct Flaky {
-        inner: StateDir,
+        inner: FsState,
         error: fn() -> StateError,
     }
 
@@ -881,7 +881,7 @@ graph:
         let started =
             crate::start(&engine, wf.hash, "count", None).unwrap_or_else(|e| panic!("{e}"));
         let queue = Flaky {
-            inner: StateDir::new(&root),
+            inner: FsState::new(&root),
             error,
         };
         let request = RunRequest {

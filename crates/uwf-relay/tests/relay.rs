@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use uwf_cas::{MemStore, Node, Store, StoreErrorKind};
 use uwf_relay::{Fallback, Relay, RelayClient, RelayState, RelayStore};
-use uwf_state::{StateDir, ThreadStore};
+use uwf_state::{FsState, ThreadStore};
 
 /// What keeps a relayed store alive: the relay and the root under it.
 struct Served {
@@ -24,7 +24,7 @@ struct Served {
 fn served() -> (RelayStore, RelayState, Served) {
     let root = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
-    let state: Arc<dyn ThreadStore> = Arc::new(StateDir::new(root.path()));
+    let state: Arc<dyn ThreadStore> = Arc::new(FsState::new(root.path()));
     let relay = Relay::start_in(root.path(), Arc::clone(&store), Arc::clone(&state)).unwrap();
     let client = RelayClient::connect(relay.path()).unwrap();
     let fallback = Fallback::new(Box::new(move || {
@@ -63,7 +63,7 @@ fn bare_relay() -> (Relay, tempfile::TempDir) {
     let relay = Relay::start_in(
         root.path(),
         Arc::new(MemStore::new()),
-        Arc::new(StateDir::new(root.path())),
+        Arc::new(FsState::new(root.path())),
     )
     .unwrap();
     (relay, root)

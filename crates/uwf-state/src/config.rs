@@ -9,7 +9,7 @@ use uwf_protocol::WorkflowConfig;
 
 use crate::error::StateError;
 
-/// Parses the text of a configuration exactly as [`StateDir::config`](crate::state::StateDir::config) parses
+/// Parses the text of a configuration exactly as [`FsState::config`](crate::state::FsState::config) parses
 /// `config.yaml` (an empty document is the default configuration), naming
 /// `origin` in errors. For backends that keep the configuration elsewhere
 /// (e.g. a database row).

@@ -9,12 +9,12 @@ use uwf_protocol::WorkflowConfig;
 
 use crate::config::parse_yaml;
 use crate::error::StateError;
-use crate::state::{StateDir, line_col, read_bytes, read_text};
+use crate::state::{FsState, line_col, read_bytes, read_text};
 use uwf_util::atomic::{write_atomic, write_atomic_with_mode};
 
 /// The text of `config.yaml` and `.env`, as read by
-/// [`StateDir::config_files`] and rewritten by
-/// [`StateDir::edit_config_files`].
+/// [`FsState::config_files`] and rewritten by
+/// [`FsState::edit_config_files`].
 ///
 /// `Debug` never shows the `.env` text: it holds secrets.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -34,7 +34,7 @@ impl fmt::Debug for ConfigFiles {
     }
 }
 
-/// What [`StateDir::edit_config_files`] wrote.
+/// What [`FsState::edit_config_files`] wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConfigFilesWritten {
     /// `config.yaml` was created or replaced.
@@ -49,7 +49,7 @@ pub struct ConfigFilesWritten {
 /// Permission bits of the `.env` file uwf writes: owner read/write only.
 pub const ENV_FILE_MODE: u32 = 0o600;
 
-impl StateDir {
+impl FsState {
     /// The current `config.yaml` and `.env`, read without the lock.
     ///
     /// Both are checked: a `config.yaml` that is not a valid
@@ -135,7 +135,7 @@ impl StateDir {
     }
 }
 
-/// `.env` bytes as text, checked like [`StateDir::load_env`] checks them.
+/// `.env` bytes as text, checked like [`FsState::load_env`] checks them.
 pub(crate) fn checked_env_text(path: &Path, bytes: Vec<u8>) -> Result<String, StateError> {
     let text = String::from_utf8(bytes).map_err(|e| StateError::Env {
         path: path.to_path_buf(),

@@ -66,7 +66,7 @@ pub enum StateError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Atomic(#[from] AtomicError),
-    /// [`StateDir::insert_thread`](crate::state::StateDir::insert_thread) with an id that is already active.
+    /// [`FsState::insert_thread`](crate::state::FsState::insert_thread) with an id that is already active.
     #[error("thread {thread} already exists in {THREADS_FILE}")]
     #[diagnostic(help("thread ids must be unique; start the thread with a fresh id"))]
     ThreadExists {

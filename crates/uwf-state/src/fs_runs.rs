@@ -1,4 +1,4 @@
-//! [`RunQueue`] for [`StateDir`]: one JSON file per queued thread.
+//! [`RunQueue`] for [`FsState`]: one JSON file per queued thread.
 //!
 //! ```text
 //! <root>/runs/<thread>.json   the run of a thread: queued, claimed (worker, claimId, leaseUntil) or failed
@@ -19,7 +19,7 @@ use uwf_protocol::ThreadId;
 use uwf_util::atomic::{TEMP_PREFIX, sync_dir, write_atomic};
 
 use crate::runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState, lease_lost};
-use crate::state::{StateDir, StateError, now_ms};
+use crate::state::{FsState, StateError, now_ms};
 
 /// Directory of the run records.
 pub const RUNS_DIR: &str = "runs";
@@ -35,7 +35,7 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-impl StateDir {
+impl FsState {
     /// `<root>/runs/`, the run queue of `uwf worker`.
     pub fn runs_dir(&self) -> PathBuf {
         self.root().join(RUNS_DIR)
@@ -123,7 +123,7 @@ impl StateDir {
     }
 }
 
-impl RunQueue for StateDir {
+impl RunQueue for FsState {
     fn enqueue(
         &self,
         thread: ThreadId,
@@ -243,7 +243,7 @@ impl RunQueue for StateDir {
     }
 }
 
-impl StateDir {
+impl FsState {
     /// The oldest claimable run at `now` of `workflows` (all when empty).
     /// Failed runs of threads no longer active are removed on the way (the
     /// state lock is held).
@@ -283,7 +283,7 @@ impl StateDir {
 #[cfg(test)]
 mod tests {
     //! The behaviour every backend shares is tested by the contract of
-    //! `crate::testing` (`run_queue_contract_tests!`, run on `StateDir` in
+    //! `crate::testing` (`run_queue_contract_tests!`, run on `FsState` in
     //! that module); these tests are about the files.
 
     use super::*;
@@ -292,19 +292,19 @@ mod tests {
 
     const LONG: Duration = Duration::from_secs(60);
 
-    fn store() -> (tempfile::TempDir, StateDir) {
+    fn store() -> (tempfile::TempDir, FsState) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let state = StateDir::new(dir.path().join("root"));
+        let state = FsState::new(dir.path().join("root"));
         (dir, state)
     }
 
-    fn active(state: &StateDir, thread: &str) {
+    fn active(state: &FsState, thread: &str) {
         state
             .insert_thread(t(thread), h("HEAD0"), &NodeGuard::vouched())
             .unwrap_or_else(|e| panic!("{e}"));
     }
 
-    fn claim(state: &StateDir, worker: &str, lease: Duration) -> Option<Claim> {
+    fn claim(state: &FsState, worker: &str, lease: Duration) -> Option<Claim> {
         state
             .claim(worker, &[], lease)
             .unwrap_or_else(|e| panic!("{e}"))

@@ -1,4 +1,4 @@
-//! [`ThreadStore`] for [`StateDir`], the embedded filesystem backend.
+//! [`ThreadStore`] for [`FsState`], the embedded filesystem backend.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use uwf_util::lock::LockError;
 
 use crate::guard::{GcEpoch, NodeGuard};
 use crate::slots::{SlotError, SlotGuard, Slots, Waiting};
-use crate::state::{StateDir, StateError};
+use crate::state::{FsState, StateError};
 use crate::store::{ErrorKind, SlotHold, ThreadStore};
 
 impl SlotHold for SlotGuard {
@@ -46,7 +46,7 @@ impl StateError {
     }
 }
 
-impl ThreadStore for StateDir {
+impl ThreadStore for FsState {
     fn describe(&self) -> String {
         self.root().display().to_string()
     }
@@ -58,11 +58,11 @@ impl ThreadStore for StateDir {
     }
 
     fn thread_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
-        StateDir::thread_head(self, thread)
+        FsState::thread_head(self, thread)
     }
 
     fn threads(&self) -> Result<ThreadsIndex, StateError> {
-        StateDir::threads(self)
+        FsState::threads(self)
     }
 
     fn insert_thread(
@@ -71,7 +71,7 @@ impl ThreadStore for StateDir {
         head: Hash,
         guard: &NodeGuard<'_>,
     ) -> Result<(), StateError> {
-        StateDir::insert_thread(self, thread, head, guard)
+        FsState::insert_thread(self, thread, head, guard)
     }
 
     fn swap_head(
@@ -81,11 +81,11 @@ impl ThreadStore for StateDir {
         new: Hash,
         guard: &NodeGuard<'_>,
     ) -> Result<(), StateError> {
-        StateDir::swap_head(self, thread, expected, new, guard)
+        FsState::swap_head(self, thread, expected, new, guard)
     }
 
     fn gc_epoch(&self) -> Result<GcEpoch, StateError> {
-        StateDir::gc_epoch(self)
+        FsState::gc_epoch(self)
     }
 
     fn archive(
@@ -95,19 +95,19 @@ impl ThreadStore for StateDir {
         expected_head: Option<Hash>,
         reason: &str,
     ) -> Result<HistoryEntry, StateError> {
-        StateDir::archive(self, thread, workflow, expected_head, reason)
+        FsState::archive(self, thread, workflow, expected_head, reason)
     }
 
     fn history(&self) -> Result<Vec<HistoryEntry>, StateError> {
-        StateDir::history(self)
+        FsState::history(self)
     }
 
     fn find_archived(&self, thread: ThreadId) -> Result<Option<HistoryEntry>, StateError> {
-        StateDir::find_archived(self, thread)
+        FsState::find_archived(self, thread)
     }
 
     fn registry(&self) -> Result<WorkflowRegistry, StateError> {
-        StateDir::registry(self)
+        FsState::registry(self)
     }
 
     fn register_workflow(
@@ -116,11 +116,11 @@ impl ThreadStore for StateDir {
         hash: Hash,
         guard: &NodeGuard<'_>,
     ) -> Result<Option<Hash>, StateError> {
-        StateDir::register_workflow(self, name, hash, guard)
+        FsState::register_workflow(self, name, hash, guard)
     }
 
     fn config(&self) -> Result<Option<WorkflowConfig>, StateError> {
-        StateDir::config(self)
+        FsState::config(self)
     }
 
     fn config_name(&self) -> String {
@@ -128,27 +128,27 @@ impl ThreadStore for StateDir {
     }
 
     fn secrets(&self) -> Result<Vec<(String, String)>, StateError> {
-        StateDir::env_vars(self)
+        FsState::env_vars(self)
     }
 
     fn waiting(&self) -> Result<WaitingIndex, StateError> {
-        StateDir::waiting(self)
+        FsState::waiting(self)
     }
 
     fn waiting_of(&self, thread: ThreadId) -> Result<Option<WaitingRecord>, StateError> {
-        StateDir::waiting_of(self, thread)
+        FsState::waiting_of(self, thread)
     }
 
     fn mark_waiting(&self, thread: ThreadId, record: WaitingRecord) -> Result<bool, StateError> {
-        StateDir::mark_waiting(self, thread, record)
+        FsState::mark_waiting(self, thread, record)
     }
 
     fn attempts(&self) -> Result<AttemptsIndex, StateError> {
-        StateDir::attempts(self)
+        FsState::attempts(self)
     }
 
     fn attempt_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
-        StateDir::attempt_head(self, thread)
+        FsState::attempt_head(self, thread)
     }
 
     fn record_attempt(
@@ -156,7 +156,7 @@ impl ThreadStore for StateDir {
         thread: ThreadId,
         write: &mut dyn FnMut(Option<Hash>) -> Result<Hash, StateError>,
     ) -> Result<Hash, StateError> {
-        StateDir::record_attempt(self, thread, write)
+        FsState::record_attempt(self, thread, write)
     }
 
     fn acquire_slot(
@@ -174,33 +174,33 @@ impl ThreadStore for StateDir {
     }
 
     fn config_text(&self) -> Result<Option<String>, StateError> {
-        StateDir::config_text(self)
+        FsState::config_text(self)
     }
 
     fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError> {
-        StateDir::set_config_text(self, text)
+        FsState::set_config_text(self, text)
     }
 
     fn replace_config_text(&self, expected: Option<&str>, new: &str) -> Result<bool, StateError> {
-        StateDir::replace_config_text(self, expected, new)
+        FsState::replace_config_text(self, expected, new)
     }
 
     fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError> {
-        StateDir::import_history(self, entries)
+        FsState::import_history(self, entries)
     }
 
     fn while_collecting(
         &self,
         f: &mut dyn FnMut() -> Result<(), StateError>,
     ) -> Result<(), StateError> {
-        StateDir::while_collecting(self, f)
+        FsState::while_collecting(self, f)
     }
 
     fn begin_sweep(&self) -> Result<GcEpoch, StateError> {
-        StateDir::begin_sweep(self)
+        FsState::begin_sweep(self)
     }
 
     fn side_table_roots_locked(&self, prune: bool) -> Result<Vec<Hash>, StateError> {
-        StateDir::side_table_roots_locked(self, prune)
+        FsState::side_table_roots_locked(self, prune)
     }
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use uwf_protocol::{Hash, ThreadId, ThreadsIndex};
 use uwf_util::atomic::{TEMP_PREFIX, TEMP_SUFFIX, sync_dir, write_atomic};
 
-use crate::state::{StateDir, StateError, THREADS_FILE, load_yaml};
+use crate::state::{FsState, StateError, THREADS_FILE, load_yaml};
 
 /// Directory of the per-thread head files.
 pub const THREADS_DIR: &str = "threads";
@@ -42,7 +42,7 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
     }
 }
 
-impl StateDir {
+impl FsState {
     /// `<root>/threads/`, the per-thread head files.
     pub fn heads_dir(&self) -> PathBuf {
         self.root().join(THREADS_DIR)
@@ -205,7 +205,7 @@ mod tests {
     #[test]
     fn a_legacy_index_is_read_then_migrated_on_the_first_change() {
         let dir = tempfile::tempdir().unwrap();
-        let state = StateDir::new(dir.path());
+        let state = FsState::new(dir.path());
         fs::write(
             state.threads_path(),
             format!("{}: {}\n{}: {}\n", t("AAA"), h("H1"), t("BBB"), h("H2")),
@@ -226,7 +226,7 @@ mod tests {
     #[test]
     fn a_damaged_head_file_is_a_parse_error_not_a_missing_thread() {
         let dir = tempfile::tempdir().unwrap();
-        let state = StateDir::new(dir.path());
+        let state = FsState::new(dir.path());
         state
             .insert_thread(t("AAA"), h("H1"), &NodeGuard::vouched())
             .unwrap();
@@ -240,7 +240,7 @@ mod tests {
     #[test]
     fn temporary_files_in_the_directory_are_not_threads() {
         let dir = tempfile::tempdir().unwrap();
-        let state = StateDir::new(dir.path());
+        let state = FsState::new(dir.path());
         state
             .insert_thread(t("AAA"), h("H1"), &NodeGuard::vouched())
             .unwrap();

@@ -36,7 +36,7 @@ pub(crate) struct History {
 
 /// How `history.jsonl` ends, reading only its last lines: archiving costs
 /// the same however long the history is. A last complete line that does
-/// not parse is reported like `StateDir::history` reports it (then the
+/// not parse is reported like `FsState::history` reports it (then the
 /// whole file is read, to name its line).
 pub(crate) fn history_tail(path: &Path) -> Result<Tail, StateError> {
     use std::io::{Read, Seek, SeekFrom};

@@ -5,7 +5,7 @@
 //!
 //! Everything else a store holds is immutable and lives in the CAS
 //! (`uwf-cas`). The engine reaches this state through the
-//! [`ThreadStore`] trait; [`StateDir`] is the embedded filesystem backend
+//! [`ThreadStore`] trait; [`FsState`] is the embedded filesystem backend
 //! (the layout documented in `docs/state.md`).
 
 mod agents;
@@ -29,5 +29,5 @@ pub mod testing;
 
 pub use guard::{GcEpoch, NodeGuard};
 pub use runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState};
-pub use state::{StateDir, StateError, parse_config, parse_stored_config};
+pub use state::{FsState, StateError, parse_config, parse_stored_config};
 pub use store::{ErrorKind, HeadNotices, SlotHold, ThreadStore};

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 use uwf_protocol::{AttemptsIndex, Hash, ThreadId, ThreadsIndex, WaitingIndex, WaitingRecord};
 
-use crate::state::{StateDir, StateError, load_yaml, store_yaml};
+use crate::state::{FsState, StateError, load_yaml, store_yaml};
 
 /// File name of the waiting table.
 pub const WAITING_FILE: &str = "waiting.yaml";
@@ -33,7 +33,7 @@ fn current(threads: &ThreadsIndex, thread: ThreadId, record: &WaitingRecord) -> 
     threads.get(&thread) == Some(&record.head)
 }
 
-impl StateDir {
+impl FsState {
     /// `<root>/waiting.yaml`.
     pub fn waiting_path(&self) -> PathBuf {
         self.root().join(WAITING_FILE)
@@ -148,7 +148,7 @@ impl StateDir {
     }
 
     /// For garbage collection, with the state lock already held (inside
-    /// [`while_locked`](StateDir::while_locked)): returns the newest attempt
+    /// [`while_locked`](FsState::while_locked)): returns the newest attempt
     /// record of every active thread, the roots that keep its records. With
     /// `prune` (not for a dry run), also drops the entries of threads that
     /// are no longer active from both tables, and stale waiting entries.
@@ -192,7 +192,7 @@ mod tests {
     #[test]
     fn a_wait_counts_only_at_its_head() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let s = StateDir::new(dir.path());
+        let s = FsState::new(dir.path());
         s.insert_thread(t("T"), h("A"), &NodeGuard::vouched())
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(
@@ -235,7 +235,7 @@ mod tests {
     #[test]
     fn attempts_chain_and_survive_only_for_active_threads() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let s = StateDir::new(dir.path());
+        let s = FsState::new(dir.path());
         s.insert_thread(t("T"), h("A"), &NodeGuard::vouched())
             .unwrap_or_else(|e| panic!("{e}"));
         s.insert_thread(t("U"), h("A"), &NodeGuard::vouched())

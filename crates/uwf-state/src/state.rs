@@ -79,15 +79,15 @@ pub fn now_ms() -> u64 {
 /// Cheap to create and stateless: every call reads the files afresh, so any
 /// number of instances (in any number of processes) can share a root.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateDir {
+pub struct FsState {
     root: PathBuf,
     lock_timeout: Duration,
 }
 
-impl StateDir {
+impl FsState {
     /// State files under `root`. Nothing is touched until a method is called.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        StateDir {
+        FsState {
             root: root.into(),
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
         }
@@ -703,9 +703,9 @@ mod tests {
     const H2: Hash = Hash::from_u64(2);
     const WF: Hash = Hash::from_u64(0xa5294a5294a5294a);
 
-    fn setup() -> (TempDir, StateDir) {
+    fn setup() -> (TempDir, FsState) {
         let dir = tempfile::tempdir().unwrap();
-        let state = StateDir::new(dir.path());
+        let state = FsState::new(dir.path());
         (dir, state)
     }
 
@@ -742,7 +742,7 @@ mod tests {
 
     #[test]
     fn paths() {
-        let s = StateDir::new("/r");
+        let s = FsState::new("/r");
         assert_eq!(s.root(), Path::new("/r"));
         assert_eq!(s.threads_path(), Path::new("/r/threads.yaml"));
         assert_eq!(s.registry_path(), Path::new("/r/registry.yaml"));
@@ -756,7 +756,7 @@ mod tests {
     fn missing_files_are_empty_and_reads_create_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("not-yet");
-        let s = StateDir::new(&root);
+        let s = FsState::new(&root);
         assert!(s.threads().unwrap().is_empty());
         assert_eq!(s.thread_head(T1).unwrap(), None);
         assert!(s.registry().unwrap().is_empty());
@@ -785,7 +785,7 @@ mod tests {
     #[test]
     fn mutations_create_the_root() {
         let dir = tempfile::tempdir().unwrap();
-        let s = StateDir::new(dir.path().join("a").join("b"));
+        let s = FsState::new(dir.path().join("a").join("b"));
         s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
         assert_eq!(s.thread_head(T1).unwrap(), Some(H0));
         assert!(s.lock_path().exists());
@@ -807,7 +807,7 @@ mod tests {
         assert_eq!(text, format!("{H0}\n"));
         assert!(!s.threads_path().exists(), "no threads.yaml in a new store");
         // A fresh instance sees the same.
-        assert_eq!(StateDir::new(s.root()).threads().unwrap(), threads);
+        assert_eq!(FsState::new(s.root()).threads().unwrap(), threads);
 
         let err = s.insert_thread(T1, H2, &NodeGuard::vouched()).unwrap_err();
         assert!(matches!(&err, StateError::ThreadExists { thread } if *thread == T1));
@@ -1277,7 +1277,7 @@ modelOverrides:
         // Reported at the alias (line 2): it lacks both a command and `human: true`.
         let (_, message) = expect_parse(s.config().unwrap_err(), &path, 2);
         assert!(message.contains("missing field `command`"), "{message}");
-        // And resolution through the StateDir surfaces it.
+        // And resolution through the FsState surfaces it.
         let err = s.resolve_agent(None, "wf", "role").unwrap_err();
         expect_parse(err, &path, 2);
         fs::write(&path, "agents:\n  me:\n    human: true\n    command: x\n").unwrap();
@@ -1375,7 +1375,7 @@ modelOverrides:
             .map(|w| {
                 let (root, barrier) = (root.clone(), Arc::clone(&barrier));
                 thread::spawn(move || {
-                    let s = StateDir::new(root);
+                    let s = FsState::new(root);
                     barrier.wait();
                     for i in 0..50 {
                         s.insert_thread(tid(w, i), head(w, i), &NodeGuard::vouched())
@@ -1387,7 +1387,7 @@ modelOverrides:
         for h in handles {
             h.join().unwrap();
         }
-        let threads = StateDir::new(&root).threads().unwrap();
+        let threads = FsState::new(&root).threads().unwrap();
         assert_eq!(threads.len(), 400);
         for w in 0..8 {
             for i in 0..50 {
@@ -1404,7 +1404,7 @@ modelOverrides:
             let barrier = Arc::new(Barrier::new(8));
             let handles: Vec<_> = (0..8)
                 .map(|w| {
-                    let (s, barrier) = (StateDir::new(s.root()), Arc::clone(&barrier));
+                    let (s, barrier) = (FsState::new(s.root()), Arc::clone(&barrier));
                     thread::spawn(move || {
                         let new = head(w, 0);
                         barrier.wait();
@@ -1440,7 +1440,7 @@ modelOverrides:
             let barrier = Arc::new(Barrier::new(8));
             let handles: Vec<_> = (0..8)
                 .map(|w| {
-                    let (s, barrier) = (StateDir::new(s.root()), Arc::clone(&barrier));
+                    let (s, barrier) = (FsState::new(s.root()), Arc::clone(&barrier));
                     thread::spawn(move || {
                         barrier.wait();
                         if w % 2 == 0 {
@@ -1474,7 +1474,7 @@ modelOverrides:
         let (_d, s) = setup();
         let done = Arc::new(AtomicBool::new(false));
         let reader = {
-            let (s, done) = (StateDir::new(s.root()), Arc::clone(&done));
+            let (s, done) = (FsState::new(s.root()), Arc::clone(&done));
             thread::spawn(move || {
                 let (mut kept, mut archived, mut reads) = (0, 0, 0);
                 while !done.load(Ordering::Relaxed) {
@@ -1521,7 +1521,7 @@ modelOverrides:
             return;
         };
         let w: usize = id.parse().unwrap();
-        let s = StateDir::new(&root);
+        let s = FsState::new(&root);
         for i in 0..CHILD_INSERTS {
             s.insert_thread(tid(w, i), H1, &NodeGuard::vouched())
                 .unwrap();
@@ -1892,7 +1892,7 @@ modelOverrides:
     fn edit_config_files_writes_both_and_env_privately() {
         let (dir, state) = setup();
         let root = dir.path().join("new-root");
-        let state = StateDir::new(&root).with_lock_timeout(state.lock_timeout);
+        let state = FsState::new(&root).with_lock_timeout(state.lock_timeout);
         let (written, ()) = state
             .edit_config_files(replace_with("defaultAgent: x\n", "K=v\n"))
             .unwrap();
@@ -1982,7 +1982,7 @@ modelOverrides:
         use std::os::unix::fs::PermissionsExt;
         let (dir, state) = setup();
         let root = dir.path().join("new-root");
-        let s = StateDir::new(&root).with_lock_timeout(state.lock_timeout);
+        let s = FsState::new(&root).with_lock_timeout(state.lock_timeout);
         s.insert_thread(T1, H0, &NodeGuard::vouched()).unwrap();
         s.swap_head(T1, H0, H1, &NodeGuard::vouched()).unwrap();
         s.insert_thread(T2, H0, &NodeGuard::vouched()).unwrap();

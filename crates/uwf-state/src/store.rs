@@ -1,7 +1,7 @@
 //! The storage seam for the mutable state: what the engine needs, as a
 //! trait a backend implements.
 //!
-//! [`StateDir`](crate::StateDir) is the embedded filesystem backend. A
+//! [`FsState`](crate::FsState) is the embedded filesystem backend. A
 //! networked backend with real transactions (PostgreSQL) implements the same
 //! trait; nothing here hands out a filesystem path, and every error says
 //! through [`StateError::kind`] whether it is a lost race

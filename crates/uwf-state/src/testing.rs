@@ -4,7 +4,7 @@
 //! store and panics (with the reason) when the backend breaks the contract.
 //! [`thread_store_contract_tests!`](crate::thread_store_contract_tests)
 //! turns them all into `#[test]` functions for one backend: this crate runs
-//! them for [`StateDir`](crate::StateDir), and another backend (the
+//! them for [`FsState`](crate::FsState), and another backend (the
 //! PostgreSQL store) runs the very same bodies by enabling the `testing`
 //! feature in its dev-dependencies:
 //!
@@ -14,7 +14,7 @@
 //!     // (a temporary directory, a database) lives until the test ends.
 //!     uwf_state::thread_store_contract_tests!({
 //!         let dir = tempfile::tempdir().unwrap();
-//!         (uwf_state::StateDir::new(dir.path()), dir)
+//!         (uwf_state::FsState::new(dir.path()), dir)
 //!     });
 //! }
 //! ```
@@ -1258,14 +1258,14 @@ mod tests {
                 Ok(d) => d,
                 Err(e) => panic!("tempdir: {e}"),
             };
-            (crate::StateDir::new(dir.path()), dir)
+            (crate::FsState::new(dir.path()), dir)
         });
         crate::run_queue_contract_tests!({
             let dir = match tempfile::tempdir() {
                 Ok(d) => d,
                 Err(e) => panic!("tempdir: {e}"),
             };
-            (crate::StateDir::new(dir.path()), dir)
+            (crate::FsState::new(dir.path()), dir)
         });
     }
 }

@@ -19,7 +19,7 @@ use uwf_protocol::{
     WorkflowConfig, WorkflowLimits, WorkflowRegistry,
 };
 use uwf_state::slots::{SlotError, Waiting};
-use uwf_state::{GcEpoch, NodeGuard, SlotHold, StateDir, StateError, ThreadStore};
+use uwf_state::{FsState, GcEpoch, NodeGuard, SlotHold, StateError, ThreadStore};
 
 use crate::{PgError, PgStore};
 
@@ -475,7 +475,7 @@ impl ThreadStore for PgStore {
 
     fn secrets(&self) -> Result<Vec<(String, String)>, StateError> {
         match &self.inner().secrets_dir {
-            Some(dir) => StateDir::new(dir).env_vars(),
+            Some(dir) => FsState::new(dir).env_vars(),
             None => Ok(Vec::new()),
         }
     }

@@ -123,7 +123,7 @@ fn the_api_key_comes_from_dot_env_and_is_never_stored() {
     fx.write_config(&config).unwrap();
     std::fs::write(fx.root().join(".env"), format!("{var}={KEY}\n")).unwrap();
     // What `run` does before calling the agent.
-    uwf_state::state::StateDir::new(fx.root())
+    uwf_state::state::FsState::new(fx.root())
         .load_env()
         .unwrap();
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 use uwf_protocol::WorkflowConfig;
-use uwf_state::state::StateDir;
+use uwf_state::state::FsState;
 use uwf_util::root::ResolvedRoot;
 
 use crate::cli::ConfigCommand;
@@ -123,8 +123,8 @@ fn show(root: &ResolvedRoot, store: Option<&str>, quiet: bool) -> Result<Shown, 
     // A filesystem store is a directory holding everything; a shared store
     // keeps the configuration, and secrets (`.env`) stay in the root.
     let state = match &loc {
-        StoreLocation::Dir(dir) => StateDir::new(dir),
-        StoreLocation::Url(_) => StateDir::new(&root.path),
+        StoreLocation::Dir(dir) => FsState::new(dir),
+        StoreLocation::Url(_) => FsState::new(&root.path),
     };
     let (config, config_source, hint) = match &loc {
         StoreLocation::Dir(_) => {

@@ -107,7 +107,7 @@ impl From<ServeError> for CliError {
 
 /// `uwf serve`: listens, prints `{"url": …}`, serves until interrupted.
 pub fn run(ctx: Ctx, redactor: Redactor, args: &ServeArgs) -> Result<(), CliError> {
-    let state = uwf_state::StateDir::new(&ctx.root);
+    let state = uwf_state::FsState::new(&ctx.root);
     let mut token = configured_token(&state)?;
     let mut fresh = None;
     if args.new_token {
@@ -167,7 +167,7 @@ pub fn run(ctx: Ctx, redactor: Redactor, args: &ServeArgs) -> Result<(), CliErro
 }
 
 /// The token in the root's `.env`, if one is set.
-fn configured_token(state: &uwf_state::StateDir) -> Result<Option<String>, CliError> {
+fn configured_token(state: &uwf_state::FsState) -> Result<Option<String>, CliError> {
     let files = state.config_files()?;
     Ok(uwf_state::env::lookup(files.env.as_deref(), TOKEN_VAR).filter(|t| !t.is_empty()))
 }
@@ -184,7 +184,7 @@ fn new_token() -> Result<String, ServeError> {
 
 /// Sets [`TOKEN_VAR`] in the root's `.env` (under the state lock, mode
 /// 0600, as `uwf setup` writes keys).
-fn store_token(state: &uwf_state::StateDir, token: &str) -> Result<(), CliError> {
+fn store_token(state: &uwf_state::FsState, token: &str) -> Result<(), CliError> {
     state.edit_config_files(|files| {
         let (env, _) = uwf_state::env::set_var(files.env.as_deref(), TOKEN_VAR, token)
             .map_err(|e| ServeError::Token(e.to_string()))?;

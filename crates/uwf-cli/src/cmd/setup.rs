@@ -2,7 +2,7 @@
 //! agent.
 //!
 //! Two files in the storage root change, together and under the state lock
-//! ([`StateDir::edit_config_files`]):
+//! ([`FsState::edit_config_files`]):
 //!
 //! - `config.yaml` (no secrets): `providers.<name>.{baseUrl, apiKeyEnv}`,
 //!   `models.<alias>.{provider, name}`, `defaultModel`, `agents` and
@@ -36,7 +36,7 @@ use serde_yaml::{Mapping, Value};
 use uwf_protocol::WorkflowConfig;
 use uwf_state::ThreadStore;
 use uwf_state::state::{
-    CONFIG_FILE, ConfigFiles, ConfigFilesWritten, ENV_FILE, SplitError, StateDir, StateError,
+    CONFIG_FILE, ConfigFiles, ConfigFilesWritten, ENV_FILE, FsState, SplitError, StateError,
     split_command_line,
 };
 use uwf_util::atomic::write_atomic;
@@ -446,20 +446,20 @@ const SHARED_ATTEMPTS: usize = 5;
 pub fn run_at(root: &Path, store: Option<&str>, args: SetupArgs) -> Result<Report, CliError> {
     let (location, _) = location::resolve(store, root)?;
     match &location {
-        StoreLocation::Dir(dir) => run(&StateDir::new(dir), &Target::Root, args),
+        StoreLocation::Dir(dir) => run(&FsState::new(dir), &Target::Root, args),
         StoreLocation::Url(_) => {
             let engine = location::open(root, &location)?;
             let target = Target::Shared {
                 store: engine.state(),
                 origin: engine.state().config_name().into(),
             };
-            run(&StateDir::new(root), &target, args)
+            run(&FsState::new(root), &target, args)
         }
     }
 }
 
 /// Runs `uwf setup`.
-pub fn run(state: &StateDir, target: &Target<'_>, args: SetupArgs) -> Result<Report, CliError> {
+pub fn run(state: &FsState, target: &Target<'_>, args: SetupArgs) -> Result<Report, CliError> {
     let interactive = args.provider.is_none()
         && args.base_url.is_none()
         && args.api_key.is_none()
@@ -707,7 +707,7 @@ pub fn derived_model_alias(name: &str) -> String {
 // ----- applying ------------------------------------------------------------
 
 /// Writes what `request` asks for, under the state lock.
-fn apply_request(state: &StateDir, request: &Request) -> Result<Report, CliError> {
+fn apply_request(state: &FsState, request: &Request) -> Result<Report, CliError> {
     let config_path = state.config_path();
     let env_path = state.env_path();
     let backup_path = state.root().join(format!("{CONFIG_FILE}.bak"));
@@ -761,7 +761,7 @@ fn shared_text(store: &dyn ThreadStore, origin: &Path) -> Result<Option<String>,
 /// compare-and-swap, read and merged again when someone else wrote it
 /// meanwhile (writing the same `.env` line again changes nothing).
 fn apply_shared(
-    state: &StateDir,
+    state: &FsState,
     store: &dyn ThreadStore,
     origin: &Path,
     request: &Request,
@@ -1173,7 +1173,7 @@ fn set_env_var(
 // ----- asking ----------------------------------------------------------------
 
 /// Asks for a provider, base URL, model, key (hidden) and default agent.
-fn ask(state: &StateDir, config_path: &Path, files: &ConfigFiles) -> Result<Request, CliError> {
+fn ask(state: &FsState, config_path: &Path, files: &ConfigFiles) -> Result<Request, CliError> {
     // Checked when `files` was read.
     let config: WorkflowConfig = match &files.config {
         Some(text) => uwf_state::parse_config(config_path, text)?,
@@ -1381,7 +1381,7 @@ fn ask(state: &StateDir, config_path: &Path, files: &ConfigFiles) -> Result<Requ
 /// exit status 130 after saying that nothing was written. The thread still
 /// blocked in its read ends with the process.
 fn ask_interruptibly(
-    state: StateDir,
+    state: FsState,
     config_path: PathBuf,
     files: ConfigFiles,
 ) -> Result<Request, CliError> {
