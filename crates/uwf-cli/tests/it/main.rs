@@ -10,6 +10,7 @@ mod agent_cli;
 mod cas_cli;
 mod concurrency_cli;
 mod derived_cache;
+mod diagnostics;
 mod editors_cli;
 mod expressions_cli;
 mod fault_trials;
