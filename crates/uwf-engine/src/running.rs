@@ -170,7 +170,7 @@ fn checked(marker: Marker) -> Found {
 }
 
 /// [`find`], then — for a store that shares its markers with every machine
-/// ([`ThreadStore::shares_running`], a database) — the store's marker: an
+/// ([`SideTables::shares_running`](uwf_state::SideTables::shares_running), a database) — the store's marker: an
 /// agent running on another machine, or started from another root. A
 /// marker of this machine is checked like a local one (its process must
 /// be alive); one of another machine counts while the thread's head is

@@ -4,7 +4,7 @@
 //!
 //! A store's secrets are:
 //!
-//! - every value of its `.env` ([`ThreadStore::secrets`]), and the value of
+//! - every value of its `.env` ([`Settings::secrets`]), and the value of
 //!   the same variable in the process environment when that one is set
 //!   (it wins over `.env`, so it is what an agent gets);
 //! - the store's password: `UWF_STORE_PASSWORD` and `PGPASSWORD`
@@ -16,7 +16,7 @@
 //! environment, so a changed `.env` applies to the next agent at once.
 //! What counts as a secret is [`uwf_backend::secrets`]'s to say.
 //!
-//! [`ThreadStore::secrets`]: uwf_state::ThreadStore::secrets
+//! [`Settings::secrets`]: uwf_state::Settings::secrets
 
 use std::sync::Arc;
 

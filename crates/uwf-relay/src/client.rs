@@ -14,7 +14,10 @@ use uwf_protocol::{
     WorkflowConfig, WorkflowLimits, WorkflowRegistry,
 };
 use uwf_state::slots::{SlotError, Waiting};
-use uwf_state::{GcEpoch, HeadNotices, NodeGuard, SlotHold, StateError, ThreadStore};
+use uwf_state::{
+    Collecting, ConcurrencySlots, GcEpoch, HeadNotices, Heads, NodeGuard, Registry, Settings,
+    SideTables, SlotHold, StateError, ThreadStore,
+};
 
 use crate::RelayError;
 use crate::wire::{Kind, Request, Response, read_frame, write_frame};
@@ -399,6 +402,12 @@ impl ThreadStore for RelayState {
         self.fb()?.check_writable()
     }
 
+    fn head_notices(&self) -> Option<Arc<dyn HeadNotices>> {
+        self.fb().ok()?.head_notices()
+    }
+}
+
+impl Heads for RelayState {
     fn thread_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
         match self.client.call(&Request::ThreadHead { thread }, &[]) {
             Ok((Response::Head { head }, _)) => Ok(head),
@@ -452,6 +461,12 @@ impl ThreadStore for RelayState {
         self.fb()?.find_archived(thread)
     }
 
+    fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError> {
+        self.fb()?.import_history(entries)
+    }
+}
+
+impl Registry for RelayState {
     fn registry(&self) -> Result<WorkflowRegistry, StateError> {
         self.fb()?.registry()
     }
@@ -464,7 +479,9 @@ impl ThreadStore for RelayState {
     ) -> Result<Option<Hash>, StateError> {
         self.fb()?.register_workflow(name, hash, guard)
     }
+}
 
+impl Settings for RelayState {
     fn config(&self) -> Result<Option<WorkflowConfig>, StateError> {
         let Some(text) = self.config_text()? else {
             return Ok(None);
@@ -484,6 +501,24 @@ impl ThreadStore for RelayState {
         }
     }
 
+    fn config_text(&self) -> Result<Option<String>, StateError> {
+        match self.client.call(&Request::ConfigText, &[]) {
+            Ok((Response::Text { text }, _)) => Ok(text),
+            Ok((other, _)) => Err(self.client.unexpected(&other).into_state()),
+            Err(e) => Err(e.into_state()),
+        }
+    }
+
+    fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError> {
+        self.fb()?.set_config_text(text)
+    }
+
+    fn replace_config_text(&self, expected: Option<&str>, new: &str) -> Result<bool, StateError> {
+        self.fb()?.replace_config_text(expected, new)
+    }
+}
+
+impl SideTables for RelayState {
     fn waiting(&self) -> Result<WaitingIndex, StateError> {
         self.fb()?.waiting()
     }
@@ -512,10 +547,6 @@ impl ThreadStore for RelayState {
         self.fb()?.record_attempt(thread, write)
     }
 
-    fn head_notices(&self) -> Option<Arc<dyn HeadNotices>> {
-        self.fb().ok()?.head_notices()
-    }
-
     fn shares_running(&self) -> bool {
         self.fb().is_ok_and(|s| s.shares_running())
     }
@@ -531,7 +562,9 @@ impl ThreadStore for RelayState {
     fn running_marker(&self, thread: ThreadId) -> Result<Option<String>, StateError> {
         self.fb()?.running_marker(thread)
     }
+}
 
+impl ConcurrencySlots for RelayState {
     fn acquire_slot(
         &self,
         workflow: &str,
@@ -547,27 +580,9 @@ impl ThreadStore for RelayState {
         })?;
         fallback.1.acquire_slot(workflow, limits, poll, on_wait)
     }
+}
 
-    fn config_text(&self) -> Result<Option<String>, StateError> {
-        match self.client.call(&Request::ConfigText, &[]) {
-            Ok((Response::Text { text }, _)) => Ok(text),
-            Ok((other, _)) => Err(self.client.unexpected(&other).into_state()),
-            Err(e) => Err(e.into_state()),
-        }
-    }
-
-    fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError> {
-        self.fb()?.set_config_text(text)
-    }
-
-    fn replace_config_text(&self, expected: Option<&str>, new: &str) -> Result<bool, StateError> {
-        self.fb()?.replace_config_text(expected, new)
-    }
-
-    fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError> {
-        self.fb()?.import_history(entries)
-    }
-
+impl Collecting for RelayState {
     fn while_collecting(
         &self,
         f: &mut dyn FnMut() -> Result<(), StateError>,

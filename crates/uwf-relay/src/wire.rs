@@ -36,11 +36,11 @@ pub(crate) enum Request {
     CachePut { key: String },
     /// [`uwf_cas::Store::cache_remove`].
     CacheRemove { key: String },
-    /// [`uwf_state::ThreadStore::thread_head`].
+    /// [`uwf_state::Heads::thread_head`].
     ThreadHead { thread: ThreadId },
-    /// [`uwf_state::ThreadStore::config_text`].
+    /// [`uwf_state::Settings::config_text`].
     ConfigText,
-    /// [`uwf_state::ThreadStore::secrets`].
+    /// [`uwf_state::Settings::secrets`].
     Secrets,
 }
 

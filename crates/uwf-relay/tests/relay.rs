@@ -8,6 +8,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
+use uwf_state::prelude::*;
 
 use uwf_cas::{MemStore, Node, Store, StoreErrorKind};
 use uwf_relay::{Fallback, Relay, RelayClient, RelayState, RelayStore};

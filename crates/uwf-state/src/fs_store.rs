@@ -11,7 +11,10 @@ use uwf_util::lock::LockError;
 use crate::guard::{GcEpoch, NodeGuard};
 use crate::slots::{SlotError, SlotGuard, Slots, Waiting};
 use crate::state::{FsState, StateError};
-use crate::store::{ErrorKind, SlotHold, ThreadStore};
+use crate::store::{
+    Collecting, ConcurrencySlots, ErrorKind, Heads, Registry, Settings, SideTables, SlotHold,
+    ThreadStore,
+};
 
 impl SlotHold for SlotGuard {
     fn index(&self) -> u32 {
@@ -56,7 +59,9 @@ impl ThreadStore for FsState {
         // (and is released at once) is what a change needs.
         self.locked(|| Ok(()))
     }
+}
 
+impl Heads for FsState {
     fn thread_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
         FsState::thread_head(self, thread)
     }
@@ -106,6 +111,12 @@ impl ThreadStore for FsState {
         FsState::find_archived(self, thread)
     }
 
+    fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError> {
+        FsState::import_history(self, entries)
+    }
+}
+
+impl Registry for FsState {
     fn registry(&self) -> Result<WorkflowRegistry, StateError> {
         FsState::registry(self)
     }
@@ -118,7 +129,9 @@ impl ThreadStore for FsState {
     ) -> Result<Option<Hash>, StateError> {
         FsState::register_workflow(self, name, hash, guard)
     }
+}
 
+impl Settings for FsState {
     fn config(&self) -> Result<Option<WorkflowConfig>, StateError> {
         FsState::config(self)
     }
@@ -131,6 +144,20 @@ impl ThreadStore for FsState {
         FsState::env_vars(self)
     }
 
+    fn config_text(&self) -> Result<Option<String>, StateError> {
+        FsState::config_text(self)
+    }
+
+    fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError> {
+        FsState::set_config_text(self, text)
+    }
+
+    fn replace_config_text(&self, expected: Option<&str>, new: &str) -> Result<bool, StateError> {
+        FsState::replace_config_text(self, expected, new)
+    }
+}
+
+impl SideTables for FsState {
     fn waiting(&self) -> Result<WaitingIndex, StateError> {
         FsState::waiting(self)
     }
@@ -158,7 +185,9 @@ impl ThreadStore for FsState {
     ) -> Result<Hash, StateError> {
         FsState::record_attempt(self, thread, write)
     }
+}
 
+impl ConcurrencySlots for FsState {
     fn acquire_slot(
         &self,
         workflow: &str,
@@ -172,23 +201,9 @@ impl ThreadStore for FsState {
         }
         Ok(Box::new(slots.acquire(on_wait)?))
     }
+}
 
-    fn config_text(&self) -> Result<Option<String>, StateError> {
-        FsState::config_text(self)
-    }
-
-    fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError> {
-        FsState::set_config_text(self, text)
-    }
-
-    fn replace_config_text(&self, expected: Option<&str>, new: &str) -> Result<bool, StateError> {
-        FsState::replace_config_text(self, expected, new)
-    }
-
-    fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError> {
-        FsState::import_history(self, entries)
-    }
-
+impl Collecting for FsState {
     fn while_collecting(
         &self,
         f: &mut dyn FnMut() -> Result<(), StateError>,

@@ -78,9 +78,9 @@ impl fmt::Display for GcEpoch {
 pub type GuardCheck<'a> = &'a dyn Fn() -> Result<(), StateError>;
 
 /// Handed to the methods that install a root
-/// ([`ThreadStore::insert_thread`](crate::ThreadStore::insert_thread),
-/// [`swap_head`](crate::ThreadStore::swap_head),
-/// [`register_workflow`](crate::ThreadStore::register_workflow)): the epoch
+/// ([`Heads::insert_thread`](crate::Heads::insert_thread),
+/// [`swap_head`](crate::Heads::swap_head),
+/// [`register_workflow`](crate::Registry::register_workflow)): the epoch
 /// the writer read before it stored its nodes, and how to check them if a
 /// collection may have run since. See the module documentation.
 #[derive(Clone, Copy)]

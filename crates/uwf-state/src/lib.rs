@@ -27,7 +27,21 @@ pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+/// The state traits, to call their methods on a concrete backend
+/// (`FsState`, `PgStore`): `use uwf_state::prelude::*;`. Through `dyn
+/// ThreadStore` (or a `T: ThreadStore`) every part's methods are there
+/// without it.
+pub mod prelude {
+    pub use crate::store::{
+        Collecting as _, ConcurrencySlots as _, Heads as _, Registry as _, Settings as _,
+        SideTables as _, ThreadStore,
+    };
+}
+
 pub use guard::{GcEpoch, NodeGuard};
 pub use runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState};
 pub use state::{FsState, StateError, parse_config, parse_stored_config};
-pub use store::{ErrorKind, HeadNotices, SlotHold, ThreadStore};
+pub use store::{
+    Collecting, ConcurrencySlots, ErrorKind, HeadNotices, Heads, Registry, Settings, SideTables,
+    SlotHold, ThreadStore,
+};

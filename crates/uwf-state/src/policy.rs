@@ -62,7 +62,7 @@ impl PolicyError {
     }
 
     /// This error, naming `origin` as where the configuration lives (see
-    /// [`ThreadStore::config_name`](crate::ThreadStore::config_name)).
+    /// [`Settings::config_name`](crate::Settings::config_name)).
     pub fn in_config(self, origin: impl Into<String>) -> Self {
         Self {
             origin: origin.into(),

@@ -57,10 +57,12 @@ pub trait SlotHold: Send {
 /// Thread ids and hashes are typed ([`ThreadId`], [`struct@Hash`]); a backend
 /// stores them as their canonical text or as numbers, as it likes, as long
 /// as they come back equal. Implementations must make
-/// [`swap_head`](Self::swap_head), [`archive`](Self::archive) and
-/// [`insert_thread`](Self::insert_thread) atomic with respect to each other
+/// [`swap_head`](Heads::swap_head), [`archive`](Heads::archive) and
+/// [`insert_thread`](Heads::insert_thread) atomic with respect to each other
 /// and to every other process using the same store.
-pub trait ThreadStore: Send + Sync + fmt::Debug {
+pub trait ThreadStore:
+    Heads + Registry + Settings + SideTables + ConcurrencySlots + Collecting + Send + Sync + fmt::Debug
+{
     /// A short description of where the state lives, for messages (never a
     /// secret such as a password).
     fn describe(&self) -> String;
@@ -76,11 +78,32 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         Ok(())
     }
 
-    // ----- threads -------------------------------------------------------
+    /// From now on, reads through this store see it as it is now, in one
+    /// consistent snapshot, as far as the backend can (PostgreSQL: one
+    /// read-only transaction); writes are not affected. For a command
+    /// that only reads. The default (the filesystem store, which has no
+    /// snapshots) does nothing.
+    fn read_in_one_snapshot(&self) -> Result<(), StateError> {
+        Ok(())
+    }
 
+    /// Announcements of moved heads, for a store that can push them (a
+    /// database with LISTEN/NOTIFY): a step whose agent runs a long time
+    /// then asks the store for its thread's head only when a notice came,
+    /// instead of several times a second. `None`: ask the store (a
+    /// directory, where reading a head is a local file read).
+    fn head_notices(&self) -> Option<std::sync::Arc<dyn HeadNotices>> {
+        None
+    }
+}
+
+/// Which threads are active and where their heads are, and the history of
+/// the ended ones: the compare-and-swap at the heart of a step.
+/// Part of [`ThreadStore`]; a backend implements every part.
+pub trait Heads {
     /// The head of `thread` if it is active. This is also the kill flag: a
     /// running step reads it and stops once the thread is gone or its head
-    /// moved, so it must be cheap (a store with [`head_notices`](Self::head_notices)
+    /// moved, so it must be cheap (a store with [`head_notices`](ThreadStore::head_notices)
     /// is read less often).
     fn thread_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError>;
 
@@ -119,7 +142,7 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     fn gc_epoch(&self) -> Result<GcEpoch, StateError>;
 
     /// The collection epoch and then the head of `thread`, as
-    /// [`gc_epoch`](Self::gc_epoch) and [`thread_head`](Self::thread_head)
+    /// [`gc_epoch`](Heads::gc_epoch) and [`thread_head`](Heads::thread_head)
     /// called in that order give them: what a step reads first. A backend
     /// may read both at once (PostgreSQL: one statement, one snapshot).
     fn epoch_and_head(&self, thread: ThreadId) -> Result<(GcEpoch, Option<Hash>), StateError> {
@@ -137,35 +160,45 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         reason: &str,
     ) -> Result<HistoryEntry, StateError>;
 
-    // ----- history -------------------------------------------------------
-
     /// Every archived-thread record, oldest first.
     fn history(&self) -> Result<Vec<HistoryEntry>, StateError>;
 
     /// The latest history entry of `thread`, if it was ever archived.
     fn find_archived(&self, thread: ThreadId) -> Result<Option<HistoryEntry>, StateError>;
 
-    // ----- registry and configuration -----------------------------------
+    /// Appends the entries of `entries` that the history does not hold yet
+    /// (equal in every field), in order, and returns how many were added.
+    /// Copying a store uses it; running it again adds nothing.
+    fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError>;
+}
 
+/// The workflow registry: a name's latest Workflow node.
+/// Part of [`ThreadStore`]; a backend implements every part.
+pub trait Registry {
     /// Workflow name → Workflow node hash.
     fn registry(&self) -> Result<WorkflowRegistry, StateError>;
 
     /// Records `name → hash`; returns the previous hash, if any. `guard`
     /// proves the Workflow node is still in the node store, as for
-    /// [`swap_head`](Self::swap_head).
+    /// [`swap_head`](Heads::swap_head).
     fn register_workflow(
         &self,
         name: &str,
         hash: Hash,
         guard: &NodeGuard<'_>,
     ) -> Result<Option<Hash>, StateError>;
+}
 
+/// The configuration (`config.yaml`, or the row a shared store keeps) and
+/// the secrets handed to agents (`.env`).
+/// Part of [`ThreadStore`]; a backend implements every part.
+pub trait Settings {
     /// The configuration (`None` when there is none).
     fn config(&self) -> Result<Option<WorkflowConfig>, StateError>;
 
     /// Where the configuration lives, as errors about one of its settings
     /// name it ([`PolicyError::in_config`](crate::policy::PolicyError::in_config),
-    /// [`resolve_agent_with`](Self::resolve_agent_with)) and `uwf config
+    /// [`resolve_agent_with`](Settings::resolve_agent_with)) and `uwf config
     /// show` reports it: the path of its `config.yaml` for the filesystem
     /// store, a table for PostgreSQL; bare `config.yaml` by default.
     fn config_name(&self) -> String {
@@ -174,7 +207,7 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
 
     /// Which agent runs `role` of `workflow` (`explicit` overrides the
     /// configuration), as [`resolve_agent`](crate::state::resolve_agent)
-    /// says, errors naming [`config_name`](Self::config_name).
+    /// says, errors naming [`config_name`](Settings::config_name).
     fn resolve_agent_with(
         &self,
         config: Option<&WorkflowConfig>,
@@ -191,8 +224,25 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// logged.
     fn secrets(&self) -> Result<Vec<(String, String)>, StateError>;
 
-    // ----- side tables ---------------------------------------------------
+    /// The configuration as stored (YAML text, comments kept), `None` when
+    /// there is none.
+    fn config_text(&self) -> Result<Option<String>, StateError>;
 
+    /// Replaces the configuration with `text` once it parses; `None`
+    /// removes it.
+    fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError>;
+
+    /// Replaces the configuration with `new` (once it parses) only if it is
+    /// still `expected` (`None`: there is none): a compare-and-swap for
+    /// read-modify-write editors such as `uwf setup`. `false`, with nothing
+    /// written, when it changed meanwhile.
+    fn replace_config_text(&self, expected: Option<&str>, new: &str) -> Result<bool, StateError>;
+}
+
+/// The side tables of active threads: who waits for a person, the failed
+/// attempts of a step, and the markers of agents running on this machine.
+/// Part of [`ThreadStore`]; a backend implements every part.
+pub trait SideTables {
     /// The threads waiting for a person now (entries whose thread has moved
     /// on are left out).
     fn waiting(&self) -> Result<WaitingIndex, StateError>;
@@ -224,30 +274,6 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         write: &mut dyn FnMut(Option<Hash>) -> Result<Hash, StateError>,
     ) -> Result<Hash, StateError>;
 
-    // ----- consistent reads ----------------------------------------------
-
-    /// From now on, reads through this store see it as it is now, in one
-    /// consistent snapshot, as far as the backend can (PostgreSQL: one
-    /// read-only transaction); writes are not affected. For a command
-    /// that only reads. The default (the filesystem store, which has no
-    /// snapshots) does nothing.
-    fn read_in_one_snapshot(&self) -> Result<(), StateError> {
-        Ok(())
-    }
-
-    // ----- head notices ---------------------------------------------------
-
-    /// Announcements of moved heads, for a store that can push them (a
-    /// database with LISTEN/NOTIFY): a step whose agent runs a long time
-    /// then asks the store for its thread's head only when a notice came,
-    /// instead of several times a second. `None`: ask the store (a
-    /// directory, where reading a head is a local file read).
-    fn head_notices(&self) -> Option<std::sync::Arc<dyn HeadNotices>> {
-        None
-    }
-
-    // ----- running agents -------------------------------------------------
-
     /// Whether this store keeps the running markers of agents itself, so
     /// that every machine using it sees what runs where (a shared database).
     /// A store that does not (a directory, one machine) leaves the markers
@@ -275,9 +301,11 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         let _ = thread;
         Ok(None)
     }
+}
 
-    // ----- concurrency (docs/state.md, "Slots") ---------------------------
-
+/// The per-workflow concurrency slots (docs/state.md, "Slots").
+/// Part of [`ThreadStore`]; a backend implements every part.
+pub trait ConcurrencySlots {
     /// Takes a slot of `workflow` as `limits` say, calling `on_wait` while
     /// it waits in the queue (returning `false` gives up with
     /// [`SlotError::Cancelled`]). `poll` is how often a waiter looks again.
@@ -288,49 +316,32 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         poll: Option<Duration>,
         on_wait: &mut dyn FnMut(&Waiting) -> bool,
     ) -> Result<Box<dyn SlotHold>, SlotError>;
+}
 
-    // ----- copying a store (`uwf store copy`) ------------------------------
-
-    /// The configuration as stored (YAML text, comments kept), `None` when
-    /// there is none.
-    fn config_text(&self) -> Result<Option<String>, StateError>;
-
-    /// Replaces the configuration with `text` once it parses; `None`
-    /// removes it.
-    fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError>;
-
-    /// Replaces the configuration with `new` (once it parses) only if it is
-    /// still `expected` (`None`: there is none): a compare-and-swap for
-    /// read-modify-write editors such as `uwf setup`. `false`, with nothing
-    /// written, when it changed meanwhile.
-    fn replace_config_text(&self, expected: Option<&str>, new: &str) -> Result<bool, StateError>;
-
-    /// Appends the entries of `entries` that the history does not hold yet
-    /// (equal in every field), in order, and returns how many were added.
-    /// Copying a store uses it; running it again adds nothing.
-    fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError>;
-
-    // ----- maintenance ---------------------------------------------------
-
+/// What garbage collection needs of the state: the lock it holds, the
+/// epoch it moves, and the side tables' roots (docs/state.md, "Garbage
+/// collection").
+/// Part of [`ThreadStore`]; a backend implements every part.
+pub trait Collecting {
     /// Runs a garbage collection `f` while no thread, registry or
     /// side-table change can happen (it needs a stable set of roots): takes
     /// the store lock exclusively, runs `f`, and then, whatever `f`
     /// returned, moves an odd [`GcEpoch`] (raised by
-    /// [`begin_sweep`](Self::begin_sweep)) to the next even one. `f` must not
+    /// [`begin_sweep`](Collecting::begin_sweep)) to the next even one. `f` must not
     /// call the mutating methods.
     fn while_collecting(
         &self,
         f: &mut dyn FnMut() -> Result<(), StateError>,
     ) -> Result<(), StateError>;
 
-    /// Inside [`while_collecting`](Self::while_collecting), before the first
+    /// Inside [`while_collecting`](Collecting::while_collecting), before the first
     /// node is removed: raises the [`GcEpoch`] to odd, durably, so that a
     /// writer whose nodes may be removed checks them before it installs a
     /// root ([`crate::guard`]). A collection that removes nothing (a dry
     /// run, nothing stale) never calls it and changes nothing.
     fn begin_sweep(&self) -> Result<GcEpoch, StateError>;
 
-    /// With [`while_collecting`](Self::while_collecting) held: the newest attempt
+    /// With [`while_collecting`](Collecting::while_collecting) held: the newest attempt
     /// record of every active thread (roots that keep its records); with
     /// `prune`, also drops side-table entries of threads that are no longer
     /// active.

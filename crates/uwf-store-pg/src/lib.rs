@@ -71,7 +71,7 @@ pub struct PgOptions {
     /// `config.yaml`). Never shown.
     pub password: Option<String>,
     /// The directory whose `.env` holds the secrets handed to agents
-    /// ([`ThreadStore::secrets`](uwf_state::ThreadStore::secrets)); none
+    /// ([`Settings::secrets`](uwf_state::Settings::secrets)); none
     /// when `None`.
     pub secrets_dir: Option<PathBuf>,
     /// Idle connections kept for reuse (default [`DEFAULT_POOL_SIZE`]).
@@ -566,7 +566,8 @@ mod tests {
     /// go on beside it, and a failed read ends it.
     #[test]
     fn reads_in_one_snapshot_see_the_store_as_it_was_and_writes_go_on() {
-        use uwf_state::{NodeGuard, ThreadStore};
+        use uwf_state::NodeGuard;
+        use uwf_state::prelude::*;
         let Some(db) = uwf_pg_testing::database() else {
             return;
         };

@@ -25,7 +25,7 @@
 //!   worker's renewal loop (whose watchdog fences the agent anyway).
 //!
 //! Run-queue statements do not take the store lock of
-//! [`while_collecting`](uwf_state::ThreadStore::while_collecting): runs hold no
+//! [`while_collecting`](uwf_state::Collecting::while_collecting): runs hold no
 //! hashes (garbage collection does not read them), and a long `uwf cas gc`
 //! must not hold back the renewals that keep every worker's lease.
 

@@ -2,7 +2,7 @@
 //!
 //! Every mutation is one transaction that first takes the store lock
 //! ([`STORE_LOCK`]) in **shared** mode, so mutations run side by side;
-//! [`while_collecting`](ThreadStore::while_collecting) takes it in **exclusive**
+//! [`while_collecting`](Collecting::while_collecting) takes it in **exclusive**
 //! mode, so garbage collection sees a stable set of roots. Reads take no
 //! lock: every statement sees a committed snapshot.
 //!
@@ -19,7 +19,10 @@ use uwf_protocol::{
     WorkflowConfig, WorkflowLimits, WorkflowRegistry,
 };
 use uwf_state::slots::{SlotError, Waiting};
-use uwf_state::{FsState, GcEpoch, NodeGuard, SlotHold, StateError, ThreadStore};
+use uwf_state::{
+    Collecting, ConcurrencySlots, FsState, GcEpoch, Heads, NodeGuard, Registry, Settings,
+    SideTables, SlotHold, StateError, ThreadStore,
+};
 
 use crate::{PgError, PgStore};
 
@@ -204,6 +207,17 @@ impl ThreadStore for PgStore {
         self.url().to_owned()
     }
 
+    fn read_in_one_snapshot(&self) -> Result<(), StateError> {
+        Ok(PgStore::read_in_one_snapshot(self)?)
+    }
+
+    fn head_notices(&self) -> Option<std::sync::Arc<dyn uwf_state::HeadNotices>> {
+        let listener: std::sync::Arc<dyn uwf_state::HeadNotices> = self.inner().listener();
+        Some(listener)
+    }
+}
+
+impl Heads for PgStore {
     fn thread_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
         let row = self
             .read_conn()?
@@ -221,10 +235,6 @@ impl ThreadStore for PgStore {
                 )
             })
             .transpose()?)
-    }
-
-    fn read_in_one_snapshot(&self) -> Result<(), StateError> {
-        Ok(PgStore::read_in_one_snapshot(self)?)
     }
 
     fn epoch_and_head(&self, thread: ThreadId) -> Result<(GcEpoch, Option<Hash>), StateError> {
@@ -408,6 +418,39 @@ impl ThreadStore for PgStore {
         Ok(row.map(|r| self.history_entry(&r)).transpose()?)
     }
 
+    fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError> {
+        self.mutate(|tx| -> Result<usize, StateError> {
+            let mut added = 0;
+            for e in entries {
+                let at = i64::try_from(e.completed_at).unwrap_or(i64::MAX);
+                // Equal in every field: already there (a copy run again).
+                added += tx
+                    .execute(
+                        "INSERT INTO uwf_history (thread, workflow, head, completed_at, reason) \
+                         SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS ( \
+                           SELECT 1 FROM uwf_history WHERE thread = $1 AND workflow = $2 \
+                           AND head = $3 AND completed_at = $4 AND reason IS NOT DISTINCT FROM $5)",
+                        &[
+                            &e.thread.to_string(),
+                            &e.workflow.to_string(),
+                            &e.head.to_string(),
+                            &at,
+                            &e.reason,
+                        ],
+                    )
+                    .map_err(self.err("import the history"))?;
+            }
+            Ok(usize::try_from(added).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn gc_epoch(&self) -> Result<GcEpoch, StateError> {
+        let mut c = self.read_conn()?;
+        Ok(self.epoch_in(&mut *c)?)
+    }
+}
+
+impl Registry for PgStore {
     fn registry(&self) -> Result<WorkflowRegistry, StateError> {
         let rows = self
             .read_conn()?
@@ -460,7 +503,9 @@ impl ThreadStore for PgStore {
             Ok(previous)
         })
     }
+}
 
+impl Settings for PgStore {
     fn config(&self) -> Result<Option<WorkflowConfig>, StateError> {
         let Some(text) = self.config_text()? else {
             return Ok(None);
@@ -480,6 +525,34 @@ impl ThreadStore for PgStore {
         }
     }
 
+    fn config_text(&self) -> Result<Option<String>, StateError> {
+        Ok(PgStore::config_text(self)?)
+    }
+
+    fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError> {
+        self.set_config(text)
+    }
+
+    fn replace_config_text(&self, expected: Option<&str>, new: &str) -> Result<bool, StateError> {
+        self.check_new_config(new)?;
+        // One statement each way: the row is compared and written atomically.
+        let changed = match expected {
+            None => self.conn()?.execute(
+                "INSERT INTO uwf_config (only_row, body, updated_at) VALUES (true, $1, $2) \
+                 ON CONFLICT (only_row) DO NOTHING",
+                &[&new, &now_ms()],
+            ),
+            Some(old) => self.conn()?.execute(
+                "UPDATE uwf_config SET body = $1, updated_at = $2 WHERE body = $3",
+                &[&new, &now_ms(), &old],
+            ),
+        }
+        .map_err(self.err("write the configuration"))?;
+        Ok(changed == 1)
+    }
+}
+
+impl SideTables for PgStore {
     fn waiting(&self) -> Result<WaitingIndex, StateError> {
         let rows = self
             .read_conn()?
@@ -510,11 +583,6 @@ impl ThreadStore for PgStore {
             )
             .map_err(self.err("read a waiting thread"))?;
         Ok(row.map(|r| self.parse_waiting(&id, r.get(0))).transpose()?)
-    }
-
-    fn head_notices(&self) -> Option<std::sync::Arc<dyn uwf_state::HeadNotices>> {
-        let listener: std::sync::Arc<dyn uwf_state::HeadNotices> = self.inner().listener();
-        Some(listener)
     }
 
     fn shares_running(&self) -> bool {
@@ -676,7 +744,9 @@ impl ThreadStore for PgStore {
             Ok(new)
         })
     }
+}
 
+impl ConcurrencySlots for PgStore {
     fn acquire_slot(
         &self,
         workflow: &str,
@@ -688,64 +758,9 @@ impl ThreadStore for PgStore {
             self, workflow, limits, poll, on_wait,
         )?))
     }
+}
 
-    fn config_text(&self) -> Result<Option<String>, StateError> {
-        Ok(PgStore::config_text(self)?)
-    }
-
-    fn set_config_text(&self, text: Option<&str>) -> Result<(), StateError> {
-        self.set_config(text)
-    }
-
-    fn replace_config_text(&self, expected: Option<&str>, new: &str) -> Result<bool, StateError> {
-        self.check_new_config(new)?;
-        // One statement each way: the row is compared and written atomically.
-        let changed = match expected {
-            None => self.conn()?.execute(
-                "INSERT INTO uwf_config (only_row, body, updated_at) VALUES (true, $1, $2) \
-                 ON CONFLICT (only_row) DO NOTHING",
-                &[&new, &now_ms()],
-            ),
-            Some(old) => self.conn()?.execute(
-                "UPDATE uwf_config SET body = $1, updated_at = $2 WHERE body = $3",
-                &[&new, &now_ms(), &old],
-            ),
-        }
-        .map_err(self.err("write the configuration"))?;
-        Ok(changed == 1)
-    }
-
-    fn import_history(&self, entries: &[HistoryEntry]) -> Result<usize, StateError> {
-        self.mutate(|tx| -> Result<usize, StateError> {
-            let mut added = 0;
-            for e in entries {
-                let at = i64::try_from(e.completed_at).unwrap_or(i64::MAX);
-                // Equal in every field: already there (a copy run again).
-                added += tx
-                    .execute(
-                        "INSERT INTO uwf_history (thread, workflow, head, completed_at, reason) \
-                         SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS ( \
-                           SELECT 1 FROM uwf_history WHERE thread = $1 AND workflow = $2 \
-                           AND head = $3 AND completed_at = $4 AND reason IS NOT DISTINCT FROM $5)",
-                        &[
-                            &e.thread.to_string(),
-                            &e.workflow.to_string(),
-                            &e.head.to_string(),
-                            &at,
-                            &e.reason,
-                        ],
-                    )
-                    .map_err(self.err("import the history"))?;
-            }
-            Ok(usize::try_from(added).unwrap_or(usize::MAX))
-        })
-    }
-
-    fn gc_epoch(&self) -> Result<GcEpoch, StateError> {
-        let mut c = self.read_conn()?;
-        Ok(self.epoch_in(&mut *c)?)
-    }
-
+impl Collecting for PgStore {
     fn while_collecting(
         &self,
         f: &mut dyn FnMut() -> Result<(), StateError>,

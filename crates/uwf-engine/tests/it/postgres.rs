@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{count, engine};
 use uwf_engine::{AgentCall, NoProgress, Progress, Ran, StepOptions};
-use uwf_state::ThreadStore;
+use uwf_state::prelude::*;
 use uwf_store_pg::PgStore;
 
 #[test]

@@ -20,7 +20,7 @@ use common::{count, counted, engine, register};
 use uwf_engine::worker::{Event, Worker, WorkerEvent, WorkerLog, WorkerOptions, WorkerSummary};
 use uwf_engine::{AgentCall, CancelToken};
 use uwf_protocol::ThreadId;
-use uwf_state::ThreadStore;
+use uwf_state::prelude::*;
 use uwf_state::runs::{RunQueue, RunRequest};
 use uwf_store_pg::PgStore;
 

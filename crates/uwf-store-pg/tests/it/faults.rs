@@ -11,7 +11,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use uwf_cas::Hash;
-use uwf_state::{ErrorKind, ThreadStore};
+use uwf_state::ErrorKind;
+use uwf_state::prelude::*;
 use uwf_store_pg::PgStore;
 
 /// A thread id for these tests.

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use uwf_pg_testing::{self as testing, TestDb};
+use uwf_state::prelude::*;
 use uwf_store_pg::PgStore;
 
 /// A store on a fresh database, or `None` when skipped.
@@ -817,7 +818,6 @@ fn a_damaged_run_row_is_reported_corrupt() {
 
 #[test]
 fn running_markers_are_shared_and_only_their_own_is_removed() {
-    use uwf_state::ThreadStore;
     let Some((store, _db)) = fresh() else {
         return;
     };
