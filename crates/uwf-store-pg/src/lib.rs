@@ -17,7 +17,7 @@
 //!
 //! ```no_run
 //! use uwf_store_pg::PgStore;
-//! use uwf_state::ThreadStore;
+//! use uwf_state::prelude::*;
 //!
 //! let store = PgStore::connect("postgres://uwf@db.internal/uwf", None)?;
 //! store.init()?; // creates or migrates the schema (also done on first use)
