@@ -12,9 +12,8 @@
 //! See docs/eval.md.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -1322,78 +1321,32 @@ impl Finished {
     }
 }
 
-/// Runs `cmd` in a process group of its own with stdout and stderr
-/// captured; past `timeout`, or once `cancel` is set, the whole group gets
-/// SIGTERM, and SIGKILL five seconds later, so that what it started ends
-/// with it. (Its own group keeps a terminal's Ctrl-C from reaching it
-/// directly: `uwf` gets it and sets `cancel`.) When it ends, whatever it
-/// left running in its group is killed, so that nothing holds its output
-/// open.
-fn bounded(mut cmd: Command, timeout: Duration, cancel: &CancelToken) -> std::io::Result<Finished> {
-    use std::os::unix::process::CommandExt;
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let mut child = cmd.spawn()?;
-    let read = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut buf);
-            }
-            String::from_utf8_lossy(&buf).into_owned()
-        })
+/// Runs `cmd` under the supervisor every child of uwf runs under
+/// ([`uwf_util::supervise`]): a process group of its own, stdout and stderr
+/// captured; past `timeout`, or once `cancel` is set, the whole group is
+/// stopped (SIGTERM, then SIGKILL), so that what it started ends with it.
+/// (Its own group keeps a terminal's Ctrl-C from reaching it directly:
+/// `uwf` gets it and sets `cancel`.) Whatever it leaves running in its
+/// group cannot hold its output open.
+fn bounded(cmd: Command, timeout: Duration, cancel: &CancelToken) -> std::io::Result<Finished> {
+    use uwf_util::supervise::{self, Ending, Supervise, SuperviseError};
+    let done = supervise::run(
+        cmd,
+        Supervise::new()
+            .timeout(Some(timeout))
+            .cancel(cancel.clone()),
+    )
+    .map_err(SuperviseError::into_io)?;
+    let (status, timed_out) = match done.ending {
+        Ending::Exited(status) => (Some(status), None),
+        Ending::TimedOut(after) => (None, Some(after)),
+        Ending::Stopped | Ending::Interrupted => (None, None),
     };
-    let out = read(
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
-    let err = read(
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
-    let begun = Instant::now();
-    let mut timed_out = None;
-    let mut term_sent: Option<Instant> = None;
-    let group = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break Some(s);
-        }
-        let late = begun.elapsed() >= timeout;
-        if late || cancel.is_cancelled() {
-            match term_sent {
-                None => {
-                    if late {
-                        timed_out = Some(timeout);
-                    }
-                    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGTERM);
-                    term_sent = Some(Instant::now());
-                }
-                Some(t) if t.elapsed() >= Duration::from_secs(5) => {
-                    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-                    break child.wait().ok();
-                }
-                Some(_) => {}
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    // Leftovers of the group (a judge's background job) would keep the
-    // pipes open and the readers waiting.
-    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-    let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
     Ok(Finished {
         status,
         timed_out,
-        stdout,
-        stderr,
+        stdout: done.stdout,
+        stderr: done.stderr,
     })
 }
 
