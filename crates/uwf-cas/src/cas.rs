@@ -631,19 +631,33 @@ impl<S: Store> Cas<S> {
         // (`Store::last_stored`): a writer that stored it is about to
         // reference it.
         let mut stale = Vec::new();
-        for (recent, chunk) in in_parallel(&unreachable, |chunk| {
+        for (recent, schemas, chunk) in in_parallel(&unreachable, |chunk| {
             let mut recent = 0;
+            let mut schemas = 0;
             let mut stale = Vec::new();
             for &h in chunk {
                 match self.store.last_stored(h)? {
                     None => {} // removed meanwhile
                     Some(t) if t >= cutoff => recent += 1,
+                    // Every schema is kept, by its type and not only by the
+                    // type index: a schema stored just before the
+                    // collection listed the index may not be in it yet
+                    // (its index entry is written after the node).
+                    Some(_)
+                        if self
+                            .store
+                            .get(h)?
+                            .is_some_and(|n| n.type_hash == self.types.meta) =>
+                    {
+                        schemas += 1;
+                    }
                     Some(_) => stale.push(h),
                 }
             }
-            Ok((recent, stale))
+            Ok((recent, schemas, stale))
         })? {
             report.recent += recent;
+            report.reachable += schemas;
             stale.extend(chunk);
         }
         Ok(GcPlan {

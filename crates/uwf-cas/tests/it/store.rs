@@ -980,6 +980,39 @@ fn accepted_schemas_allow_refs_on_accepted_nodes() {
 
 /// gc keeps what the roots reach (and every schema), sweeps the rest, and
 /// respects the grace period and dry runs.
+/// A schema is never swept, even one whose type-index entry is not there
+/// (yet): a writer stores the node first and its index entry after, and a
+/// collection may list the index in between (seen in `cas_cli`'s
+/// `gc_beside_running_work_never_leaves_a_broken_root`).
+#[test]
+fn gc_keeps_a_schema_missing_from_the_type_index() {
+    use uwf_cas::GcOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let cas = open(&dir);
+    let ty = note(&cas);
+    let meta = cas.types().meta;
+    let marker = dir
+        .path()
+        .join("cas/index")
+        .join(meta.to_string())
+        .join(ty.to_string());
+    fs::remove_file(&marker).unwrap();
+    // Stale at once: the node was stored before the collection started.
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let report = cas
+        .gc(
+            std::iter::empty(),
+            GcOptions {
+                dry_run: false,
+                grace_ms: 0,
+            },
+        )
+        .unwrap();
+    assert!(!report.swept.contains(&ty), "{report:?}");
+    assert!(cas.has(ty).unwrap());
+    assert!(cas.put(ty, json!({"text": "still a type"})).is_ok());
+}
+
 #[test]
 fn gc_marks_from_roots_and_sweeps_the_rest() {
     use uwf_cas::GcOptions;
