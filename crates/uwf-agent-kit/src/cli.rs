@@ -312,7 +312,7 @@ impl<'a> Runner<'a> {
                 let code = report
                     .downcast_ref::<KitError>()
                     .map_or(1, KitError::exit_code);
-                eprintln!("{report:?}");
+                eprintln!("{:?}", crate::report::hinted(report));
                 ExitCode::from(code)
             }
         }
@@ -376,7 +376,7 @@ pub fn conclude(result: Result<Hash, miette::Report>) -> ExitCode {
     match result {
         Ok(step) => print_line(&step.to_string()),
         Err(report) => {
-            eprintln!("{report:?}");
+            eprintln!("{:?}", crate::report::hinted(report));
             ExitCode::FAILURE
         }
     }

@@ -6,8 +6,10 @@ use crate::BoxError;
 
 /// Everything that can go wrong while running an agent.
 ///
-/// Every variant is a [`miette::Diagnostic`] with a help text; [`run`](crate::run)
-/// prints it as a report on stderr.
+/// Every variant is a [`miette::Diagnostic`] with a help text that names no
+/// `uwf` command: which command helps is for the binary's report to say
+/// ([`report`](crate::report), which [`run`](crate::run) uses, adds it;
+/// docs/architecture.md, "Errors and output").
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 #[non_exhaustive]
 pub enum KitError {
@@ -15,9 +17,7 @@ pub enum KitError {
     #[error("{message}")]
     #[diagnostic(
         code(uwf::agent::usage),
-        help(
-            "usage: {usage}\n`uwf thread step` runs agents as `<command> <args…> <thread-id> <role>`"
-        )
+        help("usage: {usage}\nagents are run as `<command> <args…> <thread-id> <role>`")
     )]
     Usage {
         /// What is wrong.
@@ -56,7 +56,7 @@ pub enum KitError {
     #[diagnostic(
         code(uwf::agent::not_active),
         help(
-            "it has ended, was killed, or never existed in this storage root; `uwf thread list --all` shows every thread (is UNCAGED_WORKFLOW_STORAGE_ROOT the root uwf uses?)"
+            "it has ended, was killed, or never existed in this storage root (is UNCAGED_WORKFLOW_STORAGE_ROOT the root the engine uses?)"
         )
     )]
     NotActive {
@@ -115,7 +115,7 @@ pub enum KitError {
     #[diagnostic(
         code(uwf::agent::no_backend),
         help(
-            "agents reach a store named by URL through the relay of the `uwf` that runs them: run the step with `uwf thread step`, or point UWF_STORE at a directory"
+            "agents reach a store named by URL through the relay of the engine that runs them; run by hand, point UWF_STORE at a directory"
         )
     )]
     NoBackend {
@@ -127,9 +127,7 @@ pub enum KitError {
     #[error("no configuration file {}", path.display())]
     #[diagnostic(
         code(uwf::agent::no_config),
-        help(
-            "LLM calls need providers and models in config.yaml: run `uwf setup`, or write it by hand (see docs/writing-agents.md)"
-        )
+        help("LLM calls need providers and models in config.yaml (see docs/writing-agents.md)")
     )]
     NoConfig {
         /// Where it was looked for.
@@ -202,9 +200,7 @@ pub enum KitError {
     )]
     #[diagnostic(
         code(uwf::agent::missing_api_key),
-        help(
-            "add `{var}=<your key>` to the .env file of the storage root (`uwf setup --api-key` does), or export it"
-        )
+        help("add `{var}=<your key>` to the .env file of the storage root, or export it")
     )]
     MissingApiKey {
         /// The variable (`apiKeyEnv`).
@@ -306,7 +302,7 @@ pub enum KitError {
     #[error("the output of role {role:?} does not match its outputSchema {schema}:{violations}")]
     #[diagnostic(
         code(uwf::agent::invalid_output),
-        help("fix the fields at the paths shown; `uwf cas schema get {schema}` prints the schema")
+        help("fix the fields at the paths shown; the schema is node {schema} of the store")
     )]
     InvalidOutput {
         /// The role.
@@ -333,7 +329,7 @@ pub enum KitError {
     #[diagnostic(
         code(uwf::agent::bad_child_thread),
         help(
-            "`AgentRun::with_child_thread` takes the child thread's terminal StepNode (the head `uwf thread run` printed for the child)"
+            "`AgentRun::with_child_thread` takes the child thread's terminal StepNode (its head after its last step)"
         )
     )]
     BadChildThread {

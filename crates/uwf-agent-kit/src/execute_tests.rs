@@ -190,7 +190,9 @@ fn answer_without_frontmatter_and_without_config_is_a_clear_error() {
         text.contains("no frontmatter") && text.contains("config.yaml"),
         "{text}"
     );
-    let report = format!("{:?}", miette::Report::new(err));
+    // The library names no command; the agent binary's report says which.
+    assert!(!err.help_text().unwrap_or_default().contains("uwf setup"));
+    let report = format!("{:?}", crate::report(err));
     assert!(report.contains("uwf setup"), "{report}");
     assert_eq!(
         fx.cas().list_by_type(fx.cas().types().step_node).unwrap(),
@@ -294,8 +296,11 @@ fn a_store_url_without_a_relay_is_refused_with_how_to_run_the_agent() {
     let text = err.to_string();
     assert!(text.contains("postgres://u:***@db.example/uwf"), "{text}");
     assert!(!text.contains("s3cret"), "{text}");
-    let help = miette::Diagnostic::help(&err).map(|h| h.to_string());
-    assert!(help.is_some_and(|h| h.contains("uwf thread step")));
+    let help = err.help_text().unwrap_or_default();
+    assert!(help.contains("relay of the engine"), "{help}");
+    // The agent binary's report says which command runs it.
+    let report = format!("{:?}", crate::report(err));
+    assert!(report.contains("uwf thread step"), "{report}");
 }
 
 #[test]

@@ -143,12 +143,7 @@ pub fn extract(ctx: &AgentContext, answer: &str) -> Result<Extracted, KitError> 
         }
         Err(e @ KitError::Cas(_)) => Err(e),
         Err(cause) => {
-            let help = format!(
-                "either answer in frontmatter markdown (a `---` line, YAML with the fields of the role's outputSchema, a `---` line, then the body; `ctx.prompt()` tells the agent so), or fix the LLM fallback: {}",
-                cause
-                    .help_text()
-                    .unwrap_or_else(|| "see the error above".to_owned())
-            );
+            let help = extraction_help(cause.help_text());
             Err(KitError::Extraction {
                 role: ctx.role().to_owned(),
                 layer1,
@@ -157,6 +152,15 @@ pub fn extract(ctx: &AgentContext, answer: &str) -> Result<Extracted, KitError> 
             })
         }
     }
+}
+
+/// The help of [`KitError::Extraction`], given the help of its cause (the
+/// binary's report recomputes it with the cause's `uwf` hint).
+pub(crate) fn extraction_help(cause_help: Option<String>) -> String {
+    format!(
+        "either answer in frontmatter markdown (a `---` line, YAML with the fields of the role's outputSchema, a `---` line, then the body; `ctx.prompt()` tells the agent so), or fix the LLM fallback: {}",
+        cause_help.unwrap_or_else(|| "see the error above".to_owned())
+    )
 }
 
 /// Validates `value` against the context's outputSchema in its store;
