@@ -1,5 +1,5 @@
 //! The page of a real thread of examples/solve-issue.yaml built in memory:
-//! the SVG against a golden file, the page's structure, its escaping and
+//! the SVG against its snapshot (`insta`, tests/snapshots/), the page's structure, its escaping and
 //! its self-containment.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,26 +14,6 @@ use uwf_view::report::{NoState, collect};
 /// What a malicious agent might answer.
 const PAYLOAD: &str =
     r#"<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">"#;
-
-/// Compares with `tests/golden/<name>`; `UPDATE_GOLDEN=1` rewrites it.
-fn golden(name: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let want = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("missing {} ({e}); run with UPDATE_GOLDEN=1", path.display()));
-    assert_eq!(
-        actual,
-        want,
-        "output differs from {}; if intended, rerun with UPDATE_GOLDEN=1",
-        path.display()
-    );
-}
 
 /// The thread planner → developer → reviewer (rejects) → developer →
 /// reviewer (approves); the first developer answers with [`PAYLOAD`] and
@@ -145,7 +125,7 @@ fn thread() -> (Cas<MemStore>, Hash) {
 }
 
 #[test]
-fn svg_golden() {
+fn svg_matches_its_snapshot() {
     let (cas, head) = thread();
     let report = collect(
         &cas,
@@ -160,7 +140,7 @@ fn svg_golden() {
         &uwf_view::svg::Marks::default(),
         "g",
     );
-    golden("solve-issue.svg", &svg);
+    insta::assert_snapshot!("solve_issue_svg", svg);
 }
 
 #[test]

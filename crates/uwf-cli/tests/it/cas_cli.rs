@@ -6,11 +6,11 @@
 
 use crate::common;
 
-use common::{Backend, Env, golden, hash_of};
+use common::{Backend, Env, hash_of};
 use serde_json::{Value, json};
 
 per_backend!(
-    schema_list_on_a_fresh_store_matches_golden,
+    schema_list_on_a_fresh_store_matches_its_snapshot,
     get_prints_hash_type_payload_and_optionally_timestamp,
     put_is_idempotent_and_keeps_the_first_timestamp,
     payload_from_file_and_stdin,
@@ -44,16 +44,13 @@ fn chain(env: &Env) -> (String, String, String) {
     (t, a, b)
 }
 
-fn schema_list_on_a_fresh_store_matches_golden(backend: Backend) {
+fn schema_list_on_a_fresh_store_matches_its_snapshot(backend: Backend) {
     let Some(env) = Env::on(backend) else {
         return;
     };
     let out = env.uwf().args(["cas", "schema", "list"]).output().unwrap();
     assert!(out.status.success());
-    golden(
-        "cas-schema-list.json",
-        &String::from_utf8(out.stdout).unwrap(),
-    );
+    insta::assert_snapshot!("cas_schema_list", String::from_utf8(out.stdout).unwrap());
 }
 
 fn get_prints_hash_type_payload_and_optionally_timestamp(backend: Backend) {

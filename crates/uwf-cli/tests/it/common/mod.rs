@@ -141,6 +141,12 @@ impl Env {
         })
     }
 
+    /// `text` with this environment's temporary directory written `[DIR]`,
+    /// so a report that names a file in it can be a snapshot.
+    pub fn redact(&self, text: &str) -> String {
+        text.replace(&self.dir.path().display().to_string(), "[DIR]")
+    }
+
     /// Runs `uwf args…`, expects failure with nothing on stdout; returns stderr.
     pub fn fails(&self, args: &[&str]) -> String {
         let out = self.uwf().args(args).output().unwrap();
@@ -276,29 +282,6 @@ fn snap(base: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
             );
         }
     }
-}
-
-/// Compares `actual` with a golden file; `UPDATE_GOLDEN=1` rewrites it.
-pub fn golden(name: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "missing golden file {} ({e}); run with UPDATE_GOLDEN=1",
-            path.display()
-        )
-    });
-    assert_eq!(
-        actual,
-        want,
-        "output differs from {}; if intended, rerun with UPDATE_GOLDEN=1",
-        path.display()
-    );
 }
 
 /// The hash field of a command's JSON answer.
