@@ -403,8 +403,8 @@ fn corrupt_config_is_refused_and_nothing_changes() {
             "gpt-4o",
         ],
     );
-    assert!(err.contains("config.yaml"), "{err}");
-    assert!(err.contains("line "), "{err}");
+    // Which file, where in it, what to do: whole, as a snapshot.
+    insta::assert_snapshot!("corrupt_config_setup", env.redact(&err));
     assert!(!err.contains(KEY_A), "{err}");
     assert_eq!(
         std::fs::read_to_string(root.join("config.yaml")).unwrap(),
@@ -419,34 +419,27 @@ fn corrupt_config_is_refused_and_nothing_changes() {
     // A config that parses as YAML but not as a configuration: same.
     std::fs::write(root.join("config.yaml"), "providers:\n  openai: 3\n").unwrap();
     let err = fails(&env, &["setup", "--agent", "llm"]);
-    assert!(
-        err.contains("config.yaml") && err.contains("line 2"),
-        "{err}"
-    );
+    insta::assert_snapshot!("not_a_config_setup", env.redact(&err));
     assert_eq!(
         std::fs::read_to_string(root.join("config.yaml")).unwrap(),
         "providers:\n  openai: 3\n"
     );
     // `config show` reports it too.
     let err = fails(&env, &["config", "show"]);
-    assert!(
-        err.contains("config.yaml") && err.contains("line 2"),
-        "{err}"
-    );
+    insta::assert_snapshot!("not_a_config_config_show", env.redact(&err));
 }
 
 #[test]
 fn bad_url_is_refused() {
     let env = Env::new();
-    for url in [
-        "not a url",
-        "ftp://example.com/v1",
-        "https://",
-        "localhost:11434/v1",
+    for (name, url) in [
+        ("not_a_url", "not a url"),
+        ("ftp", "ftp://example.com/v1"),
+        ("no_host", "https://"),
+        ("no_scheme", "localhost:11434/v1"),
     ] {
         let err = fails(&env, &["setup", "--provider", "custom", "--base-url", url]);
-        assert!(err.contains("invalid base URL"), "{url}: {err}");
-        assert!(err.contains("http"), "{err}");
+        insta::assert_snapshot!(format!("bad_base_url_{name}"), err);
     }
     let err = fails(
         &env,
@@ -458,43 +451,28 @@ fn bad_url_is_refused() {
             "https://me:hunter2@example.com/v1",
         ],
     );
-    assert!(
-        err.contains("credentials") && !err.contains("hunter2"),
-        "{err}"
-    );
+    assert!(!err.contains("hunter2"), "{err}");
+    insta::assert_snapshot!("bad_base_url_credentials", err);
     assert!(env.snapshot().keys().all(|p| !p.ends_with("config.yaml")));
 }
 
 #[test]
 fn unknown_preset_lists_the_presets() {
     let env = Env::new();
+    // The name, every preset, how to name a provider of one's own.
     let err = fails(&env, &["setup", "--provider", "nosuch", "--model", "m"]);
-    assert!(err.contains("nosuch"), "{err}");
-    for preset in [
-        "openai",
-        "openrouter",
-        "anthropic",
-        "deepseek",
-        "groq",
-        "together",
-        "mistral",
-        "ollama",
-        "lmstudio",
-    ] {
-        assert!(err.contains(preset), "{preset} not listed: {err}");
-    }
-    assert!(err.contains("--base-url"), "{err}");
+    insta::assert_snapshot!("unknown_preset", err);
     assert!(!env.root().join("config.yaml").exists());
     // Other bad names.
     let err = fails(&env, &["setup", "--provider", "openai", "--model", "a b"]);
-    assert!(err.contains("model name"), "{err}");
+    insta::assert_snapshot!("bad_model_name", err);
     let err = fails(&env, &["setup", "--provider", ""]);
-    assert!(err.contains("provider name"), "{err}");
+    insta::assert_snapshot!("empty_provider_name", err);
     let err = fails(
         &env,
         &["setup", "--provider", "openai", "--api-key-env", "NOT-OK"],
     );
-    assert!(err.contains("NOT-OK"), "{err}");
+    insta::assert_snapshot!("bad_api_key_env", err);
     assert!(!env.root().join("config.yaml").exists());
 }
 
