@@ -12,6 +12,24 @@ pub(crate) fn with_help(message: impl std::fmt::Display, help: impl std::fmt::Di
     format!("{message}{HELP_SEPARATOR}{help}")
 }
 
+/// Separates a message from the place it is about (see [`placed`]) inside
+/// a serde custom error.
+const PLACE_SEPARATOR: char = '\u{1e}';
+
+/// A custom error's message about the entry `key` of the top-level
+/// `section`, whose value is written `needle` (may be empty): serde_yaml
+/// places a custom error at the start of the mapping being read (the whole
+/// document, for the checks made once it is read), so [`DefinitionError`]
+/// places it by the entry's text instead ([`locate`](super::locate)).
+pub(crate) fn placed(
+    message: impl std::fmt::Display,
+    section: &str,
+    key: &str,
+    needle: &str,
+) -> String {
+    format!("{message}{PLACE_SEPARATOR}{section}{PLACE_SEPARATOR}{key}{PLACE_SEPARATOR}{needle}")
+}
+
 const DEFAULT_HELP: &str = "a workflow has `name`, `description`, `roles` (each with `description`, \
      `systemPrompt` and `outputSchema`, or `goal`/`capabilities`/`procedure`/`output`/`meta`), \
      `conditions` and `graph`; see the uwf-moderator `definition` docs";
@@ -95,6 +113,20 @@ impl DefinitionError {
             Some((m, h)) => (m.to_string(), h.to_string()),
             None => (full, DEFAULT_HELP.to_string()),
         };
+        // A check that says which entry it is about is placed there.
+        let (message, place) = match message.split_once(PLACE_SEPARATOR) {
+            Some((m, place)) => {
+                let mut parts = place.splitn(3, PLACE_SEPARATOR);
+                let (section, key, needle) = (
+                    parts.next().unwrap_or_default(),
+                    parts.next().unwrap_or_default(),
+                    parts.next().unwrap_or_default(),
+                );
+                let at = super::locate::locate(text, section, key, needle, None);
+                (m.to_string(), at)
+            }
+            None => (message, None),
+        };
         // A value serde quotes (for a file that is no workflow at all, the
         // whole file) shows at most the line at fault.
         let at_fault = loc
@@ -104,11 +136,19 @@ impl DefinitionError {
         if let Some(guess) = misspelt_key(&message) {
             help = format!("did you mean `{guess}`? {help}");
         }
-        let (line, column) = match &loc {
-            Some(l) => (Some(l.line()), Some(l.column())),
-            None => (None, None),
+        let (line, column, span) = match (place, &loc) {
+            (Some(p), _) => (
+                Some(p.line),
+                Some(p.column),
+                Some(span_at(text, p.line, p.column, text.len())),
+            ),
+            (None, Some(l)) => (
+                Some(l.line()),
+                Some(l.column()),
+                Some(span_at(text, l.line(), l.column(), l.index())),
+            ),
+            (None, None) => (None, None, None),
         };
-        let span = loc.map(|l| span_at(text, l.line(), l.column(), l.index()));
         Self(Box::new(DefinitionErrorDetails {
             message,
             line,

@@ -14,7 +14,7 @@ use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use uwf_protocol::{ConditionDefinition, END, START, Transition};
 
-use super::error::with_help;
+use super::error::{placed, with_help};
 use super::{RoleDraft, WorkflowDefinition};
 
 /// The status key that means "any other status, or none".
@@ -923,7 +923,12 @@ fn compile_prompt(
         // Upstream's moderator refused a prompt that rendered to nothing;
         // one that is nothing as written is refused when the file is read.
         (Some(p), _) if p.trim().is_empty() => Err(with_help(
-            format!("the edge prompt of `graph.{role}` {edge} is empty"),
+            placed(
+                format!("the edge prompt of `graph.{role}` {edge} is empty"),
+                "graph",
+                role,
+                "",
+            ),
             "write the instruction for the next agent, or leave `prompt` out",
         )),
         (Some(p), Dialect::Jsonata) => Ok(Some(p)),
@@ -931,9 +936,14 @@ fn compile_prompt(
             .map(Some)
             .map_err(|e| {
             with_help(
-                format!(
-                    "the edge prompt of `graph.{role}` {edge} is not a valid {} template: {e}\n  prompt: {p}",
-                    d.name()
+                placed(
+                    format!(
+                        "the edge prompt of `graph.{role}` {edge} is not a valid {} template: {e}\n  prompt: {p}",
+                        d.name()
+                    ),
+                    "graph",
+                    role,
+                    &p,
                 ),
                 format!(
                     "fix the template (`{{{{name}}}}`, `{{{{{{name}}}}}}`, `{{{{#list}}}}…{{{{/list}}}}`, \
