@@ -109,7 +109,7 @@ pub use cli::{Invocation, Reply, Runner, conclude, execute, install_report_handl
 pub use context::{AgentContext, prompt_at};
 pub use error::KitError;
 pub use extract::{Extracted, Layer};
-pub use report::report;
+pub use report::{Reported, hint, report};
 pub use step::{
     ANSWER_TITLE, answer_schema, finish, output_payload, put_answer, put_detail, put_output,
     write_step, write_step_with_child,

@@ -19,10 +19,7 @@ use crate::KitError;
 /// [`conclude`](crate::conclude) print their errors through it; an agent
 /// that prints its own reports can too.
 pub fn report(err: KitError) -> miette::Report {
-    match hint(&err) {
-        Some(help) => miette::Report::new(Hinted { err, help }),
-        None => miette::Report::new(err),
-    }
+    miette::Report::new(Reported::new(err))
 }
 
 /// The same for a report that may hold a [`KitError`] (as the closures of
@@ -35,8 +32,9 @@ pub(crate) fn hinted(report: miette::Report) -> miette::Report {
     }
 }
 
-/// The help with `uwf`'s commands, for the errors where one helps.
-fn hint(e: &KitError) -> Option<String> {
+/// The help with `uwf`'s commands, for the errors where one helps (`None`:
+/// the error's own help says it all).
+pub fn hint(e: &KitError) -> Option<String> {
     Some(match e {
         KitError::Usage { usage, .. } => format!(
             "usage: {usage}\n`uwf thread step` runs agents as `<command> <args…> <thread-id> <role>`"
@@ -58,26 +56,41 @@ fn hint(e: &KitError) -> Option<String> {
     })
 }
 
-/// A [`KitError`] whose help is replaced; everything else is the error's.
+/// A [`KitError`] as a binary reports it: its diagnostic, with the help of
+/// [`hint`] where there is one (a program that wraps kit errors in its own
+/// error type, as `uwf` does, holds this instead).
 #[derive(Debug)]
-struct Hinted {
+pub struct Reported {
     err: KitError,
-    help: String,
+    help: Option<String>,
 }
 
-impl fmt::Display for Hinted {
+impl Reported {
+    /// `err`, with its `uwf` hint.
+    pub fn new(err: KitError) -> Self {
+        let help = hint(&err);
+        Self { err, help }
+    }
+
+    /// The error itself.
+    pub fn error(&self) -> &KitError {
+        &self.err
+    }
+}
+
+impl fmt::Display for Reported {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.err, f)
     }
 }
 
-impl std::error::Error for Hinted {
+impl std::error::Error for Reported {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.err.source()
     }
 }
 
-impl Diagnostic for Hinted {
+impl Diagnostic for Reported {
     fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
         self.err.code()
     }
@@ -85,7 +98,10 @@ impl Diagnostic for Hinted {
         self.err.severity()
     }
     fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
-        Some(Box::new(&self.help))
+        match &self.help {
+            Some(h) => Some(Box::new(h)),
+            None => self.err.help(),
+        }
     }
     fn url<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
         self.err.url()

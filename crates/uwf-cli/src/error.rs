@@ -342,10 +342,11 @@ pub enum CliError {
         reason: String,
     },
 
-    /// The agent kit failed (reading the thread, extracting or storing an answer).
+    /// The agent kit failed (reading the thread, extracting or storing an
+    /// answer); reported with the kit's `uwf` hint.
     #[error(transparent)]
     #[diagnostic(transparent)]
-    Kit(Box<uwf_agent_kit::KitError>),
+    Kit(Box<uwf_agent_kit::Reported>),
 
     /// `uwf thread view` cannot write its page.
     #[error(transparent)]
@@ -368,7 +369,7 @@ impl CliError {
 
     /// Wraps an agent-kit error.
     pub fn kit(e: uwf_agent_kit::KitError) -> Self {
-        CliError::Kit(Box::new(e))
+        CliError::Kit(Box::new(uwf_agent_kit::Reported::new(e)))
     }
 }
 
