@@ -147,6 +147,12 @@ impl Env {
         text.replace(&self.dir.path().display().to_string(), "[DIR]")
     }
 
+    /// [`Env::redact`], and every thread id written `[THREAD]` and every
+    /// node hash `[HASH]` (both change from run to run).
+    pub fn scrub(&self, text: &str) -> String {
+        scrub_ids(&self.redact(text))
+    }
+
     /// Runs `uwf args…`, expects failure with nothing on stdout; returns stderr.
     pub fn fails(&self, args: &[&str]) -> String {
         let out = self.uwf().args(args).output().unwrap();
@@ -282,6 +288,36 @@ fn snap(base: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
             );
         }
     }
+}
+
+/// `text` with every word that is a ULID (26 characters of Crockford's
+/// base32) written `[THREAD]` and every word that is a node hash (13 such
+/// characters, at least one a digit, so that an English word in capitals is
+/// left alone) written `[HASH]`.
+pub fn scrub_ids(text: &str) -> String {
+    const CROCKFORD: &str = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        let crockford = word.chars().all(|c| CROCKFORD.contains(c));
+        let digit = word.chars().any(|c| c.is_ascii_digit());
+        match word.len() {
+            26 if crockford => out.push_str("[THREAD]"),
+            13 if crockford && digit => out.push_str("[HASH]"),
+            _ => out.push_str(word),
+        }
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
 }
 
 /// The hash field of a command's JSON answer.
@@ -834,4 +870,17 @@ pub fn detach(env: &Env, agent: &str, task: &str) -> String {
     assert_eq!(v["queued"], true, "{v}");
     assert_eq!(v["run"]["state"], "queued", "{v}");
     v["thread"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn scrub_ids_masks_thread_ids_and_hashes_only() {
+    assert_eq!(
+        scrub_ids("thread 01M8CMVV22C6YCGPFP2QJEB06V at 1TM6QWPENJAPY, 0000000000000."),
+        "thread [THREAD] at [HASH], [HASH]."
+    );
+    // Capitals without a digit, other lengths and other letters stay.
+    assert_eq!(
+        scrub_ids("CONFIGURATION 1TM6QWPENJAP 1tm6qwpenjapy 1TM6QWPENJAPU"),
+        "CONFIGURATION 1TM6QWPENJAP 1tm6qwpenjapy 1TM6QWPENJAPU"
+    );
 }
