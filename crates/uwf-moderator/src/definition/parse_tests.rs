@@ -776,7 +776,10 @@ fn upstream_forms_refused_with_a_reason() {
     let e = parse_err(
         "# a comment\nname: x\nroles:\n  a: {goal: g, frontmatter: {}}\ngraph:\n  $START: {new: a}\n  a:\n    done: {role: $END, prompt: \"  \"}\n",
     );
-    assert!(e.message.contains("`graph.a` (status `done`) is empty"), "{e}");
+    assert!(
+        e.message.contains("`graph.a` (status `done`) is empty"),
+        "{e}"
+    );
     assert_eq!((e.line, e.column), (Some(7), Some(3)), "{e}");
     let e = parse_err(
         "name: x\nroles:\n  a: {goal: g, identity: i, meta: {}}\ngraph: {$START: {_: a}}\n",
