@@ -141,12 +141,14 @@ pub struct Opened {
     /// storage root.
     pub run_dir: PathBuf,
     /// Whether an engine on it serves the store to its agents over a relay
-    /// ([`uwf_relay`]): every store reached by URL, so that an agent needs
-    /// no backend for it (an engine that is itself relayed, in an agent
-    /// that runs child threads, relays on).
+    /// ([`uwf_relay`]), which checks the nodes they store: every store. On
+    /// a store reached by URL it carries a step's reads too, so that an
+    /// agent needs no backend for it (an engine that is itself relayed, in
+    /// an agent that runs child threads, relays on).
     pub serve_relay: bool,
-    /// Whether the stores themselves are a relay (this process is an agent
-    /// whose engine serves it the store).
+    /// Whether the stores themselves are (or, on a directory, store their
+    /// nodes through) a relay: this process is an agent whose engine serves
+    /// it the store.
     pub relayed: bool,
 }
 
@@ -425,9 +427,20 @@ impl Backends {
 }
 
 /// The filesystem store under `dir`; agents get `dir` as their root.
+///
+/// An agent run by an engine on the same directory reads it itself but
+/// stores its nodes through the engine's relay, which checks them
+/// ([`relayed::inserts`]); its engine serves one to its own agents.
 fn open_dir(dir: &Path) -> Result<Opened, BackendError> {
-    let objects: Arc<dyn Store> = Arc::new(uwf_cas::FsStore::open(dir.join("cas"))?);
+    let mut objects: Arc<dyn Store> = Arc::new(uwf_cas::FsStore::open(dir.join("cas"))?);
     let state = Arc::new(FsState::new(dir));
+    let relayed = match relayed::inserts(&objects, &state.describe()) {
+        Some(through) => {
+            objects = through;
+            true
+        }
+        None => false,
+    };
     Ok(Opened {
         stores: Stores {
             objects,
@@ -440,7 +453,7 @@ fn open_dir(dir: &Path) -> Result<Opened, BackendError> {
         )],
         secrets: Vec::new(),
         run_dir: dir.to_path_buf(),
-        serve_relay: false,
-        relayed: false,
+        serve_relay: true,
+        relayed,
     })
 }

@@ -66,3 +66,33 @@ pub(crate) fn open(
         runs: None,
     })
 }
+
+/// `local` (a directory this process opened, described as `describe`)
+/// with its inserts sent through the relay named in this process's
+/// environment, when one is named, reachable, serves the same directory
+/// and checks what it stores ([`uwf_relay::RelayedInserts`]). `None`: use
+/// `local` alone, which checks its nodes itself, as it always could.
+pub(crate) fn inserts(local: &Arc<dyn Store>, describe: &str) -> Option<Arc<dyn Store>> {
+    let path = uwf_relay::from_env()?;
+    let client = match uwf_relay::RelayClient::connect(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!("storing without the relay: {e}");
+            return None;
+        }
+    };
+    // A relay of another store (an agent pointed elsewhere than its
+    // engine's store) would write where this process does not read.
+    if !client.checks() || client.describe() != describe {
+        tracing::debug!(
+            relay = client.describe(),
+            store = describe,
+            "storing without the relay: it serves another store or does not check"
+        );
+        return None;
+    }
+    Some(Arc::new(uwf_relay::RelayedInserts::new(
+        Arc::clone(local),
+        client,
+    )))
+}

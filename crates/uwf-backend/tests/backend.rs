@@ -110,7 +110,10 @@ fn a_directory_is_the_filesystem_store_whatever_is_registered() {
     let opened = Backends::new()
         .open(dir.path(), &StoreLocation::Dir(dir.path().to_path_buf()))
         .unwrap();
-    assert!(!opened.serve_relay && !opened.relayed);
+    // Its engine serves its agents a relay that checks what they store;
+    // no relay is named here, so it is not relayed itself.
+    assert!(opened.serve_relay && !opened.relayed);
+    assert!(!opened.stores.objects.checks_types());
     assert!(opened.stores.runs.is_some());
     assert!(opened.secrets.is_empty());
     assert_eq!(

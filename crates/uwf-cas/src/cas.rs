@@ -177,11 +177,25 @@ pub struct Cas<S: Store = Arc<dyn Store>> {
     types: ProtocolTypes,
     /// Compiled on first use: most processes never store a schema, and
     /// compiling the meta-schema is the bulk of opening a store.
-    meta_validator: std::sync::OnceLock<Arc<Validator>>,
-    validators: Mutex<HashMap<Hash, Arc<Validator>>>,
+    meta_validator: Arc<std::sync::OnceLock<Arc<Validator>>>,
+    validators: Arc<Mutex<HashMap<Hash, Arc<Validator>>>>,
     /// Cuts secrets out of the strings of every payload [`Cas::put`]
     /// stores ([`Cas::with_redactor`]); `None`: stored as given.
     redactor: Option<Arc<Redactor>>,
+}
+
+/// A clone shares its store and its compiled validators with the
+/// original (a relay checks what an agent stores with the engine's).
+impl<S: Store + Clone> Clone for Cas<S> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            types: self.types,
+            meta_validator: Arc::clone(&self.meta_validator),
+            validators: Arc::clone(&self.validators),
+            redactor: self.redactor.clone(),
+        }
+    }
 }
 
 impl<S: Store> std::fmt::Debug for Cas<S> {
@@ -245,8 +259,8 @@ impl<S: Store> Cas<S> {
                 start_node: hashes[2],
                 step_node: hashes[3],
             },
-            meta_validator: std::sync::OnceLock::new(),
-            validators: Mutex::new(HashMap::new()),
+            meta_validator: Arc::new(std::sync::OnceLock::new()),
+            validators: Arc::new(Mutex::new(HashMap::new())),
             redactor: None,
         };
         let mut stored = [hashes[1], hashes[2], hashes[3]];
@@ -261,6 +275,17 @@ impl<S: Store> Cas<S> {
             cas.types.step_node,
         ] = stored;
         Ok(cas)
+    }
+
+    /// How many schemas this `Cas` (and its clones) compiled and keeps,
+    /// the meta-schema included: none in an agent whose store
+    /// [checks types](Store::checks_types) for it.
+    pub fn compiled_schemas(&self) -> usize {
+        self.validators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+            + usize::from(self.meta_validator.get().is_some())
     }
 
     /// The compiled meta-schema.
@@ -320,9 +345,33 @@ impl<S: Store> Cas<S> {
 
     /// Registers a JSON Schema as a type. Rejects schemas outside the
     /// supported subset with the reason (see `docs/cas.md`).
+    ///
+    /// A schema already in the store is returned as it is: it was checked
+    /// when it was stored, and the same content has the same hash. So an
+    /// agent that registers its answer schema on every run
+    /// (`uwf-agent-kit`) reads one node instead of compiling uwf's
+    /// meta-schema (docs/performance.md, "Starting an agent").
     pub fn put_schema(&self, mut payload: Value) -> Result<Stored> {
         cbor::canonicalize(&mut payload);
-        schema::check_subset(self.meta_validator()?, &payload)?;
+        let hash = node::hash_node(self.types.meta, &payload);
+        if let Some(node) = self.store.get(hash)?
+            && node.type_hash == self.types.meta
+        {
+            return Ok(Stored {
+                hash,
+                node,
+                created: false,
+            });
+        }
+        if !self.store.checks_types() {
+            let compiled = schema::check_subset_compiled(self.meta_validator()?, &payload)?;
+            // The check compiled the schema: keep it for the nodes stored
+            // against it next (compiling is most of what storing one costs).
+            self.validators
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(hash, compiled);
+        }
         self.insert(self.types.meta, payload)
     }
 
@@ -338,7 +387,9 @@ impl<S: Store> Cas<S> {
             redact_strings(redactor, &mut payload);
         }
         cbor::canonicalize(&mut payload);
-        self.validate(type_hash, &payload)?;
+        if !self.store.checks_types() {
+            self.validate(type_hash, &payload)?;
+        }
         self.insert(type_hash, payload)
     }
 
@@ -1139,6 +1190,120 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"))
             .with_redactor(Arc::new(Redactor::new()));
         assert!(none.redactor().is_none());
+    }
+
+    #[test]
+    fn a_schema_already_stored_is_not_checked_again() {
+        let store = Arc::new(MemStore::new());
+        let first = Cas::new(Arc::clone(&store)).unwrap_or_else(|e| panic!("{e}"));
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+        let stored = first
+            .put_schema(schema.clone())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(stored.created);
+        // Storing it checked it against the meta-schema and compiled it:
+        // a node of its type needs no second compilation.
+        assert!(first.meta_validator.get().is_some());
+        assert!(
+            first
+                .validators
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains_key(&stored.hash)
+        );
+
+        // Another process on the same store: the schema is there, so it
+        // is returned without compiling the meta-schema.
+        let second = Cas::new(store).unwrap_or_else(|e| panic!("{e}"));
+        let again = second.put_schema(schema).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again.hash, stored.hash);
+        assert!(!again.created);
+        assert_eq!(again.node, stored.node);
+        assert!(second.meta_validator.get().is_none());
+        // A schema outside the subset is still refused when it is new.
+        assert!(matches!(
+            second.put_schema(json!({"type": "object", "$dynamicRef": "#x"})),
+            Err(CasError::UnsupportedSchema { .. })
+        ));
+    }
+
+    /// A store that says it checks what is inserted (as an engine's relay
+    /// does) but does not: what reaches it shows what `Cas` checked.
+    #[derive(Debug)]
+    struct Checking(MemStore);
+
+    impl Store for Checking {
+        fn get(&self, hash: Hash) -> Result<Option<Node>> {
+            self.0.get(hash)
+        }
+        fn has(&self, hash: Hash) -> Result<bool> {
+            self.0.has(hash)
+        }
+        fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)> {
+            self.0.insert(hash, node)
+        }
+        fn checks_types(&self) -> bool {
+            true
+        }
+        fn hashes(&self) -> crate::HashIter<'_> {
+            self.0.hashes()
+        }
+        fn by_type(&self, type_hash: Hash) -> crate::HashIter<'_> {
+            self.0.by_type(type_hash)
+        }
+        fn reindex(&self) -> Result<crate::ReindexReport> {
+            self.0.reindex()
+        }
+        fn remove(&self, hash: Hash) -> Result<bool> {
+            self.0.remove(hash)
+        }
+        fn last_stored(&self, hash: Hash) -> Result<Option<u64>> {
+            self.0.last_stored(hash)
+        }
+        fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+            self.0.cache_get(key)
+        }
+        fn cache_put(&self, key: &str, bytes: &[u8]) -> Result<()> {
+            self.0.cache_put(key, bytes)
+        }
+        fn cache_remove(&self, key: &str) -> Result<bool> {
+            self.0.cache_remove(key)
+        }
+    }
+
+    #[test]
+    fn a_store_that_checks_types_is_left_to_check_them() {
+        let checking = Cas::new(Checking(MemStore::new())).unwrap_or_else(|e| panic!("{e}"));
+        assert!(checking.store().checks_types());
+        let ty = checking
+            .put_schema(json!({"type": "object", "required": ["n"]}))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .hash;
+        // Neither the schema nor the node was checked here: the store is
+        // the one that would refuse them.
+        assert!(checking.meta_validator.get().is_none());
+        let stored = checking
+            .put(ty, json!({}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(stored.created);
+        assert!(
+            checking
+                .validators
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty()
+        );
+        // An ordinary store checks through `Cas` as ever.
+        let plain = Cas::new(MemStore::new()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!plain.store().checks_types());
+        let ty = plain
+            .put_schema(json!({"type": "object", "required": ["n"]}))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .hash;
+        assert!(matches!(
+            plain.put(ty, json!({})),
+            Err(CasError::Invalid { .. })
+        ));
     }
 
     /// A store whose reads answer from memory once a node was read (as the

@@ -6,7 +6,7 @@ use crate::Hash;
 use uwf_protocol::ParseHashError;
 
 /// One way a payload fails its schema.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Violation {
     /// JSON Pointer into the payload (empty for the payload itself).
     pub path: String,

@@ -190,6 +190,14 @@ pub fn title_of(schema: &Value) -> Option<&str> {
 ///
 /// `meta` is the compiled meta-schema.
 pub fn check_subset(meta: &Validator, schema: &Value) -> Result<(), CasError> {
+    check_subset_compiled(meta, schema).map(|_| ())
+}
+
+/// [`check_subset`], returning the schema compiled by its last check.
+pub(crate) fn check_subset_compiled(
+    meta: &Validator,
+    schema: &Value,
+) -> Result<Arc<Validator>, CasError> {
     let reject = |reason: String| Err(CasError::UnsupportedSchema { reason });
     if !schema.is_object() {
         return reject(
@@ -215,9 +223,7 @@ pub fn check_subset(meta: &Validator, schema: &Value) -> Result<(), CasError> {
     }
     check_refs(schema, schema, "")?;
     check_ref_cycles(schema)?;
-    compile(schema)
-        .map(|_| ())
-        .or_else(|e| reject(format!("does not compile: {e}")))
+    compile(schema).or_else(|e| reject(format!("does not compile: {e}")))
 }
 
 /// Walks every subschema position (keyword-aware, so property *names* such as

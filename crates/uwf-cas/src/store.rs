@@ -72,6 +72,19 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// present but corrupt node is replaced (the name fixes the content).
     fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)>;
 
+    /// Whether [`insert`](Self::insert) itself checks each node against
+    /// its type, refusing one that does not conform with
+    /// [`CasError::Invalid`] (or the error of a type it cannot check), so
+    /// that [`Cas::put`](crate::Cas::put) need not check it first. The
+    /// default, `false`, is right for every store that writes what it is
+    /// given; a store that forwards its writes to a process which checks
+    /// them (the relay of the engine that runs an agent, `uwf-relay`)
+    /// answers `true`, and the agent then compiles no schema of its own
+    /// (docs/performance.md, "Starting an agent").
+    fn checks_types(&self) -> bool {
+        false
+    }
+
     /// Every stored node's hash.
     fn hashes(&self) -> HashIter<'_>;
 
@@ -226,6 +239,9 @@ macro_rules! forward_store {
             }
             fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)> {
                 (**self).insert(hash, node)
+            }
+            fn checks_types(&self) -> bool {
+                (**self).checks_types()
             }
             fn hashes(&self) -> HashIter<'_> {
                 (**self).hashes()

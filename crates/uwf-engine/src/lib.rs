@@ -98,8 +98,9 @@ pub struct Engine {
     /// The threads the last steps of this engine left ([`recent`]).
     pub(crate) recent: recent::Recent,
     /// Whether the agents this engine runs get a store relay
-    /// ([`uwf_relay`]): on a networked store, so that an agent needs no
-    /// connection of its own.
+    /// ([`uwf_relay`]), which checks the nodes they store (so that an
+    /// agent compiles no schema) and, on a networked store, serves their
+    /// reads too (so that an agent needs no connection of its own).
     pub(crate) serves_relay: bool,
 }
 
@@ -119,7 +120,7 @@ impl Engine {
             run_dir: Some(root.to_path_buf()),
             secrets: Vec::new(),
             recent: recent::Recent::default(),
-            serves_relay: false,
+            serves_relay: true,
         })
     }
 
@@ -181,7 +182,8 @@ impl Engine {
     }
 
     /// Serves the store to every agent this engine runs through a relay
-    /// ([`uwf_relay`]; docs/postgres.md, "The store relay").
+    /// ([`uwf_relay`]; docs/postgres.md, "The store relay"), which also
+    /// checks the nodes they store.
     pub fn serving_relay(mut self) -> Self {
         self.serves_relay = true;
         self

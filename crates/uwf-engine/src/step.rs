@@ -376,11 +376,13 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     args.push(id.to_string());
     args.push(role.to_string());
     let (mut env, redactor) = agent_env(ctx, &agent.label, head, a.edge_prompt)?;
-    // On a networked store the agent reaches it through this engine, which
-    // has it open already (docs/postgres.md, "The store relay"). Without a
-    // relay the agent opens the store itself, as it always could.
+    // The agent stores its nodes through this engine, which checks them
+    // with the schemas it has compiled already, so the agent compiles none;
+    // on a networked store it reads through it too, needing no connection
+    // of its own (docs/postgres.md, "The store relay"). Without a relay the
+    // agent opens the store itself and checks its nodes, as it always could.
     let relay = if ctx.serves_relay {
-        match uwf_relay::Relay::start(Arc::clone(ctx.cas.store()), Arc::clone(&ctx.state)) {
+        match uwf_relay::Relay::start_checking(ctx.cas.clone(), Arc::clone(&ctx.state)) {
             Ok(r) => Some(r),
             Err(e) => {
                 tracing::debug!("no store relay for this agent: {e}");

@@ -31,6 +31,8 @@ pub struct RelayClient {
     io: Mutex<(BufReader<UnixStream>, BufWriter<UnixStream>)>,
     describe: String,
     config_name: String,
+    /// The engine checks the nodes inserted through it.
+    checks: bool,
 }
 
 impl std::fmt::Debug for RelayClient {
@@ -45,14 +47,44 @@ impl std::fmt::Debug for RelayClient {
 /// What a call failed with: the transport, or the store's own error.
 enum CallError {
     Transport(String),
-    Store { kind: Kind, message: String },
+    Store {
+        kind: Kind,
+        message: String,
+    },
+    /// A node the engine found not to satisfy its type.
+    Invalid {
+        type_hash: Hash,
+        title: String,
+        violations: Vec<uwf_cas::Violation>,
+    },
+}
+
+impl CallError {
+    /// The kind and message of any call error.
+    fn parts(self) -> (Kind, String) {
+        match self {
+            CallError::Transport(m) => (Kind::Unavailable, m),
+            CallError::Store { kind, message } => (kind, message),
+            invalid @ CallError::Invalid { .. } => (Kind::Invalid, invalid.into_cas().to_string()),
+        }
+    }
 }
 
 impl CallError {
     fn into_cas(self) -> CasError {
         let (kind, message) = match self {
-            CallError::Transport(m) => (Kind::Unavailable, m),
-            CallError::Store { kind, message } => (kind, message),
+            CallError::Invalid {
+                type_hash,
+                title,
+                violations,
+            } => {
+                return CasError::Invalid {
+                    type_hash,
+                    title,
+                    violations,
+                };
+            }
+            other => other.parts(),
         };
         CasError::Backend {
             backend: BACKEND,
@@ -63,10 +95,7 @@ impl CallError {
     }
 
     fn into_state(self) -> StateError {
-        let (kind, message) = match self {
-            CallError::Transport(m) => (Kind::Unavailable, m),
-            CallError::Store { kind, message } => (kind, message),
-        };
+        let (kind, message) = self.parts();
         StateError::Backend {
             backend: BACKEND,
             kind: kind.into(),
@@ -98,35 +127,55 @@ impl RelayClient {
             io: Mutex::new((BufReader::new(stream), BufWriter::new(write))),
             describe: String::new(),
             config_name: String::new(),
+            checks: false,
         };
         match client.call(&Request::Hello, &[]) {
             Ok((
                 Response::Hello {
                     describe,
                     config_name,
+                    checks,
                 },
                 _,
             )) => {
                 client.describe = describe;
                 client.config_name = config_name;
+                client.checks = checks;
                 Ok(Arc::new(client))
             }
             Ok((other, _)) => Err(RelayError::Protocol {
                 path: path.to_path_buf(),
                 message: format!("answered hello with {other:?}"),
             }),
-            Err(CallError::Transport(message) | CallError::Store { message, .. }) => {
-                Err(RelayError::Protocol {
-                    path: path.to_path_buf(),
-                    message,
-                })
-            }
+            Err(e) => Err(RelayError::Protocol {
+                path: path.to_path_buf(),
+                message: e.parts().1,
+            }),
         }
     }
 
     /// The description of the store the relay serves.
     pub fn describe(&self) -> &str {
         &self.describe
+    }
+
+    /// Whether the engine checks every node inserted through this relay
+    /// against its type ([`Relay::start_checking`](crate::Relay::start_checking)).
+    pub fn checks(&self) -> bool {
+        self.checks
+    }
+
+    /// [`Store::insert`] through the relay.
+    fn insert(&self, hash: Hash, node: &Node) -> uwf_cas::Result<(Node, bool)> {
+        let request = Request::Insert {
+            hash,
+            node: node.clone(),
+        };
+        match self.call(&request, &[]) {
+            Ok((Response::Inserted { node, created }, _)) => Ok((node, created)),
+            Ok((other, _)) => Err(self.unexpected(&other).into_cas()),
+            Err(e) => Err(e.into_cas()),
+        }
     }
 
     fn call(&self, request: &Request, blob: &[u8]) -> Result<(Response, Vec<u8>), CallError> {
@@ -137,6 +186,18 @@ impl RelayClient {
         write_frame(w, request, blob).map_err(transport)?;
         match read_frame::<Response>(r).map_err(transport)? {
             Some((Response::Error { kind, message }, _)) => Err(CallError::Store { kind, message }),
+            Some((
+                Response::Invalid {
+                    type_hash,
+                    title,
+                    violations,
+                },
+                _,
+            )) => Err(CallError::Invalid {
+                type_hash,
+                title,
+                violations,
+            }),
             Some(answer) => Ok(answer),
             None => Err(CallError::Transport(format!(
                 "relay {}: the engine closed the connection",
@@ -221,6 +282,80 @@ impl Fallback {
     }
 }
 
+/// A store this process opened itself (a directory, which it reads
+/// faster than any socket could relay), whose inserts go through the
+/// relay of the engine that runs it, which checks each node against its
+/// type before it writes it into the same store
+/// ([`Relay::start_checking`](crate::Relay::start_checking)): so the agent
+/// compiles no schema (docs/performance.md, "Starting an agent").
+#[derive(Debug)]
+pub struct RelayedInserts {
+    local: Arc<dyn Store>,
+    client: Arc<RelayClient>,
+}
+
+impl RelayedInserts {
+    /// `local`, with its inserts sent to `client`'s engine. `local` must be
+    /// the store that engine serves.
+    pub fn new(local: Arc<dyn Store>, client: Arc<RelayClient>) -> Self {
+        RelayedInserts { local, client }
+    }
+}
+
+impl Store for RelayedInserts {
+    fn get(&self, hash: Hash) -> uwf_cas::Result<Option<Node>> {
+        self.local.get(hash)
+    }
+    fn get_many(&self, hashes: &[Hash]) -> uwf_cas::Result<Vec<Option<Node>>> {
+        self.local.get_many(hashes)
+    }
+    fn has(&self, hash: Hash) -> uwf_cas::Result<bool> {
+        self.local.has(hash)
+    }
+    fn has_many(&self, hashes: &[Hash]) -> uwf_cas::Result<Vec<bool>> {
+        self.local.has_many(hashes)
+    }
+    fn insert(&self, hash: Hash, node: &Node) -> uwf_cas::Result<(Node, bool)> {
+        self.client.insert(hash, node)
+    }
+    fn checks_types(&self) -> bool {
+        self.client.checks
+    }
+    fn hashes(&self) -> HashIter<'_> {
+        self.local.hashes()
+    }
+    fn by_type(&self, type_hash: Hash) -> HashIter<'_> {
+        self.local.by_type(type_hash)
+    }
+    fn reindex(&self) -> uwf_cas::Result<ReindexReport> {
+        self.local.reindex()
+    }
+    fn remove(&self, hash: Hash) -> uwf_cas::Result<bool> {
+        self.local.remove(hash)
+    }
+    fn last_stored(&self, hash: Hash) -> uwf_cas::Result<Option<u64>> {
+        self.local.last_stored(hash)
+    }
+    fn remove_if_stale(&self, hash: Hash, cutoff: u64) -> uwf_cas::Result<bool> {
+        self.local.remove_if_stale(hash, cutoff)
+    }
+    fn strays(&self) -> StrayIter<'_> {
+        self.local.strays()
+    }
+    fn remove_stray(&self, id: &str) -> uwf_cas::Result<bool> {
+        self.local.remove_stray(id)
+    }
+    fn cache_get(&self, key: &str) -> uwf_cas::Result<Option<Vec<u8>>> {
+        self.local.cache_get(key)
+    }
+    fn cache_put(&self, key: &str, bytes: &[u8]) -> uwf_cas::Result<()> {
+        self.local.cache_put(key, bytes)
+    }
+    fn cache_remove(&self, key: &str) -> uwf_cas::Result<bool> {
+        self.local.cache_remove(key)
+    }
+}
+
 /// [`Store`] through a relay: reads, writes and the cache go to the
 /// engine; listings and maintenance go to the store itself.
 #[derive(Debug)]
@@ -283,15 +418,11 @@ impl Store for RelayStore {
     }
 
     fn insert(&self, hash: Hash, node: &Node) -> uwf_cas::Result<(Node, bool)> {
-        let request = Request::Insert {
-            hash,
-            node: node.clone(),
-        };
-        match self.client.call(&request, &[]) {
-            Ok((Response::Inserted { node, created }, _)) => Ok((node, created)),
-            Ok((other, _)) => Err(self.client.unexpected(&other).into_cas()),
-            Err(e) => Err(e.into_cas()),
-        }
+        self.client.insert(hash, node)
+    }
+
+    fn checks_types(&self) -> bool {
+        self.client.checks
     }
 
     fn hashes(&self) -> HashIter<'_> {

@@ -27,7 +27,7 @@ mod wire;
 
 use std::path::PathBuf;
 
-pub use client::{Fallback, Opener, RelayClient, RelayState, RelayStore, Stores};
+pub use client::{Fallback, Opener, RelayClient, RelayState, RelayStore, RelayedInserts, Stores};
 pub use server::Relay;
 
 /// The environment variable naming the relay's socket in an agent's

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
-use uwf_cas::Store;
+use uwf_cas::{Cas, Store};
 use uwf_state::ThreadStore;
 
 use crate::wire::{Kind, Request, Response, read_frame, write_frame};
@@ -45,6 +45,18 @@ impl Relay {
         Self::start_in(&std::env::temp_dir(), store, state)
     }
 
+    /// Starts serving the store of `cas` and `state` like
+    /// [`start`](Self::start), checking every node the agent inserts
+    /// against its type with `cas` (whose compiled schemas the engine
+    /// keeps from step to step): the agent's side then reports
+    /// [`checks_types`](uwf_cas::Store::checks_types) and compiles no
+    /// schema itself, which was most of what starting an agent cost
+    /// (docs/performance.md, "Starting an agent").
+    pub fn start_checking(cas: Cas, state: Arc<dyn ThreadStore>) -> io::Result<Relay> {
+        let store = Arc::clone(cas.store());
+        Self::start_with(&std::env::temp_dir(), store, state, Some(cas))
+    }
+
     /// Starts serving on a new socket in a new private directory under
     /// `parent` (a socket's path is limited to about 100 bytes: keep
     /// `parent` short).
@@ -52,6 +64,26 @@ impl Relay {
         parent: &Path,
         store: Arc<dyn Store>,
         state: Arc<dyn ThreadStore>,
+    ) -> io::Result<Relay> {
+        Self::start_with(parent, store, state, None)
+    }
+
+    /// [`start_checking`](Self::start_checking) with the socket under
+    /// `parent`, as [`start_in`](Self::start_in).
+    pub fn start_checking_in(
+        parent: &Path,
+        cas: Cas,
+        state: Arc<dyn ThreadStore>,
+    ) -> io::Result<Relay> {
+        let store = Arc::clone(cas.store());
+        Self::start_with(parent, store, state, Some(cas))
+    }
+
+    fn start_with(
+        parent: &Path,
+        store: Arc<dyn Store>,
+        state: Arc<dyn ThreadStore>,
+        checker: Option<Cas>,
     ) -> io::Result<Relay> {
         let dir = parent.join(format!("uwf-relay-{}", ulid::Ulid::new()));
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
@@ -77,7 +109,14 @@ impl Relay {
             let conns = Arc::clone(&conns);
             std::thread::Builder::new()
                 .name("uwf-relay".into())
-                .spawn(move || accept_loop(&listener, &stop, &conns, &store, &state))?
+                .spawn(move || {
+                    let serving = Serving {
+                        store,
+                        state,
+                        checker,
+                    };
+                    accept_loop(&listener, &stop, &conns, &serving);
+                })?
         };
         Ok(Relay {
             dir,
@@ -123,12 +162,20 @@ impl Drop for Relay {
     }
 }
 
+/// What a relay serves: the store, the thread state, and what checks the
+/// nodes inserted through it (`None`: they are inserted as sent).
+#[derive(Clone)]
+struct Serving {
+    store: Arc<dyn Store>,
+    state: Arc<dyn ThreadStore>,
+    checker: Option<Cas>,
+}
+
 fn accept_loop(
     listener: &UnixListener,
     stop: &AtomicBool,
     conns: &Mutex<Vec<UnixStream>>,
-    store: &Arc<dyn Store>,
-    state: &Arc<dyn ThreadStore>,
+    serving: &Serving,
 ) {
     let mut handlers = Vec::new();
     for stream in listener.incoming() {
@@ -157,10 +204,10 @@ fn accept_loop(
             }
             open.push(closer);
         }
-        let (store, state) = (Arc::clone(store), Arc::clone(state));
+        let serving = serving.clone();
         match std::thread::Builder::new()
             .name("uwf-relay-conn".into())
-            .spawn(move || serve(stream, store.as_ref(), state.as_ref()))
+            .spawn(move || serve(stream, &serving))
         {
             Ok(h) => handlers.push(h),
             Err(e) => tracing::debug!("relay: cannot start a connection's thread: {e}"),
@@ -172,7 +219,7 @@ fn accept_loop(
 }
 
 /// Answers the requests of one connection until it ends.
-fn serve(stream: UnixStream, store: &dyn Store, state: &dyn ThreadStore) {
+fn serve(stream: UnixStream, serving: &Serving) {
     let Ok(write) = stream.try_clone() else {
         return;
     };
@@ -187,7 +234,7 @@ fn serve(stream: UnixStream, store: &dyn Store, state: &dyn ThreadStore) {
                 return;
             }
         };
-        let (response, out) = answer(store, state, request, blob);
+        let (response, out) = answer(serving, request, blob);
         if write_frame(&mut w, &response, &out).is_err() {
             return;
         }
@@ -209,17 +256,14 @@ fn state_error(e: &uwf_state::StateError) -> Response {
 }
 
 /// One request, answered from the engine's store.
-fn answer(
-    store: &dyn Store,
-    state: &dyn ThreadStore,
-    request: Request,
-    blob: Vec<u8>,
-) -> (Response, Vec<u8>) {
+fn answer(serving: &Serving, request: Request, blob: Vec<u8>) -> (Response, Vec<u8>) {
+    let (store, state) = (serving.store.as_ref(), serving.state.as_ref());
     let none = Vec::new();
     let response = match request {
         Request::Hello => Response::Hello {
             describe: state.describe(),
             config_name: state.config_name(),
+            checks: serving.checker.is_some(),
         },
         Request::GetMany { hashes } => {
             let got = match hashes.as_slice() {
@@ -239,10 +283,27 @@ fn answer(
             // What goes into the engine's store is named by its content,
             // whoever sent it.
             let actual = node.hash();
+            let checked = match &serving.checker {
+                Some(cas) => cas.validate(node.type_hash, &node.payload),
+                None => Ok(()),
+            };
             if actual != hash {
                 Response::Error {
                     kind: Kind::Invalid,
                     message: format!("a node sent as {hash} hashes to {actual}"),
+                }
+            } else if let Err(e) = checked {
+                match e {
+                    uwf_cas::CasError::Invalid {
+                        type_hash,
+                        title,
+                        violations,
+                    } => Response::Invalid {
+                        type_hash,
+                        title,
+                        violations,
+                    },
+                    other => cas_error(&other),
                 }
             } else {
                 match store.insert(hash, &node) {

@@ -51,6 +51,10 @@ pub(crate) enum Response {
     Hello {
         describe: String,
         config_name: String,
+        /// Whether every node inserted through this relay is checked
+        /// against its type by the engine ([`uwf_cas::Store::checks_types`]).
+        #[serde(default)]
+        checks: bool,
     },
     Nodes {
         nodes: Vec<Option<Node>>,
@@ -78,6 +82,14 @@ pub(crate) enum Response {
     },
     Secrets {
         pairs: Vec<(String, String)>,
+    },
+    /// The engine refused a node that does not satisfy its type's schema
+    /// ([`uwf_cas::CasError::Invalid`], sent whole so the agent can say
+    /// what is wrong with its output).
+    Invalid {
+        type_hash: Hash,
+        title: String,
+        violations: Vec<uwf_cas::Violation>,
     },
     /// The store refused or failed: what kind of failure (for retries and
     /// exit codes) and what went wrong.

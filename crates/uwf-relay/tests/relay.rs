@@ -165,3 +165,106 @@ fn something_else_on_the_socket_is_a_clear_error() {
     let e = RelayClient::connect(&root.path().join("absent")).unwrap_err();
     assert!(e.to_string().contains("cannot connect"), "{e}");
 }
+
+#[test]
+fn a_checking_relay_refuses_what_the_type_does_not_allow_and_the_agent_compiles_nothing() {
+    use uwf_cas::{Cas, CasError};
+    let root = tempfile::tempdir().unwrap();
+    let engine = Cas::with_store(Arc::new(MemStore::new()) as Arc<dyn Store>).unwrap();
+    let ty = engine
+        .put_schema(serde_json::json!({
+            "type": "object",
+            "required": ["n"],
+            "properties": { "n": { "type": "integer" } }
+        }))
+        .unwrap()
+        .hash;
+    let state: Arc<dyn ThreadStore> = Arc::new(FsState::new(root.path()));
+    let relay = Relay::start_checking_in(root.path(), engine.clone(), Arc::clone(&state)).unwrap();
+    let client = RelayClient::connect(relay.path()).unwrap();
+    assert!(client.checks());
+    let local = Arc::clone(engine.store());
+    let fallback = Fallback::new(Box::new(move || {
+        Ok((Arc::clone(&local), Arc::clone(&state)))
+    }));
+    let through: Arc<dyn Store> = Arc::new(RelayStore::new(Arc::clone(&client), fallback));
+    assert!(through.checks_types());
+    let agent = Cas::with_store(through).unwrap();
+
+    // Refused by the engine, with every violation, and not stored.
+    let bad = serde_json::json!({ "n": "one" });
+    match agent.put(ty, bad.clone()) {
+        Err(CasError::Invalid {
+            type_hash,
+            violations,
+            ..
+        }) => {
+            assert_eq!(type_hash, ty);
+            assert_eq!(violations.len(), 1, "{violations:?}");
+            assert_eq!(violations[0].path, "/n");
+        }
+        other => panic!("expected the engine to refuse the node, got {other:?}"),
+    }
+    assert!(!engine.has(uwf_cas::node::hash_typed(ty, &bad)).unwrap());
+    // A node of a type the store does not have is refused, naming it.
+    let unknown = uwf_cas::Hash::from_u64(99);
+    let e = agent.put(unknown, serde_json::json!({})).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Invalid, "{e}");
+    assert!(e.to_string().contains(&unknown.to_string()), "{e}");
+
+    // Accepted and stored in the engine's store.
+    let good = agent.put(ty, serde_json::json!({ "n": 1 })).unwrap();
+    assert!(good.created);
+    assert!(engine.has(good.hash).unwrap());
+    // The agent's side compiled no schema: storing one it does not have
+    // is checked by the engine too.
+    assert_eq!(agent.compiled_schemas(), 0);
+    let e = agent
+        .put_schema(serde_json::json!({ "type": "object", "$dynamicRef": "#x" }))
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Invalid, "{e}");
+    assert_eq!(agent.compiled_schemas(), 0);
+
+    // A relay that does not check says so, and the agent checks itself.
+    let (plain, _root) = bare_relay();
+    assert!(!RelayClient::connect(plain.path()).unwrap().checks());
+}
+
+#[test]
+fn relayed_inserts_read_the_directory_and_store_through_the_checking_engine() {
+    use uwf_cas::{Cas, CasError, FsStore};
+    use uwf_relay::RelayedInserts;
+    let root = tempfile::tempdir().unwrap();
+    let engine = Cas::with_store(
+        Arc::new(FsStore::open(root.path().join("cas")).unwrap()) as Arc<dyn Store>
+    )
+    .unwrap();
+    let ty = engine
+        .put_schema(serde_json::json!({ "type": "object", "required": ["n"] }))
+        .unwrap()
+        .hash;
+    let state: Arc<dyn ThreadStore> = Arc::new(FsState::new(root.path()));
+    let relay = Relay::start_checking_in(root.path(), engine.clone(), state).unwrap();
+    // The agent's own view of the same directory.
+    let local: Arc<dyn Store> = Arc::new(FsStore::open(root.path().join("cas")).unwrap());
+    let client = RelayClient::connect(relay.path()).unwrap();
+    let agent = Cas::with_store(
+        Arc::new(RelayedInserts::new(Arc::clone(&local), client)) as Arc<dyn Store>
+    )
+    .unwrap();
+    assert!(agent.store().checks_types());
+    assert!(matches!(
+        agent.put(ty, serde_json::json!({})),
+        Err(CasError::Invalid { .. })
+    ));
+    let stored = agent.put(ty, serde_json::json!({ "n": 1 })).unwrap();
+    // Written by the engine, read by the agent from the directory.
+    assert_eq!(local.get(stored.hash).unwrap(), Some(stored.node.clone()));
+    assert_eq!(agent.get(stored.hash).unwrap(), stored.node);
+    assert_eq!(agent.compiled_schemas(), 0);
+    // Once the engine's relay is gone, storing fails rather than writing
+    // unchecked.
+    drop(relay);
+    let e = agent.put(ty, serde_json::json!({ "n": 2 })).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+}
