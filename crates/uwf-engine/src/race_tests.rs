@@ -65,6 +65,18 @@ fn write_step(engine: &Engine, call: &AgentCall<'_>, by: &str) -> Result<Hash, S
         .hash)
 }
 
+/// Stores the first step of `started`'s thread (its head not moved).
+fn first_step(engine: &Engine, started: &Started, by: &str) -> Hash {
+    let view = ok(uwf_moderator::thread::load(engine.cas(), started.head));
+    let call = AgentCall {
+        thread: started.thread,
+        role: "finisher",
+        head: started.head,
+        view: &view,
+    };
+    ok(write_step(engine, &call, by))
+}
+
 /// Steps thread `id` with an in-process agent that first lets `meanwhile`
 /// act on the thread (as another process would while the agent runs),
 /// then offers its own step.
@@ -142,14 +154,7 @@ fn an_answer_that_loses_to_the_step_ending_the_thread_is_a_conflict() {
     let (_dir, engine, started) = thread();
     let id = started.thread;
     // The answer is written at the start, then another step ends the thread.
-    let view = ok(uwf_moderator::thread::load(engine.cas(), started.head));
-    let call = AgentCall {
-        thread: id,
-        role: "finisher",
-        head: started.head,
-        view: &view,
-    };
-    let answer = ok(write_step(&engine, &call, "person"));
+    let answer = first_step(&engine, &started, "person");
     winning_step(&engine, id);
     match apply_offered(&engine, id, started.head, "finisher", answer, None) {
         Err(EngineError::FinishedMeanwhile { reason, .. }) => assert_eq!(reason, "done"),
@@ -196,4 +201,37 @@ fn settle_leaves_other_errors_and_active_threads_alone() {
     let e = settle(&engine, id, EngineError::KilledBeforeStart { thread: id });
     assert!(e.to_string().contains("reason pruned"), "{e}");
     assert!(!e.is_killed());
+}
+
+#[test]
+fn a_step_that_loses_to_a_final_step_not_yet_archived_is_a_conflict_with_the_end() {
+    let (_dir, engine, started) = thread();
+    let id = started.thread;
+    // Another process moved the head to a step that ends the thread and
+    // has not archived it yet (it decides again first).
+    let last = first_step(&engine, &started, "winner");
+    let check = || Ok(());
+    let guard = uwf_state::NodeGuard::always(&check);
+    ok(engine.state().swap_head(id, started.head, last, &guard));
+    let moved = EngineError::HeadMoved {
+        thread: id,
+        actual: last,
+    };
+    match settle(&engine, id, moved) {
+        EngineError::FinishedMeanwhile {
+            thread,
+            reason,
+            head,
+        } => assert_eq!((thread, reason.as_str(), head), (id, "done", last)),
+        other => panic!("not a lost race with the end: {other:?}"),
+    }
+    // A head the thread has moved on from since is no such race.
+    let stale = EngineError::HeadMoved {
+        thread: id,
+        actual: started.head,
+    };
+    assert!(matches!(
+        settle(&engine, id, stale),
+        EngineError::HeadMoved { .. }
+    ));
 }

@@ -861,10 +861,31 @@ pub fn settle(ctx: &Engine, id: ThreadId, e: EngineError) -> EngineError {
         | EngineError::HeadMoved { thread, .. } => *thread == id,
         _ => false,
     };
-    // Only a thread that is gone now has a reason in the history (a
-    // crash may leave an active thread with a history line as well).
-    if !ours || !matches!(ctx.state.thread_head(id), Ok(None)) {
+    if !ours {
         return e;
+    }
+    match ctx.state.thread_head(id) {
+        // Gone: the history says why, below.
+        Ok(None) => {}
+        // Still active at the head it moved to. If the step that moved it
+        // there ended the thread, that step archives it next (the head
+        // moves first: docs/state.md, "Thread lifecycle"); this one lost to the
+        // end of the thread all the same, whether or not the archive has
+        // happened yet.
+        Ok(Some(now)) => {
+            if let EngineError::HeadMoved { actual, .. } = &e
+                && *actual == now
+                && ends_there(ctx, now)
+            {
+                return EngineError::FinishedMeanwhile {
+                    thread: id,
+                    reason: "done".into(),
+                    head: now,
+                };
+            }
+            return e;
+        }
+        Err(_) => return e,
     }
     match ctx.state.find_archived(id) {
         Ok(Some(entry)) => match entry.reason {
@@ -879,6 +900,23 @@ pub fn settle(ctx: &Engine, id: ThreadId, e: EngineError) -> EngineError {
         Err(err) => {
             tracing::debug!(thread = %id, error = %err, "cannot read the history to tell why the thread ended");
             e
+        }
+    }
+}
+
+/// Whether the moderator ends the thread at `head` (a step that reached
+/// `$END`); `false` when it cannot tell. Asked only of a step that lost a
+/// race, to say what it lost to.
+fn ends_there(ctx: &Engine, head: Hash) -> bool {
+    match uwf_moderator::thread::load(&ctx.cas, head).map(|view| view.decide()) {
+        Ok(Ok(decision)) => decision.is_end(),
+        Ok(Err(err)) => {
+            tracing::debug!(%head, error = %err, "cannot decide at the head a race moved to");
+            false
+        }
+        Err(err) => {
+            tracing::debug!(%head, error = %err, "cannot load the head a race moved to");
+            false
         }
     }
 }
