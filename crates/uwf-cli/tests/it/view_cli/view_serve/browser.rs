@@ -179,7 +179,7 @@ fn serve_in_a_browser(backend: Backend) {
     assert_eq!(s.text_of("#total").as_deref(), Some("4 threads"));
 
     // Open a thread from the list.
-    s.click(&s.wait_for(&link));
+    s.click_css(&link);
     s.until("the thread's page", || {
         let page = s.script("return document.body.dataset.thread || null", &[]);
         (page == json!(reviewed)).then_some(())

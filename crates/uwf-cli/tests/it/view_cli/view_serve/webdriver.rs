@@ -210,6 +210,20 @@ impl Session {
         self.call("POST", &format!("/element/{}/click", e.0), Some(json!({})));
     }
 
+    /// Clicks the element `css` selects, waiting for it; found again when
+    /// the page replaced it between finding and clicking (the list page
+    /// renders its rows anew every two seconds).
+    pub fn click_css(&self, css: &str) {
+        self.until(&format!("a click on {css:?}"), || {
+            let e = self.find(css)?;
+            match self.try_call("POST", &format!("/element/{}/click", e.0), Some(json!({}))) {
+                Ok(_) => Some(()),
+                Err(WdError(m)) if m.contains("stale element") => None,
+                Err(e) => panic!("WebDriver click on {css:?}: {e}"),
+            }
+        });
+    }
+
     /// Types `text` into `e`.
     pub fn type_into(&self, e: &Element, text: &str) {
         self.call(
