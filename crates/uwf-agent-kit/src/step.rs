@@ -68,12 +68,7 @@ pub fn put_output(ctx: &AgentContext, run: &AgentRun) -> Result<Hash, KitError> 
 fn store_output(ctx: &AgentContext, payload: Value) -> Result<Hash, KitError> {
     match ctx.store().put(ctx.output_schema_hash(), payload) {
         Ok(stored) => Ok(stored.hash),
-        Err(CasError::Invalid { violations, .. }) => Err(KitError::InvalidOutput {
-            role: ctx.role().to_owned(),
-            schema: ctx.output_schema_hash(),
-            violations: violation_list(&violations),
-        }),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(invalid_output(ctx, e)),
     }
 }
 
@@ -83,17 +78,7 @@ pub fn put_detail(ctx: &AgentContext, run: &AgentRun) -> Result<Hash, KitError> 
     match run.detail {
         Some(h) if ctx.store().has(h)? => Ok(h),
         Some(h) => Err(KitError::MissingDetail(h)),
-        None => match (&run.answer, &run.output) {
-            (Some(answer), _) => put_answer(ctx.store(), answer),
-            // No text at all: the structured output is what the agent said, so
-            // record it (an empty answer would make every such detail one node).
-            (None, Some(output)) => {
-                let text =
-                    serde_json::to_string_pretty(output).unwrap_or_else(|_| output.to_string());
-                put_answer(ctx.store(), &text)
-            }
-            (None, None) => put_answer(ctx.store(), ""),
-        },
+        None => put_answer(ctx.store(), &answer_text(run)),
     }
 }
 
@@ -102,11 +87,26 @@ pub fn put_detail(ctx: &AgentContext, run: &AgentRun) -> Result<Hash, KitError> 
 /// StepNode's hash. The thread's head is not touched.
 pub fn finish(ctx: &AgentContext, agent: &str, run: AgentRun) -> Result<Hash, KitError> {
     let (payload, extracted) = output_of(ctx, &run)?;
-    let output = store_output(ctx, payload)?;
-    let detail = put_detail(ctx, &run)?;
+    let cas = ctx.store();
+    // The output, the answer and the StepNode are named before any is
+    // stored, and stored together: one round trip to the engine's relay
+    // and one transaction on a networked store (docs/performance.md,
+    // "Starting an agent").
+    let output = cas
+        .pending(ctx.output_schema_hash(), payload)
+        .map_err(|e| invalid_output(ctx, e))?;
+    let (detail, answer) = match run.detail {
+        Some(h) if cas.has(h)? => (h, None),
+        Some(h) => return Err(KitError::MissingDetail(h)),
+        None => {
+            let schema = cas.put_schema(answer_schema())?.hash;
+            let answer = cas.pending(schema, json!({ "text": answer_text(&run) }))?;
+            (answer.hash(), Some(answer))
+        }
+    };
     if let Some(child) = run.child_thread {
         // The engine's own check, so a step it would refuse is never written.
-        uwf_moderator::child::check_child(ctx.store(), ctx.view(), child).map_err(|problem| {
+        uwf_moderator::child::check_child(cas, ctx.view(), child).map_err(|problem| {
             KitError::BadChildThread {
                 hash: child,
                 reason: problem.to_string(),
@@ -118,14 +118,19 @@ pub fn finish(ctx: &AgentContext, agent: &str, run: AgentRun) -> Result<Hash, Ki
     let label = std::env::var(AGENT_ENV)
         .ok()
         .filter(|l| !l.trim().is_empty());
-    let step = write_step_with_child(
-        ctx.store(),
+    let payload = step_payload(
         ctx,
-        output,
+        output.hash(),
         detail,
         label.as_deref().unwrap_or(agent),
         run.child_thread,
-    )?;
+    );
+    let step = cas.pending_value(cas.types().step_node, &payload)?;
+    let (output_hash, step_hash) = (output.hash(), step.hash());
+    let mut batch = vec![output];
+    batch.extend(answer);
+    batch.push(step);
+    cas.put_pending(batch).map_err(|e| invalid_output(ctx, e))?;
     let (layer, llm_calls) = match &extracted {
         Some(e) => (e.layer.as_str(), e.llm_calls),
         None => ("structured", 0),
@@ -133,14 +138,65 @@ pub fn finish(ctx: &AgentContext, agent: &str, run: AgentRun) -> Result<Hash, Ki
     tracing::info!(
         thread = %ctx.thread_id(),
         role = ctx.role(),
-        %step,
-        %output,
+        step = %step_hash,
+        output = %output_hash,
         %detail,
         layer,
         llm_calls,
         "step written"
     );
-    Ok(step)
+    Ok(step_hash)
+}
+
+/// The text of the default detail node of `run`: its answer, or, with a
+/// structured output and no text at all, that output (what the agent
+/// said; an empty answer would make every such detail one node).
+fn answer_text(run: &AgentRun) -> String {
+    match (&run.answer, &run.output) {
+        (Some(answer), _) => answer.clone(),
+        (None, Some(output)) => {
+            serde_json::to_string_pretty(output).unwrap_or_else(|_| output.to_string())
+        }
+        (None, None) => String::new(),
+    }
+}
+
+/// `e`, as the kit reports it when it is about the output node: the
+/// output does not satisfy the role's schema.
+fn invalid_output(ctx: &AgentContext, e: CasError) -> KitError {
+    match e {
+        CasError::Invalid {
+            type_hash,
+            violations,
+            ..
+        } if type_hash == ctx.output_schema_hash() => KitError::InvalidOutput {
+            role: ctx.role().to_owned(),
+            schema: ctx.output_schema_hash(),
+            violations: violation_list(&violations),
+        },
+        other => other.into(),
+    }
+}
+
+/// The StepNode of the context's thread and role.
+fn step_payload(
+    ctx: &AgentContext,
+    output: Hash,
+    detail: Hash,
+    agent: &str,
+    child_thread: Option<Hash>,
+) -> StepNodePayload {
+    StepNodePayload {
+        start: ctx.start_hash(),
+        prev: ctx.prev(),
+        record: StepRecord {
+            role: ctx.role().to_owned(),
+            output,
+            detail,
+            agent: agent.to_owned(),
+        },
+        child_thread,
+    }
 }
 
 /// Writes a StepNode `{start, prev, role, output, detail, agent}` for the
@@ -168,17 +224,7 @@ pub fn write_step_with_child<S: Store>(
     agent: &str,
     child_thread: Option<Hash>,
 ) -> Result<Hash, KitError> {
-    let payload = StepNodePayload {
-        start: ctx.start_hash(),
-        prev: ctx.prev(),
-        record: StepRecord {
-            role: ctx.role().to_owned(),
-            output,
-            detail,
-            agent: agent.to_owned(),
-        },
-        child_thread,
-    };
+    let payload = step_payload(ctx, output, detail, agent, child_thread);
     Ok(cas.put_value(cas.types().step_node, &payload)?.hash)
 }
 

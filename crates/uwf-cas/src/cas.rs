@@ -37,6 +37,40 @@ pub struct Stored {
     pub created: bool,
 }
 
+/// `value` as the payload of a node of type `type_hash`; a value that
+/// cannot be serialized is an invalid payload.
+fn serialized<T: Serialize>(type_hash: Hash, value: &T) -> Result<Value> {
+    serde_json::to_value(value).map_err(|e| CasError::Invalid {
+        type_hash,
+        title: type_hash.to_string(),
+        violations: vec![crate::Violation {
+            path: String::new(),
+            message: e.to_string(),
+        }],
+    })
+}
+
+/// A node checked and named but not stored yet ([`Cas::pending`]): its
+/// payload redacted and canonical, its hash known, so that nodes which
+/// name each other can be stored together ([`Cas::put_pending`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    hash: Hash,
+    node: Node,
+}
+
+impl Pending {
+    /// The hash the node will be stored under.
+    pub fn hash(&self) -> Hash {
+        self.hash
+    }
+
+    /// The node (type, payload, and the time of this put).
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+}
+
 /// A schema node, as listed by [`Cas::schemas`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SchemaEntry {
@@ -393,17 +427,74 @@ impl<S: Store> Cas<S> {
         self.insert(type_hash, payload)
     }
 
+    /// What [`put`](Self::put) does before it stores: redacts and
+    /// canonicalises `payload` and checks it against its type (a schema is
+    /// checked against the supported subset), unless the store
+    /// [checks types](Store::checks_types) itself, and names it. Nothing
+    /// is stored until [`put_pending`](Self::put_pending).
+    pub fn pending(&self, type_hash: Hash, mut payload: Value) -> Result<Pending> {
+        if type_hash == self.types.meta {
+            cbor::canonicalize(&mut payload);
+            if !self.store.checks_types() {
+                schema::check_subset(self.meta_validator()?, &payload)?;
+            }
+        } else {
+            if let Some(redactor) = &self.redactor {
+                redact_strings(redactor, &mut payload);
+            }
+            cbor::canonicalize(&mut payload);
+            if !self.store.checks_types() {
+                self.validate(type_hash, &payload)?;
+            }
+        }
+        Ok(Pending {
+            hash: node::hash_node(type_hash, &payload),
+            node: Node {
+                type_hash,
+                payload,
+                timestamp: node::now_ms(),
+            },
+        })
+    }
+
+    /// [`pending`](Self::pending) of `value` serialized.
+    pub fn pending_value<T: Serialize>(&self, type_hash: Hash, value: &T) -> Result<Pending> {
+        self.pending(type_hash, serialized(type_hash, value)?)
+    }
+
+    /// Stores nodes made by [`pending`](Self::pending) together
+    /// ([`Store::insert_many`]: one round trip and one transaction on a
+    /// networked store, one commit to wait for instead of one each), in
+    /// order; one [`Stored`] each.
+    pub fn put_pending(&self, nodes: Vec<Pending>) -> Result<Vec<Stored>> {
+        let items: Vec<(Hash, Node)> = nodes.into_iter().map(|p| (p.hash, p.node)).collect();
+        let stored = self.store.insert_many(&items)?;
+        if stored.len() != items.len() {
+            return Err(CasError::Backend {
+                backend: "store",
+                kind: crate::StoreErrorKind::Io,
+                message: format!(
+                    "stored {} nodes when {} were given",
+                    stored.len(),
+                    items.len()
+                ),
+                source: None,
+            });
+        }
+        Ok(items
+            .iter()
+            .zip(stored)
+            .map(|((hash, _), (node, created))| Stored {
+                hash: *hash,
+                node,
+                created,
+            })
+            .collect())
+    }
+
     /// Serializes `value` and stores it as a node of type `type_hash`.
     pub fn put_value<T: Serialize>(&self, type_hash: Hash, value: &T) -> Result<Stored> {
-        let payload = serde_json::to_value(value).map_err(|e| CasError::Invalid {
-            type_hash,
-            title: type_hash.to_string(),
-            violations: vec![crate::Violation {
-                path: String::new(),
-                message: e.to_string(),
-            }],
-        })?;
-        self.put(type_hash, payload)
+        self.put(type_hash, serialized(type_hash, value)?)
     }
 
     fn insert(&self, type_hash: Hash, payload: Value) -> Result<Stored> {

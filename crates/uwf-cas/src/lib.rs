@@ -46,7 +46,7 @@ mod store;
 pub mod testing;
 
 pub use cas::{
-    Cas, GcOptions, GcPlan, GcReport, ProtocolTypes, SchemaEntry, Stored, VerifyIssue,
+    Cas, GcOptions, GcPlan, GcReport, Pending, ProtocolTypes, SchemaEntry, Stored, VerifyIssue,
     VerifyReport, WalkEntry,
 };
 pub use error::{CasError, Result, StoreErrorKind, Violation};

@@ -72,6 +72,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// present but corrupt node is replaced (the name fixes the content).
     fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)>;
 
+    /// Stores several nodes as [`insert`](Self::insert) stores each, in
+    /// order, and answers one `(node, created)` each, in the same order. A
+    /// networked backend stores them in one round trip and one
+    /// transaction (one commit to wait for); the default inserts them one
+    /// by one. Not all-or-nothing: a failure may leave some stored, which
+    /// is harmless (content is named by its hash, and garbage collection
+    /// collects what nothing reaches).
+    fn insert_many(&self, nodes: &[(Hash, Node)]) -> Result<Vec<(Node, bool)>> {
+        nodes.iter().map(|(h, n)| self.insert(*h, n)).collect()
+    }
+
     /// Whether [`insert`](Self::insert) itself checks each node against
     /// its type, refusing one that does not conform with
     /// [`CasError::Invalid`] (or the error of a type it cannot check), so
@@ -239,6 +250,9 @@ macro_rules! forward_store {
             }
             fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)> {
                 (**self).insert(hash, node)
+            }
+            fn insert_many(&self, nodes: &[(Hash, Node)]) -> Result<Vec<(Node, bool)>> {
+                (**self).insert_many(nodes)
             }
             fn checks_types(&self) -> bool {
                 (**self).checks_types()

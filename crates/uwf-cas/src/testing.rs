@@ -47,6 +47,7 @@ macro_rules! store_contract_tests {
             absent_nodes_are_none,
             insert_then_get_round_trips,
             first_insert_wins,
+            insert_many_answers_each_in_order,
             storing_again_counts_as_fresh_for_collection,
             get_many_keeps_the_order_asked,
             has_many_keeps_the_order_asked,
@@ -137,6 +138,40 @@ pub fn first_insert_wins(store: &dyn Store) {
     assert!(!created, "a second insert must not be reported as created");
     assert_eq!(stored.timestamp, 1_000);
     assert_eq!(ok(store.get(h), "get").map(|n| n.timestamp), Some(1_000));
+}
+
+/// [`Store::insert_many`] answers each node in order, as `insert` would:
+/// new ones created, a present one (and a repeat within the batch) kept
+/// with its first timestamp; all readable afterwards.
+pub fn insert_many_answers_each_in_order(store: &dyn Store) {
+    assert!(ok(store.insert_many(&[]), "insert_many of nothing").is_empty());
+    let (present, first) = node(1, 7, 1_000);
+    ok(store.insert(present, &first), "insert");
+    let (a, na) = node(1, 8, 2_000);
+    let (b, nb) = node(2, 9, 2_000);
+    let (_, later) = node(1, 7, 3_000);
+    let batch = [
+        (a, na.clone()),
+        (present, later),
+        (b, nb.clone()),
+        (a, na.clone()),
+    ];
+    let got = ok(store.insert_many(&batch), "insert_many");
+    assert_eq!(got.len(), batch.len(), "one answer per node");
+    assert_eq!(got[0], (na.clone(), true));
+    assert_eq!(
+        got[1],
+        (first, false),
+        "a present node keeps its first timestamp"
+    );
+    assert_eq!(got[2], (nb.clone(), true));
+    assert_eq!(
+        got[3],
+        (na.clone(), false),
+        "a repeat in the batch is present by then"
+    );
+    assert_eq!(ok(store.get(a), "get"), Some(na));
+    assert_eq!(ok(store.get(b), "get"), Some(nb));
 }
 
 /// Storing a present node again moves its [`Store::last_stored`] to now

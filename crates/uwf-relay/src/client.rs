@@ -165,6 +165,20 @@ impl RelayClient {
         self.checks
     }
 
+    /// [`Store::insert_many`] through the relay.
+    fn insert_many(&self, nodes: &[(Hash, Node)]) -> uwf_cas::Result<Vec<(Node, bool)>> {
+        let request = Request::InsertMany {
+            nodes: nodes.to_vec(),
+        };
+        match self.call(&request, &[]) {
+            Ok((Response::InsertedMany { nodes: stored }, _)) if stored.len() == nodes.len() => {
+                Ok(stored)
+            }
+            Ok((other, _)) => Err(self.unexpected(&other).into_cas()),
+            Err(e) => Err(e.into_cas()),
+        }
+    }
+
     /// [`Store::insert`] through the relay.
     fn insert(&self, hash: Hash, node: &Node) -> uwf_cas::Result<(Node, bool)> {
         let request = Request::Insert {
@@ -318,6 +332,9 @@ impl Store for RelayedInserts {
     fn insert(&self, hash: Hash, node: &Node) -> uwf_cas::Result<(Node, bool)> {
         self.client.insert(hash, node)
     }
+    fn insert_many(&self, nodes: &[(Hash, Node)]) -> uwf_cas::Result<Vec<(Node, bool)>> {
+        self.client.insert_many(nodes)
+    }
     fn checks_types(&self) -> bool {
         self.client.checks
     }
@@ -419,6 +436,9 @@ impl Store for RelayStore {
 
     fn insert(&self, hash: Hash, node: &Node) -> uwf_cas::Result<(Node, bool)> {
         self.client.insert(hash, node)
+    }
+    fn insert_many(&self, nodes: &[(Hash, Node)]) -> uwf_cas::Result<Vec<(Node, bool)>> {
+        self.client.insert_many(nodes)
     }
 
     fn checks_types(&self) -> bool {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
-use uwf_cas::{Cas, Store};
+use uwf_cas::{Cas, Hash, Store};
 use uwf_state::ThreadStore;
 
 use crate::wire::{Kind, Request, Response, read_frame, write_frame};
@@ -255,6 +255,33 @@ fn state_error(e: &uwf_state::StateError) -> Response {
     }
 }
 
+/// Why a node sent to be stored is refused, if it is: what goes into the
+/// engine's store is named by its content, whoever sent it, and (with a
+/// checker) satisfies its type.
+fn refused(serving: &Serving, hash: Hash, node: &uwf_cas::Node) -> Option<Response> {
+    let actual = node.hash();
+    if actual != hash {
+        return Some(Response::Error {
+            kind: Kind::Invalid,
+            message: format!("a node sent as {hash} hashes to {actual}"),
+        });
+    }
+    let cas = serving.checker.as_ref()?;
+    match cas.validate(node.type_hash, &node.payload) {
+        Ok(()) => None,
+        Err(uwf_cas::CasError::Invalid {
+            type_hash,
+            title,
+            violations,
+        }) => Some(Response::Invalid {
+            type_hash,
+            title,
+            violations,
+        }),
+        Err(other) => Some(cas_error(&other)),
+    }
+}
+
 /// One request, answered from the engine's store.
 fn answer(serving: &Serving, request: Request, blob: Vec<u8>) -> (Response, Vec<u8>) {
     let (store, state) = (serving.store.as_ref(), serving.state.as_ref());
@@ -279,37 +306,25 @@ fn answer(serving: &Serving, request: Request, blob: Vec<u8>) -> (Response, Vec<
             Ok(values) => Response::Bools { values },
             Err(e) => cas_error(&e),
         },
-        Request::Insert { hash, node } => {
-            // What goes into the engine's store is named by its content,
-            // whoever sent it.
-            let actual = node.hash();
-            let checked = match &serving.checker {
-                Some(cas) => cas.validate(node.type_hash, &node.payload),
-                None => Ok(()),
-            };
-            if actual != hash {
-                Response::Error {
-                    kind: Kind::Invalid,
-                    message: format!("a node sent as {hash} hashes to {actual}"),
-                }
-            } else if let Err(e) = checked {
-                match e {
-                    uwf_cas::CasError::Invalid {
-                        type_hash,
-                        title,
-                        violations,
-                    } => Response::Invalid {
-                        type_hash,
-                        title,
-                        violations,
-                    },
-                    other => cas_error(&other),
-                }
-            } else {
-                match store.insert(hash, &node) {
-                    Ok((node, created)) => Response::Inserted { node, created },
+        Request::Insert { hash, node } => match refused(serving, hash, &node) {
+            Some(refusal) => refusal,
+            None => match store.insert(hash, &node) {
+                Ok((node, created)) => Response::Inserted { node, created },
+                Err(e) => cas_error(&e),
+            },
+        },
+        // Every node is looked at before any is stored: one refused, none
+        // is.
+        Request::InsertMany { nodes } => {
+            match nodes
+                .iter()
+                .find_map(|(hash, node)| refused(serving, *hash, node))
+            {
+                Some(refusal) => refusal,
+                None => match store.insert_many(&nodes) {
+                    Ok(nodes) => Response::InsertedMany { nodes },
                     Err(e) => cas_error(&e),
-                }
+                },
             }
         }
         Request::CacheGet { key } => match store.cache_get(&key) {

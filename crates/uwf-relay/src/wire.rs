@@ -30,6 +30,8 @@ pub(crate) enum Request {
     HasMany { hashes: Vec<Hash> },
     /// [`uwf_cas::Store::insert`].
     Insert { hash: Hash, node: Node },
+    /// [`uwf_cas::Store::insert_many`].
+    InsertMany { nodes: Vec<(Hash, Node)> },
     /// [`uwf_cas::Store::cache_get`].
     CacheGet { key: String },
     /// [`uwf_cas::Store::cache_put`]; the blob holds the bytes.
@@ -65,6 +67,9 @@ pub(crate) enum Response {
     Inserted {
         node: Node,
         created: bool,
+    },
+    InsertedMany {
+        nodes: Vec<(Node, bool)>,
     },
     /// A cache entry: present or not; its bytes are the blob.
     Entry {

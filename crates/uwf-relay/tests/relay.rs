@@ -268,3 +268,43 @@ fn relayed_inserts_read_the_directory_and_store_through_the_checking_engine() {
     let e = agent.put(ty, serde_json::json!({ "n": 2 })).unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
 }
+
+#[test]
+fn nodes_stored_together_go_in_one_request_and_one_refused_stores_none() {
+    use uwf_cas::{Cas, CasError};
+    let root = tempfile::tempdir().unwrap();
+    let engine = Cas::with_store(Arc::new(MemStore::new()) as Arc<dyn Store>).unwrap();
+    let ty = engine
+        .put_schema(serde_json::json!({ "type": "object", "required": ["n"] }))
+        .unwrap()
+        .hash;
+    let state: Arc<dyn ThreadStore> = Arc::new(FsState::new(root.path()));
+    let relay = Relay::start_checking_in(root.path(), engine.clone(), Arc::clone(&state)).unwrap();
+    let client = RelayClient::connect(relay.path()).unwrap();
+    let local = Arc::clone(engine.store());
+    let fallback = Fallback::new(Box::new(move || {
+        Ok((Arc::clone(&local), Arc::clone(&state)))
+    }));
+    let agent =
+        Cas::with_store(Arc::new(RelayStore::new(client, fallback)) as Arc<dyn Store>).unwrap();
+
+    // One refused: none stored, and the refusal names the bad node's type.
+    let good = agent.pending(ty, serde_json::json!({ "n": 1 })).unwrap();
+    let bad = agent.pending(ty, serde_json::json!({ "m": 1 })).unwrap();
+    let (good_hash, bad_hash) = (good.hash(), bad.hash());
+    match agent.put_pending(vec![good.clone(), bad]) {
+        Err(CasError::Invalid { type_hash, .. }) => assert_eq!(type_hash, ty),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(!engine.has(good_hash).unwrap());
+    assert!(!engine.has(bad_hash).unwrap());
+
+    // All good: stored, each answered in order.
+    let other = agent.pending(ty, serde_json::json!({ "n": 2 })).unwrap();
+    let stored = agent.put_pending(vec![good, other.clone()]).unwrap();
+    assert_eq!(stored.len(), 2);
+    assert_eq!(stored[0].hash, good_hash);
+    assert_eq!(stored[1].hash, other.hash());
+    assert!(stored.iter().all(|s| s.created));
+    assert!(engine.has(good_hash).unwrap() && engine.has(other.hash()).unwrap());
+}

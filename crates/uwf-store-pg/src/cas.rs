@@ -105,6 +105,17 @@ impl PgStore {
     }
 }
 
+/// Stores a node unless present. Storing a present node again moves
+/// `fresh_at`: garbage collection's grace counts from it
+/// (Store::last_stored). Returns whether the row is new, its first
+/// timestamp, and whether it holds exactly these bytes (then it is this
+/// node: same bytes, same hash, and need not be read again).
+const INSERT_NODE: &str = "INSERT INTO uwf_nodes (hash, type_hash, payload, stored_at) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (hash) \
+     DO UPDATE SET fresh_at = excluded.stored_at \
+     RETURNING xmax = 0, stored_at, \
+         (uwf_nodes.type_hash = $2 AND uwf_nodes.payload = $3)";
+
 fn ms(t: u64) -> i64 {
     i64::try_from(t).unwrap_or(i64::MAX)
 }
@@ -178,6 +189,62 @@ impl Store for PgStore {
         Ok(wanted.iter().map(|h| found.contains(h)).collect())
     }
 
+    fn insert_many(&self, nodes: &[(Hash, Node)]) -> Result<Vec<(Node, bool)>> {
+        if nodes.len() < 2 {
+            return nodes.iter().map(|(h, n)| self.insert(*h, n)).collect();
+        }
+        let payloads = nodes
+            .iter()
+            .map(|(_, n)| Self::encode_payload(n))
+            .collect::<Result<Vec<_>>>()?;
+        // One transaction: one commit (one WAL flush) for the batch, not
+        // one per node, which is most of what storing a step's nodes costs
+        // with `synchronous_commit` on.
+        let rows: Vec<(bool, i64, bool)> = self
+            .conn()?
+            .with_prepared(INSERT_NODE, |client, statement| {
+                let mut tx = client.transaction()?;
+                let mut rows = Vec::with_capacity(nodes.len());
+                for ((hash, node), payload) in nodes.iter().zip(&payloads) {
+                    let row = tx.query_one(
+                        statement,
+                        &[
+                            &hash.to_string(),
+                            &node.type_hash.to_string(),
+                            payload,
+                            &ms(node.timestamp),
+                        ],
+                    )?;
+                    rows.push((row.get(0), row.get(1), row.get(2)));
+                }
+                tx.commit()?;
+                Ok(rows)
+            })
+            .map_err(self.err("store nodes"))?;
+        nodes
+            .iter()
+            .zip(payloads)
+            .zip(rows)
+            .map(|(((hash, node), payload), (created, stored_at, same))| {
+                if created {
+                    self.inner().memo.put_node(*hash, node, payload.len());
+                    return Ok((node.clone(), true));
+                }
+                if same && let Ok(timestamp) = u64::try_from(stored_at) {
+                    let existing = Node {
+                        timestamp,
+                        ..node.clone()
+                    };
+                    self.inner().memo.put_node(*hash, &existing, payload.len());
+                    return Ok((existing, false));
+                }
+                // Other bytes under this name: `insert` decides, as for
+                // one node.
+                self.insert(*hash, node)
+            })
+            .collect()
+    }
+
     fn insert(&self, hash: Hash, node: &Node) -> Result<(Node, bool)> {
         let payload = Self::encode_payload(node)?;
         let name = hash.to_string();
@@ -192,11 +259,7 @@ impl Store for PgStore {
             let row = self
                 .conn()?
                 .query_one(
-                    "INSERT INTO uwf_nodes (hash, type_hash, payload, stored_at) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (hash) \
-                     DO UPDATE SET fresh_at = excluded.stored_at \
-                     RETURNING xmax = 0, stored_at, \
-                         (uwf_nodes.type_hash = $2 AND uwf_nodes.payload = $3)",
+                    INSERT_NODE,
                     &[&name, &type_hash, &payload, &ms(node.timestamp)],
                 )
                 .map_err(self.err("store a node"))?;
