@@ -1356,7 +1356,7 @@ impl Evaluator {
                 }
             }
         }
-        let mut out: Object = IndexMap::new();
+        let mut out: Object = Object::default();
         for (key, (pi, items)) in groups {
             let (ctx, e) = if reduce {
                 let mut merged = items[0].clone();
@@ -1514,7 +1514,7 @@ fn tuple_stream(tuples: Vec<Tuple>) -> Value {
     let items = tuples
         .into_iter()
         .map(|t| {
-            let mut o: Object = IndexMap::new();
+            let mut o: Object = Object::default();
             o.insert("@".to_string(), t.ctx);
             o.extend(t.binds);
             Value::object(o)

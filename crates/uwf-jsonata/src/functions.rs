@@ -424,7 +424,7 @@ pub(crate) fn regex_match_object(re: &Rc<JsRegex>, text: &Rc<str>, offset: usize
     let Some((s, e, groups)) = re.find_at(text, offset)? else {
         return Ok(Value::Undefined);
     };
-    let mut o: Object = IndexMap::new();
+    let mut o: Object = Object::default();
     o.insert("match".into(), Value::str(&text[s..e]));
     o.insert("start".into(), Value::Number(utf16_index(text, s) as f64));
     o.insert("end".into(), Value::Number(utf16_index(text, e) as f64));
@@ -857,7 +857,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             Ok(seq(ms
                 .into_iter()
                 .map(|(st, e, g)| {
-                    let mut o: Object = IndexMap::new();
+                    let mut o: Object = Object::default();
                     o.insert("match".into(), Value::str(&s[st..e]));
                     o.insert("index".into(), Value::Number(utf16_index(s, st) as f64));
                     o.insert("groups".into(), Value::array(g));
@@ -1126,7 +1126,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
                 }
                 return Ok(Value::Undefined);
             };
-            let mut out: Object = IndexMap::new();
+            let mut out: Object = Object::default();
             let mut list = Vec::new();
             for (k, v) in o.iter() {
                 let r = ev.call_hof(&a1, vec![v.clone(), Value::str(k), a0.clone()])?;
@@ -1196,7 +1196,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             Value::Object(o, _) => Ok(seq(o
                 .iter()
                 .map(|(k, v)| {
-                    let mut m: Object = IndexMap::new();
+                    let mut m: Object = Object::default();
                     m.insert(k.clone(), v.clone());
                     Value::object(m)
                 })
@@ -1207,7 +1207,7 @@ pub(crate) fn call(ev: &mut Evaluator, name: &str, args: Vec<Value>, input: &Val
             let Value::Array(items, _, _) = &a0 else {
                 return Ok(Value::Undefined);
             };
-            let mut out: Object = IndexMap::new();
+            let mut out: Object = Object::default();
             for it in items.iter() {
                 if let Value::Object(o, _) = it {
                     for (k, v) in o.iter() {
@@ -1395,7 +1395,7 @@ fn replace(
         match a2 {
             Value::String(r) => out.push_str(&substitute(r, m, &groups)),
             Value::Function(_) => {
-                let mut o: Object = IndexMap::new();
+                let mut o: Object = Object::default();
                 o.insert("match".into(), Value::str(m));
                 o.insert("index".into(), Value::Number(utf16_index(s, st) as f64));
                 o.insert("groups".into(), Value::array(groups.clone()));

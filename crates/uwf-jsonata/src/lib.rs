@@ -91,7 +91,7 @@ use std::rc::Rc;
 use indexmap::IndexMap;
 
 pub use error::Error;
-pub use value::{Func, Object, Value, flags};
+pub use value::{Func, Hasher, Object, Value, flags, object_with_capacity};
 
 /// Deepest nesting of arrays and objects an evaluation may build (`U1001`
 /// beyond). Keeps the recursive value walks (JSON conversion, equality,

@@ -24,7 +24,17 @@ pub mod flags {
 }
 
 /// An object: insertion-ordered map.
-pub type Object = IndexMap<String, Value>;
+pub type Object = IndexMap<String, Value, Hasher>;
+
+/// The hasher of an [`Object`]'s member names: foldhash's, randomly
+/// seeded (std's SipHash was most of what building the objects of a long
+/// thread's document cost).
+pub type Hasher = foldhash::quality::RandomState;
+
+/// An empty [`Object`] with room for `n` members.
+pub fn object_with_capacity(n: usize) -> Object {
+    Object::with_capacity_and_hasher(n, Hasher::default())
+}
 
 /// A JSONata value.
 #[derive(Clone, Debug, Default)]

@@ -438,7 +438,7 @@ impl Prepared {
     /// The document of the first `k` steps: the same as [`steps_input`]
     /// over them.
     pub(crate) fn input(&self, k: usize) -> Result<Input, Failure> {
-        let mut top = uwf_jsonata::Object::with_capacity(2);
+        let mut top = uwf_jsonata::object_with_capacity(2);
         top.insert("start".to_owned(), self.start.clone());
         top.insert(
             "steps".to_owned(),
@@ -600,13 +600,15 @@ fn prepare<'a>(
     use std::collections::HashMap;
 
     use crate::jsonata::sorted_value;
-    use uwf_jsonata::{Object, Value as JValue};
+    use uwf_jsonata::Value as JValue;
     let start = serde_json::to_value(start)
         .map_err(|e| Failure::Runtime(format!("cannot serialize the context: {e}")))?;
     let start = sorted_value(&start, 1)?;
-    let mut texts: HashMap<&str, JValue> = HashMap::new();
+    // The hasher of JSONata's objects: std's SipHash costs more than the
+    // look-ups save on a long thread.
+    let mut texts: HashMap<&str, JValue, uwf_jsonata::Hasher> = HashMap::default();
     let mut text = |s: &'a str| texts.entry(s).or_insert_with(|| JValue::str(s)).clone();
-    let mut outputs: HashMap<Hash, JValue> = HashMap::new();
+    let mut outputs: HashMap<Hash, JValue, uwf_jsonata::Hasher> = HashMap::default();
     let mut out = Vec::with_capacity(steps.len());
     for step in steps {
         let output = match step.output_hash {
@@ -624,7 +626,7 @@ fn prepare<'a>(
         // Base32 is ASCII: this never fails.
         let detail = std::str::from_utf8(&detail).map_or(JValue::Undefined, JValue::str);
         // StepContext's members in code point order: agent, detail, output, role.
-        let mut o = Object::with_capacity(4);
+        let mut o = uwf_jsonata::object_with_capacity(4);
         o.insert("agent".to_owned(), text(step.agent));
         o.insert("detail".to_owned(), detail);
         o.insert("output".to_owned(), output);

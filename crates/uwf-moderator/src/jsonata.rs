@@ -225,7 +225,7 @@ pub(crate) fn sorted_value(
         serde_json::Value::Object(o) => {
             let mut members: Vec<(&String, &serde_json::Value)> = o.iter().collect();
             members.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            let mut out = uwf_jsonata::Object::with_capacity(members.len());
+            let mut out = uwf_jsonata::object_with_capacity(members.len());
             for (k, x) in members {
                 out.insert(k.clone(), sorted_value(x, depth + 1)?);
             }
