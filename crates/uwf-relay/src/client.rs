@@ -33,6 +33,8 @@ pub struct RelayClient {
     config_name: String,
     /// The engine checks the nodes inserted through it.
     checks: bool,
+    /// The engine stores several nodes in one request.
+    batches: bool,
 }
 
 impl std::fmt::Debug for RelayClient {
@@ -128,6 +130,7 @@ impl RelayClient {
             describe: String::new(),
             config_name: String::new(),
             checks: false,
+            batches: false,
         };
         match client.call(&Request::Hello, &[]) {
             Ok((
@@ -135,12 +138,14 @@ impl RelayClient {
                     describe,
                     config_name,
                     checks,
+                    batches,
                 },
                 _,
             )) => {
                 client.describe = describe;
                 client.config_name = config_name;
                 client.checks = checks;
+                client.batches = batches;
                 Ok(Arc::new(client))
             }
             Ok((other, _)) => Err(RelayError::Protocol {
@@ -167,6 +172,9 @@ impl RelayClient {
 
     /// [`Store::insert_many`] through the relay.
     fn insert_many(&self, nodes: &[(Hash, Node)]) -> uwf_cas::Result<Vec<(Node, bool)>> {
+        if !self.batches {
+            return nodes.iter().map(|(h, n)| self.insert(*h, n)).collect();
+        }
         let request = Request::InsertMany {
             nodes: nodes.to_vec(),
         };

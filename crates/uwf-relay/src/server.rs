@@ -291,6 +291,7 @@ fn answer(serving: &Serving, request: Request, blob: Vec<u8>) -> (Response, Vec<
             describe: state.describe(),
             config_name: state.config_name(),
             checks: serving.checker.is_some(),
+            batches: true,
         },
         Request::GetMany { hashes } => {
             let got = match hashes.as_slice() {

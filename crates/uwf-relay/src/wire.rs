@@ -57,6 +57,11 @@ pub(crate) enum Response {
         /// against its type by the engine ([`uwf_cas::Store::checks_types`]).
         #[serde(default)]
         checks: bool,
+        /// Whether the relay answers [`Request::InsertMany`] (an engine
+        /// of an earlier version does not: its agent then stores one node
+        /// at a time).
+        #[serde(default)]
+        batches: bool,
     },
     Nodes {
         nodes: Vec<Option<Node>>,
@@ -243,6 +248,23 @@ mod tests {
         assert!(matches!(b, Request::CachePut { .. }));
         assert_eq!(blob, b"bytes\n");
         assert!(read_frame::<Request>(&mut r).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_earlier_engines_hello_means_no_checks_and_no_batches() {
+        // What a relay of an engine before `checks` and `batches` answered.
+        let earlier = serde_json::json!({"answer": "hello", "describe": "d", "config_name": "c"});
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &earlier, b"").unwrap();
+        let (hello, _): (Response, _) = read_frame(&mut buf.as_slice()).unwrap().unwrap();
+        assert!(matches!(
+            hello,
+            Response::Hello {
+                checks: false,
+                batches: false,
+                ..
+            }
+        ));
     }
 
     #[test]
