@@ -154,7 +154,7 @@ pub fn run(ctx: &AgentContext, setup: &Setup<'_>) -> Result<AgentRun, AgentError
     let mut recorder = Recorder::default();
     let mut totals = Totals::default();
     let system = format!("{}{WORKING}", ctx.system_prompt());
-    let user = ctx.user_prompt();
+    let user = ctx.user_prompt()?;
     recorder.message("system", &system);
     recorder.message("user", &user);
     let mut items = vec![Item::User(user)];

@@ -80,4 +80,9 @@ pub enum ClaudeError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Cas(#[from] uwf_cas::CasError),
+
+    /// The thread's history (for the prompt) cannot be read.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Kit(#[from] uwf_agent_kit::KitError),
 }

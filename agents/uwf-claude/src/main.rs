@@ -173,7 +173,7 @@ fn step(ctx: &AgentContext, args: &Args) -> Result<AgentRun, ClaudeError> {
     if !claude::has_credentials(&settings) {
         return Err(ClaudeError::MissingKey);
     }
-    let (run, out) = claude::run(&cli, &settings, &ctx.prompt())?;
+    let (run, out) = claude::run(&cli, &settings, &ctx.prompt()?)?;
     let answer = run.answer(&out)?;
     let session_id = run.session_id.clone().unwrap_or_default();
     // The transcript file; the streamed messages when it cannot be read.

@@ -79,6 +79,11 @@ pub enum CodexError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Cas(#[from] uwf_cas::CasError),
+
+    /// The thread's history (for the prompt) cannot be read.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Kit(#[from] uwf_agent_kit::KitError),
 }
 
 fn thread_note(thread: &Option<String>) -> String {

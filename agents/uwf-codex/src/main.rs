@@ -155,7 +155,7 @@ fn step(ctx: &AgentContext, args: &Args) -> Result<AgentRun, CodexError> {
         return Err(CodexError::MissingKey);
     }
     let cli = codex::cli();
-    let (run, out) = codex::run(&cli, &settings, &ctx.prompt())?;
+    let (run, out) = codex::run(&cli, &settings, &ctx.prompt()?)?;
     let answer = run.answer(&out)?;
     let thread_id = run.thread_id.clone().unwrap_or_default();
     let rollout = match codex::codex_home() {

@@ -109,7 +109,7 @@ fn step(
     max_turns: Option<u32>,
     extra: &[String],
 ) -> Result<AgentRun, HermesError> {
-    let prompt = ctx.prompt();
+    let prompt = ctx.prompt()?;
     let chat = hermes.chat(&prompt, max_turns, extra)?;
     let (answer, detail) = record(ctx, hermes, &chat)?;
     Ok(AgentRun::text(answer).with_detail(detail))

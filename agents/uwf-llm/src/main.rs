@@ -82,7 +82,7 @@ fn call(ctx: &AgentContext) -> Result<AgentRun, LlmAgentError> {
     );
     let messages = [
         Message::system(ctx.system_prompt()),
-        Message::user(ctx.user_prompt()),
+        Message::user(ctx.user_prompt()?),
     ];
     let reply = client.chat(&messages, false)?;
     if reply.content.trim().is_empty() {

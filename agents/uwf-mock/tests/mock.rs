@@ -157,6 +157,60 @@ fn nth_run_of_a_role_gets_the_nth_entry_and_the_last_repeats() {
 }
 
 #[test]
+fn run_by_uwf_the_agent_reads_the_history_only_when_its_scenario_needs_it() {
+    use uwf_protocol::agent_env::{EDGE_PROMPT, HEAD};
+    const ONE_ENTRY: &str = r#"
+roles:
+  planner:
+    - output: { plan: "the plan", steps: ["a"] }
+  reviewer:
+    - output: { approved: false, comments: "again" }
+"#;
+    let env = Env::new(ONE_ENTRY);
+    let p1 = env.advance("planner");
+    let r1 = env.advance("reviewer");
+    // Damage the history: the head's output is gone (the planner's steps
+    // below store other outputs, so nothing puts it back).
+    let lost = env.step_node(r1).record.output;
+    assert!(env.fx.cas().store().remove(lost).unwrap());
+
+    // Run by hand, the kit reads the whole thread to decide the edge
+    // prompt, and says what it could not read.
+    env.run("planner")
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains(lost.to_string()));
+    // Run by uwf, which hands over its decision at the head: a role with
+    // one entry needs no run count, so nothing behind the head is read.
+    let with_decision = |role: &str, prompt: &str| {
+        let mut cmd = env.run(role);
+        cmd.env(HEAD, r1.to_string()).env(EDGE_PROMPT, prompt);
+        cmd
+    };
+    let p2: Hash = stdout_of(&mut with_decision("planner", "Address: again"))
+        .trim_end()
+        .parse()
+        .unwrap();
+    assert_eq!(env.step_node(p2).prev, Some(r1));
+    assert_eq!(env.output_of(p2)["plan"], "the plan");
+    // Handed over for another head, the decision is not used: the kit
+    // decides itself, and fails on the damaged history.
+    env.run("planner")
+        .env(HEAD, p1.to_string())
+        .env(EDGE_PROMPT, "")
+        .assert()
+        .failure();
+
+    // A role scripted run by run needs to know which run this is: its
+    // history is read, and the damage reported.
+    std::fs::write(&env.scenario, SCENARIO).unwrap();
+    with_decision("planner", "")
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains(lost.to_string()));
+}
+
+#[test]
 fn delay_and_stderr() {
     let env = Env::new(
         "roles:\n  planner:\n    - output: { plan: p, steps: [] }\n      delay: 300ms\n      stderr: planning…\n",

@@ -186,7 +186,7 @@ fn run(args: &Args) -> Result<Hash, WorkflowAgentError> {
     };
     let depth = check_depth(&ctx, &args.child_workflow, limit)?;
 
-    let task = prompt::child_prompt(&ctx, args.context_quota);
+    let task = prompt::child_prompt(&ctx, args.context_quota)?;
     // SIGINT/SIGTERM (the parent engine stopping this agent) stop the
     // child's running step and its agent's process group.
     let cancel = uwf_engine::CancelToken::new();

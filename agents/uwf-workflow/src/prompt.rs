@@ -22,8 +22,8 @@
 use std::fmt::Write as _;
 
 use serde_json::Value;
-use uwf_agent_kit::AgentContext;
 use uwf_agent_kit::prompt::history_text;
+use uwf_agent_kit::{AgentContext, KitError};
 
 /// Default character quota of the parent's earlier steps in the child's task.
 pub const DEFAULT_CONTEXT_QUOTA: usize = 6_000;
@@ -35,8 +35,9 @@ pub const MAX_TASK_CHARS: usize = 60_000;
 /// Heading of the parent's earlier steps.
 pub const HISTORY_HEADING: &str = "## Earlier steps of the calling thread (newest first)";
 
-/// Builds the child thread's task for the context's role (see the module docs).
-pub fn child_prompt(ctx: &AgentContext, context_quota: usize) -> String {
+/// Builds the child thread's task for the context's role (see the module
+/// docs). Errors: the calling thread's history cannot be read.
+pub fn child_prompt(ctx: &AgentContext, context_quota: usize) -> Result<String, KitError> {
     let role = ctx.role();
     let def = ctx.role_definition();
     let thread = ctx.thread_id().to_string();
@@ -90,9 +91,9 @@ pub fn child_prompt(ctx: &AgentContext, context_quota: usize) -> String {
         "\n## The result the calling role must deliver\n\n{}",
         expected_fields(ctx.output_schema())
     );
-    let history = history_text(&thread, ctx.steps(), ctx.step_hashes(), context_quota);
+    let history = history_text(&thread, ctx.steps()?, ctx.step_hashes()?, context_quota);
     out.push_str(&history.replacen("## Previous steps (newest first)", HISTORY_HEADING, 1));
-    out
+    Ok(out)
 }
 
 /// One line per top-level field of `schema`: name, type, required or

@@ -48,7 +48,7 @@ fn work(ctx: &AgentContext, model: Option<&str>) -> Result<AgentRun, BoxError> {
     let cli = Cli::from_env("gemini", "GEMINI_BIN", "gemini")
         .install_hint("install the Gemini CLI: `npm install -g @google/gemini-cli`");
     // 2. The command line: the kit's prompt as one argument.
-    let prompt = ctx.prompt();
+    let prompt = ctx.prompt()?;
     let prompt = cli_agent::prompt_arg(cli.tool(), &prompt)?;
     let mut cmd = cli.command();
     cmd.args(["-p", prompt.as_ref(), "--output-format", "json", "--yolo"]);

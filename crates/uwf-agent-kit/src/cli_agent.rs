@@ -22,7 +22,7 @@
 //! fn work(ctx: &AgentContext) -> Result<AgentRun, BoxError> {
 //!     let cli = Cli::from_env("mytool", "MYTOOL_BIN", "mytool")
 //!         .install_hint("npm install -g mytool");
-//!     let full = ctx.prompt();
+//!     let full = ctx.prompt()?;
 //!     let prompt = cli_agent::prompt_arg(cli.tool(), &full)?;
 //!     let mut cmd = cli.command();
 //!     cmd.args(["--print", prompt.as_ref()]);

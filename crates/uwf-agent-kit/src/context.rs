@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 use uwf_cas::{Cas, Hash};
-use uwf_moderator::thread::ThreadView;
+use uwf_moderator::thread::{ThreadHead, ThreadView};
 use uwf_protocol::ThreadId;
 use uwf_protocol::{
     RoleDefinition, StartNodePayload, StepContext, WorkflowConfig, WorkflowPayload,
@@ -18,7 +18,12 @@ use crate::prompt::PromptParts;
 
 /// Everything an agent needs to run a role on a thread, read from the
 /// storage root: the workflow, the role, the thread's start and steps, the
-/// edge prompt, and the store to write detail nodes into. That store cuts
+/// edge prompt, and the store to write detail nodes into.
+///
+/// The thread's history (its steps) is read on first use
+/// ([`steps`](Self::steps), [`prompt`](Self::prompt), …): run by uwf, which
+/// hands over its decision at the head, an agent that builds no prompt
+/// reads three nodes however long the thread is. The store cuts
 /// the secrets of the root's `.env` and the store's password out of every
 /// node put through it ([`uwf_cas::Cas::with_redactor`]), so outputs,
 /// answers and transcripts never hold one.
@@ -31,14 +36,18 @@ pub struct AgentContext {
     /// Built from the view on first use: an agent that builds no prompt
     /// never copies the thread's outputs.
     steps: OnceLock<Vec<StepContext>>,
-    step_hashes: Vec<Hash>,
+    step_hashes: OnceLock<Vec<Hash>>,
     edge_prompt: Option<String>,
     root: PathBuf,
     args: Vec<String>,
     store: Cas,
     /// The thread state of the same store (its configuration, for models).
     state: std::sync::Arc<dyn uwf_state::ThreadStore>,
-    view: ThreadView,
+    /// The head, start and workflow: always read.
+    head: ThreadHead,
+    /// The whole thread, read on first use (or at load, when the agent
+    /// has to decide its edge prompt itself).
+    view: OnceLock<ThreadView>,
     history_quota: usize,
     thread_text: String,
     /// `config.yaml`, read on first use; `None` inside when absent or
@@ -51,8 +60,8 @@ impl std::fmt::Debug for AgentContext {
         f.debug_struct("AgentContext")
             .field("thread_id", &self.thread_id)
             .field("role", &self.role)
-            .field("head", &self.view.head)
-            .field("steps", &self.step_hashes)
+            .field("head", &self.head.head)
+            .field("steps", &self.step_hashes.get())
             .field("edge_prompt", &self.edge_prompt)
             .field("root", &self.root)
             .field("args", &self.args)
@@ -106,24 +115,28 @@ impl AgentContext {
                 .thread_head(thread_id)?
                 .ok_or(KitError::NotActive { thread: thread_id })?,
         };
-        let view = uwf_moderator::thread::load(&store, head)?;
-
-        let role_definition = role_of(&view, role)?;
+        let thread_head = uwf_moderator::thread::load_head(&store, head)?;
+        let role_definition = role_of(&thread_head.workflow, role)?;
         let output_schema_hash: Hash = role_definition.output_schema;
         let output_schema = store.schema(output_schema_hash)?;
         // uwf hands over its decision at this head; otherwise (an agent run
-        // by hand, an older uwf) the moderator decides here.
+        // by hand, an older uwf) the moderator decides here, over the whole
+        // thread, which is then kept.
+        let view = OnceLock::new();
         let edge_prompt = match decided_by_uwf(head) {
             Some(prompt) => prompt,
-            None => edge_prompt(&view, role),
+            None => {
+                let loaded = uwf_moderator::thread::load(&store, head)?;
+                let prompt = edge_prompt(&loaded, role);
+                let _ = view.set(loaded);
+                prompt
+            }
         };
-        let steps = OnceLock::new();
-        let step_hashes = view.steps.iter().map(|s| s.hash).collect();
         tracing::debug!(
             thread = %thread_id,
             role,
-            head = %view.head,
-            steps = view.steps.len(),
+            head = %head,
+            history_read = view.get().is_some(),
             "agent context loaded"
         );
         Ok(Self {
@@ -132,13 +145,14 @@ impl AgentContext {
             role_definition,
             output_schema,
             output_schema_hash,
-            steps,
-            step_hashes,
+            steps: OnceLock::new(),
+            step_hashes: OnceLock::new(),
             edge_prompt,
             root: root.to_path_buf(),
             args: Vec::new(),
             store,
             state,
+            head: thread_head,
             view,
             history_quota: crate::prompt::history_quota_from_env(),
             thread_text: thread_id.to_string(),
@@ -188,12 +202,12 @@ impl AgentContext {
 
     /// The workflow the thread runs.
     pub fn workflow(&self) -> &WorkflowPayload {
-        &self.view.workflow
+        &self.head.workflow
     }
 
     /// Hash of the Workflow node.
     pub fn workflow_hash(&self) -> Hash {
-        self.view.workflow_hash
+        self.head.workflow_hash
     }
 
     /// The role's outputSchema (a JSON Schema).
@@ -208,42 +222,54 @@ impl AgentContext {
 
     /// The thread's StartNode payload (the workflow and the user's prompt).
     pub fn start(&self) -> &StartNodePayload {
-        &self.view.start
+        &self.head.start
     }
 
     /// Hash of the thread's StartNode.
     pub fn start_hash(&self) -> Hash {
-        self.view.start_hash
+        self.head.start_hash
     }
 
     /// The executed steps, oldest first, each with its output expanded.
-    pub fn steps(&self) -> &[StepContext] {
-        self.steps.get_or_init(|| self.view.context().steps)
+    /// The thread's history is read on the first call (see
+    /// [`view`](Self::view)).
+    pub fn steps(&self) -> Result<&[StepContext], KitError> {
+        if let Some(steps) = self.steps.get() {
+            return Ok(steps);
+        }
+        let steps = self.view()?.context().steps;
+        Ok(self.steps.get_or_init(|| steps))
     }
 
     /// Hashes of the StepNodes, parallel to [`steps`](Self::steps).
-    pub fn step_hashes(&self) -> &[Hash] {
-        &self.step_hashes
+    pub fn step_hashes(&self) -> Result<&[Hash], KitError> {
+        if let Some(hashes) = self.step_hashes.get() {
+            return Ok(hashes);
+        }
+        let hashes = self.view()?.steps.iter().map(|s| s.hash).collect();
+        Ok(self.step_hashes.get_or_init(|| hashes))
     }
 
     /// The last StepNode: the `prev` of the step this agent writes; `None`
     /// before the first step.
     pub fn prev(&self) -> Option<Hash> {
-        self.step_hashes.last().copied()
+        self.head.last_step.is_some().then_some(self.head.head)
     }
 
     /// The thread's head (the last StepNode, or the StartNode).
     pub fn head(&self) -> Hash {
-        self.view.head
+        self.head.head
     }
 
-    /// How many times this role already ran in the thread.
-    pub fn runs_of_role(&self) -> usize {
-        self.view
+    /// How many times this role already ran in the thread (reads the
+    /// history, see [`view`](Self::view)).
+    pub fn runs_of_role(&self) -> Result<usize, KitError> {
+        Ok(self
+            .view()?
             .steps
             .iter()
             .filter(|s| s.payload.record.role == self.role)
-            .count()
+            .count())
     }
 
     /// The rendered prompt of the graph edge that leads to this role, if the
@@ -263,18 +289,19 @@ impl AgentContext {
         crate::prompt::output_format_instruction(&self.output_schema)
     }
 
-    /// The pieces [`prompt`](Self::prompt) is assembled from.
-    pub fn prompt_parts(&self) -> PromptParts<'_> {
-        PromptParts {
+    /// The pieces [`prompt`](Self::prompt) is assembled from (reads the
+    /// history, see [`view`](Self::view)).
+    pub fn prompt_parts(&self) -> Result<PromptParts<'_>, KitError> {
+        Ok(PromptParts {
             schema: &self.output_schema,
             role_prompt: &self.role_definition.system_prompt,
-            task: &self.view.start.prompt,
+            task: &self.head.start.prompt,
             edge_prompt: self.edge_prompt(),
             thread: self.thread_str(),
-            steps: self.steps(),
-            step_hashes: &self.step_hashes,
+            steps: self.steps()?,
+            step_hashes: self.step_hashes()?,
             history_quota: self.history_quota,
-        }
+        })
     }
 
     /// The whole prompt for an agent that takes one prompt: the format
@@ -284,21 +311,33 @@ impl AgentContext {
     /// is bounded however long the thread is (see [`crate::prompt`]).
     ///
     /// Equal to [`system_prompt`](Self::system_prompt), a blank line, and
-    /// [`user_prompt`](Self::user_prompt).
-    pub fn prompt(&self) -> String {
-        self.prompt_parts().full()
+    /// [`user_prompt`](Self::user_prompt). Errors: the thread's history
+    /// cannot be read (see [`view`](Self::view)).
+    pub fn prompt(&self) -> Result<String, KitError> {
+        Ok(self.prompt_parts()?.full())
     }
 
     /// The system half of [`prompt`](Self::prompt): the format instruction,
-    /// the scope constraint, then the role's own system prompt.
+    /// the scope constraint, then the role's own system prompt. It does not
+    /// depend on the history, which it does not read.
     pub fn system_prompt(&self) -> String {
-        self.prompt_parts().system()
+        PromptParts {
+            schema: &self.output_schema,
+            role_prompt: &self.role_definition.system_prompt,
+            task: &self.head.start.prompt,
+            edge_prompt: self.edge_prompt(),
+            thread: self.thread_str(),
+            steps: &[],
+            step_hashes: &[],
+            history_quota: self.history_quota,
+        }
+        .system()
     }
 
     /// The user half of [`prompt`](Self::prompt): the task, the edge
-    /// prompt, and the history within the quota.
-    pub fn user_prompt(&self) -> String {
-        self.prompt_parts().user()
+    /// prompt, and the history within the quota (reads the history).
+    pub fn user_prompt(&self) -> Result<String, KitError> {
+        Ok(self.prompt_parts()?.user())
     }
 
     /// `config.yaml` of the storage root, read once; `None` when there is
@@ -340,7 +379,7 @@ impl AgentContext {
         crate::llm::resolve_model(
             self.require_config()?,
             scenario,
-            &self.view.workflow.name,
+            &self.head.workflow.name,
             &self.role,
         )
     }
@@ -370,9 +409,18 @@ impl AgentContext {
         &self.store
     }
 
-    /// The loaded thread, as the moderator sees it.
-    pub fn view(&self) -> &ThreadView {
-        &self.view
+    /// The whole thread, as the moderator sees it: read from the store,
+    /// its chain walked and checked, on the first call of this or of a
+    /// method that needs the history ([`steps`](Self::steps),
+    /// [`prompt`](Self::prompt), [`runs_of_role`](Self::runs_of_role), …),
+    /// then kept. Errors: the chain cannot be read
+    /// ([`KitError::Thread`]).
+    pub fn view(&self) -> Result<&ThreadView, KitError> {
+        if let Some(view) = self.view.get() {
+            return Ok(view);
+        }
+        let loaded = uwf_moderator::thread::load(&self.store, self.head.head)?;
+        Ok(self.view.get_or_init(|| loaded))
     }
 }
 
@@ -406,16 +454,15 @@ fn edge_prompt(view: &ThreadView, role: &str) -> Option<String> {
 }
 
 /// `role` of the thread's workflow, or [`KitError::UnknownRole`].
-fn role_of(view: &ThreadView, role: &str) -> Result<RoleDefinition, KitError> {
-    view.workflow
+fn role_of(workflow: &WorkflowPayload, role: &str) -> Result<RoleDefinition, KitError> {
+    workflow
         .roles
         .get(role)
         .cloned()
         .ok_or_else(|| KitError::UnknownRole {
             role: role.to_owned(),
-            workflow: view.workflow.name.clone(),
-            roles: view
-                .workflow
+            workflow: workflow.name.clone(),
+            roles: workflow
                 .roles
                 .keys()
                 .map(String::as_str)
@@ -440,7 +487,7 @@ pub fn prompt_at(
     role: &str,
     history_quota: usize,
 ) -> Result<String, KitError> {
-    let definition = role_of(view, role)?;
+    let definition = role_of(&view.workflow, role)?;
     let schema = store.schema(definition.output_schema)?;
     let edge = edge_prompt(view, role);
     let steps = view.context().steps;

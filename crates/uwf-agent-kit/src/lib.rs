@@ -23,9 +23,9 @@
 //! fn main() -> std::process::ExitCode {
 //!     uwf_agent_kit::run("echo", |ctx: &AgentContext| {
 //!         // format instruction + role prompt + task + history (within a quota) + edge prompt
-//!         let prompt = ctx.prompt();
+//!         let prompt = ctx.prompt()?;
 //!         let answer = format!("---\nstatus: done\n---\n\nRole {} saw {} steps.\n\n{prompt}",
-//!                              ctx.role(), ctx.steps().len());
+//!                              ctx.role(), ctx.steps()?.len());
 //!         Ok(AgentRun::text(answer))
 //!     })
 //! }

@@ -106,7 +106,7 @@ pub fn finish(ctx: &AgentContext, agent: &str, run: AgentRun) -> Result<Hash, Ki
     };
     if let Some(child) = run.child_thread {
         // The engine's own check, so a step it would refuse is never written.
-        uwf_moderator::child::check_child(cas, ctx.view(), child).map_err(|problem| {
+        uwf_moderator::child::check_child(cas, ctx.head(), child).map_err(|problem| {
             KitError::BadChildThread {
                 hash: child,
                 reason: problem.to_string(),

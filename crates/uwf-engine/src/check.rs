@@ -328,7 +328,7 @@ pub fn check_child_thread<S: Store>(
     let Some(child) = step.child_thread else {
         return Ok(());
     };
-    check_child(cas, view, child).map_err(|reason| {
+    check_child(cas, view.head, child).map_err(|reason| {
         Rejection::Child {
             step: new,
             child,

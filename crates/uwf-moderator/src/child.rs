@@ -7,7 +7,7 @@ use std::fmt;
 
 use uwf_cas::{Cas, Hash, Store};
 
-use crate::thread::{self, ThreadView};
+use crate::thread;
 
 /// What is wrong with a StepNode's `childThread`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,21 +59,18 @@ impl fmt::Display for ChildProblem {
 }
 
 /// Whether `child` is the terminal StepNode of an ended child thread that
-/// was started from `view`'s head: what a StepNode's `childThread` must be.
+/// was started from `head` (the calling thread's head): what a StepNode's
+/// `childThread` must be.
 /// Agents that run child threads check it before they write their step.
-pub fn check_child<S: Store>(
-    cas: &Cas<S>,
-    view: &ThreadView,
-    child: Hash,
-) -> Result<(), ChildProblem> {
+pub fn check_child<S: Store>(cas: &Cas<S>, head: Hash, child: Hash) -> Result<(), ChildProblem> {
     let cv = thread::load(cas, child).map_err(|e| ChildProblem::Unusable(e.to_string()))?;
     if cv.steps.last().map(|s| s.hash) != Some(child) {
         return Err(ChildProblem::NotTerminal);
     }
-    if cv.start.parent_state != Some(view.head) {
+    if cv.start.parent_state != Some(head) {
         return Err(ChildProblem::WrongParent {
             found: cv.start.parent_state,
-            expected: view.head,
+            expected: head,
         });
     }
     match cv.decide() {

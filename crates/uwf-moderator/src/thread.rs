@@ -293,6 +293,40 @@ fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadV
     } else {
         return Err(wrong_type(cas, head, "StartNode or StepNode", &head_node));
     };
+    let (start, workflow) = start_and_workflow(cas, start_hash, start_node)?;
+    let view = ThreadView {
+        head,
+        start_hash,
+        start: start.payload,
+        start_timestamp: start.timestamp,
+        workflow_hash: workflow.hash,
+        workflow: workflow.payload,
+        steps,
+    };
+    // A new entry only after a walk of some length: the steps since the
+    // last entry are a few node reads, cheaper than rewriting the whole
+    // chain on every step.
+    if cached && walked >= crate::view_cache::REWRITE_AFTER {
+        crate::view_cache::write(cas, &view);
+    }
+    Ok(view)
+}
+
+/// A payload read from the node of a thread, with what the node says of it.
+struct Read<T> {
+    hash: Hash,
+    payload: T,
+    timestamp: u64,
+}
+
+/// The StartNode (already fetched as `start_node`) and the Workflow it
+/// names, each checked to be of its type.
+fn start_and_workflow<S: Store>(
+    cas: &Cas<S>,
+    start_hash: Hash,
+    start_node: Node,
+) -> Result<(Read<StartNodePayload>, Read<WorkflowPayload>), ThreadError> {
+    let types = cas.types();
     if start_node.type_hash != types.start_node {
         return Err(wrong_type(cas, start_hash, "StartNode", &start_node));
     }
@@ -307,23 +341,69 @@ fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadV
             hash: workflow_hash,
             message: e.to_string(),
         })?;
+    Ok((
+        Read {
+            hash: start_hash,
+            payload: start,
+            timestamp: start_node.timestamp,
+        },
+        Read {
+            hash: workflow_hash,
+            payload: workflow,
+            timestamp: wf_node.timestamp,
+        },
+    ))
+}
 
-    let view = ThreadView {
-        head,
-        start_hash,
-        start,
-        start_timestamp: start_node.timestamp,
-        workflow_hash,
-        workflow,
-        steps,
+/// A thread's head, its StartNode and its workflow, without its history:
+/// what an agent that builds no prompt needs ([`load_head`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadHead {
+    /// The node the thread was read from (a StepNode, or the StartNode
+    /// before the first step).
+    pub head: Hash,
+    /// The head's payload when it is a StepNode; `None` at the StartNode.
+    pub last_step: Option<StepNodePayload>,
+    /// The StartNode.
+    pub start_hash: Hash,
+    /// The StartNode's payload.
+    pub start: StartNodePayload,
+    /// When the StartNode was first stored (ms since the Unix epoch).
+    pub start_timestamp: u64,
+    /// The Workflow node named by the start.
+    pub workflow_hash: Hash,
+    /// The workflow.
+    pub workflow: WorkflowPayload,
+}
+
+/// Reads a thread's head, StartNode and workflow: three nodes however long
+/// the thread is. The nodes are checked as [`load`] checks them, but the
+/// chain between the head and the start is not walked (what
+/// [`load`] is for): the head is trusted to be a step of the thread its
+/// `start` names, as an engine that just loaded the thread knows it is.
+pub fn load_head<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadHead, ThreadError> {
+    let types = cas.types();
+    let head_node = fetch(cas, head, || "thread head".into())?;
+    let (last_step, start_hash, start_node) = if head_node.type_hash == types.start_node {
+        (None, head, head_node)
+    } else if head_node.type_hash == types.step_node {
+        let step: StepNodePayload = payload(head, "StepNode", &head_node)?;
+        let start_hash = step.start;
+        let start_node = fetch(cas, start_hash, || "StartNode".into())?;
+        (Some(step), start_hash, start_node)
+    } else {
+        return Err(wrong_type(cas, head, "StartNode or StepNode", &head_node));
     };
-    // A new entry only after a walk of some length: the steps since the
-    // last entry are a few node reads, cheaper than rewriting the whole
-    // chain on every step.
-    if cached && walked >= crate::view_cache::REWRITE_AFTER {
-        crate::view_cache::write(cas, &view);
-    }
-    Ok(view)
+    let (start, workflow) = start_and_workflow(cas, start_hash, start_node)?;
+    Ok(ThreadHead {
+        head,
+        last_step,
+        start_hash: start.hash,
+        start: start.payload,
+        start_timestamp: start.timestamp,
+        workflow_hash: workflow.hash,
+        workflow: workflow.payload,
+    })
 }
 
 /// Most frames [`call_stack`] follows; a longer `parentState` chain is

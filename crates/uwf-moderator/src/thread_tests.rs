@@ -314,3 +314,67 @@ fn call_stack_reports_a_missing_parent() {
     };
     assert!(matches!(err, ThreadError::NotFound { .. }), "{err:?}");
 }
+
+#[test]
+fn load_head_reads_the_head_start_and_workflow_only() {
+    let f = fixture();
+    let s1 = f.step(f.start, None, "writer", json!({"text": "a"}));
+    let s2 = f.step(f.start, Some(s1), "reviewer", json!({"approved": false}));
+    let full = h(load(&f.cas, s2));
+    let head = h(load_head(&f.cas, s2));
+    assert_eq!(head.head, s2);
+    assert_eq!(
+        (head.start_hash, &head.start, head.start_timestamp),
+        (full.start_hash, &full.start, full.start_timestamp)
+    );
+    assert_eq!(
+        (head.workflow_hash, &head.workflow),
+        (f.workflow, &full.workflow)
+    );
+    assert_eq!(head.last_step.as_ref(), Some(&full.steps[1].payload));
+    // At the start: no step.
+    let at_start = h(load_head(&f.cas, f.start));
+    assert_eq!((at_start.head, at_start.last_step), (f.start, None));
+
+    // Nothing behind the head is read: a missing earlier step does not
+    // matter to it, while `load` reports it.
+    let dangling = StepNodePayload {
+        start: f.start,
+        prev: Some(Hash::from_u64(9)),
+        record: full.steps[1].payload.record.clone(),
+        child_thread: None,
+    };
+    let dangling = h(f.cas.put_value(f.cas.types().step_node, &dangling)).hash;
+    assert!(matches!(
+        load(&f.cas, dangling),
+        Err(ThreadError::NotFound { .. })
+    ));
+    assert_eq!(h(load_head(&f.cas, dangling)).start_hash, f.start);
+
+    // The nodes it reads are checked as `load` checks them.
+    assert!(matches!(
+        load_head(&f.cas, f.workflow),
+        Err(ThreadError::WrongType {
+            expected: "StartNode or StepNode",
+            ..
+        })
+    ));
+    assert!(matches!(
+        load_head(&f.cas, Hash::from_u64(5)),
+        Err(ThreadError::NotFound { .. })
+    ));
+    let bad_start = StepNodePayload {
+        start: f.workflow,
+        prev: None,
+        record: full.steps[0].payload.record.clone(),
+        child_thread: None,
+    };
+    let bad_start = h(f.cas.put_value(f.cas.types().step_node, &bad_start)).hash;
+    assert!(matches!(
+        load_head(&f.cas, bad_start),
+        Err(ThreadError::WrongType {
+            expected: "StartNode",
+            ..
+        })
+    ));
+}

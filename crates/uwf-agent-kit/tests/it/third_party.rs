@@ -13,9 +13,9 @@ fn echo(root: &std::path::Path, thread: &str, role: &str) -> Result<uwf_cas::Has
     #[rustfmt::skip]
     let hash = execute("echo", root, thread, role, |ctx: &AgentContext| {
         // format instruction + role prompt + task + history (within a quota) + edge prompt
-        let prompt = ctx.prompt();
+        let prompt = ctx.prompt()?;
         let answer = format!("---\nstatus: done\n---\n\nRole {} saw {} steps.\n\n{prompt}",
-                             ctx.role(), ctx.steps().len());
+                             ctx.role(), ctx.steps()?.len());
         Ok(AgentRun::text(answer))
     });
     hash

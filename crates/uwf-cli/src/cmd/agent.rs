@@ -28,7 +28,7 @@ pub fn run(ctx: &Ctx, cmd: AgentCommand, format: Option<Format>) -> Result<(), C
             let agent = AgentContext::load(&ctx.root, &id.to_string(), &role)
                 .map_err(CliError::kit)?
                 .with_history_quota(quota);
-            output::print(format, &context_json(&agent))
+            output::print(format, &context_json(&agent).map_err(CliError::kit)?)
         }
         AgentCommand::Submit {
             thread,
@@ -71,13 +71,14 @@ pub fn run(ctx: &Ctx, cmd: AgentCommand, format: Option<Format>) -> Result<(), C
 
 /// The context as one JSON object: everything the kit's prompt is made of,
 /// the assembled prompts, and the newest steps that fit in the quota.
-fn context_json(a: &AgentContext) -> Value {
+fn context_json(a: &AgentContext) -> Result<Value, uwf_agent_kit::KitError> {
     let quota = a.history_quota();
+    let all = a.steps()?;
     // The newest steps whose outputs fit in the quota, oldest first (the
     // newest always, even alone over the quota).
     let mut steps = Vec::new();
     let mut used = 0;
-    for (i, (s, hash)) in a.steps().iter().zip(a.step_hashes()).enumerate().rev() {
+    for (i, (s, hash)) in all.iter().zip(a.step_hashes()?).enumerate().rev() {
         let size = s.output.to_string().chars().count();
         if !steps.is_empty() && used + size > quota {
             break;
@@ -93,7 +94,7 @@ fn context_json(a: &AgentContext) -> Value {
         }));
     }
     steps.reverse();
-    json!({
+    Ok(json!({
         "thread": a.thread_id().to_string(),
         "role": a.role(),
         "workflow": { "name": a.workflow().name, "hash": a.workflow_hash() },
@@ -104,12 +105,12 @@ fn context_json(a: &AgentContext) -> Value {
         "formatInstruction": a.format_instruction(),
         "edgePrompt": a.edge_prompt(),
         "systemPrompt": a.system_prompt(),
-        "userPrompt": a.user_prompt(),
-        "prompt": a.prompt(),
+        "userPrompt": a.user_prompt()?,
+        "prompt": a.prompt()?,
         "historyQuota": quota,
-        "stepCount": a.steps().len(),
+        "stepCount": all.len(),
         "steps": steps,
         "head": a.head(),
         "prev": a.prev(),
-    })
+    }))
 }
