@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uwf_protocol::{END, Hash, ModeratorContext, START, StepContext, WorkflowPayload};
+use uwf_protocol::{END, Hash, ModeratorContext, START, WorkflowPayload};
 
 use crate::jsonata::{self, Failure, Input};
 use crate::template::{self, Segment};
@@ -311,30 +311,40 @@ pub fn evaluate(
 
 /// [`evaluate`] over a thread's loaded steps, without first copying them
 /// into a [`ModeratorContext`] (one is built only if an edge prompt needs
-/// rendering): what `ThreadView::decide` uses.
+/// rendering): what `ThreadView::decide` uses. The steps must be as loaded
+/// from the store: their conversion is kept for the next decision on this
+/// thread ([`KeptSteps`]).
 pub(crate) fn evaluate_steps(
     workflow: &WorkflowPayload,
     start: &uwf_protocol::StartNodePayload,
     steps: &[crate::thread::LoadedStep],
     from_start: bool,
 ) -> Result<Decision, ModeratorError> {
-    jsonata::on_big_stack(|| evaluate_steps_here(workflow, start, steps, from_start))
+    jsonata::on_big_stack(|| {
+        let from = from_of(steps, from_start);
+        let source = Source::Steps {
+            start,
+            steps,
+            built: std::cell::OnceCell::new(),
+            prepared: None,
+            kept: true,
+        };
+        evaluate_here(workflow, &source, from)
+    })
+}
+
+/// The role whose transitions are tried: the last step's, or [`START`].
+fn from_of(steps: &[crate::thread::LoadedStep], from_start: bool) -> &str {
+    match (from_start, steps.last()) {
+        (false, Some(s)) => s.payload.record.role.as_str(),
+        _ => START,
+    }
 }
 
 /// [`evaluate_steps`] on the current thread, for callers that already run
-/// on the big stack and decide many times (`crate::replay`): a thread
-/// spawned per decision would cost more than the decision.
-pub(crate) fn evaluate_steps_here(
-    workflow: &WorkflowPayload,
-    start: &uwf_protocol::StartNodePayload,
-    steps: &[crate::thread::LoadedStep],
-    from_start: bool,
-) -> Result<Decision, ModeratorError> {
-    evaluate_prepared(workflow, start, steps, from_start, None)
-}
-
-/// [`evaluate_steps_here`] with the thread's steps already converted
-/// (`prepared` covers at least `steps`, from the same thread).
+/// on the big stack and decide many times (`crate::replay`), with the
+/// thread's steps converted once for all its prefixes (`prepared` covers
+/// at least `steps`, from the same thread) or, without, each time.
 pub(crate) fn evaluate_prepared(
     workflow: &WorkflowPayload,
     start: &uwf_protocol::StartNodePayload,
@@ -342,15 +352,13 @@ pub(crate) fn evaluate_prepared(
     from_start: bool,
     prepared: Option<&Prepared>,
 ) -> Result<Decision, ModeratorError> {
-    let from = match (from_start, steps.last()) {
-        (false, Some(s)) => s.payload.record.role.as_str(),
-        _ => START,
-    };
+    let from = from_of(steps, from_start);
     let source = Source::Steps {
         start,
         steps,
         built: std::cell::OnceCell::new(),
         prepared,
+        kept: false,
     };
     evaluate_here(workflow, &source, from)
 }
@@ -367,10 +375,21 @@ enum Source<'a> {
         /// The steps already converted for JSONata (at least `steps`, in
         /// the same order): the document is their prefix.
         prepared: Option<&'a Prepared>,
+        /// Whether the steps are as loaded from the store, so that this
+        /// thread's [`KeptSteps`] may serve and keep them.
+        kept: bool,
     },
 }
 
 impl Source<'_> {
+    /// The last step's output, without building the context.
+    fn last_output(&self) -> Option<&Value> {
+        match self {
+            Source::Built(c) => c.steps.last().map(|s| &s.output),
+            Source::Steps { steps, .. } => steps.last().map(|s| &s.output),
+        }
+    }
+
     fn context(&self) -> &ModeratorContext {
         match self {
             Source::Built(c) => c,
@@ -391,6 +410,12 @@ impl Source<'_> {
                 steps,
                 ..
             } => p.input(steps.len()),
+            Source::Steps {
+                start,
+                steps,
+                kept: true,
+                ..
+            } => kept_input(start, steps),
             Source::Steps { start, steps, .. } => loaded_input(start, steps),
         }
     }
@@ -509,14 +534,13 @@ fn evaluate_here(
         let prompt = match &t.prompt {
             None => None,
             Some(p) => {
-                let ctx = source.context();
                 let empty = Value::Object(serde_json::Map::new());
-                let last = ctx.steps.last().map_or(&empty, |s| &s.output);
+                let last = source.last_output().unwrap_or(&empty);
                 let subject = || Subject::EdgePrompt {
                     target: t.role.clone(),
                     index,
                 };
-                let text = render_here(p, last, &ctx.steps)
+                let text = render_here(p, last, || serde_json::to_value(&source.context().steps))
                     .map_err(|e| e.placed(name, from, subject()))?;
                 // Upstream's moderator refused an edge prompt that rendered
                 // to nothing (all its variables missing): the next agent
@@ -597,26 +621,53 @@ fn prepare<'a>(
     start: &uwf_protocol::StartNodePayload,
     steps: impl ExactSizeIterator<Item = StepParts<'a>>,
 ) -> Result<Prepared, Failure> {
-    use std::collections::HashMap;
-
-    use crate::jsonata::sorted_value;
-    use uwf_jsonata::Value as JValue;
-    let start = serde_json::to_value(start)
-        .map_err(|e| Failure::Runtime(format!("cannot serialize the context: {e}")))?;
-    let start = sorted_value(&start, 1)?;
-    // The hasher of JSONata's objects: std's SipHash costs more than the
-    // look-ups save on a long thread.
-    let mut texts: HashMap<&str, JValue, uwf_jsonata::Hasher> = HashMap::default();
-    let mut text = |s: &'a str| texts.entry(s).or_insert_with(|| JValue::str(s)).clone();
-    let mut outputs: HashMap<Hash, JValue, uwf_jsonata::Hasher> = HashMap::default();
+    let start = start_value(start)?;
+    let mut convert = Converter::default();
     let mut out = Vec::with_capacity(steps.len());
     for step in steps {
+        out.push(convert.step(&step)?);
+    }
+    Ok(Prepared { start, steps: out })
+}
+
+/// The StartNode as conditions see it.
+fn start_value(start: &uwf_protocol::StartNodePayload) -> Result<uwf_jsonata::Value, Failure> {
+    let start = serde_json::to_value(start)
+        .map_err(|e| Failure::Runtime(format!("cannot serialize the context: {e}")))?;
+    crate::jsonata::sorted_value(&start, 1)
+}
+
+/// Converts steps one by one, sharing what repeats between them: the few
+/// distinct roles and agents, and outputs that are the same node (values
+/// are immutable and reference counted).
+#[derive(Default)]
+struct Converter {
+    // The hasher of JSONata's objects: std's SipHash costs more than the
+    // look-ups save on a long thread.
+    texts: std::collections::HashMap<Box<str>, uwf_jsonata::Value, uwf_jsonata::Hasher>,
+    outputs: std::collections::HashMap<Hash, uwf_jsonata::Value, uwf_jsonata::Hasher>,
+}
+
+impl Converter {
+    fn text(&mut self, s: &str) -> uwf_jsonata::Value {
+        if let Some(v) = self.texts.get(s) {
+            return v.clone();
+        }
+        let v = uwf_jsonata::Value::str(s);
+        self.texts.insert(s.into(), v.clone());
+        v
+    }
+
+    /// One step as conditions see it: `{agent, detail, output, role}`.
+    fn step(&mut self, step: &StepParts<'_>) -> Result<uwf_jsonata::Value, Failure> {
+        use crate::jsonata::sorted_value;
+        use uwf_jsonata::Value as JValue;
         let output = match step.output_hash {
-            Some(h) => match outputs.get(&h) {
+            Some(h) => match self.outputs.get(&h) {
                 Some(v) => v.clone(),
                 None => {
                     let v = sorted_value(step.output, 3)?;
-                    outputs.insert(h, v.clone());
+                    self.outputs.insert(h, v.clone());
                     v
                 }
             },
@@ -627,13 +678,86 @@ fn prepare<'a>(
         let detail = std::str::from_utf8(&detail).map_or(JValue::Undefined, JValue::str);
         // StepContext's members in code point order: agent, detail, output, role.
         let mut o = uwf_jsonata::object_with_capacity(4);
-        o.insert("agent".to_owned(), text(step.agent));
+        o.insert("agent".to_owned(), self.text(step.agent));
         o.insert("detail".to_owned(), detail);
         o.insert("output".to_owned(), output);
-        o.insert("role".to_owned(), text(step.role));
-        out.push(JValue::object(o));
+        o.insert("role".to_owned(), self.text(step.role));
+        Ok(JValue::object(o))
     }
-    Ok(Prepared { start, steps: out })
+}
+
+/// The steps of the thread this OS thread last decided on, converted for
+/// JSONata and kept for its next decision: `uwf thread run` and a worker
+/// decide at every new head of a thread, which is the last head and one
+/// step more, so a decision converts the steps added since the last one
+/// instead of the whole thread (docs/performance.md, "History"). Values are
+/// reference counted, not shareable across threads, hence one per thread;
+/// evaluations run on the calling thread ([`jsonata::on_big_stack`]).
+#[derive(Default)]
+struct KeptSteps {
+    /// The StepNodes converted, in order: a thread's steps up to a StepNode
+    /// are named by its hash, so `steps` is the start of any chain whose
+    /// step at the same place has the same hash.
+    hashes: Vec<Hash>,
+    /// The converted steps, shared with the documents built from them.
+    values: std::rc::Rc<Vec<uwf_jsonata::Value>>,
+    /// The deepest of `values`.
+    depth: u32,
+    convert: Converter,
+}
+
+std::thread_local! {
+    static KEPT: std::cell::RefCell<Option<KeptSteps>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The document conditions see for a thread's loaded steps, as
+/// [`loaded_input`] builds it, converting only the steps this thread has
+/// not converted for an earlier decision on the same chain ([`KeptSteps`]).
+/// The steps must be as loaded from the store: what a StepNode's hash
+/// names ([`crate::thread::load`] checks it).
+fn kept_input(
+    start: &uwf_protocol::StartNodePayload,
+    steps: &[crate::thread::LoadedStep],
+) -> Result<Input, Failure> {
+    use uwf_jsonata::Value as JValue;
+    let start = start_value(start)?;
+    let steps_value = KEPT.with(|cell| -> Result<JValue, Failure> {
+        let mut slot = cell.borrow_mut();
+        let kept = slot.get_or_insert_with(KeptSteps::default);
+        let n = steps.len();
+        let shared = kept.hashes.len().min(n);
+        let same_chain = shared == 0 || kept.hashes[shared - 1] == steps[shared - 1].hash;
+        if !same_chain || kept.hashes.is_empty() {
+            *kept = KeptSteps::default();
+        }
+        if n < kept.hashes.len() {
+            // An earlier head of the kept chain: its document without
+            // forgetting the longer one.
+            return Ok(JValue::array(kept.values[..n].to_vec()));
+        }
+        let fresh = &steps[kept.hashes.len()..];
+        if !fresh.is_empty() {
+            // Unique unless a document built from it is still alive, which
+            // the evaluator does not allow (it drops its scopes); copied then.
+            let values = std::rc::Rc::make_mut(&mut kept.values);
+            values.reserve(fresh.len());
+            for (part, s) in loaded_parts(fresh).zip(fresh) {
+                let v = kept.convert.step(&part)?;
+                kept.depth = kept.depth.max(v.depth());
+                values.push(v);
+                kept.hashes.push(s.hash);
+            }
+        }
+        Ok(JValue::Array(
+            std::rc::Rc::clone(&kept.values),
+            0,
+            1 + kept.depth,
+        ))
+    })?;
+    let mut top = uwf_jsonata::object_with_capacity(2);
+    top.insert("start".to_owned(), start);
+    top.insert("steps".to_owned(), steps_value);
+    Input::from_sorted(uwf_jsonata::Value::object(top))
 }
 
 /// One transition of the current role, as [`explain`] evaluated it.
@@ -686,7 +810,7 @@ pub fn explain(workflow: &WorkflowPayload, ctx: &ModeratorContext) -> Explanatio
     jsonata::on_big_stack(|| explain_here(workflow, ctx))
 }
 
-/// [`explain`] on the current thread (see [`evaluate_steps_here`]).
+/// [`explain`] on the current thread (see [`evaluate_prepared`]).
 pub(crate) fn explain_here(workflow: &WorkflowPayload, ctx: &ModeratorContext) -> Explanation {
     let from = ctx.steps.last().map_or(START, |s| s.role.as_str());
     let input = context_input(ctx);
@@ -799,13 +923,16 @@ fn evaluate_free(
 /// # Ok::<(), uwf_moderator::ModeratorError>(())
 /// ```
 pub fn render_prompt(template: &str, last_output: &Value) -> Result<String, ModeratorError> {
-    jsonata::on_big_stack(|| render_here(template, last_output, &[]))
+    jsonata::on_big_stack(|| render_here(template, last_output, || Ok(Value::Array(Vec::new()))))
 }
 
+/// Renders `template` against `last_output`; `steps` gives the thread's
+/// steps as JSON, asked for only when the template may use them (`$last`,
+/// `$first`): on a long thread that copy costs more than the rendering.
 fn render_here(
     template: &str,
     last_output: &Value,
-    steps: &[StepContext],
+    steps: impl FnOnce() -> Result<Value, serde_json::Error>,
 ) -> Result<String, ModeratorError> {
     let fail = |f, expression: &str| {
         ModeratorError::from_failure(f, "", "", Subject::Template, expression)
@@ -814,7 +941,7 @@ fn render_here(
         template::parse(template).map_err(|m| fail(Failure::Syntax(m, None), template))?;
     // The steps are converted only for a template that may look at them.
     let steps = if template.contains("$last") || template.contains("$first") {
-        serde_json::to_value(steps).map_err(|e| {
+        steps().map_err(|e| {
             fail(
                 Failure::Runtime(format!("cannot serialize the steps: {e}")),
                 template,

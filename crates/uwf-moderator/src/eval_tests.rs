@@ -652,3 +652,152 @@ fn a_document_keeps_its_key_order_a_context_is_sorted() {
     assert_eq!(keys(evaluate_document), Some(json!(["b", "a", "z", "y"])));
     assert_eq!(keys(evaluate_expression), Some(json!(["a", "b", "y", "z"])));
 }
+
+/// `n` loaded steps of one thread; step `i` has hash `base + i` and an
+/// output naming `i` (every third output the same node).
+fn loaded(base: u64, n: u64) -> Vec<crate::thread::LoadedStep> {
+    (0..n)
+        .map(|i| {
+            let hash = uwf_protocol::Hash::from_u64(base + i);
+            let shared = i % 3 == 0;
+            let output_hash =
+                uwf_protocol::Hash::from_u64(if shared { 7 } else { base + 1000 + i });
+            crate::thread::LoadedStep {
+                hash,
+                payload: uwf_protocol::StepNodePayload {
+                    start: uwf_protocol::Hash::from_u64(0),
+                    prev: i
+                        .checked_sub(1)
+                        .map(|p| uwf_protocol::Hash::from_u64(base + p)),
+                    record: uwf_protocol::StepRecord {
+                        role: if i % 2 == 0 { "developer" } else { "reviewer" }.into(),
+                        output: output_hash,
+                        detail: uwf_protocol::Hash::from_u64(1),
+                        agent: "uwf-test".into(),
+                    },
+                    child_thread: None,
+                },
+                output: if shared {
+                    json!({"same": true})
+                } else {
+                    json!({"n": i, "deep": {"x": [i]}})
+                },
+                timestamp: i,
+            }
+        })
+        .collect()
+}
+
+/// The whole document an input holds, as JSON.
+fn document(input: &crate::jsonata::Input) -> Value {
+    let all = crate::jsonata::compile("$").unwrap_or_else(|e| panic!("{e:?}"));
+    crate::jsonata::evaluated(&all, input)
+        .unwrap_or_else(|e| panic!("{e:?}"))
+        .to_json()
+        .unwrap_or_else(|| panic!("undefined"))
+}
+
+/// The kept steps of this thread: how many, and the first one's object.
+fn kept_now() -> (usize, Option<uwf_jsonata::Value>) {
+    KEPT.with(|k| {
+        let k = k.borrow();
+        k.as_ref().map_or((0, None), |k| {
+            assert_eq!(k.hashes.len(), k.values.len());
+            (k.hashes.len(), k.values.first().cloned())
+        })
+    })
+}
+
+fn same_object(a: &uwf_jsonata::Value, b: &uwf_jsonata::Value) -> bool {
+    match (a, b) {
+        (uwf_jsonata::Value::Object(a, _), uwf_jsonata::Value::Object(b, _)) => {
+            std::rc::Rc::ptr_eq(a, b)
+        }
+        _ => false,
+    }
+}
+
+#[test]
+fn kept_steps_give_the_document_of_every_head_and_convert_each_step_once() {
+    let start = ctx(&[]).start;
+    let steps = loaded(100, 12);
+    let ok = |r: Result<crate::jsonata::Input, Failure>| r.unwrap_or_else(|e| panic!("{e:?}"));
+    let mut first = None;
+    // Head after head, as `thread run` decides.
+    for k in 0..=steps.len() {
+        let kept = ok(kept_input(&start, &steps[..k]));
+        assert_eq!(
+            document(&kept),
+            document(&ok(loaded_input(&start, &steps[..k]))),
+            "at {k}"
+        );
+        let (len, first_now) = kept_now();
+        assert_eq!(len, k);
+        if let Some(f) = &first {
+            let now = first_now.unwrap_or_else(|| panic!("kept"));
+            assert!(same_object(f, &now), "step 0 converted again at {k}");
+        } else {
+            first = first_now;
+        }
+    }
+    // An earlier head of the same chain: its document, and the longer
+    // chain still kept.
+    let earlier = ok(kept_input(&start, &steps[..5]));
+    assert_eq!(
+        document(&earlier),
+        document(&ok(loaded_input(&start, &steps[..5])))
+    );
+    assert_eq!(kept_now().0, steps.len());
+
+    // A fork: the same first steps, then another one. Its own document;
+    // what is kept is now that chain.
+    let mut fork = steps[..6].to_vec();
+    fork.extend(loaded(500, 2));
+    let forked = ok(kept_input(&start, &fork));
+    assert_eq!(
+        document(&forked),
+        document(&ok(loaded_input(&start, &fork)))
+    );
+    assert_eq!(kept_now().0, fork.len());
+
+    // Another thread altogether, then the first one again.
+    let other = loaded(900, 3);
+    assert_eq!(
+        document(&ok(kept_input(&start, &other))),
+        document(&ok(loaded_input(&start, &other)))
+    );
+    assert_eq!(
+        document(&ok(kept_input(&start, &steps))),
+        document(&ok(loaded_input(&start, &steps)))
+    );
+    assert_eq!(kept_now().0, steps.len());
+}
+
+#[test]
+fn a_step_that_cannot_be_converted_leaves_the_kept_steps_whole() {
+    let start = ctx(&[]).start;
+    let mut steps = loaded(300, 4);
+    let mut deep = json!(1);
+    for _ in 0..(crate::jsonata::MAX_INPUT_DEPTH + 2) {
+        deep = json!([deep]);
+    }
+    steps[3].output = deep;
+    steps[3].payload.record.output = uwf_protocol::Hash::from_u64(4242);
+    assert!(kept_input(&start, &steps[..3]).is_ok());
+    assert!(kept_input(&start, &steps).is_err());
+    assert_eq!(kept_now().0, 3, "the steps before the bad one stay kept");
+    let again = kept_input(&start, &steps[..3]).unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(
+        document(&again),
+        document(&loaded_input(&start, &steps[..3]).unwrap_or_else(|e| panic!("{e:?}")))
+    );
+}
+
+#[test]
+fn evaluations_run_on_the_calling_thread() {
+    let here = std::thread::current().id();
+    assert_eq!(
+        crate::jsonata::on_big_stack(|| std::thread::current().id()),
+        here
+    );
+}

@@ -14,7 +14,7 @@
 //! * **Stack.** Evaluation is recursive, so it runs on a thread with a large
 //!   stack ([`on_big_stack`]).
 
-use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use uwf_jsonata::{EvalOptions, Expression, Limits};
@@ -58,28 +58,15 @@ impl Failure {
     }
 }
 
-/// Runs `job` on a thread with a large stack and returns its result; panics
-/// are propagated. Falls back to the current thread if none can be spawned.
-pub(crate) fn on_big_stack<T: Send, F: FnOnce() -> T + Send>(job: F) -> T {
-    let mut job = Some(job);
-    let outcome = std::thread::scope(|scope| {
-        let slot = &mut job;
-        std::thread::Builder::new()
-            .name("uwf-moderator".into())
-            .stack_size(STACK_BYTES)
-            .spawn_scoped(scope, move || slot.take().map(|f| f()))
-            .ok()
-            .map(|handle| handle.join())
-    });
-    match outcome {
-        Some(Ok(Some(value))) => value,
-        Some(Err(panic)) => resume_unwind(panic),
-        // The thread could not be spawned: the job is still here.
-        Some(Ok(None)) | None => match job.take() {
-            Some(f) => f(),
-            None => unreachable!("the evaluation job runs exactly once"),
-        },
-    }
+/// Runs `job` on a large stack ([`STACK_BYTES`], reserved, committed only
+/// as used) and returns its result; panics are propagated.
+///
+/// The stack is a fresh one on the calling thread (`stacker`), not another
+/// thread: thread-local state such as the steps a decision converted
+/// (`eval::KeptSteps`) outlives the evaluation for the thread's next
+/// decision, and no thread is started per decision.
+pub(crate) fn on_big_stack<T, F: FnOnce() -> T>(job: F) -> T {
+    stacker::grow(STACK_BYTES, job)
 }
 
 /// The options of a condition's evaluation (and of `uwf eval`), with the
