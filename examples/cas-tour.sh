@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release --quiet --bin uwf
-uwf="$PWD/target/release/uwf"
+cargo build --quiet --bin uwf
+uwf="$PWD/target/debug/uwf"
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 export UNCAGED_WORKFLOW_STORAGE_ROOT="$root"
