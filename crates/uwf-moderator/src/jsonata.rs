@@ -14,7 +14,7 @@
 //! * **Stack.** Evaluation is recursive, so it runs on a thread with a large
 //!   stack ([`on_big_stack`]).
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::time::Duration;
 
 use uwf_jsonata::{EvalOptions, Expression, Limits};
@@ -64,9 +64,63 @@ impl Failure {
 /// The stack is a fresh one on the calling thread (`stacker`), not another
 /// thread: thread-local state such as the steps a decision converted
 /// (`eval::KeptSteps`) outlives the evaluation for the thread's next
-/// decision, and no thread is started per decision.
-pub(crate) fn on_big_stack<T, F: FnOnce() -> T>(job: F) -> T {
-    stacker::grow(STACK_BYTES, job)
+/// decision, and no thread is started per decision. Where so large a stack
+/// cannot be reserved (a tight `ulimit -v`, strict overcommit), which
+/// stacker would report with a panic, each evaluation runs on a thread of
+/// its own as far as one can be started, else on the current stack (the
+/// evaluator's own limits still stop deep recursion).
+pub(crate) fn on_big_stack<T: Send, F: FnOnce() -> T + Send>(job: F) -> T {
+    if big_stacks_reservable() {
+        let mut job = Some(job);
+        let mut out = None;
+        // A panic here is the job's: stacker could reserve the stack.
+        stacker::grow(STACK_BYTES, || out = job.take().map(|f| f()));
+        match (out, job) {
+            (Some(value), _) => value,
+            (None, Some(f)) => f(),
+            (None, None) => unreachable!("the evaluation job runs exactly once"),
+        }
+    } else {
+        on_new_thread(job)
+    }
+}
+
+/// Whether this process can reserve a [`STACK_BYTES`] stack, asked once by
+/// starting a thread with one (glibc maps a thread's stack as stacker
+/// maps its own; a refusal is an error here, not a panic).
+fn big_stacks_reservable() -> bool {
+    static RESERVABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *RESERVABLE.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("uwf-moderator-probe".into())
+            .stack_size(STACK_BYTES)
+            .spawn(|| ())
+            .is_ok_and(|handle| handle.join().is_ok())
+    })
+}
+
+/// `job` on a thread with a [`STACK_BYTES`] stack; on the current thread if
+/// none can be started.
+fn on_new_thread<T: Send, F: FnOnce() -> T + Send>(job: F) -> T {
+    let mut job = Some(job);
+    let outcome = std::thread::scope(|scope| {
+        let slot = &mut job;
+        std::thread::Builder::new()
+            .name("uwf-moderator".into())
+            .stack_size(STACK_BYTES)
+            .spawn_scoped(scope, move || slot.take().map(|f| f()))
+            .ok()
+            .map(|handle| handle.join())
+    });
+    match outcome {
+        Some(Ok(Some(value))) => value,
+        Some(Err(panic)) => resume_unwind(panic),
+        // The thread could not be started: the job is still here.
+        Some(Ok(None)) | None => match job.take() {
+            Some(f) => f(),
+            None => unreachable!("the evaluation job runs exactly once"),
+        },
+    }
 }
 
 /// The options of a condition's evaluation (and of `uwf eval`), with the

@@ -316,3 +316,31 @@ graph:
     // Explaining is reading: the store is as it was.
     assert_eq!(env.snapshot(), before);
 }
+
+/// Where no 256 MiB stack can be reserved for evaluations (here a
+/// `ulimit -v` of 250 MB), conditions are still evaluated, with their
+/// limits, and nothing panics.
+#[test]
+fn expressions_evaluate_where_no_big_stack_can_be_reserved() {
+    let uwf = assert_cmd::cargo::cargo_bin("uwf");
+    let limited = |expr: &str| {
+        std::process::Command::new("bash")
+            .arg("-c")
+            .arg("ulimit -v 250000 && exec \"$0\" eval \"$1\"")
+            .arg(&uwf)
+            .arg(expr)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap()
+    };
+    let out = limited("$sum([1..10])");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "55");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let out = limited("($f := function($x){ $f($x) + 1 }; $f(1))");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("U1001"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
