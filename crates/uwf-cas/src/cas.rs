@@ -528,7 +528,28 @@ impl<S: Store> Cas<S> {
         if type_hash == self.types.meta {
             return self.meta_validator().map(|_| ());
         }
+        if self.is_prepared(type_hash) {
+            return Ok(());
+        }
         self.validator(type_hash).map(|_| ())
+    }
+
+    /// Whether the validator of the schema `type_hash` is compiled already
+    /// (by this `Cas` or a clone of it): then validating against it reads
+    /// nothing from the store.
+    pub fn is_prepared(&self, type_hash: Hash) -> bool {
+        if type_hash == self.types.meta {
+            return self.meta_validator.get().is_some();
+        }
+        self.cached_validator(type_hash).is_some()
+    }
+
+    fn cached_validator(&self, type_hash: Hash) -> Option<Arc<Validator>> {
+        self.validators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&type_hash)
+            .cloned()
     }
 
     fn validator(&self, type_hash: Hash) -> Result<(Arc<Validator>, Value)> {
@@ -539,13 +560,7 @@ impl<S: Store> Cas<S> {
     /// The compiled validator of the schema `type_hash`, whose payload is
     /// `schema`: compiled once, kept for the life of this `Cas`.
     fn compiled(&self, type_hash: Hash, schema: &Value) -> Result<Arc<Validator>> {
-        let cached = self
-            .validators
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&type_hash)
-            .cloned();
-        if let Some(v) = cached {
+        if let Some(v) = self.cached_validator(type_hash) {
             return Ok(v);
         }
         // Stored schemas passed check_subset, but a store can be written by
@@ -564,6 +579,14 @@ impl<S: Store> Cas<S> {
     pub fn validate(&self, type_hash: Hash, payload: &Value) -> Result<()> {
         if type_hash == self.types.meta {
             return schema::check_subset(self.meta_validator()?, payload);
+        }
+        // A schema is content-addressed: a validator compiled once serves
+        // for ever, and the schema itself is read only to name it in an
+        // error.
+        if let Some(v) = self.cached_validator(type_hash)
+            && schema::violations(&v, payload).is_empty()
+        {
+            return Ok(());
         }
         let (v, schema) = self.validator(type_hash)?;
         Self::check_against(type_hash, &v, &schema, payload)
@@ -1124,6 +1147,37 @@ mod tests {
             matches!(failed, Err(CasError::NotFound(h)) if h == Hash::from_u64(3 * CHUNK as u64)),
             "{failed:?}"
         );
+    }
+
+    #[test]
+    fn a_compiled_validator_is_kept_and_names_its_schema_in_errors() {
+        let store = Arc::new(MemStore::new());
+        let cas = ok(Cas::new(Arc::clone(&store)));
+        let t = ok(cas.put_schema(json!({
+            "title": "counted",
+            "type": "object",
+            "properties": { "n": { "type": "integer" } },
+            "required": ["n"]
+        })))
+        .hash;
+        // Storing a schema compiles it; another `Cas` on the same store
+        // compiles it when asked, and its clones share it.
+        assert!(cas.is_prepared(t));
+        let other = ok(Cas::new(Arc::clone(&store)));
+        assert!(!other.is_prepared(t));
+        ok(other.prepare_validator(t));
+        assert!(other.is_prepared(t));
+        assert!(other.clone().is_prepared(t));
+        ok(other.validate(t, &json!({ "n": 1 })));
+        match other.validate(t, &json!({ "n": "one" })) {
+            Err(CasError::Invalid {
+                title, violations, ..
+            }) => {
+                assert_eq!(title, "counted");
+                assert_eq!(violations.len(), 1, "{violations:?}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     /// A store big enough for `verify` and `gc` to cut it into many chunks:
