@@ -9,6 +9,18 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use uwf_engine::Progress;
 
+/// `eprintln!` in one write: stderr is unbuffered, and `eprintln!` writes
+/// each piece of its format with a system call of its own (a step's lines
+/// were a dozen writes each).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut line = format!($($arg)*);
+        line.push('\n');
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }};
+}
+
 /// Progress for one thread.
 pub struct Live {
     thread: String,
@@ -46,7 +58,7 @@ impl Live {
     /// The thread finished.
     pub fn done(&self) {
         let s = self.lock();
-        eprintln!("thread {} done after {} step(s)", self.thread, s.step);
+        say!("thread {} done after {} step(s)", self.thread, s.step);
     }
 }
 
@@ -71,7 +83,7 @@ impl Progress for Live {
             bar.enable_steady_tick(Duration::from_millis(100));
             s.bar = Some(bar);
         } else {
-            eprintln!("step {}: {role} ({agent}) started{attempt}", s.step);
+            say!("step {}: {role} ({agent}) started{attempt}", s.step);
         }
     }
 
@@ -79,14 +91,14 @@ impl Progress for Live {
         let s = self.lock();
         match &s.bar {
             Some(bar) => bar.println(line),
-            None => eprintln!("{line}"),
+            None => say!("{line}"),
         }
     }
 
     fn retrying(&self, n: u32, max: u32, delay: Duration, role: &str, reason: &str) {
         let mut s = self.lock();
         s.retry = Some(n);
-        eprintln!(
+        say!(
             "retry {n}/{max} in {}: {role} {reason}",
             humantime::format_duration(delay)
         );
@@ -97,7 +109,7 @@ impl Progress for Live {
         let line = format!("waiting for a slot of workflow {workflow} ({ahead} ahead)");
         match &s.bar {
             Some(bar) => bar.println(line),
-            None => eprintln!("{line}"),
+            None => say!("{line}"),
         }
     }
 
@@ -105,7 +117,7 @@ impl Progress for Live {
         let s = self.lock();
         match &s.bar {
             Some(bar) => bar.println(format!("warning: {message}")),
-            None => eprintln!("warning: {message}"),
+            None => say!("warning: {message}"),
         }
     }
 
@@ -114,7 +126,7 @@ impl Progress for Live {
         if let Some(bar) = s.bar.take() {
             bar.finish_and_clear();
         }
-        eprintln!(
+        say!(
             "step {}: {role} failed after {:.1}s: {reason}",
             s.step,
             elapsed.as_secs_f64()
@@ -126,7 +138,7 @@ impl Progress for Live {
         if let Some(bar) = s.bar.take() {
             bar.finish_and_clear();
         }
-        eprintln!(
+        say!(
             "step {}: {role} finished in {:.1}s",
             s.step,
             elapsed.as_secs_f64()
@@ -140,21 +152,21 @@ pub struct Plain;
 
 impl Progress for Plain {
     fn agent_line(&self, line: &str) {
-        eprintln!("{line}");
+        say!("{line}");
     }
 
     fn waiting(&self, workflow: &str, ahead: usize) {
-        eprintln!("waiting for a slot of workflow {workflow} ({ahead} ahead)");
+        say!("waiting for a slot of workflow {workflow} ({ahead} ahead)");
     }
 
     fn retrying(&self, n: u32, max: u32, delay: Duration, role: &str, reason: &str) {
-        eprintln!(
+        say!(
             "retry {n}/{max} in {}: {role} {reason}",
             humantime::format_duration(delay)
         );
     }
 
     fn warning(&self, message: &str) {
-        eprintln!("warning: {message}");
+        say!("warning: {message}");
     }
 }

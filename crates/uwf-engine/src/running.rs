@@ -280,14 +280,14 @@ impl Running {
         write_marker(&path, &marker);
         let store = store.shares_running().then(|| Arc::clone(store));
         let log = open_log(&marker.log).map(|mut f| {
-            let _ = writeln!(
-                f,
-                "── {role} · {agent} · started {} on {} (uwf pid {pid}) ──",
+            let header = format!(
+                "── {role} · {agent} · started {} on {} (uwf pid {pid}) ──\n",
                 humantime::format_rfc3339_seconds(
                     std::time::UNIX_EPOCH + Duration::from_millis(started_at)
                 ),
                 marker.host
             );
+            let _ = f.write_all(header.as_bytes());
             f
         });
         Running {
@@ -345,8 +345,10 @@ impl Running {
             let mut guard = log
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // One write per line (a `File` is not buffered, and the log is
+            // appended to by whole lines).
             if let Some(f) = guard.as_mut()
-                && writeln!(f, "{line}").is_err()
+                && f.write_all(format!("{line}\n").as_bytes()).is_err()
             {
                 *guard = None;
             }
@@ -370,7 +372,7 @@ impl Running {
         // its readers.
         let appended = open_log(&path)
             .ok_or_else(|| std::io::Error::other("cannot open the file"))
-            .and_then(|mut f| writeln!(f, "{line}"));
+            .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
         if let Err(e) = appended {
             tracing::warn!(
                 "cannot record the step's duration in {}: {e}",
