@@ -35,6 +35,7 @@ pub mod retry;
 pub mod running;
 pub mod secrets;
 pub mod spawn;
+mod stdio;
 mod step;
 pub mod suite;
 pub mod suspend;

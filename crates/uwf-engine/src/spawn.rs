@@ -58,6 +58,8 @@ pub struct Spawn<'a> {
     /// Called with the agent's process id (also its process group) once it
     /// started (the running marker records it).
     pub on_start: Option<&'a (dyn Fn(u32) + Sync)>,
+    /// Its stdin (none if `None`).
+    pub stdin: Option<std::fs::File>,
 }
 
 /// Runs an agent to completion under the supervisor every child of uwf
@@ -66,7 +68,7 @@ pub struct Spawn<'a> {
 /// once; `should_stop` is polled a few times a second and stops the agent
 /// when it returns true.
 pub fn run(
-    spec: &Spawn<'_>,
+    spec: Spawn<'_>,
     on_stderr: impl Fn(&str) + Send + Sync + 'static,
     cancel: &CancelToken,
     should_stop: impl FnMut() -> bool,
@@ -97,6 +99,9 @@ pub fn run(
         });
     if let Some(on_start) = spec.on_start {
         options = options.on_start(on_start);
+    }
+    if let Some(stdin) = spec.stdin {
+        options = options.stdin(stdin);
     }
     let done = supervise::run(cmd, options).map_err(supervise::SuperviseError::into_io)?;
     let ending = match done.ending {
@@ -194,8 +199,9 @@ mod tests {
             env: vec![],
             timeout,
             on_start: None,
+            stdin: None,
         };
-        run(&spec, |_| {}, &CancelToken::new(), || false).unwrap_or_else(|e| panic!("{e}"))
+        run(spec, |_| {}, &CancelToken::new(), || false).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
@@ -249,10 +255,11 @@ mod tests {
             env: vec![],
             timeout: None,
             on_start: None,
+            stdin: None,
         };
         let start = Instant::now();
         let f = run(
-            &spec,
+            spec,
             |_| {},
             &CancelToken::new(),
             || start.elapsed() > Duration::from_millis(300),
@@ -310,8 +317,9 @@ mod tests {
             env: sh_env,
             timeout: None,
             on_start: None,
+            stdin: None,
         };
-        let f = run(&spec, |_| {}, &CancelToken::new(), || false).unwrap_or_else(|e| panic!("{e}"));
+        let f = run(spec, |_| {}, &CancelToken::new(), || false).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             matches!(&f.ending, Ending::Exited { code: Some(0), stdout } if last_line(stdout) == Some("HASH")),
             "{:?}",
@@ -324,8 +332,9 @@ mod tests {
             env: vec![("PATH".to_string(), path_with(dir.path()))],
             timeout: None,
             on_start: None,
+            stdin: None,
         };
-        let e = run(&spec, |_| {}, &CancelToken::new(), || false).err();
+        let e = run(spec, |_| {}, &CancelToken::new(), || false).err();
         assert_eq!(e.map(|e| e.kind()), Some(std::io::ErrorKind::NotFound));
     }
 

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use uwf_cas::Hash;
 use uwf_moderator::thread::{self, LoadedStep, ThreadView};
-use uwf_protocol::{HistoryEntry, StepOutput, ThreadId, WaitingRecord, WorkflowLimits};
+use uwf_protocol::{
+    AgentProtocol, HistoryEntry, StepOutput, ThreadId, WaitingRecord, WorkflowLimits,
+};
 use uwf_state::policy;
 use uwf_state::slots::SlotError;
 use uwf_state::state::{ResolvedAgent, StateError};
@@ -215,6 +217,7 @@ fn step_once(
             label: IN_PROCESS.to_string(),
             source: uwf_state::state::AgentSource::Explicit,
             human: false,
+            protocol: AgentProtocol::Uwf,
         },
         None => {
             ctx.state
@@ -309,7 +312,8 @@ pub enum Tried {
 
 /// A failed attempt: what [`crate::retry`] records and reports.
 pub struct Failed {
-    /// `exit`, `signal`, `timeout`, `no-hash`, `bad-hash` or `check`.
+    /// `exit`, `signal`, `timeout`, `no-hash`, `bad-hash` or `check`; for a
+    /// plain program also `no-output` or `bad-output`.
     pub kind: &'static str,
     /// The failure in words.
     pub reason: String,
@@ -372,16 +376,39 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         return attempt_in_process(a, run, slot);
     }
 
+    // A plain program (`protocol: stdio`) is run as configured and told the
+    // step on its stdin and in its environment; an agent gets the thread and
+    // the role as its last two arguments (docs/agent-protocol.md).
+    let stdio = agent.protocol == AgentProtocol::Stdio;
     let mut args = agent.args.clone();
-    args.push(id.to_string());
-    args.push(role.to_string());
+    if !stdio {
+        args.push(id.to_string());
+        args.push(role.to_string());
+    }
     let (mut env, redactor) = agent_env(ctx, &agent.label, head, a.edge_prompt)?;
+    let stdin = if stdio {
+        env.push(("UWF_THREAD".to_string(), id.to_string().into()));
+        env.push((
+            "UWF_WORKFLOW".to_string(),
+            a.view.workflow.name.clone().into(),
+        ));
+        env.push(("UWF_ROLE".to_string(), role.into()));
+        let doc = crate::stdio::input(id, a.view, role, a.edge_prompt);
+        let file = crate::stdio::input_file(&doc).map_err(|source| EngineError::AgentSpawn {
+            command: agent.command.clone(),
+            source,
+        })?;
+        Some(file)
+    } else {
+        None
+    };
     // The agent stores its nodes through this engine, which checks them
     // with the schemas it has compiled already, so the agent compiles none;
     // on a networked store it reads through it too, needing no connection
     // of its own (docs/postgres.md, "The store relay"). Without a relay the
     // agent opens the store itself and checks its nodes, as it always could.
-    let relay = if ctx.serves_relay {
+    // A plain program does not touch the store: no relay.
+    let relay = if ctx.serves_relay && !stdio {
         match uwf_relay::Relay::start_checking(ctx.cas.clone(), Arc::clone(&ctx.state)) {
             Ok(r) => Some(r),
             Err(e) => {
@@ -417,13 +444,21 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         env,
         timeout: a.timeout,
         on_start: Some(&on_start),
+        stdin,
     };
     let log = running.as_ref().map(crate::running::Running::sink);
     let sink = Arc::clone(a.progress);
     let line_redactor = Arc::clone(&redactor);
     // The role's schema is compiled while the agent runs (compiling is most
     // of the check that follows); a failure here shows again in the check.
-    let schema: Option<Hash> = a.view.workflow.roles.get(role).map(|r| r.output_schema);
+    // (In `thread run` and a worker it is compiled from the second step on.)
+    let schema: Option<Hash> = a
+        .view
+        .workflow
+        .roles
+        .get(role)
+        .map(|r| r.output_schema)
+        .filter(|h| !ctx.cas.is_prepared(*h));
     let finished = std::thread::scope(|scope| {
         if let Some(schema) = schema {
             let cas = &ctx.cas;
@@ -432,7 +467,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
             });
         }
         spawn::run(
-            &spec,
+            spec,
             // Whole lines (spawn reads stderr line by line), so a secret is
             // never split between two calls.
             move |line| {
@@ -492,6 +527,9 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
             code: Some(0),
             stdout,
         } => stdout,
+        Ending::Exited { code: Some(c), .. } if stdio => {
+            return fail("exit", format!("exited with status {c}"), Some(c));
+        }
         Ending::Exited { code: Some(c), .. } => {
             if c == i32::from(crate::human::EXIT_WAITING)
                 && let Some(record) =
@@ -525,37 +563,34 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         Ending::Stopped => return Err(interrupted(ctx, id)?),
         Ending::Interrupted => return Err(EngineError::Interrupted),
     };
-    let Some(line) = spawn::last_line(&stdout) else {
-        return fail(
-            "no-hash",
-            "printed nothing on stdout (expected the new StepNode's hash)".into(),
-            Some(0),
-        );
-    };
-    let new: Hash = match line.parse() {
-        Ok(h) => h,
-        Err(_) => {
-            // Redacted before it is quoted: quoting escapes characters, and
-            // an escaped secret would no longer be recognised.
-            let line = redactor.redact(line);
-            return fail(
-                "bad-hash",
-                format!(
-                    "printed {:?} on stdout, which is not a CAS hash",
-                    line.chars().take(80).collect::<String>()
-                ),
-                Some(0),
-            );
+    let landed = |new: Hash, loaded: LoadedStep| {
+        a.progress.finished(role, elapsed);
+        if let (Some(r), Some(dir)) = (&running, ctx.run_dir.as_deref()) {
+            r.landed(dir, new, elapsed);
         }
+        Ok(Tried::Landed(new, loaded))
+    };
+    if stdio {
+        // The engine stored these nodes itself, from an output it
+        // validated: nothing to read back or check again.
+        return match crate::stdio::store_step(
+            &ctx.cas,
+            a.view,
+            role,
+            &agent.label,
+            &stdout,
+            &redactor,
+        )? {
+            Ok((new, loaded)) => landed(new, loaded),
+            Err(refused) => fail(refused.kind, refused.reason, Some(0)),
+        };
+    }
+    let new = match hash_answer(&stdout, &redactor) {
+        Ok(h) => h,
+        Err((kind, reason)) => return fail(kind, reason, Some(0)),
     };
     match crate::check::check_step(&ctx.cas, a.view, role, new) {
-        Ok(loaded) => {
-            a.progress.finished(role, elapsed);
-            if let (Some(r), Some(dir)) = (&running, ctx.run_dir.as_deref()) {
-                r.landed(dir, new, elapsed);
-            }
-            Ok(Tried::Landed(new, loaded))
-        }
+        Ok(loaded) => landed(new, loaded),
         Err(CheckError::Rejected(r)) => match collected(a, new, &r)? {
             Some(e) => Err(e),
             None => fail("check", r.to_string(), Some(0)),
@@ -563,6 +598,29 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         // The store failing is not the agent's fault: stop, never retry.
         Err(CheckError::Store(e)) => Err(e),
     }
+}
+
+/// The StepNode hash an agent printed as the last line of its `stdout`, or
+/// the failure's kind and reason.
+fn hash_answer(stdout: &str, redactor: &Redactor) -> Result<Hash, (&'static str, String)> {
+    let Some(line) = spawn::last_line(stdout) else {
+        return Err((
+            "no-hash",
+            "printed nothing on stdout (expected the new StepNode's hash)".into(),
+        ));
+    };
+    line.parse().map_err(|_| {
+        // Redacted before it is quoted: quoting escapes characters, and
+        // an escaped secret would no longer be recognised.
+        let line = redactor.redact(line);
+        (
+            "bad-hash",
+            format!(
+                "printed {:?} on stdout, which is not a CAS hash",
+                line.chars().take(80).collect::<String>()
+            ),
+        )
+    })
 }
 
 /// A node the agent wrote is missing and a garbage collection ran since the

@@ -72,7 +72,8 @@ pub struct ModelConfig {
     pub price: Option<ModelPrice>,
 }
 
-/// An agent alias: the command `uwf` spawns as `<command> <args…> <thread> <role>`.
+/// An agent alias: the command `uwf` spawns as `<command> <args…> <thread> <role>`
+/// (or as `<command> <args…>` for a [`AgentProtocol::Stdio`] program).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", try_from = "RawAgentConfig")]
 pub struct AgentConfig {
@@ -88,6 +89,33 @@ pub struct AgentConfig {
     /// it records that the thread waits.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub human: bool,
+    /// How the program answers (docs/agent-protocol.md): it stores its step
+    /// itself (the default), or it is a plain program whose stdout is the
+    /// role's output.
+    #[serde(default, skip_serializing_if = "AgentProtocol::is_default")]
+    pub protocol: AgentProtocol,
+}
+
+/// How an agent's program gives uwf its step (docs/agent-protocol.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentProtocol {
+    /// The agent protocol: run as `<command> <args…> <thread> <role>`, the
+    /// agent stores its output, detail and StepNode and prints the
+    /// StepNode's hash.
+    #[default]
+    Uwf,
+    /// A plain program: run as `<command> <args…>` with a JSON document
+    /// about the step on its stdin; what it prints on stdout is the role's
+    /// output (one JSON value), and uwf stores the step.
+    Stdio,
+}
+
+impl AgentProtocol {
+    /// Whether this is the default, [`AgentProtocol::Uwf`].
+    pub fn is_default(&self) -> bool {
+        *self == AgentProtocol::Uwf
+    }
 }
 
 /// `config.yaml`'s spelling of [`AgentConfig`], before the check that it
@@ -100,12 +128,19 @@ struct RawAgentConfig {
     args: Vec<String>,
     #[serde(default)]
     human: bool,
+    #[serde(default)]
+    protocol: Option<AgentProtocol>,
 }
 
 impl TryFrom<RawAgentConfig> for AgentConfig {
     type Error = String;
 
     fn try_from(raw: RawAgentConfig) -> Result<Self, String> {
+        if raw.human && raw.protocol.is_some() {
+            return Err(
+                "a person (`human: true`) runs no program, so it has no `protocol`".to_string(),
+            );
+        }
         match (raw.command, raw.human) {
             (None, false) => Err(
                 "missing field `command` (an agent runs a command; `human: true` makes it a person)"
@@ -118,6 +153,7 @@ impl TryFrom<RawAgentConfig> for AgentConfig {
                 command: command.unwrap_or_default(),
                 args: raw.args,
                 human,
+                protocol: raw.protocol.unwrap_or_default(),
             }),
         }
     }
@@ -378,6 +414,39 @@ pub struct HistoryEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agent_speaks_the_agent_protocol_unless_it_says_stdio() {
+        let yaml = "agents:\n  a: { command: x }\n  b: { command: y, protocol: stdio }\n  c: { command: z, protocol: uwf }\n";
+        let config: WorkflowConfig = serde_yaml::from_str(yaml).unwrap_or_default();
+        let protocol = |name: &str| config.agents.get(name).map(|a| a.protocol);
+        assert_eq!(protocol("a"), Some(AgentProtocol::Uwf));
+        assert_eq!(protocol("b"), Some(AgentProtocol::Stdio));
+        assert_eq!(protocol("c"), Some(AgentProtocol::Uwf));
+        // Written back, the default is left out and `stdio` kept.
+        let back = serde_yaml::to_string(&config).unwrap_or_default();
+        assert_eq!(back.matches("protocol").count(), 1, "{back}");
+        let again: WorkflowConfig = serde_yaml::from_str(&back).unwrap_or_default();
+        assert_eq!(again, config);
+    }
+
+    #[test]
+    fn a_bad_protocol_is_refused() {
+        let err = |yaml: &str| match serde_yaml::from_str::<WorkflowConfig>(yaml) {
+            Ok(c) => panic!("accepted: {c:?}"),
+            Err(e) => e.to_string(),
+        };
+        let unknown = err("agents:\n  a: { command: x, protocol: http }\n");
+        assert!(
+            unknown.contains("unknown variant `http`, expected `uwf` or `stdio`"),
+            "{unknown}"
+        );
+        let person = err("agents:\n  me: { human: true, protocol: stdio }\n");
+        assert!(
+            person.contains("runs no program, so it has no `protocol`"),
+            "{person}"
+        );
+    }
 
     #[test]
     fn role_models_round_trip_and_lookup() {

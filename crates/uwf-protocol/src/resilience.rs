@@ -201,7 +201,9 @@ pub struct AttemptRecord {
     pub attempt: u32,
     /// The agent (alias or command line).
     pub agent: String,
-    /// How it failed: `exit`, `signal`, `timeout`, `no-hash`, `bad-hash` or `check`.
+    /// How it failed: `exit`, `signal`, `timeout`, `no-hash`, `bad-hash` or
+    /// `check`; for a plain program (`protocol: stdio`) also `no-output` or
+    /// `bad-output`.
     pub kind: String,
     /// The failure in words, e.g. `exited with status 1`.
     pub reason: String,

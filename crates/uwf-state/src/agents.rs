@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use miette::Diagnostic;
 use thiserror::Error;
-use uwf_protocol::WorkflowConfig;
+use uwf_protocol::{AgentProtocol, WorkflowConfig};
 
 use crate::error::StateError;
 use crate::state::CONFIG_FILE;
@@ -48,6 +48,10 @@ pub struct ResolvedAgent {
     /// A person answers this role (`human: true` in `config.yaml`): there
     /// is no command to run; the step waits for `uwf thread answer`.
     pub human: bool,
+    /// How its program answers: the agent protocol, or a plain program's
+    /// stdout (`protocol: stdio` in `config.yaml`; a command line given
+    /// with `--agent` speaks the agent protocol).
+    pub protocol: AgentProtocol,
 }
 
 /// [`resolve_agent`] with errors naming `origin`, where the configuration
@@ -95,6 +99,7 @@ pub fn resolve_agent(
                 label: name.to_owned(),
                 source,
                 human: agent.human,
+                protocol: agent.protocol,
             })
     };
     // An alias that is neither a person nor a program cannot run anything.
@@ -131,6 +136,7 @@ pub fn resolve_agent(
             label: explicit.to_owned(),
             source: AgentSource::Explicit,
             human: false,
+            protocol: AgentProtocol::Uwf,
         });
     }
 

@@ -1592,6 +1592,7 @@ modelOverrides:
             label: label.into(),
             source,
             human: false,
+            protocol: Default::default(),
         }
     }
 
@@ -1857,6 +1858,7 @@ modelOverrides:
             command: "c".into(),
             args: vec![],
             human: false,
+            protocol: Default::default(),
         };
         let mut config = WorkflowConfig::default();
         config.agents.insert("x".into(), a);

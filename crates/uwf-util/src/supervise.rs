@@ -2,7 +2,8 @@
 //! engine, a CLI run by an agent wrapper (Claude Code, Codex, Hermes), a
 //! command run by `uwf-agent`'s tools.
 //!
-//! The child gets no stdin and a process group of its own, so that
+//! The child gets no stdin (or a file the caller hands it) and a process
+//! group of its own, so that
 //! stopping it (on a timeout, when the caller's [`CancelToken`] is
 //! cancelled, or when the caller's `should_stop` says so) reaches
 //! everything it started: SIGTERM to the group, SIGKILL after a grace
@@ -87,6 +88,7 @@ pub struct Supervise<'a> {
     on_stderr: Option<LineFn<'a>>,
     keep_stdout: Keep,
     keep_stderr: Keep,
+    stdin: Option<std::fs::File>,
 }
 
 impl std::fmt::Debug for Supervise<'_> {
@@ -96,6 +98,7 @@ impl std::fmt::Debug for Supervise<'_> {
             .field("cancel", &self.cancel)
             .field("keep_stdout", &self.keep_stdout)
             .field("keep_stderr", &self.keep_stderr)
+            .field("stdin", &self.stdin)
             .finish_non_exhaustive()
     }
 }
@@ -104,6 +107,14 @@ impl<'a> Supervise<'a> {
     /// No timeout, nothing that stops it, everything kept.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Gives the child `file` as its stdin, read from where its offset is
+    /// (a file rather than a pipe: nothing here waits for the child to
+    /// read it, and a child that does not read it is not held up).
+    pub fn stdin(mut self, file: std::fs::File) -> Self {
+        self.stdin = Some(file);
+        self
     }
 
     /// Stops the child after `timeout` ([`Ending::TimedOut`]); `None` waits
@@ -219,8 +230,9 @@ pub fn run(mut cmd: Command, options: Supervise<'_>) -> Result<Supervised, Super
         on_stderr,
         keep_stdout,
         keep_stderr,
+        stdin,
     } = options;
-    cmd.stdin(Stdio::null())
+    cmd.stdin(stdin.map_or_else(Stdio::null, Stdio::from))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own process group, so a timeout or a stop reaches its children too.
@@ -459,6 +471,25 @@ mod tests {
             Ending::Exited(s) => s,
             ref other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn stdin_is_the_given_file_from_its_offset_or_nothing() {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(b"skipped|read by the child\n").unwrap();
+        file.seek(SeekFrom::Start(8)).unwrap();
+        let out = run(sh("cat"), Supervise::new().stdin(file)).unwrap();
+        assert_eq!(out.stdout, "read by the child\n");
+        // Without one, the child reads an empty stdin, not the caller's.
+        let out = run(sh("cat; echo end"), Supervise::new()).unwrap();
+        assert_eq!(out.stdout, "end\n");
+        // A child that never reads it is not held up by it.
+        let mut big = tempfile::tempfile().unwrap();
+        big.write_all(&vec![b'x'; 1 << 20]).unwrap();
+        big.rewind().unwrap();
+        let out = run(sh("echo done"), Supervise::new().stdin(big)).unwrap();
+        assert_eq!(out.stdout, "done\n");
     }
 
     #[test]

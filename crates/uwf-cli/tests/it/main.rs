@@ -23,6 +23,7 @@ mod nested_cli;
 mod postgres_cli;
 mod retry_cli;
 mod setup_cli;
+mod stdio_cli;
 mod store_cli;
 mod story_cli;
 mod thread_cli;
