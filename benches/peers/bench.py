@@ -5,10 +5,14 @@
 
 Every system runs the same trivial external program as its role's work
 (PROGRAM below: it prints the output `{"n": 1, "note": "one more round"}`)
-and persists each step before the next. uwf's agent is `uwf-mock`
-answering that output from a scenario: the agent is the program that
-writes a step into uwf's store, so "agent alone" is uwf-mock run alone (as
-`just bench-step` times it) and the bare program is timed too. The peers
+and persists each step before the next. By default uwf runs that very
+program as a plain program (`protocol: stdio`, docs/agent-protocol.md,
+"Plain programs"): it prints the role's output and uwf stores the step, as
+the peers store theirs, so "agent alone" is the program alone. With
+UWF_PEERS_AGENT=mock uwf runs `uwf-mock` instead, an agent of the agent
+protocol answering that output from a scenario: it reads the thread and
+writes the step into uwf's store itself, so "agent alone" is uwf-mock run
+alone (as `just bench-step` times it) and the bare program is timed too. The peers
 run warm: one long-lived Python process each (peer.py), imports done and
 database open before anything is timed; uwf runs as its CLI (`uwf thread
 run`, `uwf thread step`) and `uwf worker` do. Within a workload the systems
@@ -42,7 +46,8 @@ UWF_PEERS_LONG_SAMPLES (default 10). UWF_PEERS_STATEMENTS=1 loads
 pg_stat_statements and lists each system's most called statements per
 step (it slows every statement a little: not for the timed figures).
 UWF_PEERS_SYSTEMS picks systems
-(default "uwf,langgraph,dbos"); UWF_PEERS_BIN is where `uwf` and
+(default "uwf,langgraph,dbos"); UWF_PEERS_AGENT is uwf's agent (`stdio`,
+the default, or `mock`, above); UWF_PEERS_BIN is where `uwf` and
 `uwf-mock` are (default target/release); UWF_PEERS_DIR keeps the stores
 and logs there.
 
@@ -120,6 +125,7 @@ SYSTEMS = env_words("UWF_PEERS_SYSTEMS", "uwf,langgraph,dbos", ["uwf", "langgrap
 PEERS = [s for s in SYSTEMS if s != "uwf"]
 BIN = os.environ.get("UWF_PEERS_BIN") or os.path.join(REPO, "target", "release")
 PROGRAM = [shutil.which("echo") or "/bin/echo", OUTPUT]
+AGENT = env_words("UWF_PEERS_AGENT", "stdio", ["stdio", "mock"])[0]
 
 SCENARIO = 'roles:\n  work:\n    - output: { n: 1, note: "one more round" }\n'
 
@@ -175,8 +181,23 @@ class Uwf:
             self.env["UWF_STORE"] = pg.url(db, password=False)
             self.env["UWF_STORE_PASSWORD"] = pgserver.PASSWORD
         self.log = os.path.join(work, name + ".log")
-        self.agent = f"'{os.path.join(BIN, 'uwf-mock')}' '{os.path.join(work, 'scenario.yaml')}'"
         self.scenario = os.path.join(work, "scenario.yaml")
+        # Both agents as aliases of the store's configuration (config.yaml,
+        # or the database's own), so that workers find them too.
+        config = (
+            "agents:\n"
+            f"  mock: {{ command: {json.dumps(os.path.join(BIN, 'uwf-mock'))}, args: [{json.dumps(self.scenario)}] }}\n"
+            f"  stdio: {{ command: {json.dumps(PROGRAM[0])}, args: [{json.dumps(OUTPUT)}], protocol: stdio }}\n"
+        )
+        if pg:
+            path = os.path.join(work, name + ".config.yaml")
+            with open(path, "w") as f:
+                f.write(config)
+            self.run("store", "init", "--config", path)
+        else:
+            with open(os.path.join(self.root, "config.yaml"), "w") as f:
+                f.write(config)
+        self.agent = AGENT
 
     def argv(self, *args):
         return [os.path.join(BIN, "uwf"), "--root", self.root, *args]
@@ -190,7 +211,7 @@ class Uwf:
         `head` (with the environment uwf gives it: docs/agent-protocol.md)."""
         env = dict(self.env)
         env["UNCAGED_WORKFLOW_STORAGE_ROOT"] = self.root
-        env["UWF_AGENT"] = self.agent
+        env["UWF_AGENT"] = "mock"
         env["UWF_HEAD"] = head
         env["UWF_EDGE_PROMPT"] = ""  # the loop's edge has no prompt
         return timed([os.path.join(BIN, "uwf-mock"), self.scenario, thread, "work"], env, self.log)
@@ -321,6 +342,8 @@ def per_step_rounds(work, pg=None):
         # The thread the agent alone answers in: uwf steps it before each
         # sample (untimed), so every sample writes a new StepNode.
         alone_thread = json.loads(uwf.run("thread", "start", endless, "-p", "agent alone")[2])["thread"]
+        # A plain program alone is the bare program, timed below.
+        agent_alone = 0 if pg or AGENT == "stdio" else ALONE
     peers = {}
     for kind in PEERS:
         if pg:
@@ -356,7 +379,7 @@ def per_step_rounds(work, pg=None):
                 # checks the nodes it stores, which inside a step the
                 # engine does for it (docs/performance.md, "Starting an
                 # agent"): the bare program is the fairer baseline.
-                for _ in range(0 if pg else ALONE):
+                for _ in range(agent_alone):
                     out = uwf.run("thread", "step", alone_thread, "--agent", uwf.agent)[2]
                     w, _, _ = uwf.alone(alone_thread, json.loads(out)["head"])
                     if r:
@@ -365,6 +388,8 @@ def per_step_rounds(work, pg=None):
                     w = program_alone()
                     if r:
                         bare.append(w)
+                        if AGENT == "stdio":
+                            alone[s].append(w)
             else:
                 walls = peers[s].ask({"cmd": "alone", "samples": ALONE})["walls"]
                 if r:
@@ -376,7 +401,7 @@ def per_step_rounds(work, pg=None):
     rows = []
     rows.append((f"ms per step, {store} ({STEPS}-step thread)",
                  {s: fmt(wall[s]) for s in SYSTEMS}, {s: med(wall[s]) for s in SYSTEMS}))
-    rows.append(("agent (uwf: uwf-mock) / program alone, ms",
+    rows.append((f"agent (uwf: {'echo' if AGENT == 'stdio' else 'uwf-mock'}) / program alone, ms",
                  {s: fmt(alone[s]) for s in SYSTEMS}, {}))
     over = {s: med(wall[s]) - med(alone[s]) if alone[s] else None for s in SYSTEMS}
     rows.append(("overhead over the agent / program alone, ms (median − median)",
@@ -670,7 +695,8 @@ def main():
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()))
     print(f"sizes: steps {STEPS}, rounds {ROUNDS}, alone {ALONE}, lengths {LENGTHS}, "
           f"long samples {LONG_SAMPLES}, workers {WORKERS}, threads {THREADS} × {THREAD_STEPS} steps")
-    print(f"the program: {' '.join(PROGRAM[:1])} '{OUTPUT}'; uwf's agent: uwf-mock")
+    print(f"the program: {' '.join(PROGRAM[:1])} '{OUTPUT}'; uwf's agent: "
+          + ("that program (protocol: stdio)" if AGENT == "stdio" else "uwf-mock"))
     pg = None
     try:
         if "pg" in WORKLOADS or "workers" in WORKLOADS:

@@ -113,8 +113,8 @@ pub(crate) fn store_step(
     // stored, as the agent kit does with what an agent stores
     // (docs/state.md, "Secrets and file modes").
     let cas = cas.clone().with_redactor(Arc::clone(redactor));
-    let output = match cas.put(definition.output_schema, output) {
-        Ok(stored) => stored,
+    let output = match cas.pending(definition.output_schema, output) {
+        Ok(pending) => pending,
         Err(e @ CasError::Invalid { .. }) => {
             return Ok(Err(Refused {
                 kind: "check",
@@ -128,18 +128,30 @@ pub(crate) fn store_step(
         prev: view.last_step().map(|s| s.hash),
         record: StepRecord {
             role: role.to_owned(),
-            output: output.hash,
-            detail: output.hash,
+            output: output.hash(),
+            detail: output.hash(),
             agent: agent.to_owned(),
         },
         child_thread: None,
     };
-    let stored = cas.put_value(cas.types().step_node, &step)?;
+    let step_node = cas.pending_value(cas.types().step_node, &step)?;
+    // Both nodes in one write (one transaction on PostgreSQL), the output
+    // first.
+    let mut stored = cas.put_pending(vec![output, step_node])?.into_iter();
+    let (Some(output), Some(step_node)) = (stored.next(), stored.next()) else {
+        return Err(CasError::Backend {
+            backend: "store",
+            kind: uwf_cas::StoreErrorKind::Io,
+            message: "stored fewer nodes than were given".into(),
+            source: None,
+        }
+        .into());
+    };
     let loaded = LoadedStep {
-        hash: stored.hash,
+        hash: step_node.hash,
         payload: step,
         output: output.node.payload,
-        timestamp: stored.node.timestamp,
+        timestamp: step_node.node.timestamp,
     };
-    Ok(Ok((stored.hash, loaded)))
+    Ok(Ok((step_node.hash, loaded)))
 }

@@ -172,7 +172,10 @@ fn step_once(
     // Before anything the new head will reach is stored or checked: the
     // head is installed only if no collection removed it meanwhile
     // (crate::keep).
-    let (epoch, head) = ctx.state.epoch_and_head(id)?;
+    // With the configuration: one read on PostgreSQL ([`ThreadStore::step_start`]).
+    let started = ctx.state.step_start(id)?;
+    let (epoch, head) = (started.epoch, started.head);
+    let head_read = Instant::now();
     let head = match head {
         Some(h) => h,
         // Not active: the history says why (finished, or never was).
@@ -208,8 +211,9 @@ fn step_once(
         });
     }
     let role = decision.next.clone();
-    // Read once: it gives the agent, the workflow's limits and the policies.
-    let config = ctx.state.config()?;
+    // Read once, with the head: it gives the agent, the workflow's limits
+    // and the policies.
+    let config = started.config?;
     let agent = match opts.in_process {
         Some(_) => ResolvedAgent {
             command: String::new(),
@@ -255,6 +259,7 @@ fn step_once(
         edge_prompt: decision.prompt.as_deref(),
         in_process: opts.in_process,
         epoch,
+        head_seen: std::cell::Cell::new(head_read),
     };
     let (new, loaded) = match crate::retry::run(&attempt, &policy)? {
         Tried::Landed(new, loaded) => (new, loaded),
@@ -297,7 +302,19 @@ pub struct Attempt<'a> {
     /// The garbage-collection epoch read when the step began
     /// ([`crate::keep`]).
     pub epoch: GcEpoch,
+    /// When the thread was last seen at `head` (read from the store): the
+    /// kill flag need not be read again just before an agent starts
+    /// unless the step waited since ([`HEAD_FRESH`]).
+    pub head_seen: std::cell::Cell<Instant>,
 }
+
+/// How long a head read stays as good as a new one before an agent starts.
+/// The moderator's decision is all that runs between the step's first read
+/// and the agent's start; a wait for a slot or a retry's backoff is longer,
+/// and then the head is read again, so that a thread killed meanwhile
+/// starts nothing. (A kill after that read is the kill flag's to notice
+/// while the agent runs, however fresh the read was.)
+pub const HEAD_FRESH: Duration = Duration::from_millis(100);
 
 /// How an attempt ended, when nothing stops the whole step.
 pub enum Tried {
@@ -367,10 +384,14 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         )?),
         None => None,
     };
-    // The kill flag, checked once more just before the agent
-    // starts: the thread may have been killed or moved on meanwhile.
-    if let Some(e) = moved(ctx, id, head, false)? {
-        return Err(e);
+    // The kill flag, checked once more just before the agent starts if the
+    // step waited since it last read the head: the thread may have been
+    // killed or moved on meanwhile.
+    if slot.is_some() || a.head_seen.get().elapsed() >= HEAD_FRESH {
+        if let Some(e) = moved(ctx, id, head, false)? {
+            return Err(e);
+        }
+        a.head_seen.set(Instant::now());
     }
     if let Some(run) = a.in_process {
         return attempt_in_process(a, run, slot);
@@ -497,11 +518,15 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     drop(relay);
     // The kill flag again, now that the agent returned: a thread killed (or
     // moved on) meanwhile never gets this step, and that is what to report,
-    // whatever the agent did (it may have failed because of it).
-    if !matches!(finished.ending, Ending::Interrupted)
-        && let Some(e) = moved(ctx, id, head, true)?
-    {
-        return Err(e);
+    // whatever the agent did (it may have failed because of it). An agent
+    // that succeeded needs no read here: the head's compare-and-swap fails
+    // for a thread killed or moved on, and reports it alike (`settle`).
+    let succeeded = matches!(finished.ending, Ending::Exited { code: Some(0), .. });
+    if !succeeded && !matches!(finished.ending, Ending::Interrupted) {
+        if let Some(e) = moved(ctx, id, head, true)? {
+            return Err(e);
+        }
+        a.head_seen.set(Instant::now());
     }
 
     let stderr_tail: Vec<String> = finished

@@ -43,5 +43,5 @@ pub use runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState};
 pub use state::{FsState, StateError, parse_config, parse_stored_config};
 pub use store::{
     Collecting, ConcurrencySlots, ErrorKind, HeadNotices, Heads, Registry, Settings, SideTables,
-    SlotHold, ThreadStore,
+    SlotHold, StepStart, ThreadStore,
 };

@@ -95,6 +95,32 @@ pub trait ThreadStore:
     fn head_notices(&self) -> Option<std::sync::Arc<dyn HeadNotices>> {
         None
     }
+
+    /// What a step reads before anything else: the collection epoch and
+    /// the head of `thread` ([`epoch_and_head`](Heads::epoch_and_head)),
+    /// and the configuration ([`config`](Settings::config)), whose error,
+    /// if any, is the step's only when it needs the configuration. The
+    /// default reads them one after the other; a backend may read them at
+    /// once (PostgreSQL: one statement, where each was a transaction).
+    fn step_start(&self, thread: ThreadId) -> Result<StepStart, StateError> {
+        let (epoch, head) = self.epoch_and_head(thread)?;
+        Ok(StepStart {
+            epoch,
+            head,
+            config: self.config(),
+        })
+    }
+}
+
+/// What [`ThreadStore::step_start`] read.
+#[derive(Debug)]
+pub struct StepStart {
+    /// The collection epoch, read before the head.
+    pub epoch: GcEpoch,
+    /// The thread's head (`None`: not active).
+    pub head: Option<Hash>,
+    /// The configuration, or why it could not be read.
+    pub config: Result<Option<WorkflowConfig>, StateError>,
 }
 
 /// Which threads are active and where their heads are, and the history of

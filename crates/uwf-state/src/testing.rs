@@ -66,6 +66,7 @@ macro_rules! thread_store_contract_tests {
             while_locked_holds_back_mutations,
             a_collection_moves_the_epoch_odd_then_even,
             epoch_and_head_agree_with_each_read_alone,
+            step_start_agrees_with_each_read_alone,
             a_guard_checks_after_a_collection_and_a_failed_check_changes_nothing,
             drop_overflow_fails_at_once_when_full,
             the_limit_holds_across_contending_holders,
@@ -598,6 +599,36 @@ pub fn epoch_and_head_agree_with_each_read_alone(store: &dyn ThreadStore) {
     assert_eq!(both(tid(1)), alone(tid(1)));
     ok(store.archive(tid(1), head(9), None, "done"), "archive");
     assert_eq!(both(tid(1)), (alone(tid(1)).0, None));
+}
+
+/// `step_start` gives what `epoch_and_head` and `config` give, with no
+/// configuration and with one.
+pub fn step_start_agrees_with_each_read_alone(store: &dyn ThreadStore) {
+    let start = |t| ok(store.step_start(t), "step_start");
+    let first = start(tid(1));
+    assert_eq!(
+        (first.epoch, first.head),
+        ok(store.epoch_and_head(tid(1)), "epoch_and_head")
+    );
+    assert_eq!(ok(first.config, "config"), ok(store.config(), "config"));
+    ok(
+        store.insert_thread(tid(1), head(1), &NodeGuard::vouched()),
+        "insert",
+    );
+    ok(
+        store.set_config_text(Some(
+            "defaultAgent: mock\nagents:\n  mock: { command: uwf-mock }\n",
+        )),
+        "set_config_text",
+    );
+    let second = start(tid(1));
+    assert_eq!(second.head, Some(head(1)));
+    let config = ok(second.config, "config");
+    assert_eq!(config, ok(store.config(), "config"));
+    assert_eq!(
+        config.and_then(|c| c.default_agent),
+        Some("mock".to_string())
+    );
 }
 
 /// A collection that sweeps makes the epoch odd while it runs (visible to

@@ -202,6 +202,36 @@ impl PgStore {
     }
 }
 
+impl PgStore {
+    /// The collection epoch and the head of `thread` in the first two
+    /// columns of `row` ([`Heads::epoch_and_head`], [`ThreadStore::step_start`]).
+    fn epoch_and_head_of(
+        &self,
+        thread: ThreadId,
+        row: &postgres::Row,
+    ) -> Result<(GcEpoch, Option<Hash>), StateError> {
+        let epoch: Option<i64> = row.get(0);
+        let epoch = epoch
+            .and_then(|e| u64::try_from(e).ok())
+            .map(GcEpoch)
+            .ok_or_else(|| {
+                self.corrupt("the collection epoch (table uwf_gc)", format!("{epoch:?}"))
+            })?;
+        let head = row
+            .get::<_, Option<&str>>(1)
+            .map(|text| {
+                text.parse().map_err(|e| {
+                    self.corrupt(
+                        format!("head of thread {thread} (table uwf_threads) {text:?}"),
+                        format!("{e}"),
+                    )
+                })
+            })
+            .transpose()?;
+        Ok((epoch, head))
+    }
+}
+
 impl ThreadStore for PgStore {
     fn describe(&self) -> String {
         self.url().to_owned()
@@ -214,6 +244,29 @@ impl ThreadStore for PgStore {
     fn head_notices(&self) -> Option<std::sync::Arc<dyn uwf_state::HeadNotices>> {
         let listener: std::sync::Arc<dyn uwf_state::HeadNotices> = self.inner().listener();
         Some(listener)
+    }
+
+    fn step_start(&self, thread: ThreadId) -> Result<uwf_state::StepStart, StateError> {
+        // One statement, one snapshot: the epoch, the head and the
+        // configuration were a transaction each.
+        let row = self
+            .read_conn()?
+            .query_one(
+                "SELECT (SELECT epoch FROM uwf_gc), (SELECT head FROM uwf_threads WHERE thread = $1), \
+                 (SELECT body FROM uwf_config)",
+                &[&thread.to_string()],
+            )
+            .map_err(self.err("read a head"))?;
+        let (epoch, head) = self.epoch_and_head_of(thread, &row)?;
+        let config = match row.get::<_, Option<String>>(2) {
+            Some(text) => uwf_state::parse_stored_config(&self.config_name(), &text).map(Some),
+            None => Ok(None),
+        };
+        Ok(uwf_state::StepStart {
+            epoch,
+            head,
+            config,
+        })
     }
 }
 
@@ -245,25 +298,7 @@ impl Heads for PgStore {
                 &[&thread.to_string()],
             )
             .map_err(self.err("read a head"))?;
-        let epoch: Option<i64> = row.get(0);
-        let epoch = epoch
-            .and_then(|e| u64::try_from(e).ok())
-            .map(GcEpoch)
-            .ok_or_else(|| {
-                self.corrupt("the collection epoch (table uwf_gc)", format!("{epoch:?}"))
-            })?;
-        let head = row
-            .get::<_, Option<&str>>(1)
-            .map(|text| {
-                text.parse().map_err(|e| {
-                    self.corrupt(
-                        format!("head of thread {thread} (table uwf_threads) {text:?}"),
-                        format!("{e}"),
-                    )
-                })
-            })
-            .transpose()?;
-        Ok((epoch, head))
+        self.epoch_and_head_of(thread, &row)
     }
 
     fn threads(&self) -> Result<ThreadsIndex, StateError> {
