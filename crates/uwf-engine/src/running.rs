@@ -109,6 +109,12 @@ pub fn host() -> String {
 }
 
 /// A process's start time (field 22 of `/proc/<pid>/stat`), when readable.
+/// [`process_start`] of this process, read once.
+fn own_start() -> Option<u64> {
+    static START: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *START.get_or_init(|| process_start(std::process::id()))
+}
+
 fn process_start(pid: u32) -> Option<u64> {
     stat_field(pid, 19)?.parse().ok()
 }
@@ -230,8 +236,9 @@ pub fn timings(root: &Path, thread: ThreadId) -> std::collections::HashMap<Hash,
         .collect()
 }
 
-/// A running agent's marker and log, held for as long as it runs: written
-/// by [`Running::start`], removed when dropped.
+/// A running agent's marker and log, held for as long as it runs: the log
+/// opened by [`Running::start`], the marker written when the agent started
+/// ([`Running::agent_started`]), removed when dropped.
 pub struct Running {
     marker: Marker,
     path: PathBuf,
@@ -250,9 +257,10 @@ pub struct Running {
 pub const SHARE_AFTER: Duration = Duration::from_secs(1);
 
 impl Running {
-    /// Marks `thread` as running `role` with `agent` from `head`, and opens
-    /// its stderr log. Failing to write them does not stop the step: the
-    /// agent runs unobserved (a warning says so).
+    /// Prepares the marker of `thread` running `role` with `agent` from
+    /// `head` (written when the agent has started), and opens its stderr
+    /// log. Failing to write them does not stop the step: the agent runs
+    /// unobserved (a warning says so).
     pub fn start(
         root: &Path,
         store: &Arc<dyn ThreadStore>,
@@ -268,7 +276,7 @@ impl Running {
             role: role.to_string(),
             agent: agent.to_string(),
             pid,
-            pid_start: process_start(pid),
+            pid_start: own_start(),
             host: host(),
             started_at,
             head,
@@ -276,8 +284,10 @@ impl Running {
             agent_pid: None,
             agent_start: None,
         };
+        // Written once the agent has started, with its pid
+        // ([`agent_started`](Self::agent_started)): the marker is for seeing
+        // and stopping the agent, and a step writes it once, not twice.
         let path = marker_path(root, thread);
-        write_marker(&path, &marker);
         let store = store.shares_running().then(|| Arc::clone(store));
         let log = open_log(&marker.log).map(|mut f| {
             let header = format!(
@@ -487,9 +497,16 @@ mod tests {
         {
             let running =
                 Running::start(root, &local(root), t("T"), "developer", "agent", h("H"), 1);
+            // The marker is written once the agent has started (this test
+            // process stands in for it).
+            assert_eq!(find(root, t("T")), None);
+            running.agent_started(std::process::id());
             running.sink()("a line");
             match find(root, t("T")) {
-                Some(Found::Live(m)) => assert_eq!(m.role, "developer"),
+                Some(Found::Live(m)) => {
+                    assert_eq!(m.role, "developer");
+                    assert_eq!(m.agent_pid, Some(std::process::id()));
+                }
                 other => panic!("{other:?}"),
             }
             running.landed(root, h("STEP"), Duration::from_millis(1500));

@@ -45,16 +45,33 @@ pub(crate) fn input(
     })
 }
 
-/// `doc` in an unnamed temporary file, at its start: the program's stdin.
-/// A file, not a pipe, so a program that never reads it holds nothing up.
+/// `doc` in an unnamed file, at its start: the program's stdin. A file,
+/// not a pipe, so a program that never reads it holds nothing up; on Linux
+/// in memory (`memfd_create`), elsewhere in the temporary directory.
 pub(crate) fn input_file(doc: &Value) -> std::io::Result<std::fs::File> {
-    let mut file = tempfile::tempfile()?;
+    let mut file = unnamed_file()?;
     // One write: a `File` is not buffered.
     let mut bytes = serde_json::to_vec(doc)?;
     bytes.push(b'\n');
     file.write_all(&bytes)?;
     file.rewind()?;
     Ok(file)
+}
+
+#[cfg(target_os = "linux")]
+fn unnamed_file() -> std::io::Result<std::fs::File> {
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    // In memory: a file on disk costs an inode to allocate and free, per
+    // step (docs/performance.md).
+    match memfd_create("uwf-step", MFdFlags::MFD_CLOEXEC) {
+        Ok(fd) => Ok(std::fs::File::from(fd)),
+        Err(_) => tempfile::tempfile(),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn unnamed_file() -> std::io::Result<std::fs::File> {
+    tempfile::tempfile()
 }
 
 /// Why a program's answer was not stored: a failure of the attempt, worth
