@@ -48,6 +48,7 @@ macro_rules! store_contract_tests {
             insert_then_get_round_trips,
             first_insert_wins,
             insert_many_answers_each_in_order,
+            insert_many_of_distinct_nodes_answers_each_and_refreshes_the_present,
             storing_again_counts_as_fresh_for_collection,
             get_many_keeps_the_order_asked,
             has_many_keeps_the_order_asked,
@@ -172,6 +173,31 @@ pub fn insert_many_answers_each_in_order(store: &dyn Store) {
     );
     assert_eq!(ok(store.get(a), "get"), Some(na));
     assert_eq!(ok(store.get(b), "get"), Some(nb));
+}
+
+/// [`Store::insert_many`] of distinct nodes (what a step stores: a backend
+/// may store them in one statement), new and present mixed: each answered
+/// in order as `insert` would, a present one with its first timestamp and
+/// counted as stored again for collection.
+pub fn insert_many_of_distinct_nodes_answers_each_and_refreshes_the_present(store: &dyn Store) {
+    let (present, first) = node(3, 7, 1_000);
+    ok(store.insert(present, &first), "insert");
+    let (a, na) = node(3, 8, 2_000);
+    let (b, nb) = node(4, 9, 2_000);
+    let (_, later) = node(3, 7, 5_000);
+    let batch = [(a, na.clone()), (present, later), (b, nb.clone())];
+    let got = ok(store.insert_many(&batch), "insert_many");
+    assert_eq!(
+        got,
+        vec![(na.clone(), true), (first, false), (nb.clone(), true)]
+    );
+    assert_eq!(ok(store.get(a), "get"), Some(na));
+    assert_eq!(ok(store.get(b), "get"), Some(nb));
+    let stored = ok(store.last_stored(present), "last_stored");
+    assert!(
+        stored.is_some_and(|t| t >= 5_000),
+        "storing it again counts as fresh: {stored:?}"
+    );
 }
 
 /// Storing a present node again moves its [`Store::last_stored`] to now

@@ -116,6 +116,19 @@ const INSERT_NODE: &str = "INSERT INTO uwf_nodes (hash, type_hash, payload, stor
      RETURNING xmax = 0, stored_at, \
          (uwf_nodes.type_hash = $2 AND uwf_nodes.payload = $3)";
 
+/// [`INSERT_NODE`] for several nodes in one statement (one round trip,
+/// one autocommitted transaction): the rows come from arrays, and each
+/// returned row names its node, since `RETURNING` keeps no order. The
+/// hashes must be distinct (one row may be touched once per statement).
+const INSERT_NODES: &str = "WITH input (hash, type_hash, payload, stored_at) AS \
+         (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int8[])) \
+     INSERT INTO uwf_nodes (hash, type_hash, payload, stored_at) \
+     SELECT hash, type_hash, payload, stored_at FROM input ON CONFLICT (hash) \
+     DO UPDATE SET fresh_at = excluded.stored_at \
+     RETURNING uwf_nodes.hash, xmax = 0, uwf_nodes.stored_at, \
+         (SELECT uwf_nodes.type_hash = i.type_hash AND uwf_nodes.payload = i.payload \
+          FROM input i WHERE i.hash = uwf_nodes.hash)";
+
 fn ms(t: u64) -> i64 {
     i64::try_from(t).unwrap_or(i64::MAX)
 }
@@ -197,30 +210,44 @@ impl Store for PgStore {
             .iter()
             .map(|(_, n)| Self::encode_payload(n))
             .collect::<Result<Vec<_>>>()?;
-        // One transaction: one commit (one WAL flush) for the batch, not
-        // one per node, which is most of what storing a step's nodes costs
-        // with `synchronous_commit` on.
-        let rows: Vec<(bool, i64, bool)> = self
+        // Twice the same node in one batch: stored once, answered for both.
+        let distinct: BTreeSet<Hash> = nodes.iter().map(|(h, _)| *h).collect();
+        if distinct.len() != nodes.len() {
+            return nodes.iter().map(|(h, n)| self.insert(*h, n)).collect();
+        }
+        // One statement: one round trip and one commit (one WAL flush) for
+        // the batch, not one each, which is most of what storing a step's
+        // nodes costs with `synchronous_commit` on.
+        let hashes: Vec<String> = nodes.iter().map(|(h, _)| h.to_string()).collect();
+        let types: Vec<String> = nodes.iter().map(|(_, n)| n.type_hash.to_string()).collect();
+        let times: Vec<i64> = nodes.iter().map(|(_, n)| ms(n.timestamp)).collect();
+        let returned = self
             .conn()?
-            .with_prepared(INSERT_NODE, |client, statement| {
-                let mut tx = client.transaction()?;
-                let mut rows = Vec::with_capacity(nodes.len());
-                for ((hash, node), payload) in nodes.iter().zip(&payloads) {
-                    let row = tx.query_one(
-                        statement,
-                        &[
-                            &hash.to_string(),
-                            &node.type_hash.to_string(),
-                            payload,
-                            &ms(node.timestamp),
-                        ],
-                    )?;
-                    rows.push((row.get(0), row.get(1), row.get(2)));
-                }
-                tx.commit()?;
-                Ok(rows)
+            .with_prepared(INSERT_NODES, |client, statement| {
+                client.query(statement, &[&hashes, &types, &payloads, &times])
             })
             .map_err(self.err("store nodes"))?;
+        let mut by_hash: HashMap<String, (bool, i64, bool)> = returned
+            .iter()
+            .map(|r| {
+                let same: Option<bool> = r.get(3);
+                (
+                    r.get::<_, String>(0),
+                    (r.get(1), r.get(2), same.unwrap_or(false)),
+                )
+            })
+            .collect();
+        let rows = hashes
+            .iter()
+            .map(|h| {
+                by_hash.remove(h).ok_or_else(|| CasError::Backend {
+                    backend: "postgres",
+                    kind: uwf_cas::StoreErrorKind::Io,
+                    message: format!("the database did not return node {h} it was given"),
+                    source: None,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         nodes
             .iter()
             .zip(payloads)

@@ -348,23 +348,35 @@ impl Heads for PgStore {
         guard: &NodeGuard<'_>,
     ) -> Result<(), StateError> {
         self.mutate(|tx| {
-            if expected != new {
-                self.verify_guard(tx, guard)?;
-            }
-            let n = tx
-                .execute(
-                    "UPDATE uwf_threads SET head = $3 WHERE thread = $1 AND head = $2",
+            // The head moves and the epoch is read in one statement. The
+            // guard is verified after the update, in the same transaction:
+            // the store lock it holds keeps a collection from moving the
+            // epoch until it ends, and a failed check rolls the move back.
+            let row = tx
+                .query_opt(
+                    "UPDATE uwf_threads SET head = $3 WHERE thread = $1 AND head = $2 \
+                     RETURNING (SELECT epoch FROM uwf_gc)",
                     &[&thread.to_string(), &expected.to_string(), &new.to_string()],
                 )
                 .map_err(self.err("move a head"))?;
-            if n == 1 {
-                return Ok(());
+            let Some(row) = row else {
+                return Err(StateError::Conflict {
+                    thread,
+                    expected,
+                    actual: self.head_in(tx, thread)?,
+                });
+            };
+            if expected != new {
+                let epoch: Option<i64> = row.get(0);
+                let now = epoch
+                    .and_then(|e| u64::try_from(e).ok())
+                    .map(GcEpoch)
+                    .ok_or_else(|| {
+                        self.corrupt("the collection epoch (table uwf_gc)", format!("{epoch:?}"))
+                    })?;
+                guard.verify(now)?;
             }
-            Err(StateError::Conflict {
-                thread,
-                expected,
-                actual: self.head_in(tx, thread)?,
-            })
+            Ok(())
         })
     }
 
