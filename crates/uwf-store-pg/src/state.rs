@@ -203,6 +203,18 @@ impl PgStore {
 }
 
 impl PgStore {
+    /// The collection epoch as a column read it (`None`: table `uwf_gc`
+    /// has no row).
+    fn epoch_of(&self, epoch: Option<i64>) -> Result<GcEpoch, StateError> {
+        epoch
+            .and_then(|e| u64::try_from(e).ok())
+            .map(GcEpoch)
+            .ok_or_else(|| {
+                self.corrupt("the collection epoch (table uwf_gc)", format!("{epoch:?}"))
+                    .into()
+            })
+    }
+
     /// The collection epoch and the head of `thread` in the first two
     /// columns of `row` ([`Heads::epoch_and_head`], [`ThreadStore::step_start`]).
     fn epoch_and_head_of(
@@ -210,13 +222,7 @@ impl PgStore {
         thread: ThreadId,
         row: &postgres::Row,
     ) -> Result<(GcEpoch, Option<Hash>), StateError> {
-        let epoch: Option<i64> = row.get(0);
-        let epoch = epoch
-            .and_then(|e| u64::try_from(e).ok())
-            .map(GcEpoch)
-            .ok_or_else(|| {
-                self.corrupt("the collection epoch (table uwf_gc)", format!("{epoch:?}"))
-            })?;
+        let epoch = self.epoch_of(row.get(0))?;
         let head = row
             .get::<_, Option<&str>>(1)
             .map(|text| {
@@ -367,14 +373,7 @@ impl Heads for PgStore {
                 });
             };
             if expected != new {
-                let epoch: Option<i64> = row.get(0);
-                let now = epoch
-                    .and_then(|e| u64::try_from(e).ok())
-                    .map(GcEpoch)
-                    .ok_or_else(|| {
-                        self.corrupt("the collection epoch (table uwf_gc)", format!("{epoch:?}"))
-                    })?;
-                guard.verify(now)?;
+                guard.verify(self.epoch_of(row.get(0))?)?;
             }
             Ok(())
         })
