@@ -519,8 +519,9 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     // The kill flag again, now that the agent returned: a thread killed (or
     // moved on) meanwhile never gets this step, and that is what to report,
     // whatever the agent did (it may have failed because of it). An agent
-    // that succeeded needs no read here: the head's compare-and-swap fails
-    // for a thread killed or moved on, and reports it alike (`settle`).
+    // that succeeded needs no read here if its step lands: the head's
+    // compare-and-swap fails for a thread killed or moved on, and reports
+    // it alike (`settle`); if its answer is refused, `fail` reads it.
     let succeeded = matches!(finished.ending, Ending::Exited { code: Some(0), .. });
     if !succeeded && !matches!(finished.ending, Ending::Interrupted) {
         if let Some(e) = moved(ctx, id, head, true)? {
@@ -536,6 +537,12 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         .collect();
     let elapsed = finished.elapsed;
     let fail = |kind: &'static str, reason: String, exit_code: Option<i32>| {
+        // An agent that exited 0 but whose answer is refused was not asked
+        // about the kill flag above: a thread killed (or moved on) meanwhile
+        // is still what to report, and no retry may follow.
+        if succeeded && let Some(e) = moved(ctx, id, head, true)? {
+            return Err(e);
+        }
         let reason = redactor.redact(&reason).into_owned();
         a.progress.failed(role, elapsed, &reason);
         Ok(Tried::Failed(Failed {

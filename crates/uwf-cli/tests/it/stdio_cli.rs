@@ -17,6 +17,7 @@ per_backend!(
     a_plain_program_runs_every_step_and_uwf_stores_what_it_prints,
     what_a_plain_program_prints_wrongly_fails_the_step_and_changes_nothing,
     secrets_a_plain_program_prints_are_cut_out,
+    a_program_whose_thread_is_killed_while_it_runs_is_not_retried,
 );
 
 /// A workflow whose one role loops until the thread has `limit` steps.
@@ -236,4 +237,46 @@ fn secrets_a_plain_program_prints_are_cut_out(backend: Backend) {
         "{steps}"
     );
     assert_eq!(env.places_holding(API_KEY), Vec::<String>::new());
+}
+
+/// Exit status of a step whose thread was killed (docs/state.md).
+const EXIT_KILLED: i32 = 5;
+
+fn a_program_whose_thread_is_killed_while_it_runs_is_not_retried(backend: Backend) {
+    let Some(env) = Env::on(backend) else {
+        return;
+    };
+    let workflow = env.file("counting.yaml", &looping(1));
+    let runs = env.file("runs.txt", "");
+    // It kills its own thread, then answers something the role refuses
+    // while exiting 0: the kill is what the step reports, and the retries
+    // configured are not spent on a thread that is over.
+    env.set_config(&format!(
+        "agents:\n  killer: {{ command: sh, args: [\"-c\", {script:?}], protocol: stdio }}\n\
+         retries:\n  default: {{ max: 3, backoff: 10ms }}\n",
+        script = format!(
+            "echo run >> {}; uwf thread kill \"$UWF_THREAD\" >/dev/null; echo '{{\"n\": \"late\"}}'",
+            runs.display()
+        ),
+    ));
+    let id = s(&env.json(&[
+        "thread",
+        "start",
+        workflow.to_str().unwrap(),
+        "-p",
+        "kill me",
+    ])["thread"]);
+    let out = env.output(&["thread", "step", &id, "--agent", "killer"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(EXIT_KILLED), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        stderr.contains(&format!("thread {id} was killed while the step ran")),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "run\n", "run once");
 }
