@@ -142,6 +142,32 @@ impl<'a> NodeGuard<'a> {
     pub fn needs_epoch(&self) -> bool {
         self.check.is_some() && self.epoch.is_some()
     }
+
+    /// What satisfies this guard without running its check, for a backend
+    /// that compares the epoch inside the statement installing the root
+    /// (one round trip) and takes the general path, which calls
+    /// [`verify`](Self::verify), when that statement changed nothing.
+    pub fn need(&self) -> GuardNeed {
+        match (self.check, self.epoch) {
+            (None, _) => GuardNeed::Nothing,
+            (Some(_), Some(e)) if !e.is_collecting() => GuardNeed::EpochStill(e),
+            (Some(_), _) => GuardNeed::Check,
+        }
+    }
+}
+
+/// What a [`NodeGuard`] needs before its root may be installed
+/// ([`NodeGuard::need`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardNeed {
+    /// Nothing: the caller vouched for its nodes.
+    Nothing,
+    /// The store's epoch, read under the store lock, still this one (even:
+    /// no collection started since the writer read it).
+    EpochStill(GcEpoch),
+    /// The check, whatever the epoch (the writer read none, or read it
+    /// while a collection ran).
+    Check,
 }
 
 /// The error a guard's check gives for a node that is gone.
@@ -154,6 +180,19 @@ pub fn node_gone(root: Hash, missing: Hash) -> StateError {
 mod tests {
     use super::*;
     use std::cell::Cell;
+
+    #[test]
+    fn a_guard_needs_its_check_unless_vouched_or_read_at_a_quiet_epoch() {
+        let check = || Ok(());
+        assert_eq!(NodeGuard::vouched().need(), GuardNeed::Nothing);
+        assert_eq!(NodeGuard::always(&check).need(), GuardNeed::Check);
+        assert_eq!(
+            NodeGuard::new(GcEpoch(4), &check).need(),
+            GuardNeed::EpochStill(GcEpoch(4))
+        );
+        // Read while a collection ran: the epoch proves nothing.
+        assert_eq!(NodeGuard::new(GcEpoch(5), &check).need(), GuardNeed::Check);
+    }
 
     #[test]
     fn epochs_go_odd_while_collecting_and_even_after() {

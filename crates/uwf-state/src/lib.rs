@@ -38,7 +38,7 @@ pub mod prelude {
     };
 }
 
-pub use guard::{GcEpoch, NodeGuard};
+pub use guard::{GcEpoch, GuardNeed, NodeGuard};
 pub use runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState};
 pub use state::{FsState, StateError, parse_config, parse_stored_config};
 pub use store::{

@@ -20,8 +20,8 @@ use uwf_protocol::{
 };
 use uwf_state::slots::{SlotError, Waiting};
 use uwf_state::{
-    Collecting, ConcurrencySlots, FsState, GcEpoch, Heads, NodeGuard, Registry, Settings,
-    SideTables, SlotHold, StateError, ThreadStore,
+    Collecting, ConcurrencySlots, FsState, GcEpoch, GuardNeed, Heads, NodeGuard, Registry,
+    Settings, SideTables, SlotHold, StateError, ThreadStore,
 };
 
 use crate::{PgError, PgStore};
@@ -215,6 +215,54 @@ impl PgStore {
             })
     }
 
+    /// [`Heads::swap_head`] in one round trip, when the guard is settled by
+    /// the epoch alone: the store lock, and the move only if the head and
+    /// the epoch are still the ones expected, sent as one query string,
+    /// which PostgreSQL runs as one transaction, each statement in a
+    /// snapshot taken after the one before (so the epoch is read under the
+    /// lock, as `mutate` reads it). `false` when nothing moved (another
+    /// head, another epoch, or values it would not write into SQL text):
+    /// the general path then tells a conflict from a collection and runs
+    /// the guard's check. A transaction and its statements sent one by one
+    /// were five round trips, each waking both processes
+    /// (docs/postgres.md, "What a step costs the database").
+    fn swap_head_at_once(
+        &self,
+        thread: ThreadId,
+        expected: Hash,
+        new: Hash,
+        guard: &NodeGuard<'_>,
+    ) -> Result<bool, StateError> {
+        let epoch = match guard.need() {
+            GuardNeed::Nothing => String::new(),
+            GuardNeed::EpochStill(e) => format!(" AND (SELECT epoch FROM uwf_gc) = {}", e.0),
+            GuardNeed::Check => return Ok(false),
+        };
+        let (thread, expected, new) = (thread.to_string(), expected.to_string(), new.to_string());
+        // Ids and hashes are Crockford Base32; anything else stays out of
+        // SQL text.
+        if ![&thread, &expected, &new]
+            .iter()
+            .all(|v| v.bytes().all(|b| b.is_ascii_alphanumeric()))
+        {
+            return Ok(false);
+        }
+        let answers = self
+            .conn()?
+            .simple_query(&format!(
+                "SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; \
+                 SELECT pg_advisory_xact_lock_shared({STORE_LOCK}); \
+                 UPDATE uwf_threads SET head = '{new}' \
+                 WHERE thread = '{thread}' AND head = '{expected}'{epoch}"
+            ))
+            .map_err(self.err("move a head"))?;
+        let moved = answers.iter().rev().find_map(|m| match m {
+            postgres::SimpleQueryMessage::CommandComplete(n) => Some(*n),
+            _ => None,
+        });
+        Ok(moved == Some(1))
+    }
+
     /// The collection epoch and the head of `thread` in the first two
     /// columns of `row` ([`Heads::epoch_and_head`], [`ThreadStore::step_start`]).
     fn epoch_and_head_of(
@@ -353,6 +401,9 @@ impl Heads for PgStore {
         new: Hash,
         guard: &NodeGuard<'_>,
     ) -> Result<(), StateError> {
+        if expected != new && self.swap_head_at_once(thread, expected, new, guard)? {
+            return Ok(());
+        }
         self.mutate(|tx| {
             // The head moves and the epoch is read in one statement. The
             // guard is verified after the update, in the same transaction:
