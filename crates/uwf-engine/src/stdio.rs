@@ -18,6 +18,7 @@ use uwf_protocol::{StepNodePayload, StepRecord, ThreadId};
 use uwf_util::redact::Redactor;
 
 use crate::EngineError;
+use crate::step::Unstored;
 
 /// Longest part of a program's stdout quoted when it is not JSON.
 const QUOTED: usize = 80;
@@ -84,12 +85,14 @@ pub(crate) struct Refused {
     pub reason: String,
 }
 
-/// Stores what a program printed (`stdout`) as the output of `role` and a
+/// Makes what a program printed (`stdout`) the output of `role` and a
 /// StepNode after `view`'s head, recording `agent`; returns the StepNode's
-/// hash and the step as loaded, or why the answer was refused. `redactor` cuts the store's
-/// secrets out of the output before it is stored. The output node is the step's
-/// detail too: a plain program's answer is its output. Store failures other
-/// than an invalid output stop the step ([`EngineError`]).
+/// hash, the step as loaded and the two nodes, not stored yet (they are
+/// stored with the head's move, [`crate::step::apply_storing`]), or why the
+/// answer was refused. `redactor` cuts the store's secrets out of the
+/// output before it is stored. The output node is the step's detail too: a
+/// plain program's answer is its output. Store failures other than an
+/// invalid output stop the step ([`EngineError`]).
 pub(crate) fn store_step(
     cas: &uwf_cas::Cas,
     view: &ThreadView,
@@ -97,7 +100,7 @@ pub(crate) fn store_step(
     agent: &str,
     stdout: &str,
     redactor: &Arc<Redactor>,
-) -> Result<Result<(Hash, LoadedStep), Refused>, EngineError> {
+) -> Result<Result<(Hash, LoadedStep, Unstored), Refused>, EngineError> {
     let text = stdout.trim();
     if text.is_empty() {
         return Ok(Err(Refused {
@@ -152,23 +155,16 @@ pub(crate) fn store_step(
         child_thread: None,
     };
     let step_node = cas.pending_value(cas.types().step_node, &step)?;
-    // Both nodes in one write (one transaction on PostgreSQL), the output
-    // first.
-    let mut stored = cas.put_pending(vec![output, step_node])?.into_iter();
-    let (Some(output), Some(step_node)) = (stored.next(), stored.next()) else {
-        return Err(CasError::Backend {
-            backend: "store",
-            kind: uwf_cas::StoreErrorKind::Io,
-            message: "stored fewer nodes than were given".into(),
-            source: None,
-        }
-        .into());
-    };
     let loaded = LoadedStep {
-        hash: step_node.hash,
+        hash: step_node.hash(),
         payload: step,
-        output: output.node.payload,
-        timestamp: step_node.node.timestamp,
+        output: output.node().payload.clone(),
+        timestamp: step_node.node().timestamp,
     };
-    Ok(Ok((step_node.hash, loaded)))
+    // The output first, as they will be stored.
+    Ok(Ok((
+        step_node.hash(),
+        loaded,
+        Unstored(vec![output, step_node]),
+    )))
 }

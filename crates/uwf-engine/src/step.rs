@@ -14,7 +14,7 @@ use uwf_protocol::{
 use uwf_state::policy;
 use uwf_state::slots::SlotError;
 use uwf_state::state::{ResolvedAgent, StateError};
-use uwf_state::{GcEpoch, HeadNotices, SlotHold, ThreadStore};
+use uwf_state::{GcEpoch, HeadNotices, NodeRow, SlotHold, ThreadStore};
 use uwf_util::redact::Redactor;
 
 use crate::check::CheckError;
@@ -261,14 +261,14 @@ fn step_once(
         epoch,
         head_seen: std::cell::Cell::new(head_read),
     };
-    let (new, loaded) = match crate::retry::run(&attempt, &policy)? {
-        Tried::Landed(new, loaded) => (new, loaded),
+    let (new, loaded, unstored) = match crate::retry::run(&attempt, &policy)? {
+        Tried::Landed(new, loaded, unstored) => (new, loaded, unstored),
         Tried::ChildWaiting(record) => return Ok(Stepped::waiting(workflow, id, head, record)),
         // `retry::run` turns the last failure into an error.
         Tried::Failed(f) => return Err(f.into_error(&agent.label, &role, None)),
     };
     Ok(Stepped {
-        output: apply(ctx, id, view, &role, new, loaded, Some(epoch))?,
+        output: apply_storing(ctx, id, view, &role, new, loaded, Some(epoch), unstored)?,
         waiting: None,
     })
 }
@@ -318,14 +318,23 @@ pub const HEAD_FRESH: Duration = Duration::from_millis(100);
 
 /// How an attempt ended, when nothing stops the whole step.
 pub enum Tried {
-    /// The agent wrote a StepNode that passed the checks (the head has not moved yet).
-    Landed(Hash, LoadedStep),
+    /// The agent wrote a StepNode that passed the checks (the head has not
+    /// moved yet); with the nodes the engine made for it and has not stored
+    /// yet (a plain program's).
+    Landed(Hash, LoadedStep, Unstored),
     /// The agent failed in a way worth retrying.
     Failed(Failed),
     /// The agent (a workflow agent) reported that its child thread waits
     /// for a person; the thread is now recorded as waiting too.
     ChildWaiting(WaitingRecord),
 }
+
+/// Nodes of a landed step that the engine made itself and has not stored
+/// yet (a plain program's output and StepNode), in the order to store them:
+/// [`apply_storing`] stores them with the head's move, in one transaction
+/// where the store can ([`uwf_state::Heads::swap_head_storing`]).
+#[derive(Default)]
+pub struct Unstored(pub(crate) Vec<uwf_cas::Pending>);
 
 /// A failed attempt: what [`crate::retry`] records and reports.
 pub struct Failed {
@@ -595,16 +604,17 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         Ending::Stopped => return Err(interrupted(ctx, id)?),
         Ending::Interrupted => return Err(EngineError::Interrupted),
     };
-    let landed = |new: Hash, loaded: LoadedStep| {
+    let landed = |new: Hash, loaded: LoadedStep, unstored: Unstored| {
         a.progress.finished(role, elapsed);
         if let (Some(r), Some(dir)) = (&running, ctx.run_dir.as_deref()) {
             r.landed(dir, new, elapsed);
         }
-        Ok(Tried::Landed(new, loaded))
+        Ok(Tried::Landed(new, loaded, unstored))
     };
     if stdio {
-        // The engine stored these nodes itself, from an output it
-        // validated: nothing to read back or check again.
+        // The engine makes these nodes itself, from an output it
+        // validated: nothing to read back or check again. They are stored
+        // with the head's move (`apply_storing`).
         return match crate::stdio::store_step(
             &ctx.cas,
             a.view,
@@ -613,7 +623,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
             &stdout,
             &redactor,
         )? {
-            Ok((new, loaded)) => landed(new, loaded),
+            Ok((new, loaded, unstored)) => landed(new, loaded, unstored),
             Err(refused) => fail(refused.kind, refused.reason, Some(0)),
         };
     }
@@ -622,7 +632,7 @@ pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
         Err((kind, reason)) => return fail(kind, reason, Some(0)),
     };
     match crate::check::check_step(&ctx.cas, a.view, role, new) {
-        Ok(loaded) => landed(new, loaded),
+        Ok(loaded) => landed(new, loaded, Unstored::default()),
         Err(CheckError::Rejected(r)) => match collected(a, new, &r)? {
             Some(e) => Err(e),
             None => fail("check", r.to_string(), Some(0)),
@@ -745,7 +755,7 @@ fn attempt_in_process(
     match crate::check::check_step(&ctx.cas, a.view, role, new) {
         Ok(loaded) => {
             a.progress.finished(role, elapsed);
-            Ok(Tried::Landed(new, loaded))
+            Ok(Tried::Landed(new, loaded, Unstored::default()))
         }
         Err(CheckError::Rejected(r)) => {
             if let Some(e) = collected(a, new, &r)? {
@@ -792,13 +802,62 @@ pub fn apply(
     loaded: LoadedStep,
     epoch: Option<GcEpoch>,
 ) -> Result<StepOutput, EngineError> {
+    apply_storing(ctx, id, view, role, new, loaded, epoch, Unstored::default())
+}
+
+/// [`apply`] for a step whose nodes are not stored yet (`unstored`): they
+/// are stored with the head's move, in one transaction where the store
+/// can ([`uwf_state::Heads::swap_head_storing`]; PostgreSQL: one commit to
+/// wait for where there were two), else first, then the head moves.
+#[allow(clippy::too_many_arguments)]
+pub fn apply_storing(
+    ctx: &Engine,
+    id: ThreadId,
+    view: ThreadView,
+    role: &str,
+    new: Hash,
+    loaded: LoadedStep,
+    epoch: Option<GcEpoch>,
+    unstored: Unstored,
+) -> Result<StepOutput, EngineError> {
     let head = view.head;
     let workflow = view.workflow_hash;
     debug_assert_eq!(loaded.payload.record.role, role);
-    crate::keep::guarded(&ctx.cas, epoch, new, &[head], |guard| {
-        ctx.state.swap_head(id, head, new, guard)
-    })
-    .map_err(|e| conflict_or(e, id))?;
+    let nodes = unstored.0;
+    // Stores encode a payload as its JSON bytes; a node that cannot be
+    // encoded is left to `put_pending` to report.
+    let payloads: Option<Vec<Vec<u8>>> = nodes
+        .iter()
+        .map(|p| serde_json::to_vec(&p.node().payload).ok())
+        .collect();
+    let moved = match payloads {
+        Some(payloads) if !nodes.is_empty() => {
+            let rows: Vec<NodeRow<'_>> = nodes
+                .iter()
+                .zip(&payloads)
+                .map(|(p, payload)| NodeRow {
+                    hash: p.hash(),
+                    type_hash: p.node().type_hash,
+                    payload,
+                    timestamp: p.node().timestamp,
+                })
+                .collect();
+            crate::keep::guarded(&ctx.cas, epoch, new, &[head], |guard| {
+                ctx.state.swap_head_storing(id, head, new, &rows, guard)
+            })
+            .map_err(|e| conflict_or(e, id))?
+        }
+        _ => false,
+    };
+    if !moved {
+        if !nodes.is_empty() {
+            ctx.cas.put_pending(nodes)?;
+        }
+        crate::keep::guarded(&ctx.cas, epoch, new, &[head], |guard| {
+            ctx.state.swap_head(id, head, new, guard)
+        })
+        .map_err(|e| conflict_or(e, id))?;
+    }
 
     // Step 8: does the new step end the thread? The chain is the one loaded
     // at the start plus the step just checked: no need to read it again.

@@ -42,6 +42,6 @@ pub use guard::{GcEpoch, GuardNeed, NodeGuard};
 pub use runs::{Claim, Run, RunOutcome, RunQueue, RunRequest, RunState};
 pub use state::{FsState, StateError, parse_config, parse_stored_config};
 pub use store::{
-    Collecting, ConcurrencySlots, ErrorKind, HeadNotices, Heads, Registry, Settings, SideTables,
-    SlotHold, StepStart, ThreadStore,
+    Collecting, ConcurrencySlots, ErrorKind, HeadNotices, Heads, NodeRow, Registry, Settings,
+    SideTables, SlotHold, StepStart, ThreadStore,
 };

@@ -112,6 +112,22 @@ pub trait ThreadStore:
     }
 }
 
+/// A node handed to [`Heads::swap_head_storing`], as a node store keeps
+/// it: its hash, its type's hash, its payload as JSON bytes (the encoding
+/// of `uwf_cas::Node::payload` that stores keep) and when it was made (ms
+/// since the Unix epoch).
+#[derive(Debug, Clone, Copy)]
+pub struct NodeRow<'a> {
+    /// The node's hash.
+    pub hash: Hash,
+    /// Its type's hash.
+    pub type_hash: Hash,
+    /// Its payload, JSON.
+    pub payload: &'a [u8],
+    /// When it was made.
+    pub timestamp: u64,
+}
+
 /// What [`ThreadStore::step_start`] read.
 #[derive(Debug)]
 pub struct StepStart {
@@ -161,6 +177,28 @@ pub trait Heads {
         new: Hash,
         guard: &NodeGuard<'_>,
     ) -> Result<(), StateError>;
+
+    /// [`swap_head`](Self::swap_head) that also stores `nodes` (not stored
+    /// yet; `new` and nodes it reaches), in one transaction, for a backend
+    /// that keeps nodes in the same database as heads: one commit to wait
+    /// for where there were two. `Ok(true)`: stored and moved.
+    /// `Ok(false)`: the head did not move (this default always says so;
+    /// a backend says so too when another head, a collection or a guard
+    /// that must run its check needs the general path), and the caller
+    /// stores the nodes and calls [`swap_head`](Self::swap_head), which
+    /// reports what stopped the move. Nodes stored by a call that answered
+    /// `false` are harmless: content named by its hash, stored again.
+    fn swap_head_storing(
+        &self,
+        thread: ThreadId,
+        expected: Hash,
+        new: Hash,
+        nodes: &[NodeRow<'_>],
+        guard: &NodeGuard<'_>,
+    ) -> Result<bool, StateError> {
+        let _ = (thread, expected, new, nodes, guard);
+        Ok(false)
+    }
 
     /// The garbage-collection epoch ([`crate::guard`]): read it before
     /// storing nodes that a root will reach, and hand it back in the

@@ -20,7 +20,7 @@ use uwf_protocol::{
 };
 use uwf_state::slots::{SlotError, Waiting};
 use uwf_state::{
-    Collecting, ConcurrencySlots, FsState, GcEpoch, GuardNeed, Heads, NodeGuard, Registry,
+    Collecting, ConcurrencySlots, FsState, GcEpoch, GuardNeed, Heads, NodeGuard, NodeRow, Registry,
     Settings, SideTables, SlotHold, StateError, ThreadStore,
 };
 
@@ -33,6 +33,11 @@ pub(crate) const STORE_LOCK: i64 = 0x7577_665f_7374_6174;
 /// How long a mutation waits for a lock before failing as unavailable
 /// (the filesystem store's lock timeout).
 const LOCK_TIMEOUT: &str = "30s";
+
+/// The most payload bytes written into the text of one statement (as
+/// hexadecimal, twice as many) by [`Heads::swap_head_storing`]; larger
+/// nodes take the general path, whose statements carry them as parameters.
+const MAX_INLINE_PAYLOADS: usize = 1 << 20;
 
 fn now_ms() -> i64 {
     i64::try_from(uwf_state::state::now_ms()).unwrap_or(i64::MAX)
@@ -216,21 +221,25 @@ impl PgStore {
     }
 
     /// [`Heads::swap_head`] in one round trip, when the guard is settled by
-    /// the epoch alone: the store lock, and the move only if the head and
-    /// the epoch are still the ones expected, sent as one query string,
-    /// which PostgreSQL runs as one transaction, each statement in a
-    /// snapshot taken after the one before (so the epoch is read under the
-    /// lock, as `mutate` reads it). `false` when nothing moved (another
-    /// head, another epoch, or values it would not write into SQL text):
-    /// the general path then tells a conflict from a collection and runs
-    /// the guard's check. A transaction and its statements sent one by one
-    /// were five round trips, each waking both processes
-    /// (docs/postgres.md, "What a step costs the database").
+    /// the epoch alone: the store lock, then (with `nodes`, stored in the
+    /// same statement) the move only if the head and the epoch are still
+    /// the ones expected, sent as one query string, which PostgreSQL runs
+    /// as one transaction, each statement in a snapshot taken after the one
+    /// before (so the epoch is read under the lock, as `mutate` reads it).
+    /// `false` when nothing moved (another head, another epoch, a node
+    /// already stored with other bytes, or values it would not write into
+    /// SQL text): the general path then tells a conflict from a
+    /// collection, repairs a damaged node and runs the guard's check. A
+    /// transaction and its statements sent one by one were five round
+    /// trips, each waking both processes, and a step's nodes one more
+    /// transaction, whose commit waited for the disk too (docs/postgres.md,
+    /// "What a step costs the database").
     fn swap_head_at_once(
         &self,
         thread: ThreadId,
         expected: Hash,
         new: Hash,
+        nodes: &[NodeRow<'_>],
         guard: &NodeGuard<'_>,
     ) -> Result<bool, StateError> {
         let epoch = match guard.need() {
@@ -238,24 +247,67 @@ impl PgStore {
             GuardNeed::EpochStill(e) => format!(" AND (SELECT epoch FROM uwf_gc) = {}", e.0),
             GuardNeed::Check => return Ok(false),
         };
-        let (thread, expected, new) = (thread.to_string(), expected.to_string(), new.to_string());
-        // Ids and hashes are Crockford Base32; anything else stays out of
-        // SQL text.
-        if ![&thread, &expected, &new]
-            .iter()
-            .all(|v| v.bytes().all(|b| b.is_ascii_alphanumeric()))
-        {
+        if nodes.iter().map(|n| n.payload.len()).sum::<usize>() > MAX_INLINE_PAYLOADS {
             return Ok(false);
         }
+        // Ids and hashes are Crockford Base32; anything else stays out of
+        // SQL text (payloads go in as hexadecimal).
+        let text = |h: &dyn std::fmt::Display| {
+            let s = h.to_string();
+            s.bytes().all(|b| b.is_ascii_alphanumeric()).then_some(s)
+        };
+        let (Some(thread), Some(expected), Some(new)) =
+            (text(&thread), text(&expected), text(&new))
+        else {
+            return Ok(false);
+        };
+        let mut sql = format!(
+            "SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; \
+             SELECT pg_advisory_xact_lock_shared({STORE_LOCK}); "
+        );
+        let mut stored = "";
+        if !nodes.is_empty() {
+            // Stored as `INSERT_NODES` (cas.rs) stores them; the head moves
+            // only if every row holds exactly these bytes.
+            sql.push_str("WITH input (hash, type_hash, payload, stored_at) AS (VALUES ");
+            for (i, n) in nodes.iter().enumerate() {
+                let (Some(hash), Some(type_hash)) = (text(&n.hash), text(&n.type_hash)) else {
+                    return Ok(false);
+                };
+                let at = i64::try_from(n.timestamp).unwrap_or(i64::MAX);
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!("('{hash}', '{type_hash}', '\\x"));
+                sql.reserve(2 * n.payload.len() + 32);
+                for b in n.payload {
+                    for digit in [b >> 4, b & 0xf] {
+                        sql.push(char::from_digit(u32::from(digit), 16).unwrap_or('0'));
+                    }
+                }
+                sql.push_str(&format!("'::bytea, {at}::int8)"));
+            }
+            sql.push_str(
+                "), stored AS (INSERT INTO uwf_nodes (hash, type_hash, payload, stored_at) \
+                 SELECT hash, type_hash, payload, stored_at FROM input ON CONFLICT (hash) \
+                 DO UPDATE SET fresh_at = excluded.stored_at \
+                 RETURNING (SELECT uwf_nodes.type_hash = i.type_hash AND uwf_nodes.payload = i.payload \
+                 FROM input i WHERE i.hash = uwf_nodes.hash) AS same) ",
+            );
+            stored = " AND (SELECT bool_and(same) AND count(*) = (SELECT count(*) FROM input) FROM stored)";
+        }
+        sql.push_str(&format!(
+            "UPDATE uwf_threads SET head = '{new}' \
+             WHERE thread = '{thread}' AND head = '{expected}'{epoch}{stored}"
+        ));
         let answers = self
             .conn()?
-            .simple_query(&format!(
-                "SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; \
-                 SELECT pg_advisory_xact_lock_shared({STORE_LOCK}); \
-                 UPDATE uwf_threads SET head = '{new}' \
-                 WHERE thread = '{thread}' AND head = '{expected}'{epoch}"
-            ))
-            .map_err(self.err("move a head"))?;
+            .simple_query(&sql)
+            .map_err(self.err(if nodes.is_empty() {
+                "move a head"
+            } else {
+                "store a step's nodes and move a head"
+            }))?;
         let moved = answers.iter().rev().find_map(|m| match m {
             postgres::SimpleQueryMessage::CommandComplete(n) => Some(*n),
             _ => None,
@@ -401,7 +453,7 @@ impl Heads for PgStore {
         new: Hash,
         guard: &NodeGuard<'_>,
     ) -> Result<(), StateError> {
-        if expected != new && self.swap_head_at_once(thread, expected, new, guard)? {
+        if expected != new && self.swap_head_at_once(thread, expected, new, &[], guard)? {
             return Ok(());
         }
         self.mutate(|tx| {
@@ -428,6 +480,20 @@ impl Heads for PgStore {
             }
             Ok(())
         })
+    }
+
+    fn swap_head_storing(
+        &self,
+        thread: ThreadId,
+        expected: Hash,
+        new: Hash,
+        nodes: &[NodeRow<'_>],
+        guard: &NodeGuard<'_>,
+    ) -> Result<bool, StateError> {
+        if expected == new {
+            return Ok(false);
+        }
+        self.swap_head_at_once(thread, expected, new, nodes, guard)
     }
 
     fn archive(

@@ -49,7 +49,7 @@ use serde_json::json;
 use uwf_cas::{Cas, CasError, FsStore, Hash, Node, Store, StoreErrorKind};
 use uwf_protocol::WorkflowLimits;
 use uwf_state::slots::SlotError;
-use uwf_state::{ErrorKind, StateError, ThreadStore};
+use uwf_state::{Collecting, ErrorKind, Heads, NodeGuard, StateError, ThreadStore};
 use uwf_store_pg::{PgError, PgOptions};
 
 /// A thread id for these tests.
@@ -218,6 +218,102 @@ fn nodes_have_the_same_hashes_and_bytes_as_in_the_filesystem_store() {
         );
     }
     assert!(Cas::new(&pg).unwrap().verify().unwrap().is_ok());
+}
+
+/// A step's nodes and its head's move in one transaction
+/// (`Heads::swap_head_storing`): both happen, or the head stays and the
+/// caller takes the general path.
+#[test]
+fn a_step_is_stored_with_its_head_or_the_head_stays() {
+    use uwf_state::NodeRow;
+    let Some((pg, db)) = fresh() else { return };
+    let node = |n: u64, text: &str| Node {
+        type_hash: Hash::from_u64(7),
+        payload: json!({ "n": n, "text": text }),
+        timestamp: 1_000 + n,
+    };
+    let row = |n: &Node, bytes: &'static [u8]| NodeRow {
+        hash: n.hash(),
+        type_hash: n.type_hash,
+        payload: bytes,
+        timestamp: n.timestamp,
+    };
+    let bytes = |n: &Node| -> &'static [u8] { serde_json::to_vec(&n.payload).unwrap().leak() };
+    let start = node(0, "start");
+    pg.insert(start.hash(), &start).unwrap();
+    let ok = || Ok(());
+    pg.insert_thread(T1, start.hash(), &NodeGuard::always(&ok))
+        .unwrap();
+    let epoch = pg.gc_epoch().unwrap();
+
+    // Stored and moved; quotes, backslashes and non-ASCII survive the trip.
+    let (a, b) = (node(1, "it's \\ \"é\" \u{0}"), node(2, "step"));
+    let rows = [row(&a, bytes(&a)), row(&b, bytes(&b))];
+    assert!(
+        pg.swap_head_storing(
+            T1,
+            start.hash(),
+            b.hash(),
+            &rows,
+            &NodeGuard::new(epoch, &ok)
+        )
+        .unwrap()
+    );
+    assert_eq!(pg.thread_head(T1).unwrap(), Some(b.hash()));
+    let other = PgStore::connect(&db.url, None).unwrap();
+    assert_eq!(other.get(a.hash()).unwrap(), Some(a.clone()));
+    assert_eq!(other.get(b.hash()).unwrap(), Some(b.clone()));
+
+    // Each of these leaves the head where it is and answers `false`.
+    let c = node(3, "next");
+    let c_rows = [row(&c, bytes(&c))];
+    // Another head than the one expected.
+    assert!(
+        !pg.swap_head_storing(
+            T1,
+            start.hash(),
+            c.hash(),
+            &c_rows,
+            &NodeGuard::new(epoch, &ok)
+        )
+        .unwrap()
+    );
+    // A guard that must run its check.
+    assert!(
+        !pg.swap_head_storing(T1, b.hash(), c.hash(), &c_rows, &NodeGuard::always(&ok))
+            .unwrap()
+    );
+    // A node stored already with other bytes (damaged): the general path
+    // repairs it.
+    let mut raw = db.client();
+    pg.insert(c.hash(), &c).unwrap();
+    raw.execute(
+        "UPDATE uwf_nodes SET payload = convert_to('{\"n\": 9}', 'UTF8') WHERE hash = $1",
+        &[&c.hash().to_string()],
+    )
+    .unwrap();
+    assert!(
+        !pg.swap_head_storing(T1, b.hash(), c.hash(), &c_rows, &NodeGuard::new(epoch, &ok))
+            .unwrap()
+    );
+    assert_eq!(pg.thread_head(T1).unwrap(), Some(b.hash()));
+    // A collection since the epoch was read.
+    pg.while_collecting(&mut || pg.begin_sweep().map(|_| ()))
+        .unwrap();
+    let d = node(4, "after");
+    let d_rows = [row(&d, bytes(&d))];
+    assert!(
+        !pg.swap_head_storing(T1, b.hash(), d.hash(), &d_rows, &NodeGuard::new(epoch, &ok))
+            .unwrap()
+    );
+    assert_eq!(pg.thread_head(T1).unwrap(), Some(b.hash()));
+    // At the current epoch it moves.
+    let now = pg.gc_epoch().unwrap();
+    assert!(
+        pg.swap_head_storing(T1, b.hash(), d.hash(), &d_rows, &NodeGuard::new(now, &ok))
+            .unwrap()
+    );
+    assert_eq!(pg.thread_head(T1).unwrap(), Some(d.hash()));
 }
 
 #[test]
