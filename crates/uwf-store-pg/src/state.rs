@@ -34,6 +34,29 @@ pub(crate) const STORE_LOCK: i64 = 0x7577_665f_7374_6174;
 /// (the filesystem store's lock timeout).
 const LOCK_TIMEOUT: &str = "30s";
 
+/// A head's move as [`Heads::swap_head`] makes it, for `EXECUTE` after
+/// the store lock (`swap_head_at_once`): only from the expected head, and
+/// only if the collection epoch is still `$4` unless that is null.
+const MOVE_HEAD: &str = "PREPARE uwf_move_head (text, text, text, int8) AS \
+     UPDATE uwf_threads SET head = $3 WHERE thread = $1 AND head = $2 \
+     AND ($4 IS NULL OR (SELECT epoch FROM uwf_gc) = $4)";
+
+/// [`MOVE_HEAD`] that also stores a step's nodes (arrays `$5`–`$8`, as
+/// `INSERT_NODES` in cas.rs stores them), moving the head only if every
+/// node's row holds exactly the bytes given.
+const STORE_STEP: &str = "PREPARE uwf_store_step \
+     (text, text, text, int8, text[], text[], bytea[], int8[]) AS \
+     WITH input (hash, type_hash, payload, stored_at) AS \
+         (SELECT * FROM unnest($5, $6, $7, $8)), \
+     stored AS (INSERT INTO uwf_nodes (hash, type_hash, payload, stored_at) \
+         SELECT hash, type_hash, payload, stored_at FROM input ON CONFLICT (hash) \
+         DO UPDATE SET fresh_at = excluded.stored_at \
+         RETURNING (SELECT uwf_nodes.type_hash = i.type_hash AND uwf_nodes.payload = i.payload \
+             FROM input i WHERE i.hash = uwf_nodes.hash) AS same) \
+     UPDATE uwf_threads SET head = $3 WHERE thread = $1 AND head = $2 \
+     AND ($4 IS NULL OR (SELECT epoch FROM uwf_gc) = $4) \
+     AND (SELECT bool_and(same) AND count(*) = (SELECT count(*) FROM input) FROM stored)";
+
 /// The most payload bytes written into the text of one statement (as
 /// hexadecimal, twice as many) by [`Heads::swap_head_storing`]; larger
 /// nodes take the general path, whose statements carry them as parameters.
@@ -233,7 +256,9 @@ impl PgStore {
     /// transaction and its statements sent one by one were five round
     /// trips, each waking both processes, and a step's nodes one more
     /// transaction, whose commit waited for the disk too (docs/postgres.md,
-    /// "What a step costs the database").
+    /// "What a step costs the database"). The statement that stores and
+    /// moves is prepared once per connection ([`MOVE_HEAD`],
+    /// [`STORE_STEP`]) and executed with its values written as literals.
     fn swap_head_at_once(
         &self,
         thread: ThreadId,
@@ -243,8 +268,8 @@ impl PgStore {
         guard: &NodeGuard<'_>,
     ) -> Result<bool, StateError> {
         let epoch = match guard.need() {
-            GuardNeed::Nothing => String::new(),
-            GuardNeed::EpochStill(e) => format!(" AND (SELECT epoch FROM uwf_gc) = {}", e.0),
+            GuardNeed::Nothing => None,
+            GuardNeed::EpochStill(e) => Some(e),
             GuardNeed::Check => return Ok(false),
         };
         if nodes.iter().map(|n| n.payload.len()).sum::<usize>() > MAX_INLINE_PAYLOADS {
@@ -261,48 +286,53 @@ impl PgStore {
         else {
             return Ok(false);
         };
+        let epoch = match epoch {
+            Some(e) => e.0.to_string(),
+            None => "NULL".to_owned(),
+        };
         let mut sql = format!(
             "SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; \
              SELECT pg_advisory_xact_lock_shared({STORE_LOCK}); "
         );
-        let mut stored = "";
-        if !nodes.is_empty() {
-            // Stored as `INSERT_NODES` (cas.rs) stores them; the head moves
-            // only if every row holds exactly these bytes.
-            sql.push_str("WITH input (hash, type_hash, payload, stored_at) AS (VALUES ");
-            for (i, n) in nodes.iter().enumerate() {
+        let (name, prepare) = if nodes.is_empty() {
+            sql.push_str(&format!(
+                "EXECUTE uwf_move_head('{thread}', '{expected}', '{new}', {epoch})"
+            ));
+            ("uwf_move_head", MOVE_HEAD)
+        } else {
+            let (mut hashes, mut types, mut payloads, mut times) =
+                (Vec::new(), Vec::new(), String::new(), Vec::new());
+            for n in nodes {
                 let (Some(hash), Some(type_hash)) = (text(&n.hash), text(&n.type_hash)) else {
                     return Ok(false);
                 };
-                let at = i64::try_from(n.timestamp).unwrap_or(i64::MAX);
-                if i > 0 {
-                    sql.push_str(", ");
+                hashes.push(format!("'{hash}'"));
+                types.push(format!("'{type_hash}'"));
+                times.push(i64::try_from(n.timestamp).unwrap_or(i64::MAX).to_string());
+                payloads.reserve(2 * n.payload.len() + 16);
+                if !payloads.is_empty() {
+                    payloads.push_str(", ");
                 }
-                sql.push_str(&format!("('{hash}', '{type_hash}', '\\x"));
-                sql.reserve(2 * n.payload.len() + 32);
+                payloads.push_str("'\\x");
                 for b in n.payload {
                     for digit in [b >> 4, b & 0xf] {
-                        sql.push(char::from_digit(u32::from(digit), 16).unwrap_or('0'));
+                        payloads.push(char::from_digit(u32::from(digit), 16).unwrap_or('0'));
                     }
                 }
-                sql.push_str(&format!("'::bytea, {at}::int8)"));
+                payloads.push('\'');
             }
-            sql.push_str(
-                "), stored AS (INSERT INTO uwf_nodes (hash, type_hash, payload, stored_at) \
-                 SELECT hash, type_hash, payload, stored_at FROM input ON CONFLICT (hash) \
-                 DO UPDATE SET fresh_at = excluded.stored_at \
-                 RETURNING (SELECT uwf_nodes.type_hash = i.type_hash AND uwf_nodes.payload = i.payload \
-                 FROM input i WHERE i.hash = uwf_nodes.hash) AS same) ",
-            );
-            stored = " AND (SELECT bool_and(same) AND count(*) = (SELECT count(*) FROM input) FROM stored)";
-        }
-        sql.push_str(&format!(
-            "UPDATE uwf_threads SET head = '{new}' \
-             WHERE thread = '{thread}' AND head = '{expected}'{epoch}{stored}"
-        ));
+            sql.push_str(&format!(
+                "EXECUTE uwf_store_step('{thread}', '{expected}', '{new}', {epoch}, \
+                 ARRAY[{}]::text[], ARRAY[{}]::text[], ARRAY[{payloads}]::bytea[], ARRAY[{}]::int8[])",
+                hashes.join(", "),
+                types.join(", "),
+                times.join(", ")
+            ));
+            ("uwf_store_step", STORE_STEP)
+        };
         let answers = self
             .conn()?
-            .simple_query(&sql)
+            .simple_query_executing(name, prepare, &sql)
             .map_err(self.err(if nodes.is_empty() {
                 "move a head"
             } else {
