@@ -558,6 +558,20 @@ mod tests {
 
     use super::*;
 
+    /// A store on `db` whose pool keeps one connection, schema created.
+    fn one_connection(db: &uwf_pg_testing::TestDb) -> PgStore {
+        let store = PgStore::connect_with(
+            &db.url,
+            PgOptions {
+                pool_size: Some(1),
+                ..PgOptions::default()
+            },
+        )
+        .unwrap();
+        store.init().unwrap();
+        store
+    }
+
     fn prepared_in_session(c: &mut Conn<'_>) -> i64 {
         Client::query_one(c, "SELECT count(*) FROM pg_prepared_statements", &[])
             .unwrap()
@@ -572,15 +586,7 @@ mod tests {
         let Some(db) = uwf_pg_testing::database() else {
             return;
         };
-        let store = PgStore::connect_with(
-            &db.url,
-            PgOptions {
-                pool_size: Some(1),
-                ..PgOptions::default()
-            },
-        )
-        .unwrap();
-        store.init().unwrap();
+        let store = one_connection(&db);
         const PREPARE: &str = "PREPARE uwf_test_two (int) AS SELECT $1 + 1";
         let two = |c: &mut Conn<'_>| -> String {
             let answers = c
@@ -618,15 +624,7 @@ mod tests {
         let Some(db) = uwf_pg_testing::database() else {
             return;
         };
-        let store = PgStore::connect_with(
-            &db.url,
-            PgOptions {
-                pool_size: Some(1),
-                ..PgOptions::default()
-            },
-        )
-        .unwrap();
-        store.init().unwrap();
+        let store = one_connection(&db);
         const SQL: &str = "SELECT head FROM uwf_threads WHERE thread = $1";
         let before = {
             let mut c = store.conn().unwrap();
