@@ -157,20 +157,40 @@ impl FsState {
         Ok(())
     }
 
-    /// Writes the head of `thread` (state lock held, layout migrated).
+    /// Where the previous content of `thread`'s head file is kept, to be
+    /// rewritten into the next head ([`uwf_util::atomic::replace_via_spare`]):
+    /// a name no thread has, so listings skip it.
+    fn spare_head_file(&self, thread: ThreadId) -> PathBuf {
+        self.heads_dir().join(format!(".{thread}.spare"))
+    }
+
+    /// Writes the head of `thread` (state lock held, layout migrated): by
+    /// rewriting the spare file and exchanging it with the head file where
+    /// the system can (a step's head no longer creates and frees a file:
+    /// docs/performance.md, "Writing a head"), else by a new file renamed
+    /// into place.
     pub(crate) fn write_head_locked(&self, thread: ThreadId, head: Hash) -> Result<(), StateError> {
         let path = self.head_file(thread);
-        write_atomic(&path, format!("{head}\n").as_bytes())?;
+        let bytes = format!("{head}\n");
+        if !uwf_util::atomic::replace_via_spare(
+            &path,
+            &self.spare_head_file(thread),
+            bytes.as_bytes(),
+        )? {
+            write_atomic(&path, bytes.as_bytes())?;
+        }
         Ok(())
     }
 
-    /// Removes the head file of `thread` (state lock held, layout migrated).
+    /// Removes the head file of `thread` and its spare (state lock held,
+    /// layout migrated).
     pub(crate) fn remove_head_locked(&self, thread: ThreadId) -> Result<(), StateError> {
-        let path = self.head_file(thread);
-        match fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err(&path)(e)),
+        for path in [self.head_file(thread), self.spare_head_file(thread)] {
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err(&path)(e)),
+            }
         }
         sync_dir(&self.heads_dir())?;
         Ok(())
@@ -221,6 +241,37 @@ mod tests {
         assert!(dir.path().join(MIGRATED_THREADS_FILE).exists());
         assert_eq!(state.read_head(t("AAA")).unwrap(), Some(h("H3")));
         assert_eq!(state.read_head(t("BBB")).unwrap(), Some(h("H2")));
+    }
+
+    /// Heads rewritten through a spare file: the listing sees threads only,
+    /// and archiving leaves neither file behind.
+    #[test]
+    fn heads_moved_through_a_spare_list_as_before_and_archive_clean() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = FsState::new(dir.path());
+        state
+            .insert_thread(t("AAA"), h("H1"), &NodeGuard::vouched())
+            .unwrap();
+        for (from, to) in [("H1", "H2"), ("H2", "H3")] {
+            state
+                .swap_head(t("AAA"), h(from), h(to), &NodeGuard::vouched())
+                .unwrap();
+        }
+        assert_eq!(state.read_head(t("AAA")).unwrap(), Some(h("H3")));
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        assert_eq!(
+            fs::read_to_string(state.spare_head_file(t("AAA"))).unwrap(),
+            format!("{}\n", h("H2")),
+            "the spare holds the head before"
+        );
+        let heads = state.read_heads().unwrap();
+        assert_eq!(heads.len(), 1);
+        assert_eq!(heads.get(&t("AAA")), Some(&h("H3")));
+        state
+            .archive(t("AAA"), h("W"), Some(h("H3")), "done")
+            .unwrap();
+        let left: Vec<_> = fs::read_dir(state.heads_dir()).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]

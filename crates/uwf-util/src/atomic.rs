@@ -76,6 +76,87 @@ pub fn write_atomic_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()
     write_impl(path, bytes, Some(mode))
 }
 
+/// Replaces `path`, which must exist, with `bytes` as [`write_atomic`]
+/// does (readers see the old or the new content; once it returns, the new
+/// content is on disk), by rewriting `spare`, a file kept next to `path`
+/// for this, and exchanging the two names in one step (Linux's
+/// `renameat2(RENAME_EXCHANGE)`): `spare` then holds the old content,
+/// ready for the next time. Rewriting blocks a file has costs the disk
+/// much less than creating a file, writing it and freeing the old one
+/// (docs/performance.md, "Writing a head"). `spare` is created if missing
+/// (private, [`FILE_MODE`]) and is not a file to read: between two calls
+/// it holds an older content. `Ok(false)` when this cannot be done (no
+/// file at `path`, a filesystem or a system without the exchange); nothing
+/// at `path` changed then, and the caller writes it the usual way.
+pub fn replace_via_spare(path: &Path, spare: &Path, bytes: &[u8]) -> Result<bool, AtomicError> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        use nix::errno::Errno;
+        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+        use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+
+        let Ok(meta) = fs::symlink_metadata(path) else {
+            return Ok(false);
+        };
+        if !meta.file_type().is_file() {
+            return Ok(false);
+        }
+        let err = |e| write_err(spare, e);
+        // Not through a symlink: the spare is ours, in a directory of ours.
+        let file = crate::private::open_options()
+            .write(true)
+            .create(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(spare)
+            .map_err(err)?;
+        let spare_meta = file.metadata().map_err(err)?;
+        file.write_all_at(bytes, 0).map_err(err)?;
+        let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        let resized = spare_meta.len() != len;
+        if resized {
+            file.set_len(len).map_err(err)?;
+        }
+        // The file at `path` keeps its mode, as with `write_atomic`.
+        let mode = meta.permissions().mode() & 0o7777;
+        let chmod = spare_meta.permissions().mode() & 0o7777 != mode;
+        if chmod {
+            file.set_permissions(fs::Permissions::from_mode(mode))
+                .map_err(err)?;
+        }
+        // The new content is on disk before its name is: only the data
+        // when the file kept its size and mode (the common case, and the
+        // cheap flush), else the inode too.
+        if chmod {
+            file.sync_all().map_err(err)?;
+        } else {
+            file.sync_data().map_err(err)?;
+        }
+        match renameat2(
+            AT_FDCWD,
+            spare,
+            AT_FDCWD,
+            path,
+            RenameFlags::RENAME_EXCHANGE,
+        ) {
+            Ok(()) => {}
+            // Not supported here, or `path` went away meanwhile.
+            Err(
+                Errno::EINVAL | Errno::ENOSYS | Errno::EXDEV | Errno::ENOENT | Errno::EOPNOTSUPP,
+            ) => {
+                return Ok(false);
+            }
+            Err(e) => return Err(write_err(path, io::Error::from(e))),
+        }
+        sync_dir(parent_dir(path))?;
+        Ok(true)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = (path, spare, bytes);
+        Ok(false)
+    }
+}
+
 /// Replaces (or creates) `path` with `bytes` by a rename, so readers see the
 /// old or the new content, but without flushing anything to disk: for
 /// derived or observational files (caches, markers of running processes)
@@ -253,6 +334,43 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn a_spare_takes_the_new_content_and_keeps_the_old() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (path, spare) = (dir.path().join("head"), dir.path().join(".head.spare"));
+        // Nothing to replace: nothing written.
+        assert!(!replace_via_spare(&path, &spare, b"one\n").unwrap());
+        assert_eq!(entries(dir.path()), Vec::<String>::new());
+        write_atomic(&path, b"one\n").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(replace_via_spare(&path, &spare, b"two\n").unwrap());
+        assert_eq!(fs::read(&path).unwrap(), b"two\n");
+        assert_eq!(fs::read(&spare).unwrap(), b"one\n");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o640, "the file keeps its mode");
+        // Again, with a shorter content: the spare is rewritten whole.
+        assert!(replace_via_spare(&path, &spare, b"3\n").unwrap());
+        assert_eq!(fs::read(&path).unwrap(), b"3\n");
+        assert_eq!(fs::read(&spare).unwrap(), b"two\n");
+        assert_eq!(entries(dir.path()), vec![".head.spare", "head"]);
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn a_spare_that_is_a_symlink_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, spare) = (dir.path().join("head"), dir.path().join(".head.spare"));
+        let elsewhere = dir.path().join("elsewhere");
+        fs::write(&elsewhere, b"keep").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &spare).unwrap();
+        write_atomic(&path, b"one\n").unwrap();
+        assert!(replace_via_spare(&path, &spare, b"two\n").is_err());
+        assert_eq!(fs::read(&path).unwrap(), b"one\n");
+        assert_eq!(fs::read(&elsewhere).unwrap(), b"keep");
     }
 
     #[test]
