@@ -167,7 +167,7 @@ impl FsState {
     /// Writes the head of `thread` (state lock held, layout migrated): by
     /// rewriting the spare file and exchanging it with the head file where
     /// the system can (a step's head no longer creates and frees a file:
-    /// docs/performance.md, "Writing a head"), else by a new file renamed
+    /// docs/performance.md, "A step's writes folded"), else by a new file renamed
     /// into place.
     pub(crate) fn write_head_locked(&self, thread: ThreadId, head: Hash) -> Result<(), StateError> {
         let path = self.head_file(thread);

@@ -83,7 +83,7 @@ pub fn write_atomic_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()
 /// `renameat2(RENAME_EXCHANGE)`): `spare` then holds the old content,
 /// ready for the next time. Rewriting blocks a file has costs the disk
 /// much less than creating a file, writing it and freeing the old one
-/// (docs/performance.md, "Writing a head"). `spare` is created if missing
+/// (docs/performance.md, "A step's writes folded"). `spare` is created if missing
 /// (private, [`FILE_MODE`]) and is not a file to read: between two calls
 /// it holds an older content. `Ok(false)` when this cannot be done (no
 /// file at `path`, a filesystem or a system without the exchange); nothing
