@@ -185,12 +185,19 @@ impl FsState {
     /// Removes the head file of `thread` and its spare (state lock held,
     /// layout migrated).
     pub(crate) fn remove_head_locked(&self, thread: ThreadId) -> Result<(), StateError> {
-        for path in [self.head_file(thread), self.spare_head_file(thread)] {
-            match fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_err(&path)(e)),
-            }
+        let path = self.head_file(thread);
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+        // A spare left behind is harmless (listings skip it): its removal
+        // never stops an archive.
+        let spare = self.spare_head_file(thread);
+        if let Err(e) = fs::remove_file(&spare)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::debug!("cannot remove {}: {e}", spare.display());
         }
         sync_dir(&self.heads_dir())?;
         Ok(())
@@ -272,6 +279,27 @@ mod tests {
             .unwrap();
         let left: Vec<_> = fs::read_dir(state.heads_dir()).unwrap().collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// A spare that cannot be used (here a directory in its place) leaves
+    /// the head written the usual way.
+    #[test]
+    fn a_head_moves_when_its_spare_cannot_be_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = FsState::new(dir.path());
+        state
+            .insert_thread(t("AAA"), h("H1"), &NodeGuard::vouched())
+            .unwrap();
+        fs::create_dir(state.spare_head_file(t("AAA"))).unwrap();
+        state
+            .swap_head(t("AAA"), h("H1"), h("H2"), &NodeGuard::vouched())
+            .unwrap();
+        assert_eq!(state.read_head(t("AAA")).unwrap(), Some(h("H2")));
+        assert_eq!(state.read_heads().unwrap().len(), 1);
+        state
+            .archive(t("AAA"), h("W"), Some(h("H2")), "done")
+            .unwrap();
+        assert_eq!(state.read_head(t("AAA")).unwrap(), None);
     }
 
     #[test]

@@ -101,35 +101,48 @@ pub fn replace_via_spare(path: &Path, spare: &Path, bytes: &[u8]) -> Result<bool
         if !meta.file_type().is_file() {
             return Ok(false);
         }
-        let err = |e| write_err(spare, e);
-        // Not through a symlink: the spare is ours, in a directory of ours.
-        let file = crate::private::open_options()
-            .write(true)
-            .create(true)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(spare)
-            .map_err(err)?;
-        let spare_meta = file.metadata().map_err(err)?;
-        file.write_all_at(bytes, 0).map_err(err)?;
-        let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-        let resized = spare_meta.len() != len;
-        if resized {
-            file.set_len(len).map_err(err)?;
-        }
-        // The file at `path` keeps its mode, as with `write_atomic`.
-        let mode = meta.permissions().mode() & 0o7777;
-        let chmod = spare_meta.permissions().mode() & 0o7777 != mode;
-        if chmod {
-            file.set_permissions(fs::Permissions::from_mode(mode))
-                .map_err(err)?;
-        }
-        // The new content is on disk before its name is: only the data
-        // when the file kept its size and mode (the common case, and the
-        // cheap flush), else the inode too.
-        if chmod {
-            file.sync_all().map_err(err)?;
-        } else {
-            file.sync_data().map_err(err)?;
+        // The spare, written and flushed. A spare that cannot be (not a
+        // regular file of ours, say) changes nothing at `path`: the caller
+        // writes it the usual way, which reports a real write failure.
+        let prepared = (|| -> io::Result<()> {
+            // Not through a symlink: the spare is ours, in a directory of ours.
+            let file = crate::private::open_options()
+                .write(true)
+                .create(true)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(spare)?;
+            let spare_meta = file.metadata()?;
+            if !spare_meta.file_type().is_file() {
+                return Err(io::Error::other("not a regular file"));
+            }
+            file.write_all_at(bytes, 0)?;
+            let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+            if spare_meta.len() != len {
+                file.set_len(len)?;
+            }
+            // The file at `path` keeps its mode, as with `write_atomic`.
+            let mode = meta.permissions().mode() & 0o7777;
+            let chmod = spare_meta.permissions().mode() & 0o7777 != mode;
+            if chmod {
+                file.set_permissions(fs::Permissions::from_mode(mode))?;
+            }
+            // The new content is on disk before its name is: only the data
+            // when the file kept its mode (the common case, and the cheap
+            // flush; a new length is flushed with the data), else the
+            // inode too.
+            if chmod {
+                file.sync_all()
+            } else {
+                file.sync_data()
+            }
+        })();
+        if let Err(e) = prepared {
+            tracing::debug!(
+                "not writing {} through {}: {e}",
+                path.display(),
+                spare.display()
+            );
+            return Ok(false);
         }
         match renameat2(
             AT_FDCWD,
@@ -361,16 +374,22 @@ mod tests {
 
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
-    fn a_spare_that_is_a_symlink_is_not_followed() {
+    fn a_spare_that_is_not_a_file_of_ours_is_not_used() {
         let dir = tempfile::tempdir().unwrap();
         let (path, spare) = (dir.path().join("head"), dir.path().join(".head.spare"));
         let elsewhere = dir.path().join("elsewhere");
         fs::write(&elsewhere, b"keep").unwrap();
         std::os::unix::fs::symlink(&elsewhere, &spare).unwrap();
         write_atomic(&path, b"one\n").unwrap();
-        assert!(replace_via_spare(&path, &spare, b"two\n").is_err());
+        // Refused: the caller writes the usual way.
+        assert!(!replace_via_spare(&path, &spare, b"two\n").unwrap());
         assert_eq!(fs::read(&path).unwrap(), b"one\n");
         assert_eq!(fs::read(&elsewhere).unwrap(), b"keep");
+        // A spare that is not a file at all: the same.
+        fs::remove_file(&spare).unwrap();
+        fs::create_dir(&spare).unwrap();
+        assert!(!replace_via_spare(&path, &spare, b"two\n").unwrap());
+        assert_eq!(fs::read(&path).unwrap(), b"one\n");
     }
 
     #[test]
