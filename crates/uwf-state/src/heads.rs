@@ -60,11 +60,17 @@ impl FsState {
 
     /// The head recorded in `path`, `None` if there is no such file.
     fn read_head_file(path: &Path) -> Result<Option<Hash>, StateError> {
-        let text = match fs::read(path) {
-            Ok(bytes) => bytes,
+        let mut file = match fs::File::open(path) {
+            Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_err(path)(e)),
         };
+        // Under a shared lock: the file may become the spare the next move
+        // rewrites in place, which it does under an exclusive lock and never
+        // while a reader holds this one (`write_head_locked`).
+        file.lock_shared().map_err(io_err(path))?;
+        let mut text = Vec::with_capacity(32);
+        io::Read::read_to_end(&mut file, &mut text).map_err(io_err(path))?;
         let head = std::str::from_utf8(&text)
             .ok()
             .and_then(|h| h.trim_end().parse::<Hash>().ok());
@@ -79,8 +85,9 @@ impl FsState {
         }
     }
 
-    /// The head of `thread` if it is active (no lock: the file is replaced
-    /// atomically, so a read sees the old or the new head).
+    /// The head of `thread` if it is active (no state lock: the file is
+    /// replaced atomically and read under its own shared lock, so a read
+    /// sees the old or the new head).
     pub(crate) fn read_head(&self, thread: ThreadId) -> Result<Option<Hash>, StateError> {
         let path = self.head_file(thread);
         if let Some(head) = Self::read_head_file(&path)? {

@@ -83,7 +83,11 @@ pub fn write_atomic_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()
 /// `renameat2(RENAME_EXCHANGE)`): `spare` then holds the old content,
 /// ready for the next time. Rewriting blocks a file has costs the disk
 /// much less than creating a file, writing it and freeing the old one
-/// (docs/performance.md, "A step's writes folded"). `spare` is created if missing
+/// (docs/performance.md, "A step's writes folded"). Since the spare is
+/// rewritten in place, whoever reads `path` must read it under a shared
+/// lock ([`File::lock_shared`]): a reader that opened the file before an
+/// exchange may read it after; the rewrite takes the exclusive lock, and
+/// is not made (`Ok(false)`) while a reader holds the shared one. `spare` is created if missing
 /// (private, [`FILE_MODE`]) and is not a file to read: between two calls
 /// it holds an older content. `Ok(false)` when this cannot be done (no
 /// file at `path`, a filesystem or a system without the exchange); nothing
@@ -111,6 +115,18 @@ pub fn replace_via_spare(path: &Path, spare: &Path, bytes: &[u8]) -> Result<bool
                 .create(true)
                 .custom_flags(nix::libc::O_NOFOLLOW)
                 .open(spare)?;
+            // The spare was the file at `path` before the last exchange, and
+            // a reader that opened it then may still read it: readers hold a
+            // shared lock while they read (`FsState`'s head reads), so the
+            // rewrite in place is made under an exclusive one, and not made
+            // while a reader holds it.
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(io::Error::other("a reader holds it"));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            }
             let spare_meta = file.metadata()?;
             if !spare_meta.file_type().is_file() {
                 return Err(io::Error::other("not a regular file"));
@@ -385,6 +401,19 @@ mod tests {
         assert!(!replace_via_spare(&path, &spare, b"two\n").unwrap());
         assert_eq!(fs::read(&path).unwrap(), b"one\n");
         assert_eq!(fs::read(&elsewhere).unwrap(), b"keep");
+        // A reader holding the spare (it was the file at `path` before an
+        // exchange): not rewritten under it.
+        fs::remove_file(&spare).unwrap();
+        fs::write(&spare, b"old\n").unwrap();
+        let reader = File::open(&spare).unwrap();
+        reader.lock_shared().unwrap();
+        assert!(!replace_via_spare(&path, &spare, b"two\n").unwrap());
+        assert_eq!(fs::read(&spare).unwrap(), b"old\n");
+        assert_eq!(fs::read(&path).unwrap(), b"one\n");
+        drop(reader);
+        assert!(replace_via_spare(&path, &spare, b"two\n").unwrap());
+        assert_eq!(fs::read(&path).unwrap(), b"two\n");
+        write_atomic(&path, b"one\n").unwrap();
         // A spare that is not a file at all: the same.
         fs::remove_file(&spare).unwrap();
         fs::create_dir(&spare).unwrap();
