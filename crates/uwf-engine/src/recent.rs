@@ -77,6 +77,7 @@ mod tests {
                 graph: Default::default(),
             },
             steps: Vec::new(),
+            unloaded: 0,
         }
     }
 

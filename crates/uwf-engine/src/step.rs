@@ -186,7 +186,12 @@ fn step_once(
     let (view, decision) = match ctx.recent.take(id, head) {
         Some(kept) if !opts.resume => kept,
         _ => {
-            let view = thread::load(&ctx.cas, head)?;
+            // An in-process agent is handed the view (`AgentCall`), and may
+            // read any step of it; a process reads what it needs itself.
+            let view = match opts.in_process {
+                Some(_) => thread::load(&ctx.cas, head)?,
+                None => thread::load_recent(&ctx.cas, head)?,
+            };
             let decision = crate::suspend::decide(id, &view, opts.resume)?;
             (view, decision)
         }
@@ -864,6 +869,13 @@ pub fn apply_storing(
     let mut view = view;
     view.steps.push(loaded);
     view.head = new;
+    if !view.is_whole()
+        && let uwf_moderator::StepsNeeded::Last(n) = uwf_moderator::steps_needed(&view.workflow)
+    {
+        // What `recent` keeps of the thread stays a few steps however
+        // long it grows.
+        view.keep_last(n.max(1));
+    }
     let decided = view.decide();
     let done = match decided {
         Ok(d) if d.is_end() => {

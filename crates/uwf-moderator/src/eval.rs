@@ -203,6 +203,24 @@ pub enum ModeratorError {
         /// The conditions evaluated, in order; all were false.
         tried: Vec<String>,
     },
+
+    /// A decision was asked of a view of a thread's last steps
+    /// ([`crate::thread::load_recent`]) whose workflow reads further back.
+    #[error(
+        "workflow `{workflow}`: a decision needs more of the thread than the {loaded} of its {len} steps loaded"
+    )]
+    #[diagnostic(
+        code(uwf::moderator::history_not_loaded),
+        help("this is a bug in uwf: the thread should have been loaded whole; please report it")
+    )]
+    HistoryNotLoaded {
+        /// The workflow's name.
+        workflow: String,
+        /// Steps loaded.
+        loaded: usize,
+        /// Steps in the thread.
+        len: usize,
+    },
 }
 
 impl ModeratorError {
@@ -226,6 +244,7 @@ impl ModeratorError {
             | Self::UnknownCondition { role, .. }
             | Self::NoMatch { role, .. } => role,
             Self::Syntax(e) | Self::Evaluation(e) => &e.role,
+            Self::HistoryNotLoaded { .. } => "",
         }
     }
 
@@ -314,10 +333,15 @@ pub fn evaluate(
 /// rendering): what `ThreadView::decide` uses. The steps must be as loaded
 /// from the store: their conversion is kept for the next decision on this
 /// thread ([`KeptSteps`]).
+///
+/// `earlier` steps came before `steps` and were not loaded: the caller
+/// checked that the workflow reads no further back than `steps`
+/// ([`crate::needs`]), and the document holds a placeholder for each.
 pub(crate) fn evaluate_steps(
     workflow: &WorkflowPayload,
     start: &uwf_protocol::StartNodePayload,
     steps: &[crate::thread::LoadedStep],
+    earlier: usize,
     from_start: bool,
 ) -> Result<Decision, ModeratorError> {
     jsonata::on_big_stack(|| {
@@ -325,6 +349,7 @@ pub(crate) fn evaluate_steps(
         let source = Source::Steps {
             start,
             steps,
+            earlier,
             built: std::cell::OnceCell::new(),
             prepared: None,
             kept: true,
@@ -356,6 +381,7 @@ pub(crate) fn evaluate_prepared(
     let source = Source::Steps {
         start,
         steps,
+        earlier: 0,
         built: std::cell::OnceCell::new(),
         prepared,
         kept: false,
@@ -371,6 +397,8 @@ enum Source<'a> {
     Steps {
         start: &'a uwf_protocol::StartNodePayload,
         steps: &'a [crate::thread::LoadedStep],
+        /// Steps before `steps` that were not loaded ([`tail_input`]).
+        earlier: usize,
         built: std::cell::OnceCell<ModeratorContext>,
         /// The steps already converted for JSONata (at least `steps`, in
         /// the same order): the document is their prefix.
@@ -406,6 +434,12 @@ impl Source<'_> {
         match self {
             Source::Built(c) => context_input(c),
             Source::Steps {
+                start,
+                steps,
+                earlier,
+                ..
+            } if *earlier > 0 => tail_input(start, steps, *earlier),
+            Source::Steps {
                 prepared: Some(p),
                 steps,
                 ..
@@ -427,6 +461,30 @@ pub(crate) fn loaded_input(
     steps: &[crate::thread::LoadedStep],
 ) -> Result<Input, Failure> {
     steps_input(start, loaded_parts(steps))
+}
+
+/// The document conditions see for a thread of `earlier` unloaded steps
+/// followed by `steps`: each unloaded step is an empty object. Sound only
+/// for a workflow that reads the number of steps and no step before
+/// `steps` ([`crate::needs`]): such a decision cannot tell the
+/// placeholders from the steps, and converts only the steps loaded.
+fn tail_input(
+    start: &uwf_protocol::StartNodePayload,
+    steps: &[crate::thread::LoadedStep],
+    earlier: usize,
+) -> Result<Input, Failure> {
+    let start = start_value(start)?;
+    let placeholder = uwf_jsonata::Value::object(uwf_jsonata::object_with_capacity(0));
+    let mut values = Vec::with_capacity(earlier + steps.len());
+    values.resize(earlier, placeholder);
+    let mut convert = Converter::default();
+    for part in loaded_parts(steps) {
+        values.push(convert.step(&part)?);
+    }
+    let mut top = uwf_jsonata::object_with_capacity(2);
+    top.insert("start".to_owned(), start);
+    top.insert("steps".to_owned(), uwf_jsonata::Value::array(values));
+    Input::from_sorted(uwf_jsonata::Value::object(top))
 }
 
 /// What [`steps_input`] reads of each loaded step.

@@ -81,6 +81,7 @@ pub mod diff;
 mod eval;
 mod functions;
 mod jsonata;
+pub mod needs;
 pub mod replay;
 mod template;
 pub mod thread;
@@ -95,4 +96,5 @@ pub use eval::{
 pub use jsonata::{
     MAX_EVAL_DEPTH, MAX_EXPRESSION_BYTES, MAX_INPUT_DEPTH, MAX_RESULT_ITEMS, TIME_LIMIT_MS,
 };
+pub use needs::{StepsNeeded, steps_needed};
 pub use why::{Why, why_each, why_from};

@@ -35,8 +35,13 @@ pub struct ThreadView {
     pub workflow_hash: Hash,
     /// The workflow.
     pub workflow: WorkflowPayload,
-    /// The steps, oldest first.
+    /// The steps, oldest first: all of them, or, from [`load_recent`], the
+    /// last ones (then [`unloaded`](Self::unloaded) says how many came
+    /// before).
     pub steps: Vec<LoadedStep>,
+    /// How many steps before `steps[0]` were not loaded: `0` unless the
+    /// view came from [`load_recent`].
+    pub unloaded: usize,
 }
 
 /// One step of a [`ThreadView`].
@@ -64,15 +69,76 @@ impl ThreadView {
         self.steps.last()
     }
 
+    /// How many steps the thread has (loaded or not).
+    pub fn len(&self) -> usize {
+        self.unloaded + self.steps.len()
+    }
+
+    /// Whether the thread has no step yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether every step is loaded (not a view of the last ones only).
+    pub fn is_whole(&self) -> bool {
+        self.unloaded == 0
+    }
+
+    /// Forgets all but the last `n` steps of a view of the last ones
+    /// (a whole view stays whole): what a long-lived process keeps of a
+    /// thread whose decisions read only its last steps
+    /// ([`steps_needed`](crate::steps_needed)).
+    pub fn keep_last(&mut self, n: usize) {
+        if self.is_whole() || self.steps.len() <= n {
+            return;
+        }
+        let drop = self.steps.len() - n;
+        self.steps.drain(..drop);
+        self.unloaded += drop;
+    }
+
     /// What the moderator decides for this thread ([`evaluate`](crate::evaluate) over it).
+    ///
+    /// For a view of the last steps ([`load_recent`]), the decision is the
+    /// one of the whole thread when the workflow's decisions read no
+    /// further back than the steps loaded; otherwise
+    /// [`ModeratorError::HistoryNotLoaded`].
     pub fn decide(&self) -> Result<Decision, ModeratorError> {
-        crate::eval::evaluate_steps(&self.workflow, &self.start, &self.steps, false)
+        self.enough_loaded()?;
+        crate::eval::evaluate_steps(
+            &self.workflow,
+            &self.start,
+            &self.steps,
+            self.unloaded,
+            false,
+        )
     }
 
     /// What the moderator decides when this thread is resumed after
     /// reaching `$SUSPEND` ([`evaluate_resume`](crate::eval::evaluate_resume)).
     pub fn decide_resume(&self) -> Result<Decision, ModeratorError> {
-        crate::eval::evaluate_steps(&self.workflow, &self.start, &self.steps, true)
+        self.enough_loaded()?;
+        crate::eval::evaluate_steps(
+            &self.workflow,
+            &self.start,
+            &self.steps,
+            self.unloaded,
+            true,
+        )
+    }
+
+    fn enough_loaded(&self) -> Result<(), ModeratorError> {
+        if self.is_whole() {
+            return Ok(());
+        }
+        match crate::needs::steps_needed(&self.workflow) {
+            crate::StepsNeeded::Last(n) if n <= self.steps.len() => Ok(()),
+            _ => Err(ModeratorError::HistoryNotLoaded {
+                workflow: self.workflow.name.clone(),
+                loaded: self.steps.len(),
+                len: self.len(),
+            }),
+        }
     }
 }
 
@@ -229,48 +295,9 @@ fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadV
                 break;
             }
             walked += 1;
-            if !seen.insert(hash) {
-                return Err(ThreadError::Cycle { hash });
-            }
-            if steps.len() >= MAX_STEPS {
-                return Err(ThreadError::TooLong {
-                    head,
-                    limit: MAX_STEPS,
-                });
-            }
-            if node.type_hash != types.step_node {
-                return Err(wrong_type(cas, hash, "StepNode", &node));
-            }
-            let p: StepNodePayload = payload(hash, "StepNode", &node)?;
-            if p.start != start_hash {
-                return Err(ThreadError::BrokenChain {
-                    step: hash,
-                    expected: start_hash,
-                    found: p.start,
-                });
-            }
-            let out_hash = p.record.output;
-            // The previous step and this step's output in one read: one
-            // query instead of two on a networked store (`get_many`); the
-            // same two reads, in the same order, on the others.
-            let (prev_node, output_node) = match p.prev {
-                Some(prev) => {
-                    let mut both = cas.store().get_many(&[prev, out_hash])?.into_iter();
-                    let prev_node = both.next().flatten().ok_or_else(|| ThreadError::NotFound {
-                        hash: prev,
-                        what: format!("previous step of {hash}"),
-                    })?;
-                    (Some((prev, prev_node)), both.next().flatten())
-                }
-                None => (None, cas.try_get(out_hash)?),
-            };
+            let p = checked_step(cas, &mut seen, steps.len(), (hash, &node), head, start_hash)?;
+            let (prev_node, output) = previous_and_output(cas, hash, &p)?;
             current = prev_node;
-            let output = output_node
-                .ok_or_else(|| ThreadError::NotFound {
-                    hash: out_hash,
-                    what: format!("output of step {hash}"),
-                })?
-                .payload;
             steps.push(LoadedStep {
                 hash,
                 payload: p,
@@ -302,6 +329,7 @@ fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadV
         workflow_hash: workflow.hash,
         workflow: workflow.payload,
         steps,
+        unloaded: 0,
     };
     // A new entry only after a walk of some length: the steps since the
     // last entry are a few node reads, cheaper than rewriting the whole
@@ -310,6 +338,179 @@ fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadV
         crate::view_cache::write(cas, &view);
     }
     Ok(view)
+}
+
+/// Reads what a step of a thread needs to decide: the whole thread
+/// ([`load`]) if its workflow's decisions may read any step, else only its
+/// last steps and how many there are ([`crate::steps_needed`]): a view with
+/// [`ThreadView::unloaded`] steps before the ones loaded, whose decisions
+/// are those of the whole thread. On a long thread that is a few node reads
+/// instead of the whole chain and its conversion for the conditions.
+///
+/// The steps loaded are checked as [`load`] checks them, and so is every
+/// StepNode walked past them to find the chain's length: in the derived
+/// cache, for the newest step that has an entry (see
+/// `crate::view_cache`), else by walking to the start. A walk of
+/// [`REWRITE_AFTER`](crate::view_cache::REWRITE_AFTER) steps or more
+/// records the length at the head for the next step (best effort).
+pub fn load_recent<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, ThreadError> {
+    let types = cas.types();
+    let head_node = fetch(cas, head, || "thread head".into())?;
+    if head_node.type_hash != types.step_node {
+        // The StartNode (no steps to leave out), or the error `load` gives.
+        return load(cas, head);
+    }
+    let first: StepNodePayload = payload(head, "StepNode", &head_node)?;
+    let start_hash = first.start;
+    let (start, workflow) = start_and_workflow(
+        cas,
+        start_hash,
+        fetch(cas, start_hash, || "StartNode".into())?,
+    )?;
+    let wanted = match crate::needs::steps_needed(&workflow.payload) {
+        crate::StepsNeeded::Last(n) => n.max(1),
+        crate::StepsNeeded::All => return load(cas, head),
+    };
+
+    // Newest first while walking.
+    let mut tail: Vec<LoadedStep> = Vec::with_capacity(wanted);
+    let mut seen = HashSet::new();
+    // The steps walked, newest first (whose length entries a new one replaces).
+    let mut path = Vec::new();
+    let mut current = Some((head, head_node));
+    let mut walked = 0usize;
+    // The length, once a cache entry gave it: (steps, walked to the entry, its step).
+    let mut counted: Option<(usize, usize, Hash)> = None;
+    loop {
+        let Some((hash, node)) = current.take() else {
+            break;
+        };
+        if counted.is_none()
+            && let Some(before) = crate::view_cache::read_len(cas, hash, start_hash)
+        {
+            counted = Some((walked + before, walked, hash));
+        }
+        if counted.is_some() && tail.len() >= wanted {
+            break;
+        }
+        let p = checked_step(cas, &mut seen, walked, (hash, &node), head, start_hash)?;
+        walked += 1;
+        if counted.is_none() {
+            path.push(hash);
+        }
+        if tail.len() < wanted {
+            let (prev_node, output) = previous_and_output(cas, hash, &p)?;
+            current = prev_node;
+            tail.push(LoadedStep {
+                hash,
+                payload: p,
+                output,
+                timestamp: node.timestamp,
+            });
+        } else {
+            current = match p.prev {
+                Some(prev) => Some((
+                    prev,
+                    fetch(cas, prev, || format!("previous step of {hash}"))?,
+                )),
+                None => None,
+            };
+        }
+    }
+    // Without an entry, the walk went to the first step.
+    let (len, to_count, counted_at) = match counted {
+        Some((len, to_count, at)) => (len, to_count, Some(at)),
+        None => (walked, walked, None),
+    };
+    if len < walked {
+        // An entry counting fewer steps than were walked to it is wrong
+        // (derived data, never the truth): read the thread whole.
+        return load(cas, head);
+    }
+    if len > MAX_STEPS {
+        return Err(ThreadError::TooLong {
+            head,
+            limit: MAX_STEPS,
+        });
+    }
+    tail.reverse();
+    if to_count >= crate::view_cache::REWRITE_AFTER {
+        crate::view_cache::write_len(cas, head, start_hash, len, counted_at, &path);
+    }
+    Ok(ThreadView {
+        head,
+        start_hash,
+        start: start.payload,
+        start_timestamp: start.timestamp,
+        workflow_hash: workflow.hash,
+        workflow: workflow.payload,
+        unloaded: len - tail.len(),
+        steps: tail,
+    })
+}
+
+/// The payload of StepNode `hash` (read as `node`) of the thread started at
+/// `start`, checked as a step of a chain walked back from `head` after
+/// `walked` steps (`seen`: the steps walked).
+fn checked_step<S: Store>(
+    cas: &Cas<S>,
+    seen: &mut HashSet<Hash>,
+    walked: usize,
+    (hash, node): (Hash, &Node),
+    head: Hash,
+    start: Hash,
+) -> Result<StepNodePayload, ThreadError> {
+    if !seen.insert(hash) {
+        return Err(ThreadError::Cycle { hash });
+    }
+    if walked >= MAX_STEPS {
+        return Err(ThreadError::TooLong {
+            head,
+            limit: MAX_STEPS,
+        });
+    }
+    if node.type_hash != cas.types().step_node {
+        return Err(wrong_type(cas, hash, "StepNode", node));
+    }
+    let p: StepNodePayload = payload(hash, "StepNode", node)?;
+    if p.start != start {
+        return Err(ThreadError::BrokenChain {
+            step: hash,
+            expected: start,
+            found: p.start,
+        });
+    }
+    Ok(p)
+}
+
+/// The step before StepNode `hash` (`p`), if any, and `hash`'s output.
+fn previous_and_output<S: Store>(
+    cas: &Cas<S>,
+    hash: Hash,
+    p: &StepNodePayload,
+) -> Result<(Option<(Hash, Node)>, serde_json::Value), ThreadError> {
+    let out_hash = p.record.output;
+    // The previous step and this step's output in one read: one query
+    // instead of two on a networked store (`get_many`); the same two
+    // reads, in the same order, on the others.
+    let (prev_node, output_node) = match p.prev {
+        Some(prev) => {
+            let mut both = cas.store().get_many(&[prev, out_hash])?.into_iter();
+            let prev_node = both.next().flatten().ok_or_else(|| ThreadError::NotFound {
+                hash: prev,
+                what: format!("previous step of {hash}"),
+            })?;
+            (Some((prev, prev_node)), both.next().flatten())
+        }
+        None => (None, cas.try_get(out_hash)?),
+    };
+    let output = output_node
+        .ok_or_else(|| ThreadError::NotFound {
+            hash: out_hash,
+            what: format!("output of step {hash}"),
+        })?
+        .payload;
+    Ok((prev_node, output))
 }
 
 /// A payload read from the node of a thread, with what the node says of it.

@@ -378,3 +378,160 @@ fn load_head_reads_the_head_start_and_workflow_only() {
         })
     ));
 }
+
+/// A workflow whose decisions read the number of steps and the last two.
+const RECENT: &str = r#"
+name: recent
+roles:
+  a: { goal: A., meta: { type: object } }
+  b: { goal: B., meta: { type: object } }
+conditions:
+  enough: "$count(steps) >= 23"
+  twice: "steps[-2].output.n = steps[-1].output.n"
+  odd: "steps[-1].output.n % 2 = 1"
+graph:
+  $START: [{ role: a }]
+  a:
+    - { role: $END, condition: enough }
+    - { role: b, condition: twice, prompt: "again {{ n }}" }
+    - { role: a, condition: odd }
+    - { role: b }
+  b: [{ role: a }]
+"#;
+
+impl Fixture {
+    /// A thread of `RECENT` whose step `i` outputs `{n: ns[i]}`, every head.
+    fn recent_thread(&self, ns: &[u64]) -> Vec<Hash> {
+        let def = h(parse_yaml(RECENT, "recent.yaml"));
+        let workflow = h(register(&self.cas, &def)).hash;
+        let start = put_start(&self.cas, workflow, "count");
+        let mut heads = vec![start];
+        let mut prev = None;
+        for (i, n) in ns.iter().enumerate() {
+            let role = if i % 3 == 2 { "b" } else { "a" };
+            let step = self.step(start, prev, role, json!({ "n": n }));
+            prev = Some(step);
+            heads.push(step);
+        }
+        heads
+    }
+}
+
+fn decision_text(view: &ThreadView) -> String {
+    match view.decide() {
+        Ok(d) => format!("{} #{} {:?}", d.next, d.index, d.prompt),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+#[test]
+fn a_view_of_the_last_steps_decides_as_the_whole_thread() {
+    let f = fixture();
+    let ns: Vec<u64> = (0..60u64).map(|i| (i * 7 + i / 5) % 4).collect();
+    let heads = f.recent_thread(&ns);
+    // Every head, in order (the length entries written on the way serve
+    // the next ones), then every head again in reverse, with chain
+    // entries written by whole loads in between.
+    let order = heads.iter().chain(heads.iter().rev());
+    for (i, &head) in order.enumerate() {
+        if i % 11 == 0 {
+            h(load(&f.cas, head));
+        }
+        let whole = h(load_uncached(&f.cas, head));
+        let recent = h(load_recent(&f.cas, head));
+        assert_eq!(recent.len(), whole.steps.len(), "length at {head}");
+        assert_eq!(recent.steps.len(), whole.steps.len().min(2));
+        assert_eq!(
+            recent.steps,
+            whole.steps[whole.steps.len() - recent.steps.len()..]
+        );
+        assert_eq!(decision_text(&recent), decision_text(&whole), "at {head}");
+        assert_eq!(
+            recent.decide_resume().ok(),
+            whole.decide_resume().ok(),
+            "resume at {head}"
+        );
+    }
+}
+
+#[test]
+fn the_length_is_walked_once_then_read_from_the_cache() {
+    let f = fixture();
+    let heads = f.recent_thread(&[1; 30]);
+    let key = |h: Hash| format!("len-{h}");
+    let view = h(load_recent(&f.cas, heads[30]));
+    assert_eq!((view.unloaded, view.steps.len()), (28, 2));
+    assert!(
+        h(f.cas.store().cache_get(&key(heads[30]))).is_some(),
+        "a long walk records the length"
+    );
+    // The next step stops at that entry, and writes none of its own.
+    let next = f.step(view.start_hash, Some(heads[30]), "a", json!({ "n": 1 }));
+    let view = h(load_recent(&f.cas, next));
+    assert_eq!((view.unloaded, view.steps.len()), (29, 2));
+    assert!(h(f.cas.store().cache_get(&key(next))).is_none());
+
+    // A damaged entry, or one of another thread, is not believed.
+    let entry = h(f.cas.store().cache_get(&key(heads[30]))).unwrap_or_default();
+    let text = String::from_utf8(entry).unwrap_or_default();
+    for bad in [
+        text.replace(" 30 ", " 31 "),
+        text.replace(&view.start_hash.to_string(), &heads[1].to_string()),
+        text.trim_end().to_string(),
+        String::new(),
+    ] {
+        h(f.cas.store().cache_put(&key(heads[30]), bad.as_bytes()));
+        let view = h(load_recent(&f.cas, next));
+        assert_eq!(view.len(), 31, "entry {bad:?}");
+    }
+}
+
+#[test]
+fn a_workflow_that_may_read_any_step_is_loaded_whole() {
+    let f = fixture();
+    let mut prev = None;
+    for _ in 0..20 {
+        prev = Some(f.step(f.start, prev, "writer", json!({})));
+    }
+    let head = prev.unwrap_or(f.start);
+    let changed = YAML.replace(
+        "\"steps[-1].output.approved = false\"",
+        "\"$count(steps[role = 'reviewer']) < 3\"",
+    );
+    let workflow = h(register(&f.cas, &h(parse_yaml(&changed, "r.yaml")))).hash;
+    let start = put_start(&f.cas, workflow, "x");
+    let mut prev = None;
+    for _ in 0..20 {
+        prev = Some(f.step(start, prev, "writer", json!({})));
+    }
+    let whole = h(load_recent(&f.cas, prev.unwrap_or(start)));
+    assert!(whole.is_whole());
+    assert_eq!(whole.steps.len(), 20);
+    // The first workflow reads the last step only.
+    let recent = h(load_recent(&f.cas, head));
+    assert_eq!((recent.unloaded, recent.steps.len()), (19, 1));
+    // Handed a workflow that reads further back, the view refuses to decide.
+    let mut wrong = recent.clone();
+    wrong.workflow = whole.workflow.clone();
+    assert!(matches!(
+        wrong.decide(),
+        Err(crate::ModeratorError::HistoryNotLoaded {
+            loaded: 1,
+            len: 20,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn keep_last_forgets_only_what_a_view_of_the_last_steps_can() {
+    let f = fixture();
+    let heads = f.recent_thread(&[1, 2, 3, 4, 5, 6]);
+    let mut whole = h(load(&f.cas, heads[6]));
+    whole.keep_last(2);
+    assert_eq!((whole.unloaded, whole.steps.len()), (0, 6));
+    let mut recent = h(load_recent(&f.cas, heads[6]));
+    recent.keep_last(1);
+    assert_eq!((recent.unloaded, recent.steps.len()), (5, 1));
+    assert_eq!(recent.last_step().map(|s| s.hash), Some(heads[6]));
+}

@@ -17,6 +17,13 @@
 //! A load that had to read [`REWRITE_AFTER`] or more steps from the nodes
 //! caches the chain it loaded; the entry it was built from is then removed,
 //! so the cache holds about one entry per thread rather than one per step.
+//!
+//! A step whose workflow reads only the last steps and their number
+//! ([`crate::thread::load_recent`]) needs the chain's length, not the
+//! chain: `len-<step hash>` entries hold just that (one line: format, the
+//! StartNode, the step, the number of steps, and a checksum of the rest),
+//! written and replaced the same way; a chain entry, checked whole but not
+//! parsed, answers too.
 
 use serde::{Deserialize, Serialize};
 use uwf_cas::{Cas, Hash, Store};
@@ -129,13 +136,86 @@ fn parse(bytes: &[u8], last: Hash, start: Hash) -> Option<Vec<LoadedStep>> {
     (steps.last().map(|s| s.hash) == Some(last)).then_some(steps)
 }
 
+fn len_key(step: Hash) -> String {
+    format!("len-{step}")
+}
+
+/// Format of a length entry's line.
+const LEN_FORMAT: &str = "uwf-len-1";
+
+/// The number of steps of the chain ending at StepNode `last` of the thread
+/// started at `start`, if a sound entry gives it: a length entry, else a
+/// chain entry (its header and checksum checked, its steps not parsed).
+pub(crate) fn read_len<S: Store>(cas: &Cas<S>, last: Hash, start: Hash) -> Option<usize> {
+    if let Ok(Some(bytes)) = cas.store().cache_get(&len_key(last))
+        && let Some(len) = parse_len(&bytes, last, start)
+    {
+        return Some(len);
+    }
+    let bytes = cas.store().cache_get(&key(last)).ok()??;
+    let newline = bytes.iter().position(|&b| b == b'\n')?;
+    let header: Header = serde_json::from_slice(&bytes[..newline]).ok()?;
+    let sound = header.v == VERSION
+        && header.check == checksum(&bytes[newline + 1..])
+        && header.last == last.to_string()
+        && header.start == start.to_string()
+        && header.len > 0;
+    sound.then_some(header.len)
+}
+
+fn len_line(start: Hash, last: Hash, len: usize) -> String {
+    format!("{LEN_FORMAT} {start} {last} {len}")
+}
+
+fn parse_len(bytes: &[u8], last: Hash, start: Hash) -> Option<usize> {
+    let text = std::str::from_utf8(bytes).ok()?.strip_suffix('\n')?;
+    let (line, check) = text.rsplit_once(' ')?;
+    if check != checksum(line.as_bytes()) {
+        return None;
+    }
+    let len: usize = line.rsplit_once(' ')?.1.parse().ok()?;
+    (len > 0 && line == len_line(start, last, len)).then_some(len)
+}
+
+/// Records that the chain ending at `last` (of the thread started at
+/// `start`) has `len` steps (best effort), and drops the length entries
+/// this one replaces: that of `older`, the step the count was made from,
+/// and the first one found among `walked` (the steps walked before it,
+/// newest first; an entry there was damaged, since the walk went past it).
+pub(crate) fn write_len<S: Store>(
+    cas: &Cas<S>,
+    last: Hash,
+    start: Hash,
+    len: usize,
+    older: Option<Hash>,
+    walked: &[Hash],
+) {
+    let line = len_line(start, last, len);
+    let entry = format!("{line} {}\n", checksum(line.as_bytes()));
+    if let Err(e) = cas.store().cache_put(&len_key(last), entry.as_bytes()) {
+        tracing::debug!(%last, "cannot cache the chain's length: {e}");
+        return;
+    }
+    if let Some(older) = older
+        && older != last
+    {
+        let _ = cas.store().cache_remove(&len_key(older));
+    }
+    for step in walked.iter().filter(|s| **s != last).take(64) {
+        match cas.store().cache_remove(&len_key(*step)) {
+            Ok(false) => {}
+            Ok(true) | Err(_) => break,
+        }
+    }
+}
+
 /// Caches the chain of `view` under its last step (best effort), and drops
 /// the entry of the longest shorter chain it may have been built from.
 pub(crate) fn write<S: Store>(cas: &Cas<S>, view: &ThreadView) {
     let Some(last) = view.steps.last() else {
         return;
     };
-    if view.steps.len() < MIN_STEPS {
+    if view.steps.len() < MIN_STEPS || !view.is_whole() {
         return;
     }
     // Only a chain whose links are what the entry's format implies is

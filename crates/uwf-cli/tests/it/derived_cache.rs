@@ -28,6 +28,23 @@ graph:
   work: [ { role: $END, condition: enough }, { role: work, condition: null } ]
 "#;
 
+/// The same loop with a condition that may read any step: each step loads
+/// the whole chain (chain entries) where `LOOP`'s steps read the last step
+/// and the chain's length (length entries).
+const LOOP_ALL: &str = r#"name: loop
+description: a counted loop that reads the whole history
+roles:
+  work:
+    description: works
+    systemPrompt: "do the work"
+    outputSchema: { type: object, properties: { n: { type: integer } }, required: [n] }
+conditions:
+  enough: { description: forty steps, expression: "$count(steps[role = 'work']) >= 40" }
+graph:
+  $START: [ { role: work, condition: null } ]
+  work: [ { role: $END, condition: enough }, { role: work, condition: null } ]
+"#;
+
 const SCENARIO: &str =
     "roles:\n  work:\n    - output: { n: 1 }\n    - output: { n: 2 }\n    - output: { n: 3 }\n";
 
@@ -121,9 +138,13 @@ fn clear(env: &Env) {
 /// Steps a fresh thread on `backend` to its end, calling `disturb` before
 /// every step; returns the thread's whole chain (as `thread steps` prints
 /// it) and the number of steps. `None` when PostgreSQL tests are skipped.
-fn run(backend: Backend, disturb: &mut dyn FnMut(&Env, usize)) -> Option<(String, usize)> {
+fn run(
+    backend: Backend,
+    workflow: &str,
+    disturb: &mut dyn FnMut(&Env, usize),
+) -> Option<(String, usize)> {
     let env = Env::on(backend)?;
-    let wf = env.file("loop.yaml", LOOP);
+    let wf = env.file("loop.yaml", workflow);
     let scenario = env.file("loop.mock.yaml", SCENARIO);
     // An alias, so both runs record the same agent label.
     env.set_config(&format!(
@@ -164,7 +185,13 @@ fn run(backend: Backend, disturb: &mut dyn FnMut(&Env, usize)) -> Option<(String
 }
 
 fn damaged_or_deleted_caches_never_change_a_step(backend: Backend) {
-    let Some((clean_head, clean_steps)) = run(backend, &mut |_, _| {}) else {
+    for workflow in [LOOP, LOOP_ALL] {
+        disturbed_steps_end_where_clean_ones_do(backend, workflow);
+    }
+}
+
+fn disturbed_steps_end_where_clean_ones_do(backend: Backend, workflow: &str) {
+    let Some((clean_head, clean_steps)) = run(backend, workflow, &mut |_, _| {}) else {
         return;
     };
     assert!(
@@ -177,7 +204,7 @@ fn damaged_or_deleted_caches_never_change_a_step(backend: Backend) {
     let mut done = [0usize; 5];
     // Every entry seen so far, as uwf wrote it.
     let mut seen: Vec<(String, Vec<u8>)> = Vec::new();
-    let (head, steps) = run(backend, &mut |env, n| {
+    let (head, steps) = run(backend, workflow, &mut |env, n| {
         let entries = cache_entries(env);
         for (i, (key, bytes)) in entries.iter().enumerate() {
             let kind = (n + i) % 5;
@@ -186,8 +213,8 @@ fn damaged_or_deleted_caches_never_change_a_step(backend: Backend) {
                 0 => remove(env, key),
                 // Cut in half.
                 1 => overwrite(env, key, &bytes[..bytes.len() / 2]),
-                // One bit flipped in the body.
-                2 => {
+                // One bit flipped in the body (of an entry not emptied before).
+                2 if bytes.len() > 10 => {
                     let mut bytes = bytes.clone();
                     let at = bytes.len() - 10;
                     bytes[at] ^= 0x04;
