@@ -351,8 +351,8 @@ fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadV
 /// StepNode walked past them to find the chain's length: in the derived
 /// cache, for the newest step that has an entry (see
 /// `crate::view_cache`), else by walking to the start. A walk of
-/// [`REWRITE_AFTER`](crate::view_cache::REWRITE_AFTER) steps or more
-/// records the length at the head for the next step (best effort).
+/// [`LEN_REWRITE_AFTER`](crate::view_cache::LEN_REWRITE_AFTER) steps or
+/// more records the length at the head for the next step (best effort).
 pub fn load_recent<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, ThreadError> {
     let types = cas.types();
     let head_node = fetch(cas, head, || "thread head".into())?;
@@ -434,7 +434,7 @@ pub fn load_recent<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, Thr
         });
     }
     tail.reverse();
-    if to_count >= crate::view_cache::REWRITE_AFTER {
+    if to_count >= crate::view_cache::LEN_REWRITE_AFTER {
         crate::view_cache::write_len(cas, head, start_hash, len, counted_at, &path);
     }
     Ok(ThreadView {

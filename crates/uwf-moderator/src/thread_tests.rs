@@ -459,30 +459,37 @@ fn the_length_is_walked_once_then_read_from_the_cache() {
     let f = fixture();
     let heads = f.recent_thread(&[1; 30]);
     let key = |h: Hash| format!("len-{h}");
+    let entry = |step: Hash| h(f.cas.store().cache_get(&key(step)));
     let view = h(load_recent(&f.cas, heads[30]));
     assert_eq!((view.unloaded, view.steps.len()), (28, 2));
-    assert!(
-        h(f.cas.store().cache_get(&key(heads[30]))).is_some(),
-        "a long walk records the length"
-    );
-    // The next step stops at that entry, and writes none of its own.
+    assert!(entry(heads[30]).is_some(), "a walk records the length");
+    // The next step stops at that entry, and replaces it with its own.
     let next = f.step(view.start_hash, Some(heads[30]), "a", json!({ "n": 1 }));
     let view = h(load_recent(&f.cas, next));
     assert_eq!((view.unloaded, view.steps.len()), (29, 2));
-    assert!(h(f.cas.store().cache_get(&key(next))).is_none());
+    assert!(entry(next).is_some());
+    assert!(
+        entry(heads[30]).is_none(),
+        "the entry it replaced is removed"
+    );
+    // The entry at the head itself is enough: nothing is written.
+    let written = entry(next);
+    assert_eq!(h(load_recent(&f.cas, next)).len(), 31);
+    assert_eq!(entry(next), written);
 
-    // A damaged entry, or one of another thread, is not believed.
-    let entry = h(f.cas.store().cache_get(&key(heads[30]))).unwrap_or_default();
-    let text = String::from_utf8(entry).unwrap_or_default();
+    // A damaged entry, or one of another step or thread, is not believed.
+    let text = String::from_utf8(written.unwrap_or_default()).unwrap_or_default();
     for bad in [
-        text.replace(" 30 ", " 31 "),
+        text.replace(" 31 ", " 32 "),
         text.replace(&view.start_hash.to_string(), &heads[1].to_string()),
+        text.replace(&next.to_string(), &heads[30].to_string()),
         text.trim_end().to_string(),
         String::new(),
     ] {
-        h(f.cas.store().cache_put(&key(heads[30]), bad.as_bytes()));
+        h(f.cas.store().cache_put(&key(next), bad.as_bytes()));
         let view = h(load_recent(&f.cas, next));
         assert_eq!(view.len(), 31, "entry {bad:?}");
+        assert_eq!(entry(next), Some(text.clone().into_bytes()), "rewritten");
     }
 }
 

@@ -22,7 +22,8 @@
 //! ([`crate::thread::load_recent`]) needs the chain's length, not the
 //! chain: `len-<step hash>` entries hold just that (one line: format, the
 //! StartNode, the step, the number of steps, and a checksum of the rest),
-//! written and replaced the same way; a chain entry, checked whole but not
+//! replaced the same way but rewritten by every step that walked past its
+//! head ([`LEN_REWRITE_AFTER`]); a chain entry, checked whole but not
 //! parsed, answers too.
 
 use serde::{Deserialize, Serialize};
@@ -42,6 +43,12 @@ const MIN_STEPS: usize = 16;
 /// every few steps, not on every one, and a load reads at most this many
 /// steps besides its entry.
 pub(crate) const REWRITE_AFTER: usize = 8;
+
+/// A length entry is rewritten at the head by a load that walked this many
+/// steps to the entry it counted from: one line is cheaper to write (one
+/// small file, or one row) than the walk it saves the next step, a node
+/// read and two cache look-ups per step on a networked store.
+pub(crate) const LEN_REWRITE_AFTER: usize = 1;
 
 fn key(step: Hash) -> String {
     format!("chain-{step}")
