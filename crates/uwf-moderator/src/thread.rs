@@ -349,10 +349,10 @@ fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadV
 ///
 /// The steps loaded are checked as [`load`] checks them, and so is every
 /// StepNode walked past them to find the chain's length: in the derived
-/// cache, for the newest step that has an entry (see
-/// `crate::view_cache`), else by walking to the start. A walk of
-/// [`LEN_REWRITE_AFTER`](crate::view_cache::LEN_REWRITE_AFTER) steps or
-/// more records the length at the head for the next step (best effort).
+/// cache (a `len-<step>` or `chain-<step>` entry, docs/state.md), for the
+/// newest step that has an entry, else by walking to the start. A walk to
+/// an older entry records the length at the head for the next step (best
+/// effort).
 pub fn load_recent<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, ThreadError> {
     let types = cas.types();
     let head_node = fetch(cas, head, || "thread head".into())?;
