@@ -122,6 +122,9 @@ impl Scan {
                 // `$$` is the document anywhere; `$last`/`$first` search
                 // its steps; the template helpers read `$$`.
                 "$" | "last" | "first" | "__uwfVar" | "__uwfGet" => self.all(),
+                // A function taken as a value (`$s := $string`) may be
+                // called with its argument left out, anywhere.
+                name if takes_the_document(name, 0) => self.all(),
                 _ => {}
             },
             Kind::Wildcard | Kind::Descendant if root => self.all(),
@@ -157,6 +160,9 @@ impl Scan {
                     self.node(o, root);
                 }
             }
+            // A function of the language rebound (`$count := …`) is no
+            // longer what the forms above assume.
+            Kind::Bind { name, .. } if is_function(name) => self.all(),
             Kind::Bind { value, .. } => self.node(value, root),
             Kind::Call { .. } => self.call(n, root, 0),
             Kind::Lambda(l) => {
@@ -166,6 +172,7 @@ impl Scan {
                 if l.signature
                     .as_ref()
                     .is_some_and(|s| s.params.iter().any(|p| p.context))
+                    || l.params.iter().any(|p| is_function(p))
                 {
                     self.all();
                 }
@@ -207,15 +214,26 @@ impl Scan {
         if root && extra == 0 && is_count_of_steps(procedure, args) {
             return;
         }
-        if let Kind::Variable(name) = &procedure.kind
-            && root
-            && takes_the_document(name, args.len() + extra)
-        {
-            return self.all();
+        match &procedure.kind {
+            // Called by name: what matters is the arguments given.
+            Kind::Variable(name) if bare(procedure) => {
+                if matches!(
+                    name.as_str(),
+                    "$" | "" | "last" | "first" | "__uwfVar" | "__uwfGet"
+                ) || (root && takes_the_document(name, args.len() + extra))
+                {
+                    return self.all();
+                }
+            }
+            _ => self.node(procedure, root),
         }
-        self.node(procedure, root);
         args.iter().for_each(|a| self.node(a, root));
     }
+}
+
+/// Whether `name` is a builtin or one of the moderator's functions.
+fn is_function(name: &str) -> bool {
+    crate::functions::signature(name).is_some() || uwf_jsonata::builtin_signature(name).is_some()
 }
 
 /// Whether a node has nothing applied to it as a path step or value.
@@ -342,6 +360,7 @@ mod tests {
             ("$string(steps[-1].output.n) = '1'", Last(1)),
             ("$keys(steps[-1].output) = ['a']", Last(1)),
             ("$lookup(steps[-1].output, 'a') = 1", Last(1)),
+            ("$lookup(steps[-1].output, 'a') ~> $lookup('b')", Last(1)),
             ("$substring(steps[-1].output.t, 1) = 'a'", Last(1)),
             ("$exists(steps[-1].output.reason)", Last(1)),
             ("steps[-1].output.(a + b) > 1", Last(1)),
@@ -392,6 +411,10 @@ mod tests {
             "$each($, function($v){ $v })",
             "$spread($)",
             "$spread()",
+            "($s := $string; $s())",
+            "($count := function($a){ $a[0].output.ok }; $count(steps))",
+            "(function($count){ $count(steps) })(function($a){ $a[0] })",
+            "$map(steps[-1].output.xs, $string)",
             "$lookup('steps')",
             "$sift(function($v){ true })",
             "$each(function($v){ $v })",
