@@ -468,7 +468,7 @@ pub(crate) fn loaded_input(
 /// for a workflow that reads the number of steps and no step before
 /// `steps` ([`crate::needs`]): such a decision cannot tell the
 /// placeholders from the steps, and converts only the steps loaded.
-fn tail_input(
+pub(crate) fn tail_input(
     start: &uwf_protocol::StartNodePayload,
     steps: &[crate::thread::LoadedStep],
     earlier: usize,

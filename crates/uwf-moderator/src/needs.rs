@@ -427,6 +427,99 @@ mod tests {
         }
     }
 
+    /// A thread of `n` steps with varied roles and outputs.
+    fn steps(n: usize) -> Vec<crate::thread::LoadedStep> {
+        use uwf_cas::Hash;
+        use uwf_protocol::{StepNodePayload, StepRecord};
+        (0..n)
+            .map(|i| {
+                let role = ["a", "b", "c"][i % 3];
+                let output = serde_json::json!({
+                    "n": (i * 7) % 5,
+                    "ok": i % 4 == 1,
+                    "items": (0..i % 3).collect::<Vec<_>>(),
+                    "text": format!("step {i}"),
+                });
+                crate::thread::LoadedStep {
+                    hash: Hash::from_u64(100 + i as u64),
+                    payload: StepNodePayload {
+                        start: Hash::from_u64(1),
+                        prev: i.checked_sub(1).map(|p| Hash::from_u64(100 + p as u64)),
+                        record: StepRecord {
+                            role: role.into(),
+                            output: Hash::from_u64(1000 + i as u64),
+                            detail: Hash::from_u64(2),
+                            agent: format!("agent-{}", i % 2),
+                        },
+                        child_thread: None,
+                    },
+                    output,
+                    timestamp: i as u64,
+                }
+            })
+            .collect()
+    }
+
+    /// Every expression the analysis lets read only the last `k` steps
+    /// evaluates to the same value, or fails the same way, against the
+    /// whole thread and against its last steps behind placeholders.
+    #[test]
+    fn a_tail_with_placeholders_evaluates_as_the_whole_thread() {
+        let start = uwf_protocol::StartNodePayload {
+            workflow: uwf_cas::Hash::from_u64(3),
+            prompt: "go".into(),
+            parent_state: None,
+        };
+        let expressions = [
+            "$count(steps) >= 4",
+            "$count(steps) = 0 ? 'none' : steps[-1].role",
+            "steps[-1].output.ok",
+            "steps[-1].output.n = steps[-2].output.n",
+            "steps[-3].role & steps[-1].role",
+            "steps[-2]",
+            "steps[-1].output.items[$ > 0]",
+            "$string(steps[-1].output)",
+            "$keys(steps[-1].output)",
+            "$lookup(steps[-1].output, 'text')",
+            "$sum(steps[-1].output.items) + $count(steps)",
+            "steps[-1].output.n + 'a'",
+            "steps[-1].output ~> $string()",
+            "$map(steps[-1].output.items, function($v){ $v * $count(steps) })",
+            "{'last': steps[-1].role, 'n': $count(steps)}",
+            "[steps[-1], steps[-2]].role",
+            "($s := steps[-1]; $s.agent = 'agent-1' and $s.output.ok)",
+            "steps[-1].(output.n > 2 ? role : agent)",
+            "start.prompt & $string($count(steps))",
+            "steps[-5].output.text",
+        ];
+        for expr in expressions {
+            let compiled = crate::jsonata::compile(expr).expect("parses");
+            let StepsNeeded::Last(k) = expression_needs(compiled.ast()) else {
+                panic!("{expr} should read the last steps only");
+            };
+            for len in 0..14 {
+                let all = steps(len);
+                let show = |r: Result<uwf_jsonata::Value, crate::jsonata::Failure>| match r {
+                    Ok(v) => format!("{:?}", v.to_json()),
+                    Err(f) => format!("error {}", f.message()),
+                };
+                let whole = crate::jsonata::on_big_stack(|| {
+                    let input = crate::eval::loaded_input(&start, &all).expect("input");
+                    show(crate::jsonata::evaluated(&compiled, &input))
+                });
+                for kept in k.max(1).min(len)..=len {
+                    let earlier = len - kept;
+                    let tail = crate::jsonata::on_big_stack(|| {
+                        let input = crate::eval::tail_input(&start, &all[earlier..], earlier)
+                            .expect("input");
+                        show(crate::jsonata::evaluated(&compiled, &input))
+                    });
+                    assert_eq!(tail, whole, "{expr}: {len} steps, the last {kept} loaded");
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_workflow_reads_what_its_conditions_and_prompts_read() {
         let workflow = |conditions: &str, prompt: &str| -> WorkflowPayload {
