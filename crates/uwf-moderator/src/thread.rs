@@ -350,9 +350,9 @@ fn load_with<S: Store>(cas: &Cas<S>, head: Hash, cached: bool) -> Result<ThreadV
 /// The steps loaded are checked as [`load`] checks them, and so is every
 /// StepNode walked past them to find the chain's length: in the derived
 /// cache (a `len-<step>` or `chain-<step>` entry, docs/state.md), for the
-/// newest step that has an entry, else by walking to the start. A walk to
-/// an older entry records the length at the head for the next step (best
-/// effort).
+/// newest step that has an entry, else by walking to the start. A walk of
+/// 8 steps or more to find it records the length at the head for the next
+/// steps (best effort).
 pub fn load_recent<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, ThreadError> {
     let types = cas.types();
     let head_node = fetch(cas, head, || "thread head".into())?;
@@ -434,7 +434,7 @@ pub fn load_recent<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, Thr
         });
     }
     tail.reverse();
-    if to_count >= crate::view_cache::LEN_REWRITE_AFTER {
+    if to_count >= crate::view_cache::REWRITE_AFTER {
         crate::view_cache::write_len(cas, head, start_hash, len, counted_at, &path);
     }
     Ok(ThreadView {

@@ -462,34 +462,37 @@ fn the_length_is_walked_once_then_read_from_the_cache() {
     let entry = |step: Hash| h(f.cas.store().cache_get(&key(step)));
     let view = h(load_recent(&f.cas, heads[30]));
     assert_eq!((view.unloaded, view.steps.len()), (28, 2));
-    assert!(entry(heads[30]).is_some(), "a walk records the length");
-    // The next step stops at that entry, and replaces it with its own.
-    let next = f.step(view.start_hash, Some(heads[30]), "a", json!({ "n": 1 }));
-    let view = h(load_recent(&f.cas, next));
-    assert_eq!((view.unloaded, view.steps.len()), (29, 2));
-    assert!(entry(next).is_some());
-    assert!(
-        entry(heads[30]).is_none(),
-        "the entry it replaced is removed"
-    );
-    // The entry at the head itself is enough: nothing is written.
-    let written = entry(next);
-    assert_eq!(h(load_recent(&f.cas, next)).len(), 31);
-    assert_eq!(entry(next), written);
+    assert!(entry(heads[30]).is_some(), "a long walk records the length");
+    // The next steps stop at that entry, and write none of their own until
+    // the walk to it is long again; then the older entry is removed.
+    let mut head = heads[30];
+    for n in 31..=40 {
+        head = f.step(view.start_hash, Some(head), "a", json!({ "n": 1 }));
+        let view = h(load_recent(&f.cas, head));
+        assert_eq!((view.unloaded, view.steps.len()), (n - 2, 2));
+        let rewritten = n - 30 >= crate::view_cache::REWRITE_AFTER;
+        assert_eq!(entry(head).is_some(), rewritten, "at step {n}");
+        assert_eq!(entry(heads[30]).is_none(), rewritten, "at step {n}");
+        if rewritten {
+            break;
+        }
+    }
+    let written = entry(head);
 
     // A damaged entry, or one of another step or thread, is not believed.
     let text = String::from_utf8(written.unwrap_or_default()).unwrap_or_default();
+    let len = h(load_recent(&f.cas, head)).len();
     for bad in [
-        text.replace(" 31 ", " 32 "),
+        text.replace(&format!(" {len} "), &format!(" {} ", len + 1)),
         text.replace(&view.start_hash.to_string(), &heads[1].to_string()),
-        text.replace(&next.to_string(), &heads[30].to_string()),
+        text.replace(&head.to_string(), &heads[30].to_string()),
         text.trim_end().to_string(),
         String::new(),
     ] {
-        h(f.cas.store().cache_put(&key(next), bad.as_bytes()));
-        let view = h(load_recent(&f.cas, next));
-        assert_eq!(view.len(), 31, "entry {bad:?}");
-        assert_eq!(entry(next), Some(text.clone().into_bytes()), "rewritten");
+        h(f.cas.store().cache_put(&key(head), bad.as_bytes()));
+        let view = h(load_recent(&f.cas, head));
+        assert_eq!(view.len(), len, "entry {bad:?}");
+        assert_eq!(entry(head), Some(text.clone().into_bytes()), "rewritten");
     }
 }
 

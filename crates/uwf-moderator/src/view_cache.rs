@@ -22,9 +22,10 @@
 //! ([`crate::thread::load_recent`]) needs the chain's length, not the
 //! chain: `len-<step hash>` entries hold just that (one line: format, the
 //! StartNode, the step, the number of steps, and a checksum of the rest),
-//! replaced the same way but rewritten by every step that walked past its
-//! head ([`LEN_REWRITE_AFTER`]); a chain entry, checked whole but not
-//! parsed, answers too.
+//! written after a walk of [`REWRITE_AFTER`] steps and replaced the same
+//! way (a write every step would cost a file created and one deleted, or
+//! two commits on PostgreSQL, where the walk costs a few reads); a chain
+//! entry, checked whole but not parsed, answers too.
 
 use serde::{Deserialize, Serialize};
 use uwf_cas::{Cas, Hash, Store};
@@ -43,12 +44,6 @@ const MIN_STEPS: usize = 16;
 /// every few steps, not on every one, and a load reads at most this many
 /// steps besides its entry.
 pub(crate) const REWRITE_AFTER: usize = 8;
-
-/// A length entry is rewritten at the head by a load that walked this many
-/// steps to the entry it counted from: one line is cheaper to write (one
-/// small file, or one row) than the walk it saves the next step, a node
-/// read and two cache look-ups per step on a networked store.
-pub(crate) const LEN_REWRITE_AFTER: usize = 1;
 
 fn key(step: Hash) -> String {
     format!("chain-{step}")
