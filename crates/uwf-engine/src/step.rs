@@ -196,6 +196,15 @@ fn step_once(
             (view, decision)
         }
     };
+    let mut view = view;
+    if opts.in_process.is_none()
+        && let uwf_moderator::StepsNeeded::Last(n) = view.steps_needed()
+    {
+        // A thread stepped from its start is loaded whole, and `recent`
+        // would keep it whole as it grows: keep what the decisions read.
+        view.keep_last(n.max(1));
+    }
+    let view = view;
     let workflow = view.workflow_hash;
     if crate::suspend::suspends(&decision) {
         let record = crate::suspend::wait(ctx, id, &view, &decision)?;
@@ -870,10 +879,10 @@ pub fn apply_storing(
     view.steps.push(loaded);
     view.head = new;
     if !view.is_whole()
-        && let uwf_moderator::StepsNeeded::Last(n) = uwf_moderator::steps_needed(&view.workflow)
+        && let uwf_moderator::StepsNeeded::Last(n) = view.steps_needed()
     {
         // What `recent` keeps of the thread stays a few steps however
-        // long it grows.
+        // long it grows (the view was cut in `step_once`).
         view.keep_last(n.max(1));
     }
     let decided = view.decide();

@@ -69,6 +69,31 @@ pub fn steps_needed(workflow: &WorkflowPayload) -> StepsNeeded {
     need
 }
 
+/// [`steps_needed`] of the Workflow node `hash` (`workflow`), remembered
+/// for the process: a step asks several times, and a node never changes.
+pub(crate) fn steps_needed_of(hash: uwf_cas::Hash, workflow: &WorkflowPayload) -> StepsNeeded {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock, PoisonError};
+    /// Workflows remembered; a process sees few.
+    const REMEMBERED: usize = 64;
+    static KNOWN: OnceLock<Mutex<HashMap<uwf_cas::Hash, StepsNeeded>>> = OnceLock::new();
+    let known = KNOWN.get_or_init(Default::default);
+    if let Some(n) = known
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&hash)
+    {
+        return *n;
+    }
+    let need = steps_needed(workflow);
+    let mut known = known.lock().unwrap_or_else(PoisonError::into_inner);
+    if known.len() >= REMEMBERED {
+        known.clear();
+    }
+    known.insert(hash, need);
+    need
+}
+
 /// What one parsed condition reads of the document's steps.
 pub(crate) fn expression_needs(ast: &Node) -> StepsNeeded {
     let mut scan = Scan {

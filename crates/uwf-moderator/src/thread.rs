@@ -84,12 +84,13 @@ impl ThreadView {
         self.unloaded == 0
     }
 
-    /// Forgets all but the last `n` steps of a view of the last ones
-    /// (a whole view stays whole): what a long-lived process keeps of a
+    /// Forgets all but the last `n` steps, which makes the view one of the
+    /// last steps ([`load_recent`]): what a long-lived process keeps of a
     /// thread whose decisions read only its last steps
-    /// ([`steps_needed`](crate::steps_needed)).
+    /// ([`steps_needed`](crate::steps_needed)). Whoever reads the view
+    /// afterwards must need no more.
     pub fn keep_last(&mut self, n: usize) {
-        if self.is_whole() || self.steps.len() <= n {
+        if self.steps.len() <= n {
             return;
         }
         let drop = self.steps.len() - n;
@@ -127,11 +128,18 @@ impl ThreadView {
         )
     }
 
+    /// What this thread's workflow's decisions read of its steps
+    /// ([`steps_needed`](crate::steps_needed)), worked out once per
+    /// workflow in a process (a Workflow node never changes).
+    pub fn steps_needed(&self) -> crate::StepsNeeded {
+        crate::needs::steps_needed_of(self.workflow_hash, &self.workflow)
+    }
+
     fn enough_loaded(&self) -> Result<(), ModeratorError> {
         if self.is_whole() {
             return Ok(());
         }
-        match crate::needs::steps_needed(&self.workflow) {
+        match self.steps_needed() {
             crate::StepsNeeded::Last(n) if n <= self.steps.len() => Ok(()),
             _ => Err(ModeratorError::HistoryNotLoaded {
                 workflow: self.workflow.name.clone(),
@@ -367,7 +375,7 @@ pub fn load_recent<S: Store>(cas: &Cas<S>, head: Hash) -> Result<ThreadView, Thr
         start_hash,
         fetch(cas, start_hash, || "StartNode".into())?,
     )?;
-    let wanted = match crate::needs::steps_needed(&workflow.payload) {
+    let wanted = match crate::needs::steps_needed_of(workflow.hash, &workflow.payload) {
         crate::StepsNeeded::Last(n) => n.max(1),
         crate::StepsNeeded::All => return load(cas, head),
     };

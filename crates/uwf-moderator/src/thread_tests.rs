@@ -523,6 +523,7 @@ fn a_workflow_that_may_read_any_step_is_loaded_whole() {
     // Handed a workflow that reads further back, the view refuses to decide.
     let mut wrong = recent.clone();
     wrong.workflow = whole.workflow.clone();
+    wrong.workflow_hash = whole.workflow_hash;
     assert!(matches!(
         wrong.decide(),
         Err(crate::ModeratorError::HistoryNotLoaded {
@@ -534,14 +535,23 @@ fn a_workflow_that_may_read_any_step_is_loaded_whole() {
 }
 
 #[test]
-fn keep_last_forgets_only_what_a_view_of_the_last_steps_can() {
+fn keep_last_makes_a_view_of_the_last_steps() {
     let f = fixture();
     let heads = f.recent_thread(&[1, 2, 3, 4, 5, 6]);
-    let mut whole = h(load(&f.cas, heads[6]));
-    whole.keep_last(2);
-    assert_eq!((whole.unloaded, whole.steps.len()), (0, 6));
+    let whole = h(load(&f.cas, heads[6]));
+    let mut kept = whole.clone();
+    kept.keep_last(2);
+    assert_eq!((kept.unloaded, kept.steps.len()), (4, 2));
+    assert_eq!(decision_text(&kept), decision_text(&whole));
+    kept.keep_last(3);
+    assert_eq!((kept.unloaded, kept.steps.len()), (4, 2));
     let mut recent = h(load_recent(&f.cas, heads[6]));
     recent.keep_last(1);
     assert_eq!((recent.unloaded, recent.steps.len()), (5, 1));
     assert_eq!(recent.last_step().map(|s| s.hash), Some(heads[6]));
+    // Kept shorter than the workflow reads, a view refuses to decide.
+    assert!(matches!(
+        recent.decide(),
+        Err(crate::ModeratorError::HistoryNotLoaded { .. })
+    ));
 }
