@@ -165,6 +165,20 @@ fn read_pid(path: &Path) -> u32 {
     pid.unwrap()
 }
 
+/// The pid of the slow agent `worker` runs for thread `id`, once the
+/// worker has also written its running marker: the agent's shell writes
+/// its pid file right after the spawn, the worker its marker only when
+/// the spawn returns, and a test that stops or kills the worker before
+/// that tests a worker that never said its agent runs (on a loaded
+/// machine the gap is long enough to hit).
+fn running_agent(env: &Env, id: &str, worker: &WorkerProc) -> u32 {
+    let agent_pid = read_pid(&env.dir.path().join("first.pid"));
+    wait_for("the worker's running marker", || {
+        show(env, id)["running"]["pid"] == worker.child.id()
+    });
+    agent_pid
+}
+
 /// The threads in the worker's run queue, sorted, as the store holds them:
 /// the `runs/<thread>.json` files on the filesystem, the rows of `uwf_runs`
 /// on PostgreSQL. Read straight from the store, not through `uwf`.
@@ -278,7 +292,7 @@ fn a_worker_killed_mid_step_is_taken_over_after_its_lease_and_its_agent_is_stopp
     };
     let id = common::detach(&env, &slow_first_agent(&env), "crash me");
     let first = WorkerProc::start(&env, "first", &[]);
-    let agent_pid = read_pid(&env.dir.path().join("first.pid"));
+    let agent_pid = running_agent(&env, &id, &first);
     // The claim is visible while the agent runs.
     let shown = show(&env, &id);
     assert_eq!(shown["run"]["state"], "claimed", "{shown}");
@@ -312,7 +326,7 @@ fn a_paused_worker_that_wakes_after_its_lease_expired_lets_go_and_its_agent_is_s
     };
     let id = common::detach(&env, &slow_first_agent(&env), "pause me");
     let first = WorkerProc::start(&env, "first", &[]);
-    let agent_pid = read_pid(&env.dir.path().join("first.pid"));
+    let agent_pid = running_agent(&env, &id, &first);
     first.signal("-STOP");
     wait_for("the lease to run out", || {
         show(&env, &id)["run"]["state"] == "lease-expired"
