@@ -14,7 +14,8 @@ build:
 test:
     cargo test --workspace --locked
 
-# Check formatting and run clippy with warnings as errors.
+# Check formatting and run clippy with warnings as errors (CI runs the same
+# lints inside its test build: .ci/run, step `build`).
 lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets --locked -- -D warnings
