@@ -13,7 +13,7 @@
 //! ```sh
 //! npm install --prefix target/codex @openai/codex@0.169.0
 //! CODEX_BIN=$PWD/target/codex/node_modules/.bin/codex \
-//!   cargo test -p uwf-codex --test real_codex -- --include-ignored
+//!   cargo test -p uwf-codex --test it real_codex:: -- --include-ignored
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -44,7 +44,7 @@ const REVIEW_2: &str = "---\napproved: true\ncomments: LGTM\n---\n\nShip it.";
 const COMMAND: &str = "printf 'port must be 1..=65535\\n' > port-check.txt";
 
 const HOW_TO_RUN: &str = "npm install --prefix target/codex @openai/codex@0.169.0
-CODEX_BIN=$PWD/target/codex/node_modules/.bin/codex cargo test -p uwf-codex --test real_codex -- --include-ignored
+CODEX_BIN=$PWD/target/codex/node_modules/.bin/codex cargo test -p uwf-codex --test it real_codex:: -- --include-ignored
 (.ci/run does this in its `codex` step.)";
 
 /// The variable holding the provider's key (config.yaml's `apiKeyEnv`).
