@@ -187,21 +187,56 @@ pub struct InitReport {
 }
 
 /// The applied version, `None` when the version table does not exist yet.
+///
+/// Every command that opens the store asks this first, so it is one round
+/// trip: one statement in the simple query protocol (no separate
+/// Parse/Describe exchange), whose failure for a missing table means a
+/// database not set up yet (which the server logs as an error, once per
+/// such database). It was two prepared statements, four round
+/// trips (docs/postgres.md, "What a step costs the database").
 pub(crate) fn current_version(
     client: &mut Client,
     target: &str,
     secret: Option<&str>,
 ) -> Result<Option<i32>, PgError> {
-    let row = client
-        .query_one("SELECT to_regclass('uwf_schema_version') IS NOT NULL", &[])
+    use postgres::SimpleQueryMessage;
+    use postgres::error::SqlState;
+
+    let messages = match client.simple_query("SELECT max(version) FROM uwf_schema_version") {
+        Ok(messages) => messages,
+        Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => return Ok(None),
+        Err(e) => {
+            return Err(PgError::query(
+                target,
+                "read the schema version",
+                &e,
+                secret,
+            ));
+        }
+    };
+    let corrupt = |reason: String| PgError::Corrupt {
+        target: target.to_owned(),
+        what: "schema version (uwf_schema_version)".to_owned(),
+        reason,
+    };
+    let row = messages
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        })
+        .ok_or_else(|| corrupt("the query gave no row".to_owned()))?;
+    let value = row
+        .try_get(0)
         .map_err(|e| PgError::query(target, "read the schema version", &e, secret))?;
-    if !row.get::<_, bool>(0) {
-        return Ok(None);
+    match value {
+        // No migration recorded yet (an interrupted first setup).
+        None => Ok(Some(0)),
+        Some(text) => text
+            .parse::<i32>()
+            .map(Some)
+            .map_err(|e| corrupt(format!("{text:?} is not a version number: {e}"))),
     }
-    let row = client
-        .query_one("SELECT max(version) FROM uwf_schema_version", &[])
-        .map_err(|e| PgError::query(target, "read the schema version", &e, secret))?;
-    Ok(Some(row.get::<_, Option<i32>>(0).unwrap_or(0)))
 }
 
 /// Applies every migration that is due, under the migration lock.
