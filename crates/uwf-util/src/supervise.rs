@@ -229,7 +229,7 @@ impl SuperviseError {
 ///
 /// Everything happens on the calling thread: one `poll` over the child's
 /// two pipes, woken by its output, by its end (an exiting child closes
-/// them) and every [`TICK`] for its timeout and stops. It started three
+/// them) and every 50 ms for its timeout and stops. It started three
 /// threads per child before (two readers and a waiter), which cost about
 /// 0.4 ms per run of a program that prints a line (docs/performance.md,
 /// "Starting an agent").
