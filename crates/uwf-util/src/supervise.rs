@@ -464,26 +464,27 @@ impl<'a> Stream<'a> {
         let mut rest = &chunk[..n];
         while let Some(end) = rest.iter().position(|&b| b == b'\n') {
             self.line.extend_from_slice(&rest[..=end]);
-            let line = std::mem::take(&mut self.line);
-            self.emit(&line);
+            self.emit_line();
             rest = &rest[end + 1..];
         }
         self.line.extend_from_slice(rest);
     }
 
-    fn emit(&mut self, line: &[u8]) {
-        let text = String::from_utf8_lossy(line);
+    /// The line gathered so far to the callback and to what is kept; its
+    /// buffer then serves the next line.
+    fn emit_line(&mut self) {
+        let text = String::from_utf8_lossy(&self.line);
         if let Some(f) = self.on_line.as_mut() {
             f(text.trim_end_matches(['\n', '\r']));
         }
         self.kept.push(&text);
+        self.line.clear();
     }
 
     /// What was kept, the last line included even without a line end.
     fn finish(mut self) -> String {
         if !self.line.is_empty() {
-            let line = std::mem::take(&mut self.line);
-            self.emit(&line);
+            self.emit_line();
         }
         self.kept.finish()
     }
