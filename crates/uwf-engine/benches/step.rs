@@ -9,6 +9,7 @@
 //! just bench-step            # builds the release binaries, then runs this
 //! UWF_BENCH_SAMPLES=30 just bench-step
 //! UWF_BENCH_GROUPS=length,run just bench-step   # some groups only
+//! UWF_BENCH_CONDITION='$count(steps[output.n = 2]) > 0' just bench-step
 //! ```
 //!
 //! Groups (`UWF_BENCH_GROUPS`, comma-separated, default all): `length`
@@ -36,6 +37,7 @@ use uwf_moderator::definition;
 use uwf_protocol::{StepNodePayload, StepRecord};
 use uwf_state::FsState;
 
+/// The loop workflow; `{condition}` is its one condition's expression.
 const WORKFLOW: &str = r#"name: loop
 description: endless loop for timing
 roles:
@@ -44,11 +46,18 @@ roles:
     systemPrompt: "do the work"
     outputSchema: { type: object, properties: { n: { type: integer }, note: { type: string } }, required: [n] }
 conditions:
-  enough: { description: very long, expression: "$count(steps) >= 100000" }
+  enough: { description: very long, expression: "{condition}" }
 graph:
   $START: [ { role: work, condition: null } ]
   work: [ { role: $END, condition: enough }, { role: work, condition: null } ]
 "#;
+
+/// The condition that ends the loop (never, in practice). It reads only
+/// the number of steps, so a step loads the last steps and the chain's
+/// length (`uwf_moderator::steps_needed`); `UWF_BENCH_CONDITION` replaces
+/// it, e.g. with `$count(steps[output.n = 2]) > 0`, a condition that
+/// searches the whole history and so loads the whole thread.
+const CONDITION: &str = "$count(steps) >= 100000";
 
 const SCENARIO: &str = "roles:\n  work:\n    - output: { n: 1, note: \"one more round\" }\n";
 
@@ -155,7 +164,9 @@ fn timed(cmd: Command) -> Sample {
 
 /// Registers the loop workflow in `root`; returns its hash.
 fn register(engine: &Engine) -> Hash {
-    let def = definition::parse_yaml(WORKFLOW, "loop.yaml").expect("parse");
+    let condition = std::env::var("UWF_BENCH_CONDITION").unwrap_or_else(|_| CONDITION.to_owned());
+    let yaml = WORKFLOW.replace("{condition}", &condition.replace('"', "\\\""));
+    let def = definition::parse_yaml(&yaml, "loop.yaml").expect("parse");
     let registered = definition::register(engine.cas(), &def).expect("register");
     engine
         .state()
