@@ -4,7 +4,7 @@
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::{Value, json};
-use uwf_jsonata::{EvalOptions, Expression};
+use uwf_jsonata::{EvalOptions, Expression, Input};
 
 fn main() {
     divan::main();
@@ -48,4 +48,19 @@ fn evaluate(bencher: divan::Bencher, src: &str) {
     let doc = document();
     let opts = EvalOptions::default();
     bencher.bench(|| expr.evaluate(Some(divan::black_box(&doc)), &opts).unwrap());
+}
+
+/// A condition that searches a long thread's whole history, as the
+/// moderator evaluates it: over a document converted once (`Input`), here
+/// of 10,000 steps (docs/performance.md, "History, when a workflow reads
+/// only the last steps").
+#[divan::bench(args = ["$count(steps[output.n = 2]) > 0", "$count(steps[role = 'writer'])"])]
+fn search_history(bencher: divan::Bencher, src: &str) {
+    let expr = Expression::parse(src).unwrap();
+    let steps: Vec<Value> = (0..10_000)
+        .map(|i| json!({"role": "work", "output": {"n": 1, "note": format!("round {i}")}}))
+        .collect();
+    let input = Input::new(Some(&json!({ "steps": steps }))).unwrap();
+    let opts = EvalOptions::default();
+    bencher.bench_local(|| expr.evaluate_input(divan::black_box(&input), &opts).unwrap());
 }

@@ -127,6 +127,52 @@ fn seq_or_single(v: Value) -> Vec<Value> {
     }
 }
 
+/// A path of plain member names (`output.n`) read down objects only: what
+/// the general path gives for it (a sequence of the one value found, or an
+/// empty one), without its sequence per step. `None` when anything else
+/// may happen on the way: a step with a predicate, binding, group or array
+/// constructor, a step that is not a name, or an array met on the way or at
+/// the end (where the general path maps over items and flattens). Conditions
+/// evaluate such paths once per step of a thread's history (`steps[output.n
+/// = 2]`), so they are most of a search's cost (`cargo bench -p uwf-jsonata
+/// -- search_history`).
+fn plain_fields(node: &Node, steps: &[Node], keep_singleton: bool, input: &Value) -> Option<Value> {
+    if keep_singleton || node.group.is_some() || node.tuple || steps.is_empty() {
+        return None;
+    }
+    let mut current = input;
+    for step in steps {
+        let Kind::Name(name) = &step.kind else {
+            return None;
+        };
+        if !step.stages.is_empty()
+            || !step.predicates.is_empty()
+            || step.group.is_some()
+            || step.focus.is_some()
+            || step.index.is_some()
+            || step.tuple
+            || step.keep_array
+            || step.cons_array
+            || step.ancestor.is_some()
+        {
+            return None;
+        }
+        match current {
+            Value::Object(members, _) => match members.get(name.as_str()) {
+                Some(value) => current = value,
+                // The general path stops at the first step that finds
+                // nothing, with an empty sequence.
+                None => return Some(Value::seq(Vec::new())),
+            },
+            _ => return None,
+        }
+    }
+    match current {
+        Value::Array(..) | Value::Undefined => None,
+        value => Some(Value::seq(vec![value.clone()])),
+    }
+}
+
 /// `append` from the JSONata reference: concatenates, flattening the right side one level.
 pub(crate) fn append(a: Value, b: Value) -> Value {
     if a.is_undefined() {
@@ -915,6 +961,22 @@ impl Evaluator {
         input: &Value,
         env: &Rc<Env>,
     ) -> R<Value> {
+        match plain_fields(node, steps, keep_singleton, input) {
+            Some(found) => Ok(found),
+            None => self.path_general(node, steps, keep_singleton, input, env),
+        }
+    }
+
+    /// A path step by step, as the reference evaluates it: each step over
+    /// the sequence the one before made.
+    fn path_general(
+        &mut self,
+        node: &Node,
+        steps: &[Node],
+        keep_singleton: bool,
+        input: &Value,
+        env: &Rc<Env>,
+    ) -> R<Value> {
         let first_is_var = steps
             .first()
             .map(|s| matches!(s.kind, Kind::Variable(_)))
@@ -1576,4 +1638,64 @@ pub(crate) fn merge_sort<T: Clone>(
     out.extend_from_slice(&left[i..]);
     out.extend_from_slice(&right[j..]);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used, clippy::unwrap_used)]
+
+    use super::*;
+    use crate::{Expression, Input, Limits};
+
+    /// `plain_fields` gives what the general path gives, wherever it
+    /// answers at all, and leaves to it every path it must not take.
+    #[test]
+    fn plain_fields_agrees_with_the_general_path() {
+        let doc = serde_json::json!({
+            "output": {"n": 2, "note": "x", "list": [1, 2], "deep": {"er": {"est": true}}, "none": null},
+            "steps": [{"role": "a"}, {"role": "b"}],
+            "text": "abc",
+            "empty": {},
+        });
+        let input = Input::new(Some(&doc)).unwrap();
+        let cases = [
+            ("output.n", true),
+            ("output.note", true),
+            ("output.none", true),
+            ("output.deep.er.est", true),
+            ("output.deep", true),
+            ("output.missing", true),
+            ("missing.n", true),
+            ("empty.n", true),
+            ("output.list", false),
+            ("steps.role", false),
+            ("text.length", false),
+            ("output.n.x", false),
+            ("output.list[0]", false),
+            ("output[n = 2].note", false),
+            ("output.n[]", false),
+        ];
+        for (src, fast) in cases {
+            let expr = Expression::parse(src).unwrap();
+            let node = expr.ast();
+            let Kind::Path {
+                steps,
+                keep_singleton,
+            } = &node.kind
+            else {
+                panic!("{src} is not a path");
+            };
+            let found = plain_fields(node, steps, *keep_singleton, &input.0);
+            assert_eq!(found.is_some(), fast, "{src}");
+            let mut evaluator = Evaluator::new(&Limits::default());
+            let env = evaluator.root_env();
+            let general = evaluator
+                .path_general(node, steps, *keep_singleton, &input.0, &env)
+                .unwrap();
+            if let Some(found) = found {
+                assert_eq!(format!("{found:?}"), format!("{general:?}"), "{src}");
+                assert_eq!(found.flags(), general.flags(), "{src}");
+            }
+        }
+    }
 }
