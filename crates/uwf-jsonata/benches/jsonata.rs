@@ -62,5 +62,8 @@ fn search_history(bencher: divan::Bencher, src: &str) {
         .collect();
     let input = Input::new(Some(&json!({ "steps": steps }))).unwrap();
     let opts = EvalOptions::default();
-    bencher.bench_local(|| expr.evaluate_input(divan::black_box(&input), &opts).unwrap());
+    bencher.bench_local(|| {
+        expr.evaluate_input(divan::black_box(&input), &opts)
+            .unwrap()
+    });
 }
