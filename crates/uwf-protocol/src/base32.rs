@@ -50,6 +50,24 @@ pub const fn decode_char(c: u8) -> Option<u8> {
     })
 }
 
+/// [`decode_char`] of every byte, [`NOT_A_DIGIT`] where it gives `None`:
+/// one load per character where the `match` is a chain of range tests
+/// (loading a long thread decodes three hashes a step; docs/performance.md).
+const DECODE: [u8; 256] = {
+    let mut table = [NOT_A_DIGIT; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        if let Some(digit) = decode_char(byte as u8) {
+            table[byte] = digit;
+        }
+        byte += 1;
+    }
+    table
+};
+
+/// What [`DECODE`] holds for a byte outside the alphabet.
+const NOT_A_DIGIT: u8 = 0xff;
+
 /// Encodes `value` as 13 upper-case Crockford Base32 characters.
 pub fn encode_u64(value: u64) -> String {
     let mut out = [0u8; U64_LEN];
@@ -76,7 +94,10 @@ pub fn decode_u64(s: &str) -> Result<u64, Base32Error> {
     }
     let mut acc: u64 = 0;
     for (pos, b) in s.bytes().enumerate() {
-        let d = decode_char(b).ok_or(Base32Error::Character { ch: b as char, pos })?;
+        let d = DECODE[usize::from(b)];
+        if d == NOT_A_DIGIT {
+            return Err(Base32Error::Character { ch: b as char, pos });
+        }
         if pos == 0 && d > 0x0f {
             return Err(Base32Error::Overflow(b as char));
         }
@@ -147,6 +168,14 @@ mod tests {
         }
         assert_eq!(decode_char(b'U'), None);
         assert_eq!(decode_char(b'/'), None);
+    }
+
+    #[test]
+    fn the_decode_table_is_decode_char() {
+        for byte in 0..=u8::MAX {
+            let from_table = Some(DECODE[usize::from(byte)]).filter(|&d| d != NOT_A_DIGIT);
+            assert_eq!(from_table, decode_char(byte), "byte {byte}");
+        }
     }
 
     proptest! {
