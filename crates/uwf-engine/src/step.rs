@@ -394,7 +394,8 @@ impl Failed {
 /// [`Tried::Failed`].
 pub fn attempt(a: &Attempt<'_>) -> Result<Tried, EngineError> {
     let (ctx, id, head, role, agent) = (a.ctx, a.id, a.head, a.role, a.agent);
-    // Seed 004: a slot of the workflow, held while the agent runs.
+    // A slot of the workflow, held while the agent runs (docs/config.md,
+    // "Concurrency limits"; docs/state.md, "Slots").
     let slot = match a.limits {
         Some(limits) => Some(acquire_slot(
             ctx,

@@ -581,7 +581,8 @@ fn ambiguous_prompt(env: &Env, yaml: &str) -> Value {
     env.json(&["thread", "next", &id])["prompt"].clone()
 }
 
-/// Seed 003 says edge prompts are mustache: a prompt only mustache reads,
+/// The seed-003 form's edge prompts are mustache (docs/workflow.md, "Which
+/// template language a prompt is written in"): a prompt only mustache reads,
 /// or status maps, select it; a choice that could be wrong is a warning
 /// that says how to pin the language.
 fn the_template_language_is_chosen_as_upstream(backend: Backend) {

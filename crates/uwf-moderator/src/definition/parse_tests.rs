@@ -8,7 +8,8 @@ use uwf_protocol::{
 use super::*;
 use crate::evaluate;
 
-/// Seed 002's example, verbatim.
+/// The canonical form's example, verbatim (docs/workflow.md, "Canonical
+/// form").
 const SEED_002: &str = r#"
 name: "solve-issue"
 description: "End-to-end issue resolution"
@@ -61,7 +62,8 @@ graph:
       condition: null
 "#;
 
-/// Seed 003's role syntax with a status-map graph.
+/// The seed-003 form's role syntax with a status-map graph (docs/workflow.md,
+/// "Seed-003 form", "Status maps").
 const SEED_003: &str = r#"
 name: "solve-issue"
 description: "End-to-end issue resolution"
@@ -216,8 +218,9 @@ fn alternative_seed_003() {
             t(
                 "planner",
                 Some("planner.$status=needs_info"),
-                // Seed 003's prompts are mustache (status maps, and tags
-                // that read the same in both languages).
+                // The seed-003 form's prompts are mustache (docs/workflow.md,
+                // "Which template language a prompt is written in": status
+                // maps, and tags that read the same in both languages).
                 Some(r#"Answer: {{ $__uwfText($__uwfGet("question")) }}"#)
             ),
             t("developer", None, None),
