@@ -383,7 +383,10 @@ impl Evaluator {
             Kind::Path {
                 steps,
                 keep_singleton,
-            } => self.path(node, steps, *keep_singleton, input, env),
+            } => match plain_fields(node, steps, *keep_singleton, input) {
+                Some(found) => Ok(found),
+                None => self.path(node, steps, *keep_singleton, input, env),
+            },
             Kind::Name(n) => Ok(lookup(input, n)),
             Kind::Variable(v) => {
                 if v.is_empty() {
@@ -954,22 +957,6 @@ impl Evaluator {
     // ---------------------------------------------------------------- paths
 
     fn path(
-        &mut self,
-        node: &Node,
-        steps: &[Node],
-        keep_singleton: bool,
-        input: &Value,
-        env: &Rc<Env>,
-    ) -> R<Value> {
-        match plain_fields(node, steps, keep_singleton, input) {
-            Some(found) => Ok(found),
-            None => self.path_general(node, steps, keep_singleton, input, env),
-        }
-    }
-
-    /// A path step by step, as the reference evaluates it: each step over
-    /// the sequence the one before made.
-    fn path_general(
         &mut self,
         node: &Node,
         steps: &[Node],
@@ -1690,7 +1677,7 @@ mod tests {
             let mut evaluator = Evaluator::new(&Limits::default());
             let env = evaluator.root_env();
             let general = evaluator
-                .path_general(node, steps, *keep_singleton, &input.0, &env)
+                .path(node, steps, *keep_singleton, &input.0, &env)
                 .unwrap();
             if let Some(found) = found {
                 assert_eq!(format!("{found:?}"), format!("{general:?}"), "{src}");
