@@ -37,7 +37,8 @@ use uwf_moderator::definition;
 use uwf_protocol::{StepNodePayload, StepRecord};
 use uwf_state::FsState;
 
-/// The loop workflow; `{condition}` is its one condition's expression.
+/// The loop workflow; `{condition}` is its one condition's expression, as
+/// a JSON string (which YAML reads as a double-quoted scalar).
 const WORKFLOW: &str = r#"name: loop
 description: endless loop for timing
 roles:
@@ -46,7 +47,7 @@ roles:
     systemPrompt: "do the work"
     outputSchema: { type: object, properties: { n: { type: integer }, note: { type: string } }, required: [n] }
 conditions:
-  enough: { description: very long, expression: "{condition}" }
+  enough: { description: very long, expression: {condition} }
 graph:
   $START: [ { role: work, condition: null } ]
   work: [ { role: $END, condition: enough }, { role: work, condition: null } ]
@@ -165,7 +166,8 @@ fn timed(cmd: Command) -> Sample {
 /// Registers the loop workflow in `root`; returns its hash.
 fn register(engine: &Engine) -> Hash {
     let condition = std::env::var("UWF_BENCH_CONDITION").unwrap_or_else(|_| CONDITION.to_owned());
-    let yaml = WORKFLOW.replace("{condition}", &condition.replace('"', "\\\""));
+    let quoted = serde_json::to_string(&condition).expect("a string serialises");
+    let yaml = WORKFLOW.replace("{condition}", &quoted);
     let def = definition::parse_yaml(&yaml, "loop.yaml").expect("parse");
     let registered = definition::register(engine.cas(), &def).expect("register");
     engine
