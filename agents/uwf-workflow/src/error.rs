@@ -2,6 +2,7 @@
 
 use uwf_agent_kit::KitError;
 
+use crate::child::UWF_BIN_ENV;
 use crate::{CALL_DEPTH_ENV, MAX_DEPTH_ENV};
 
 /// The text every depth-limit report contains. uwf-workflow looks for it in
@@ -49,6 +50,62 @@ pub enum WorkflowAgentError {
         limit: usize,
         /// The workflows on the stack, `name (role) → name (role) → …`.
         stack: String,
+    },
+
+    /// No `uwf` binary to run the child thread with.
+    #[error("cannot find the uwf binary to run the child thread with")]
+    #[diagnostic(
+        code(uwf::workflow_agent::spawn),
+        help(
+            "uwf-workflow runs `uwf` from PATH (uwf puts its own directory first there for its agents), else the one beside uwf-workflow; set {UWF_BIN_ENV} to its path. The parent thread is unchanged"
+        )
+    )]
+    NoUwf,
+
+    /// `uwf` could not be started (or waited for).
+    #[error("cannot run {program}: {source}")]
+    #[diagnostic(
+        code(uwf::workflow_agent::spawn),
+        help(
+            "is {program} the uwf binary, and executable? Set {UWF_BIN_ENV} to its path. The parent thread is unchanged"
+        )
+    )]
+    Spawn {
+        /// The program.
+        program: String,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A `uwf` command that reads the store failed.
+    #[error("`{command}` failed: {cause}")]
+    #[diagnostic(
+        code(uwf::workflow_agent::uwf),
+        help("the parent thread is unchanged; run the command yourself to see uwf's whole report")
+    )]
+    Uwf {
+        /// The command line.
+        command: String,
+        /// The headline of uwf's report, or its exit status.
+        cause: String,
+    },
+
+    /// A `uwf` command answered with something that is not its JSON.
+    #[error("`uwf {command}` printed what is not its answer ({reason}): {printed}")]
+    #[diagnostic(
+        code(uwf::workflow_agent::answer),
+        help(
+            "is {UWF_BIN_ENV} (or `uwf` on PATH) the uwf binary of the same release as uwf-workflow? The parent thread is unchanged"
+        )
+    )]
+    Answer {
+        /// The subcommand.
+        command: &'static str,
+        /// The start of what it printed.
+        printed: String,
+        /// Why it does not parse.
+        reason: String,
     },
 
     /// The child thread could not be started: no child thread exists.
@@ -160,13 +217,8 @@ pub enum WorkflowAgentError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     State(#[from] uwf_state::state::StateError),
-
-    /// The engine failed outside the child's run (opening the store, …).
-    #[error(transparent)]
-    #[diagnostic(transparent)]
-    Engine(#[from] Box<uwf_engine::EngineError>),
 }
 
 /// Exit status of uwf-workflow when its child thread waits for a person
 /// (the same status `uwf thread step` uses for a wait).
-pub const EXIT_WAITING: u8 = uwf_engine::human::EXIT_WAITING;
+pub const EXIT_WAITING: u8 = uwf_protocol::agent_env::EXIT_WAITING;

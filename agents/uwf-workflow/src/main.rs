@@ -33,8 +33,8 @@ use clap::Parser;
 use uwf_agent_kit::{AgentContext, AgentRun, Invocation};
 use uwf_cas::Hash;
 use uwf_moderator::thread;
-use uwf_protocol::ThreadId;
 use uwf_state::state::FsState;
+use uwf_util::supervise::CancelToken;
 
 use crate::error::WorkflowAgentError;
 
@@ -95,8 +95,6 @@ struct Args {
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
     uwf_agent_kit::install_report_handler();
-    #[cfg(feature = "postgres")]
-    uwf_agent_kit::use_backends(uwf_engine::backend::Backends::new().with(uwf_store_pg::PgBackend));
     if argv.len() == 1 {
         // Not a protocol call (uwf always passes the thread and the role).
         let mut cmd = <Args as clap::CommandFactory>::command();
@@ -119,34 +117,6 @@ fn main() -> ExitCode {
         }
         other => uwf_agent_kit::conclude(other.map_err(miette::Report::new)),
     }
-}
-
-/// The child thread to continue instead of starting one: the parent
-/// thread waits (in `waiting.yaml`, at this very head and role) for a child
-/// thread that waited for a person. Returns its id and, when it has ended
-/// since (the answer was its last step), its terminal StepNode.
-fn waiting_child(
-    state: &dyn uwf_state::ThreadStore,
-    ctx: &AgentContext,
-) -> Result<Option<(ThreadId, Option<Hash>)>, WorkflowAgentError> {
-    let parent = ctx.thread_id();
-    let Some(record) = state.waiting_of(parent)? else {
-        return Ok(None);
-    };
-    let Some(child) = record.child else {
-        return Ok(None);
-    };
-    if record.head != ctx.head() || record.role != ctx.role() {
-        return Ok(None);
-    }
-    if state.thread_head(child)?.is_some() {
-        return Ok(Some((child, None)));
-    }
-    Ok(match state.find_archived(child)? {
-        Some(e) if e.reason.as_deref() == Some("done") => Some((child, Some(e.head))),
-        // Killed (or unknown): start afresh.
-        _ => None,
-    })
 }
 
 /// A number from the environment: `None` when unset or empty.
@@ -188,14 +158,14 @@ fn run(args: &Args) -> Result<Hash, WorkflowAgentError> {
 
     let task = prompt::child_prompt(&ctx, args.context_quota)?;
     // SIGINT/SIGTERM (the parent engine stopping this agent) stop the
-    // child's running step and its agent's process group.
-    let cancel = uwf_engine::CancelToken::new();
+    // child's `uwf`, which stops its running agent's process group.
+    let cancel = CancelToken::new();
     let token = cancel.clone();
     // Fails only if a handler is already installed: then keep that one.
     let _ = ctrlc::set_handler(move || token.cancel());
-    let uwf = child::Child::open(&root.path, depth, cancel)?;
+    let uwf = child::Uwf::find(depth, cancel)?;
     let parent = ctx.head();
-    let (child, ended) = match waiting_child(uwf.state(), &ctx)? {
+    let (child, ended) = match uwf.waiting_child(&ctx)? {
         Some((child, ended)) => {
             tracing::info!(%child, parent = %parent, "continuing the child thread that waited");
             (child, ended)

@@ -20,32 +20,50 @@ struct Env {
     start: Hash,
 }
 
-/// `uwf-mock`, built beside this test's `uwf-workflow` (built on demand).
-fn mock_bin() -> PathBuf {
-    static BUILD: std::sync::Once = std::sync::Once::new();
+/// The binary `name` of package `package`, built beside this test's
+/// `uwf-workflow` (built on demand, once per binary).
+fn sibling_bin(name: &str, package: &str) -> PathBuf {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let dir = assert_cmd::cargo::cargo_bin("uwf-workflow")
         .parent()
         .unwrap()
         .to_path_buf();
-    let bin = dir.join(format!("uwf-mock{}", std::env::consts::EXE_SUFFIX));
-    BUILD.call_once(|| {
-        if bin.is_file() {
-            return;
-        }
-        let mut cargo = std::process::Command::new(env!("CARGO"));
-        cargo
-            .args(["build", "--quiet", "-p", "uwf-mock", "--manifest-path"])
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml"));
-        if dir.file_name().and_then(|n| n.to_str()) == Some("release") {
-            cargo.arg("--release");
-        }
-        cargo.arg("--target-dir").arg(dir.parent().unwrap());
-        assert!(
-            cargo.status().unwrap().success(),
-            "cargo build -p uwf-mock failed"
-        );
-    });
+    let bin = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    let _one_build_at_a_time = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    if bin.is_file() {
+        return bin;
+    }
+    let mut cargo = std::process::Command::new(env!("CARGO"));
+    cargo
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            package,
+            "--bin",
+            name,
+            "--manifest-path",
+        ])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml"));
+    if dir.file_name().and_then(|n| n.to_str()) == Some("release") {
+        cargo.arg("--release");
+    }
+    cargo.arg("--target-dir").arg(dir.parent().unwrap());
+    assert!(
+        cargo.status().unwrap().success(),
+        "cargo build -p {package} failed"
+    );
     bin
+}
+
+/// `uwf-mock`, the child's agent.
+fn mock_bin() -> PathBuf {
+    sibling_bin("uwf-mock", "uwf-mock")
+}
+
+/// `uwf`, which runs the child thread.
+fn uwf_bin() -> PathBuf {
+    sibling_bin("uwf", "uwf-cli")
 }
 
 impl Env {
@@ -77,13 +95,18 @@ impl Env {
     }
 
     fn cmd(&self) -> Command {
-        let mut c = Command::cargo_bin("uwf-workflow").unwrap();
+        Command::from_std(self.std_cmd())
+    }
+
+    fn std_cmd(&self) -> std::process::Command {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("uwf-workflow"));
         c.env("UNCAGED_WORKFLOW_STORAGE_ROOT", self.fx.root())
             .env_remove("WORKFLOW_STORAGE_ROOT")
             .env_remove("UWF_CALL_DEPTH")
             .env_remove("UWF_MAX_CALL_DEPTH")
             .env_remove("UWF_AGENT")
             .env_remove("RUST_LOG")
+            .env("UWF_BIN", uwf_bin())
             .env("NO_COLOR", "1");
         c
     }
@@ -310,4 +333,181 @@ fn the_depth_limit_stops_before_any_child_is_started() {
             "{err}"
         );
     }
+}
+
+/// Waits for `cond` (polled every 20 ms) for at most `limit`.
+fn wait_until(limit: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < until {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    cond()
+}
+
+/// The processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let line = String::from_utf8_lossy(&raw).replace('\0', " ");
+        if line.contains(needle) {
+            found.push(line);
+        }
+    }
+    found
+}
+
+#[test]
+fn uwf_is_found_on_path_else_beside_this_binary_else_reported() {
+    let env = Env::new(APPROVES);
+    let uwf = uwf_bin();
+    let empty = tempfile::tempdir().unwrap();
+    // On PATH (as uwf puts its own directory first for its agents), then
+    // beside uwf-workflow when PATH has none.
+    for path in [uwf.parent().unwrap(), empty.path()] {
+        let out = env
+            .cmd()
+            .env_remove("UWF_BIN")
+            .env("PATH", path)
+            .args(["plan-review", &env.thread.to_string(), "reviewer"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "PATH={}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(env.children().len(), 2);
+
+    // UWF_BIN naming nothing: a clear error, nothing started.
+    let out = env.run("reviewer", &[("UWF_BIN", "/nonexistent/uwf")]);
+    let err = fails(&out);
+    assert!(err.contains("uwf::workflow_agent::spawn"), "{err}");
+    assert!(err.contains("cannot run /nonexistent/uwf"), "{err}");
+    assert!(err.contains("Set UWF_BIN to its path"), "{err}");
+
+    // No uwf anywhere: a copy of uwf-workflow alone in a directory.
+    let lone = empty.path().join("uwf-workflow");
+    let built = assert_cmd::cargo::cargo_bin("uwf-workflow");
+    if std::fs::hard_link(&built, &lone).is_err() {
+        std::fs::copy(&built, &lone).unwrap();
+    }
+    let out = std::process::Command::new(&lone)
+        .args(["plan-review", &env.thread.to_string(), "reviewer"])
+        .env("UNCAGED_WORKFLOW_STORAGE_ROOT", env.fx.root())
+        .env_remove("UWF_BIN")
+        .env("PATH", empty.path().join("nothing-here"))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let err = fails(&out);
+    assert!(
+        err.contains("cannot find the uwf binary to run the child thread with"),
+        "{err}"
+    );
+    assert_eq!(env.children().len(), 2, "a child was started");
+}
+
+#[test]
+fn sigterm_stops_the_child_uwf_and_its_agent() {
+    use std::io::BufRead;
+    // The child's planner would run for a minute.
+    let env =
+        Env::new("roles:\n  planner:\n    - delay: 60s\n      output: { plan: p, steps: [a] }\n");
+    let mut child = env
+        .std_cmd()
+        .args(["plan-review", &env.thread.to_string(), "planner"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let started = "│ step 1: planner (mock) started";
+    while !seen.iter().any(|l: &String| l.contains(started)) {
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(line) => seen.push(line),
+            Err(e) => panic!("the child's agent never started ({e}): {seen:#?}"),
+        }
+    }
+    let scenario = env.fx.root().join("scenario.yaml");
+    let scenario = scenario.to_string_lossy().into_owned();
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), || !processes_with(
+            &scenario
+        )
+        .is_empty()),
+        "the child's agent is not running"
+    );
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    // Far less than the agent's minute: stopped, not waited for.
+    let mut ended = None;
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || {
+            ended = child.try_wait().unwrap();
+            ended.is_some()
+        }),
+        "uwf-workflow still runs after SIGTERM"
+    );
+    assert!(!ended.unwrap().success());
+    reader.join().unwrap();
+    seen.extend(rx.try_iter());
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(stdout.is_empty(), "stdout: {stdout}");
+    let children = env.children();
+    assert_eq!(children.len(), 1);
+    let err = seen.join("\n");
+    assert!(
+        err.contains(&format!(
+            "child thread {} (workflow plan-review) failed",
+            children[0]
+        )),
+        "{err}"
+    );
+    // The child's uwf and its agent are gone; the child thread stays at
+    // its start, the parent unchanged.
+    let child_id = children[0].to_string();
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), || {
+            processes_with(&scenario).is_empty() && processes_with(&child_id).is_empty()
+        }),
+        "left running: {:?} {:?}",
+        processes_with(&scenario),
+        processes_with(&child_id)
+    );
+    let head = env.fx.head(children[0]).unwrap().unwrap();
+    assert_eq!(
+        uwf_moderator::thread::load(env.fx.cas(), head)
+            .unwrap()
+            .steps
+            .len(),
+        0
+    );
+    assert_eq!(env.fx.head(env.thread).unwrap(), Some(env.start));
 }

@@ -25,9 +25,9 @@ use crate::step as engine;
 use crate::{Engine as Ctx, Progress};
 
 /// Exit status of a process that stopped because its thread (or a child
-/// thread it runs) waits for a person. A workflow agent exits with it to
-/// tell the engine that its child thread waits (docs/nested-workflows.md, "A child thread that waits for a person").
-pub const EXIT_WAITING: u8 = 4;
+/// thread it runs) waits for a person
+/// ([`uwf_protocol::agent_env::EXIT_WAITING`]).
+pub const EXIT_WAITING: u8 = uwf_protocol::agent_env::EXIT_WAITING;
 
 /// How long the `notify` command may run before it is left behind.
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);

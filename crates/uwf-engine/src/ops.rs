@@ -138,7 +138,7 @@ pub fn check_first_agent(
         return Ok(());
     }
     let path = engine.agent_dir.as_deref().map(crate::spawn::path_with);
-    if crate::spawn::find_program(&agent.command, path).is_none() {
+    if uwf_util::supervise::find_program(&agent.command, path).is_none() {
         let why = if agent.command.contains('/') {
             "no such executable file"
         } else {

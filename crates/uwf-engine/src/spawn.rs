@@ -144,37 +144,7 @@ fn program(command: &str, env: &[(String, std::ffi::OsString)]) -> std::ffi::OsS
         .rev()
         .find(|(k, _)| k == "PATH")
         .map(|(_, p)| p.clone());
-    find_program(command, path).map_or_else(|| command.into(), PathBuf::into_os_string)
-}
-
-/// Where the program `command` is: a name with a slash is itself (if it is
-/// an executable file), a bare name is looked up in `path` (else our
-/// `PATH`) as `execvp` would. `None`: starting it would fail as not found.
-pub fn find_program(command: &str, path: Option<std::ffi::OsString>) -> Option<PathBuf> {
-    if command.is_empty() {
-        return None;
-    }
-    if command.contains('/') {
-        let p = PathBuf::from(command);
-        return is_executable(&p).then_some(p);
-    }
-    let path = path.or_else(|| std::env::var_os("PATH"))?;
-    std::env::split_paths(&path).find_map(|dir| {
-        // An empty entry is the current directory, for execvp too.
-        let dir = if dir.as_os_str().is_empty() {
-            Path::new(".").to_path_buf()
-        } else {
-            dir
-        };
-        let candidate = dir.join(command);
-        is_executable(&candidate).then_some(candidate)
-    })
-}
-
-/// A regular file (after links) that someone may execute.
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    supervise::find_program(command, path).map_or_else(|| command.into(), PathBuf::into_os_string)
 }
 
 /// `PATH` with `dir` first, so agents installed beside `uwf` are found.

@@ -24,3 +24,10 @@ pub const RELAY: &str = "UWF_RELAY";
 /// `EX_TEMPFAIL`): the step failed for a reason that passes, and nothing
 /// was written.
 pub const EXIT_UNAVAILABLE: u8 = 75;
+
+/// The exit status of a process that stopped because its thread (or a
+/// child thread it runs) waits for a person: `uwf thread step` and `run`
+/// exit with it, and a workflow agent exits with it to tell the engine
+/// that its child thread waits (docs/nested-workflows.md, "A child thread
+/// that waits for a person").
+pub const EXIT_WAITING: u8 = 4;

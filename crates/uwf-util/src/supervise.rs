@@ -18,6 +18,7 @@
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -175,6 +176,36 @@ impl<'a> Supervise<'a> {
         self.keep_stderr = keep;
         self
     }
+}
+
+/// Where the program `command` is: a name with a slash is itself (if it is
+/// an executable file), a bare name is looked up in `path` (else our
+/// `PATH`) as `execvp` would. `None`: starting it would fail as not found.
+pub fn find_program(command: &str, path: Option<std::ffi::OsString>) -> Option<PathBuf> {
+    if command.is_empty() {
+        return None;
+    }
+    if command.contains('/') {
+        let p = PathBuf::from(command);
+        return is_executable(&p).then_some(p);
+    }
+    let path = path.or_else(|| std::env::var_os("PATH"))?;
+    std::env::split_paths(&path).find_map(|dir| {
+        // An empty entry is the current directory, for execvp too.
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".").to_path_buf()
+        } else {
+            dir
+        };
+        let candidate = dir.join(command);
+        is_executable(&candidate).then_some(candidate)
+    })
+}
+
+/// A regular file (after links) that someone may execute.
+pub fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// How a supervised child ended.

@@ -1,9 +1,9 @@
 //! The layer rule of the workspace, enforced.
 //!
 //! ```text
-//! uwf-protocol ← uwf-util ← (uwf-cas, uwf-state) ← uwf-moderator ← uwf-engine ← (agents/*, uwf-cli)
+//! uwf-protocol ← uwf-util ← (uwf-cas, uwf-state) ← uwf-moderator ← uwf-engine ← uwf-cli (and the agents' tests)
 //! (uwf-cas, uwf-state) ← uwf-relay ← uwf-backend ← (uwf-engine, uwf-agent-kit)
-//! uwf-backend ← uwf-store-pg ← (uwf-cli, agents/uwf-workflow; uwf-engine's tests)
+//! uwf-backend ← uwf-store-pg ← uwf-cli (and uwf-engine's tests)
 //! uwf-moderator ← uwf-agent-kit ← (agents/*, uwf-cli)
 //! uwf-picture ← uwf-jsonata ← uwf-moderator
 //! uwf-moderator ← uwf-view ← uwf-cli
@@ -240,15 +240,15 @@ fn report(violations: &[Violation]) -> String {
         .join("\n")
 }
 
-#[test]
-fn workspace_respects_the_layer_rule() {
+/// The workspace root, cargo, and `cargo metadata --no-deps` of the workspace.
+fn workspace_metadata() -> (PathBuf, std::ffi::OsString, Value) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
     let out = Command::new(&cargo)
         .args(["metadata", "--format-version", "1", "--no-deps"])
         .current_dir(&root)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {} metadata: {e}", cargo.display()));
+        .unwrap_or_else(|e| panic!("cannot run {} metadata: {e}", Path::new(&cargo).display()));
     assert!(
         out.status.success(),
         "cargo metadata failed ({}):\n{}",
@@ -257,6 +257,12 @@ fn workspace_respects_the_layer_rule() {
     );
     let metadata: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("cargo metadata printed invalid JSON: {e}"));
+    (root, cargo, metadata)
+}
+
+#[test]
+fn workspace_respects_the_layer_rule() {
+    let (_, _, metadata) = workspace_metadata();
 
     let violations = check(&metadata);
     assert!(
@@ -270,6 +276,77 @@ fn workspace_respects_the_layer_rule() {
     assert!(
         members >= 4,
         "expected the workspace crates, found {members}"
+    );
+}
+
+/// What no agent may link (issue 21, docs/architecture.md "The storage
+/// seam"): the engine (and with it the worker), a store backend's database
+/// client, an async runtime. An agent reaches a networked store through
+/// the relay of the engine that runs it; `uwf-workflow` runs its child
+/// thread with the `uwf` binary.
+const NOT_IN_AN_AGENT: &[&str] = &[
+    "uwf-engine",
+    "uwf-store-pg",
+    "postgres",
+    "tokio-postgres",
+    "tokio",
+];
+
+#[test]
+#[allow(clippy::unwrap_used)]
+fn no_agent_links_the_engine_a_database_client_or_an_async_runtime() {
+    let (root, cargo, metadata) = workspace_metadata();
+    let ws = PathBuf::from(metadata["workspace_root"].as_str().unwrap());
+    let agents: Vec<&str> = metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| is_agent(&ws, Path::new(p["manifest_path"].as_str().unwrap())))
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(agents.len() >= 7, "expected the agents, found {agents:?}");
+    let mut linked = Vec::new();
+    for agent in &agents {
+        // The host's graph of what the binary links (no dev or build
+        // dependencies), from Cargo.lock and the sources already fetched.
+        let out = Command::new(&cargo)
+            .args([
+                "tree",
+                "--locked",
+                "--offline",
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+                "-p",
+                agent,
+            ])
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cargo tree -p {agent}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let tree = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            tree.lines().count() > 20,
+            "cargo tree -p {agent} printed:\n{tree}"
+        );
+        for line in tree.lines() {
+            let name = line.split_whitespace().next().unwrap_or_default();
+            if NOT_IN_AN_AGENT.contains(&name) {
+                linked.push(format!("{agent} links {}", line.trim_end_matches(" (*)")));
+            }
+        }
+    }
+    linked.sort();
+    linked.dedup();
+    assert!(
+        linked.is_empty(),
+        "agents link what they must not:\n{}",
+        linked.join("\n")
     );
 }
 
