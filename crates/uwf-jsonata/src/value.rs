@@ -31,6 +31,25 @@ pub type Object = IndexMap<String, Value, Hasher>;
 /// thread's document cost).
 pub type Hasher = foldhash::quality::RandomState;
 
+/// Objects with at most this many members are searched by comparing
+/// names in order rather than by hashing the name: the objects a thread's
+/// history is made of (a step's `role`, `agent`, `output`, …; an output's
+/// few fields) are this small, and a search of the history looks a name up
+/// in each of them (`steps[output.n = 2]`).
+const SCAN_MEMBERS: usize = 8;
+
+/// The member `name` of `object`: the same answer as
+/// [`IndexMap::get`], found without hashing in a small object.
+pub fn member<'a>(object: &'a Object, name: &str) -> Option<&'a Value> {
+    if object.len() <= SCAN_MEMBERS {
+        object
+            .iter()
+            .find_map(|(k, v)| (k.as_str() == name).then_some(v))
+    } else {
+        object.get(name)
+    }
+}
+
 /// An empty [`Object`] with room for `n` members.
 pub fn object_with_capacity(n: usize) -> Object {
     Object::with_capacity_and_hasher(n, Hasher::default())
@@ -298,5 +317,33 @@ pub fn number_to_json(n: f64) -> serde_json::Value {
         serde_json::Number::from_f64(n)
             .map(serde_json::Value::Number)
             .unwrap_or(serde_json::Value::Null)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`member`] answers as [`IndexMap::get`] does, for objects small
+    /// enough to scan and larger ones, names present and absent.
+    #[test]
+    fn member_finds_what_get_finds() {
+        for size in 0..=SCAN_MEMBERS + 3 {
+            let mut object = object_with_capacity(size);
+            for i in 0..size {
+                object.insert(format!("k{i}"), Value::Number(i as f64));
+            }
+            for name in (0..=size + 1)
+                .map(|i| format!("k{i}"))
+                .chain(["".into(), "k".into()])
+            {
+                let found = member(&object, &name).map(|v| v.as_f64());
+                assert_eq!(
+                    found,
+                    object.get(&name).map(|v| v.as_f64()),
+                    "{size} {name}"
+                );
+            }
+        }
     }
 }
