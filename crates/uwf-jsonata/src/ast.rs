@@ -71,6 +71,21 @@ impl Node {
         }
     }
 
+    /// Whether nothing is applied to the node as a path step or a value:
+    /// no stage, predicate, group, focus or index binding, `[]`, array
+    /// constructor or ancestor label.
+    pub fn is_bare(&self) -> bool {
+        self.stages.is_empty()
+            && self.predicates.is_empty()
+            && self.group.is_none()
+            && self.focus.is_none()
+            && self.index.is_none()
+            && !self.tuple
+            && !self.keep_array
+            && !self.cons_array
+            && self.ancestor.is_none()
+    }
+
     /// Visits every node mutably (used to finish parsing).
     pub(crate) fn walk_mut(&mut self, f: &mut dyn FnMut(&mut Node)) {
         f(self);

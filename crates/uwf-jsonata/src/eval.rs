@@ -159,36 +159,13 @@ fn plain_fields(node: &Node, steps: &[Node], keep_singleton: bool, input: &Value
     }
 }
 
-/// The member name a path step reads, when it does nothing else (no
-/// predicate, binding, group, array constructor, ancestor).
+/// The member name a path step reads, when it does nothing else
+/// ([`Node::is_bare`]).
 fn plain_name(step: &Node) -> Option<&str> {
     let Kind::Name(name) = &step.kind else {
         return None;
     };
-    let plain = step.stages.is_empty()
-        && step.predicates.is_empty()
-        && step.group.is_none()
-        && step.focus.is_none()
-        && step.index.is_none()
-        && !step.tuple
-        && !step.keep_array
-        && !step.cons_array
-        && step.ancestor.is_none();
-    plain.then_some(name.as_str())
-}
-
-/// Whether `node` carries nothing a plain operand may not: predicates,
-/// stages, a group, bindings, `[]`.
-fn unannotated(node: &Node) -> bool {
-    node.stages.is_empty()
-        && node.predicates.is_empty()
-        && node.group.is_none()
-        && node.focus.is_none()
-        && node.index.is_none()
-        && !node.tuple
-        && !node.keep_array
-        && !node.cons_array
-        && node.ancestor.is_none()
+    step.is_bare().then_some(name.as_str())
 }
 
 /// A predicate that compares a path of plain member names with a literal,
@@ -214,7 +191,7 @@ impl<'a> PlainComparison<'a> {
             BinOp::Ne => true,
             _ => return None,
         };
-        if !unannotated(p) {
+        if !p.is_bare() {
             return None;
         }
         let names = |node: &'a Node| -> Option<Vec<&'a str>> {
@@ -225,13 +202,13 @@ impl<'a> PlainComparison<'a> {
             else {
                 return None;
             };
-            if !unannotated(node) || steps.is_empty() {
+            if !node.is_bare() || steps.is_empty() {
                 return None;
             }
             steps.iter().map(plain_name).collect()
         };
         let literal = |node: &Node| -> Option<Value> {
-            if !unannotated(node) {
+            if !node.is_bare() {
                 return None;
             }
             match &node.kind {

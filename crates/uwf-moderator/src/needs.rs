@@ -241,7 +241,7 @@ impl Scan {
         }
         match &procedure.kind {
             // Called by name: what matters is the arguments given.
-            Kind::Variable(name) if bare(procedure) => {
+            Kind::Variable(name) if procedure.is_bare() => {
                 if matches!(
                     name.as_str(),
                     "$" | "" | "last" | "first" | "__uwfVar" | "__uwfGet"
@@ -261,35 +261,22 @@ fn is_function(name: &str) -> bool {
     crate::functions::signature(name).is_some() || uwf_jsonata::builtin_signature(name).is_some()
 }
 
-/// Whether a node has nothing applied to it as a path step or value.
-fn bare(n: &Node) -> bool {
-    n.stages.is_empty()
-        && n.predicates.is_empty()
-        && n.group.is_none()
-        && n.focus.is_none()
-        && n.index.is_none()
-        && !n.tuple
-        && !n.keep_array
-        && !n.cons_array
-        && n.ancestor.is_none()
-}
-
 /// `$count(steps)`.
 fn is_count_of_steps(procedure: &Node, args: &[Node]) -> bool {
     let [arg] = args else {
         return false;
     };
     let steps = match &arg.kind {
-        Kind::Path { steps, .. } if bare(arg) => match steps.as_slice() {
+        Kind::Path { steps, .. } if arg.is_bare() => match steps.as_slice() {
             [only] => only,
             _ => return false,
         },
         _ => arg,
     };
     matches!(&procedure.kind, Kind::Variable(f) if f == "count")
-        && bare(procedure)
+        && procedure.is_bare()
         && matches!(&steps.kind, Kind::Name(s) if s == "steps")
-        && bare(steps)
+        && steps.is_bare()
 }
 
 /// `k` for a path step `steps[-k]`.
@@ -309,7 +296,7 @@ fn tail_index(step: &Node) -> Option<usize> {
         && !step.cons_array
         && step.ancestor.is_none();
     match index.kind {
-        Kind::Number(x) if only_the_filter && bare(index) && x <= -1.0 && x.fract() == 0.0 => {
+        Kind::Number(x) if only_the_filter && index.is_bare() && x <= -1.0 && x.fract() == 0.0 => {
             // Negative, integral, and small: at most MAX_TAIL is kept anyway.
             Some((-x).min((MAX_TAIL + 1) as f64) as usize)
         }
