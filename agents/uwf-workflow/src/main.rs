@@ -9,9 +9,10 @@
 //! 2. Builds the child's task from the parent's ([`prompt`]).
 //! 3. Starts the child thread — its StartNode gets `parentState` = the
 //!    parent thread's head (its StartNode if no step ran yet) — and runs it
-//!    to its end through the engine library ([`child`]), with
-//!    `$UWF_CALL_DEPTH` = the child's depth for its agents. The child's
-//!    roles get their agents from `config.yaml`.
+//!    to its end with the `uwf` binary (`uwf thread start --parent`, `uwf
+//!    thread run`; [`child`]), with `$UWF_CALL_DEPTH` = the child's depth
+//!    for its agents; or continues the child the parent waits for. The
+//!    child's roles get their agents from `config.yaml`.
 //! 4. Maps the child's final output onto the parent role's schema
 //!    ([`mapping`]) and writes the parent's StepNode with `detail` and
 //!    `childThread` = the child's terminal StepNode.
@@ -67,6 +68,8 @@ The child's roles get their agents from config.yaml, as in a top-level run.
 Environment:
   UWF_CALL_DEPTH        depth of the calling thread (set for the child by uwf-workflow)
   UWF_MAX_CALL_DEPTH    depth limit when --max-depth is not given [default: 8]
+  UWF_BIN               the uwf binary that runs the child [default: uwf on PATH,
+                        else the one beside uwf-workflow]
   UNCAGED_WORKFLOW_STORAGE_ROOT   the storage root (uwf passes it)
 
 See docs/nested-workflows.md.";

@@ -1,7 +1,7 @@
 //! The `uwf-workflow` binary against a kit fixture root: argv handling, the
-//! depth limit, the child thread it starts and runs through the engine (its
-//! roles run by `uwf-mock` as config.yaml says), output mapping, and every
-//! failure leaving nothing on stdout. The real `uwf` drives it in
+//! depth limit, the child thread it starts and runs with `uwf` (its roles
+//! run by `uwf-mock` as config.yaml says), finding `uwf`, stopping on
+//! SIGTERM, output mapping, and every failure leaving nothing on stdout. The real `uwf` drives it in
 //! crates/uwf-cli/tests/it/nested_cli.rs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -177,6 +177,7 @@ fn help_usage_and_no_arguments() {
         "--max-steps",
         "UWF_CALL_DEPTH",
         "UWF_MAX_CALL_DEPTH",
+        "UWF_BIN",
     ] {
         assert!(help.contains(part), "{part} not in {help}");
     }
