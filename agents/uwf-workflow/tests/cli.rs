@@ -225,7 +225,7 @@ fn child_output_that_fits_is_used_as_is_and_linked() {
         output.payload,
         json!({ "approved": true, "comments": "fine" })
     );
-    // The child was run to its end by the engine and archived.
+    // The child was run to its end by `uwf thread run` and archived.
     assert_eq!(env.fx.head(children[0]).unwrap(), None);
     // The child's progress was passed on, nested.
     let err = String::from_utf8_lossy(&out.stderr);
